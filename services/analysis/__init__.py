@@ -1,0 +1,4 @@
+"""The pure core: events in, ledgers out. No I/O, no clocks, no globals.
+
+Imports only the standard library, numpy and pandas.
+"""

@@ -1,0 +1,287 @@
+"""Per-run structure derived from the events: allocations, attempts, step and checkpoint intervals.
+
+Everything here is job-level wall time: a step of an attempt spans from the first rank's start to the last
+rank's end; a checkpoint from the first rank's `checkpoint_start` to the last rank's `checkpoint_end`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from services.analysis.categories import RunStatus
+from services.analysis.run_data import RunData
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Allocation:
+    start: float
+    end: float
+    gpus: int
+    open: bool  # no allocation_end yet: ends at the run's latest event
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attempt:
+    attempt: int
+    start: float
+    end: float  # effective end: reported, else the next attempt's start, else the run's end / latest event
+    end_reported: bool
+    reason: str | None  # completed | failed | preempted | None (not reported)
+    failed: bool
+    world_size: int
+    hosts: tuple[str, ...]
+    resume_step: int | None  # reported or inferred (first step - 1); None: no steps and no resume
+    resume_reported: bool
+    first_step_start: float | None
+    last_step_end: float | None
+    first_step: int | None
+    last_step: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStructure:
+    run_id: str
+    status: RunStatus
+    submitted: float | None
+    first_time: float | None
+    latest_time: float | None
+    run_end_time: float | None
+    allocations: tuple[Allocation, ...]
+    allocations_reported: bool
+    attempts: tuple[Attempt, ...]
+    job_steps: pd.DataFrame  # attempt, step, start, end, ranks (one row per attempt and step)
+    checkpoints: pd.DataFrame  # attempt, step, start, end, ok, torn
+
+
+def latest_time(data: RunData) -> float | None:
+    candidates = [
+        data.events["time"].max() if not data.events.empty else np.nan,
+        data.steps["end"].max() if not data.steps.empty else np.nan,
+        data.collectives["end"].max() if not data.collectives.empty else np.nan,
+    ]
+    finite = [c for c in candidates if pd.notna(c)]
+    return float(max(finite)) if finite else None
+
+
+def first_time(data: RunData) -> float | None:
+    candidates = [
+        data.events["time"].min() if not data.events.empty else np.nan,
+        data.steps["start"].min() if not data.steps.empty else np.nan,
+        data.collectives["start"].min() if not data.collectives.empty else np.nan,
+    ]
+    finite = [c for c in candidates if pd.notna(c)]
+    return float(min(finite)) if finite else None
+
+
+def dedupe_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per (attempt, rank, step), whatever order or how often it arrived (replays regroup steps)."""
+    if steps.empty:
+        return steps
+    ordered = steps.sort_values(["attempt", "rank", "step", "start", "end"], kind="stable")
+    return ordered.drop_duplicates(["attempt", "rank", "step"], keep="first").reset_index(drop=True)
+
+
+def build_job_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    if steps.empty:
+        return pd.DataFrame({"attempt": pd.Series([], dtype=np.int64), "step": pd.Series([], dtype=np.int64),
+                             "start": pd.Series([], dtype=float), "end": pd.Series([], dtype=float),
+                             "ranks": pd.Series([], dtype=np.int64)})
+    grouped = steps.groupby(["attempt", "step"], sort=True)
+    out = grouped.agg(start=("start", "min"), end=("end", "max"), ranks=("rank", "size")).reset_index()
+    return out
+
+
+def build_run_structure(data: RunData) -> RunStructure:
+    events = data.events
+    steps = dedupe_steps(data.steps)
+    job_steps = build_job_steps(steps)
+    latest = latest_time(data)
+
+    status, run_end_time = _run_status(events)
+    submitted_times = events.loc[events["kind"] == "run_submitted", "time"]
+    submitted = float(submitted_times.min()) if not submitted_times.empty else None
+
+    attempts = _build_attempts(events, steps, status, run_end_time, latest)
+    checkpoints = _build_checkpoints(events, job_steps, attempts, latest)
+    allocations, reported = _build_allocations(events, attempts, latest)
+    return RunStructure(
+        run_id=data.run_id,
+        status=status,
+        submitted=submitted,
+        first_time=first_time(data),
+        latest_time=latest,
+        run_end_time=run_end_time,
+        allocations=allocations,
+        allocations_reported=reported,
+        attempts=attempts,
+        job_steps=job_steps,
+        checkpoints=checkpoints,
+    )
+
+
+def _run_status(events: pd.DataFrame) -> tuple[RunStatus, float | None]:
+    ends = events[events["kind"] == "run_end"].sort_values(["time", "status"])
+    if ends.empty:
+        return RunStatus.RUNNING, None
+    last = ends.iloc[-1]
+    return RunStatus(str(last["status"])), float(last["time"])
+
+
+def _build_attempts(
+    events: pd.DataFrame, steps: pd.DataFrame, status: RunStatus, run_end_time: float | None, latest: float | None
+) -> tuple[Attempt, ...]:
+    with_attempt = events[events["attempt"].notna()]
+    numbers = set(with_attempt["attempt"].astype(np.int64).tolist())
+    if not steps.empty:
+        numbers |= set(steps["attempt"].unique().tolist())
+    ordered = sorted(int(n) for n in numbers)
+    if not ordered:
+        return ()
+
+    step_stats = (
+        steps.groupby("attempt").agg(first_start=("start", "min"), last_end=("end", "max"),
+                                     first_step=("step", "min"), last_step=("step", "max"),
+                                     ranks=("rank", "nunique"))
+        if not steps.empty else pd.DataFrame()
+    )
+    starts: dict[int, float] = {}
+    raw: list[dict[str, object]] = []
+    for number in ordered:
+        ev = with_attempt[with_attempt["attempt"] == number]
+        started = ev[ev["kind"] == "attempt_start"]
+        ended = ev[ev["kind"] == "attempt_end"]
+        resumes = ev[ev["kind"] == "resume"]
+        st = step_stats.loc[number] if number in step_stats.index else None
+        if not started.empty:
+            start = float(started["time"].min())
+        else:  # attempt_start lost: its earliest sign of life
+            candidates = [float(ev["time"].min())] if not ev.empty else []
+            if st is not None:
+                candidates.append(float(st["first_start"]))
+            start = min(candidates)
+        starts[number] = start
+        world = started["world_size"].max() if not started.empty else np.nan
+        if pd.isna(world):
+            world = st["ranks"] if st is not None else (ev["rank"].nunique() or 1)
+        reasons = set(ended["reason"].dropna().astype(str))
+        reason = "failed" if "failed" in reasons else "preempted" if "preempted" in reasons else (
+            "completed" if reasons else None)
+        if not resumes.empty:
+            resume: int | None = int(resumes["step"].min())
+            resume_reported = True
+        elif st is not None:
+            resume, resume_reported = int(st["first_step"]) - 1, False
+        else:
+            resume, resume_reported = None, False
+        raw.append({
+            "attempt": number, "start": start,
+            "end_time": float(ended["time"].max()) if not ended.empty else None,
+            "reason": reason, "world_size": int(world),
+            "hosts": tuple(sorted(set(started["host"].dropna().astype(str)))),
+            "resume": resume, "resume_reported": resume_reported,
+            "first_start": float(st["first_start"]) if st is not None else None,
+            "last_end": float(st["last_end"]) if st is not None else None,
+            "first_step": int(st["first_step"]) if st is not None else None,
+            "last_step": int(st["last_step"]) if st is not None else None,
+        })
+
+    attempts: list[Attempt] = []
+    for i, a in enumerate(raw):
+        is_last = i == len(raw) - 1
+        next_start = raw[i + 1]["start"] if not is_last else None
+        end_time = a["end_time"]
+        if end_time is not None:
+            end, reported = float(end_time), True  # type: ignore[arg-type]
+        elif next_start is not None:
+            end, reported = float(next_start), False  # type: ignore[arg-type]
+        elif run_end_time is not None:
+            end, reported = max(run_end_time, float(a["start"])), False  # type: ignore[arg-type]
+        else:
+            end, reported = float(latest if latest is not None else a["start"]), False  # type: ignore[arg-type]
+        failed = (
+            a["reason"] == "failed"
+            or (end_time is None and not is_last)
+            or (is_last and status is RunStatus.FAILED)
+        )
+        attempts.append(Attempt(
+            attempt=int(a["attempt"]),  # type: ignore[call-overload]
+            start=float(a["start"]),  # type: ignore[arg-type]
+            end=end,
+            end_reported=reported,
+            reason=a["reason"],  # type: ignore[arg-type]
+            failed=bool(failed),
+            world_size=int(a["world_size"]),  # type: ignore[call-overload]
+            hosts=a["hosts"],  # type: ignore[arg-type]
+            resume_step=a["resume"],  # type: ignore[arg-type]
+            resume_reported=bool(a["resume_reported"]),
+            first_step_start=a["first_start"],  # type: ignore[arg-type]
+            last_step_end=a["last_end"],  # type: ignore[arg-type]
+            first_step=a["first_step"],  # type: ignore[arg-type]
+            last_step=a["last_step"],  # type: ignore[arg-type]
+        ))
+    return tuple(attempts)
+
+
+def _build_checkpoints(
+    events: pd.DataFrame, job_steps: pd.DataFrame, attempts: tuple[Attempt, ...], latest: float | None
+) -> pd.DataFrame:
+    columns = ["attempt", "step", "start", "end", "ok", "torn"]
+    ck = events[events["kind"].isin(["checkpoint_start", "checkpoint_end"])]
+    if ck.empty:
+        return pd.DataFrame({c: pd.Series([], dtype=float if c in ("start", "end") else object) for c in columns})
+    attempt_end = {a.attempt: a.end for a in attempts}
+    rows = []
+    for (attempt, step), group in ck.groupby(["attempt", "step"], sort=True):
+        starts = group.loc[group["kind"] == "checkpoint_start", "time"]
+        ends = group[group["kind"] == "checkpoint_end"]
+        start = float(starts.min()) if not starts.empty else float(ends["time"].min())
+        if not ends.empty:
+            end = float(ends["time"].max())
+            oks = ends["ok"].map(lambda v: bool(v) if v is not None and not pd.isna(v) else False)
+            ok, torn = bool(oks.all()), False
+        else:
+            # Torn write: blocked until the loop next made progress, or until the attempt ended.
+            same = job_steps[(job_steps["attempt"] == attempt) & (job_steps["start"] >= start)]
+            candidates = [attempt_end.get(int(attempt), latest if latest is not None else start)]
+            if not same.empty:
+                candidates.append(float(same["start"].min()))
+            end, ok, torn = max(start, min(c for c in candidates if c is not None)), False, True
+        rows.append({"attempt": int(attempt), "step": int(step), "start": start, "end": end, "ok": ok, "torn": torn})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _build_allocations(
+    events: pd.DataFrame, attempts: tuple[Attempt, ...], latest: float | None
+) -> tuple[tuple[Allocation, ...], bool]:
+    alloc = events[events["kind"].isin(["allocation_start", "allocation_end"])]
+    alloc = alloc.sort_values(["time", "kind"], ascending=[True, True], kind="stable")
+    out: list[Allocation] = []
+    if not alloc.empty:
+        open_start: float | None = None
+        open_gpus = 0
+        for row in alloc.itertuples(index=False):
+            if row.kind == "allocation_start":
+                if open_start is not None:  # a start while open: the previous allocation ended here
+                    out.append(Allocation(start=open_start, end=float(row.time), gpus=open_gpus, open=False))
+                open_start, open_gpus = float(row.time), int(row.gpus)
+            elif open_start is not None:
+                out.append(Allocation(start=open_start, end=float(row.time), gpus=open_gpus, open=False))
+                open_start = None
+        if open_start is not None:
+            end = max(open_start, latest if latest is not None else open_start)
+            out.append(Allocation(start=open_start, end=end, gpus=open_gpus, open=True))
+        if out:
+            return tuple(out), True
+    # No allocation events: the attempts' spans x world size (overlapping spans merged).
+    spans = sorted((a.start, a.end, a.world_size) for a in attempts)
+    merged: list[list[float]] = []
+    for start, end, world in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+            merged[-1][2] = max(merged[-1][2], world)
+        else:
+            merged.append([start, end, world])
+    return tuple(Allocation(start=s, end=e, gpus=int(g), open=False) for s, e, g in merged), False

@@ -1,0 +1,24 @@
+"""Waste categories. The string values are stored and served: never rename them."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class WasteCategory(str, Enum):
+    STARTUP = "startup"
+    CHECKPOINT = "checkpoint"
+    REWORK = "rework"
+    HANG = "hang"
+    STRAGGLER = "straggler"
+    IDLE = "idle"
+
+
+WASTE_KEYS: tuple[str, ...] = tuple(c.value for c in WasteCategory)
+
+
+class RunStatus(str, Enum):
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"

@@ -1,0 +1,380 @@
+"""The waste ledger: every allocated GPU-second of a run goes to exactly one category.
+
+Rules (docs/ledger.md explains them with the reference scenario):
+- allocated: sum over allocations of (end - start) x gpus; with no allocation events, attempt spans x world size.
+- wall time inside the allocations is painted by claims, strongest first:
+  kept step > reworked step > checkpoint write > hang > startup; what no claim covers is idle.
+- a claim of an attempt counts on min(world size, allocated GPUs) GPUs; the other allocated GPUs are idle.
+- straggler is carved out of kept-step time: per kept step, (slowest rank's compute - median rank's compute)
+  x world size, compute = step duration - time inside collectives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from services.analysis.attempts import Attempt, RunStructure, build_run_structure, dedupe_steps
+from services.analysis.categories import WASTE_KEYS, RunStatus, WasteCategory
+from services.analysis.painting import paint
+from services.analysis.run_data import RunData
+
+_STARTUP, _HANG, _CHECKPOINT, _REWORK, _KEPT = range(5)
+_CLAIM_CATEGORY = {
+    _STARTUP: WasteCategory.STARTUP.value,
+    _HANG: WasteCategory.HANG.value,
+    _CHECKPOINT: WasteCategory.CHECKPOINT.value,
+    _REWORK: WasteCategory.REWORK.value,
+    _KEPT: "productive",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptLedger:
+    attempt: int
+    start: float
+    end: float
+    end_reported: bool
+    reason: str | None
+    failed: bool
+    world_size: int
+    hosts: tuple[str, ...]
+    resume_step: int | None
+    resume_reported: bool
+    first_step: int | None
+    last_step: int | None
+    steps_kept: int
+    steps_reworked: int
+    gpu_seconds: dict[str, float]  # productive (before straggler) and each claimed waste category
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WasteLedger:
+    run_id: str
+    status: str
+    allocated_gpu_seconds: float
+    productive_gpu_seconds: float
+    waste_gpu_seconds: dict[str, float]
+    goodput: float | None
+    queue_seconds: float
+    allocated_wall_seconds: float
+    at_risk_gpu_seconds: float
+    restarts: int
+    failures: int
+    mtbf_seconds: float | None
+    checkpoints: dict[str, Any]
+    steps: dict[str, Any]
+    straggler_gpu_seconds_by_rank: dict[int, float]
+    attempts: tuple[AttemptLedger, ...]
+    first_time: float | None
+    latest_time: float | None
+    allocations: tuple[dict[str, Any], ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "allocated_gpu_seconds": self.allocated_gpu_seconds,
+            "productive_gpu_seconds": self.productive_gpu_seconds,
+            "waste_gpu_seconds": dict(self.waste_gpu_seconds),
+            "goodput": self.goodput,
+            "queue_seconds": self.queue_seconds,
+            "allocated_wall_seconds": self.allocated_wall_seconds,
+            "at_risk_gpu_seconds": self.at_risk_gpu_seconds,
+            "restarts": self.restarts,
+            "failures": self.failures,
+            "mtbf_seconds": self.mtbf_seconds,
+            "checkpoints": dict(self.checkpoints),
+            "steps": dict(self.steps),
+            "straggler_gpu_seconds_by_rank": {str(k): v for k, v in self.straggler_gpu_seconds_by_rank.items()},
+            "attempts": [
+                {
+                    "attempt": a.attempt, "start": a.start, "end": a.end, "end_reported": a.end_reported,
+                    "reason": a.reason, "failed": a.failed, "world_size": a.world_size, "hosts": list(a.hosts),
+                    "resume_step": a.resume_step, "resume_reported": a.resume_reported,
+                    "first_step": a.first_step, "last_step": a.last_step,
+                    "steps_kept": a.steps_kept, "steps_reworked": a.steps_reworked,
+                    "gpu_seconds": dict(a.gpu_seconds),
+                }
+                for a in self.attempts
+            ],
+            "allocations": [dict(a) for a in self.allocations],
+            "first_time": self.first_time,
+            "latest_time": self.latest_time,
+        }
+
+
+def build_ledger(data: RunData) -> WasteLedger:
+    """Attribute every allocated GPU-second of the run to productive time or exactly one waste category."""
+    run = build_run_structure(data)
+    attempts = run.attempts
+    position = {a.attempt: i for i, a in enumerate(attempts)}
+    n_pos = max(len(attempts), 1)
+
+    job_steps = run.job_steps.copy()
+    job_steps["pos"] = job_steps["attempt"].map(position).astype(np.int64) if not job_steps.empty else []
+    job_steps["kept"] = _kept_mask(run, job_steps)
+
+    claims = _claims(run, job_steps, position)
+    alloc_start = np.array([a.start for a in run.allocations], dtype=np.float64)
+    alloc_end = np.array([a.end for a in run.allocations], dtype=np.float64)
+    alloc_gpus = np.array([a.gpus for a in run.allocations], dtype=np.int64)
+    painted = paint(alloc_start, alloc_end, alloc_gpus, claims[0], claims[1], claims[2])
+
+    lengths = painted.lengths
+    gpus = painted.base.astype(np.float64)
+    claimed = painted.key >= 0
+    prio = np.where(claimed, painted.key // n_pos, -1)
+    pos = np.where(claimed, painted.key % n_pos, 0)
+    world = np.array([a.world_size for a in attempts], dtype=np.float64) if attempts else np.zeros(1)
+    on_gpus = np.where(claimed, np.minimum(world[pos], gpus), 0.0)
+    claimed_gpu_s = lengths * on_gpus
+    idle_gpu_s = lengths * (gpus - on_gpus)
+
+    totals = {key: 0.0 for key in (*WASTE_KEYS, "productive")}
+    per_attempt: list[dict[str, float]] = [{} for _ in attempts]
+    for p, category in _CLAIM_CATEGORY.items():
+        sel = prio == p
+        totals[category] = float(claimed_gpu_s[sel].sum())
+        for i in range(len(attempts)):
+            value = float(claimed_gpu_s[sel & (pos == i)].sum())
+            if value:
+                per_attempt[i][category] = value
+    totals[WasteCategory.IDLE.value] = float(idle_gpu_s.sum())
+    allocated = float((lengths * gpus).sum())
+
+    straggler_total, by_rank = _straggler(data, job_steps, run, totals["productive"])
+    productive = totals["productive"] - straggler_total
+    waste = {key: totals[key] for key in WASTE_KEYS}
+    waste[WasteCategory.STRAGGLER.value] = straggler_total
+
+    at_risk = _at_risk(run, job_steps, painted, prio, pos, claimed_gpu_s)
+    failures = sum(1 for a in attempts if a.failed)
+    wall = float(sum(a.end - a.start for a in run.allocations))
+    return WasteLedger(
+        run_id=run.run_id,
+        status=run.status.value,
+        allocated_gpu_seconds=allocated,
+        productive_gpu_seconds=productive,
+        waste_gpu_seconds=waste,
+        goodput=(productive / allocated) if allocated > 0 else None,
+        queue_seconds=_queue_seconds(run),
+        allocated_wall_seconds=wall,
+        at_risk_gpu_seconds=at_risk,
+        restarts=max(len(attempts) - 1, 0),
+        failures=failures,
+        mtbf_seconds=(wall / failures) if failures else None,
+        checkpoints=_checkpoint_summary(run),
+        steps=_step_summary(job_steps),
+        straggler_gpu_seconds_by_rank=by_rank,
+        attempts=tuple(_attempt_ledger(a, job_steps, per_attempt[i]) for i, a in enumerate(attempts)),
+        first_time=run.first_time,
+        latest_time=run.latest_time,
+        allocations=tuple({"start": a.start, "end": a.end, "gpus": a.gpus, "open": a.open,
+                           "reported": run.allocations_reported} for a in run.allocations),
+    )
+
+
+def _resume_points(run: RunStructure) -> list[float]:
+    """The step each attempt's successor state starts from; +inf where nothing constrains it."""
+    points = [float(a.resume_step) if a.resume_step is not None else np.inf for a in run.attempts]
+    if run.status is RunStatus.FAILED and run.attempts:
+        last = run.attempts[-1]
+        saved = [float(last.resume_step or 0)]
+        ok = run.checkpoints[(run.checkpoints["attempt"] == last.attempt) & (run.checkpoints["ok"] == True)]  # noqa: E712
+        if not ok.empty:
+            saved.append(float(ok["step"].max()))
+        points.append(max(saved))  # the state a later attempt could have resumed from
+    return points
+
+
+def _kept_mask(run: RunStructure, job_steps: pd.DataFrame) -> np.ndarray:
+    """A step of attempt k is kept unless some later attempt (or, for a failed run, the last saved state)
+    resumed from below it: that rollback threw the step's result away."""
+    if job_steps.empty:
+        return np.zeros(0, dtype=bool)
+    points = _resume_points(run)
+    bound_after = np.full(len(run.attempts), np.inf)
+    running = np.inf
+    for i in range(len(points) - 1, -1, -1):
+        if i < len(run.attempts):
+            bound_after[i] = running
+        running = min(running, points[i])
+    bounds = bound_after[job_steps["pos"].to_numpy()]
+    return job_steps["step"].to_numpy(dtype=np.float64) <= bounds
+
+
+def _claims(run: RunStructure, job_steps: pd.DataFrame, position: dict[int, int]) -> tuple[np.ndarray, ...]:
+    n_pos = max(len(run.attempts), 1)
+    starts: list[np.ndarray] = []
+    ends: list[np.ndarray] = []
+    keys: list[np.ndarray] = []
+
+    def add(s: Any, e: Any, prio: int, pos: Any) -> None:
+        s_arr = np.atleast_1d(np.asarray(s, dtype=np.float64))
+        starts.append(s_arr)
+        ends.append(np.atleast_1d(np.asarray(e, dtype=np.float64)))
+        keys.append(prio * n_pos + np.broadcast_to(np.asarray(pos, dtype=np.int64), s_arr.shape))
+
+    if not job_steps.empty:
+        kept = job_steps["kept"].to_numpy()
+        for prio, sel in ((_KEPT, kept), (_REWORK, ~kept)):
+            part = job_steps[sel]
+            add(part["start"].to_numpy(), part["end"].to_numpy(), prio, part["pos"].to_numpy())
+    ck = run.checkpoints
+    if not ck.empty:
+        add(ck["start"].to_numpy(), ck["end"].to_numpy(), _CHECKPOINT,
+            ck["attempt"].map(position).to_numpy(dtype=np.int64))
+    alloc_starts = sorted(a.start for a in run.allocations)
+    for i, a in enumerate(run.attempts):
+        if a.failed and a.last_step_end is not None and a.end > a.last_step_end:
+            add(a.last_step_end, a.end, _HANG, i)
+        # Startup: from the allocation start, or the previous attempt's end, to this attempt's first step.
+        begin_candidates = [t for t in alloc_starts if t <= a.start]
+        begin = begin_candidates[-1] if begin_candidates else a.start
+        if i > 0:
+            begin = max(begin, run.attempts[i - 1].end)
+        finish = a.first_step_start if a.first_step_start is not None else a.end
+        if finish > begin:
+            add(begin, finish, _STARTUP, i)
+    if not starts:
+        empty = np.zeros(0)
+        return empty, empty, np.zeros(0, dtype=np.int64)
+    return np.concatenate(starts), np.concatenate(ends), np.concatenate(keys)
+
+
+def _straggler(
+    data: RunData, job_steps: pd.DataFrame, run: RunStructure, kept_gpu_s: float
+) -> tuple[float, dict[int, float]]:
+    steps = dedupe_steps(data.steps)
+    if steps.empty or job_steps.empty:
+        return 0.0, {}
+    comm = _comm_seconds(data.collectives)
+    frame = steps[["attempt", "rank", "step", "start", "end", "comm"]]
+    if comm is not None:
+        frame = frame.merge(comm, on=["attempt", "rank", "step"], how="left")
+        frame["comm"] = frame["coll_s"].where(frame["coll_s"].notna(), frame["comm"])
+    frame = frame[frame["comm"].notna()]
+    if frame.empty:
+        return 0.0, {}
+    kept = job_steps.loc[job_steps["kept"], ["attempt", "step"]]
+    frame = frame.merge(kept, on=["attempt", "step"], how="inner")
+    if frame.empty:
+        return 0.0, {}
+    frame = frame.assign(compute=(frame["end"] - frame["start"] - frame["comm"]).clip(lower=0.0))
+    grouped = frame.groupby(["attempt", "step"], sort=False)["compute"]
+    stats = pd.DataFrame({"slowest": grouped.max(), "median": grouped.median(), "ranks": grouped.size()})
+    slow_rank = frame.loc[grouped.idxmax(), ["attempt", "step", "rank"]].set_index(["attempt", "step"])["rank"]
+    stats = stats.join(slow_rank)
+    stats = stats[stats["ranks"] >= 2]
+    if stats.empty:
+        return 0.0, {}
+    world = {a.attempt: a.world_size for a in run.attempts}
+    gpus_for_attempt = {a.attempt: _gpus_at(run, a) for a in run.attempts}
+    attempt_index = stats.index.get_level_values("attempt")
+    on_gpus = np.array([min(world[int(x)], gpus_for_attempt[int(x)]) for x in attempt_index], dtype=np.float64)
+    cost = (stats["slowest"] - stats["median"]).to_numpy() * on_gpus
+    total = float(cost.sum())
+    by_rank_series = pd.Series(cost, index=stats["rank"].to_numpy()).groupby(level=0).sum()
+    if total > kept_gpu_s > 0:  # steps overlapping in time: never carve out more than the kept time
+        by_rank_series *= kept_gpu_s / total
+        total = kept_gpu_s
+    by_rank = {int(r): float(v) for r, v in by_rank_series.items() if v > 0}
+    return total, by_rank
+
+
+def _comm_seconds(collectives: pd.DataFrame) -> pd.DataFrame | None:
+    if collectives.empty:
+        return None
+    unique = collectives.drop_duplicates(["attempt", "rank", "step", "op", "start"])
+    seconds = (unique["end"] - unique["start"]).groupby(
+        [unique["attempt"], unique["rank"], unique["step"]]).sum()
+    return seconds.rename("coll_s").reset_index()
+
+
+def _gpus_at(run: RunStructure, attempt: Attempt) -> int:
+    for alloc in run.allocations:
+        if alloc.start <= attempt.start <= alloc.end:
+            return alloc.gpus
+    return attempt.world_size
+
+
+def _at_risk(run: RunStructure, job_steps: pd.DataFrame, painted: Any, prio: np.ndarray, pos: np.ndarray,
+             claimed_gpu_s: np.ndarray) -> float:
+    """A running run's kept work since its last saved state: lost if it failed now."""
+    if run.status is not RunStatus.RUNNING or not run.attempts or job_steps.empty:
+        return 0.0
+    last_pos = len(run.attempts) - 1
+    last = run.attempts[last_pos]
+    saved = float(last.resume_step or 0)
+    ck = run.checkpoints
+    if not ck.empty:
+        ok = ck[(ck["attempt"] == last.attempt) & (ck["ok"] == True)]  # noqa: E712
+        if not ok.empty:
+            saved = max(saved, float(ok["step"].max()))
+    unsaved = job_steps[(job_steps["pos"] == last_pos) & job_steps["kept"] & (job_steps["step"] > saved)]
+    if unsaved.empty:
+        return 0.0
+    t0 = float(unsaved["start"].min())
+    sel = (prio == _KEPT) & (pos == last_pos) & (painted.bounds[:-1] >= t0)
+    return float(claimed_gpu_s[sel].sum())
+
+
+def _queue_seconds(run: RunStructure) -> float:
+    allocs = sorted(run.allocations, key=lambda a: a.start) if run.allocations_reported else []
+    if not allocs:
+        return 0.0
+    queue = max(allocs[0].start - run.submitted, 0.0) if run.submitted is not None else 0.0
+    for prev, nxt in zip(allocs, allocs[1:]):
+        queue += max(nxt.start - prev.end, 0.0)
+    return float(queue)
+
+
+def _checkpoint_summary(run: RunStructure) -> dict[str, Any]:
+    ck = run.checkpoints
+    if ck.empty:
+        return {"count": 0, "ok": 0, "failed": 0, "torn": 0, "median_blocking_seconds": None,
+                "median_interval_seconds": None, "median_interval_steps": None, "last_ok_step": None}
+    blocking = (ck["end"] - ck["start"]).to_numpy()
+    intervals_s: list[float] = []
+    intervals_steps: list[float] = []
+    for _, group in ck.sort_values("start").groupby("attempt"):
+        intervals_s.extend(np.diff(group["start"].to_numpy()).tolist())
+        intervals_steps.extend(np.diff(group["step"].to_numpy(dtype=np.float64)).tolist())
+    ok = ck[ck["ok"] == True]  # noqa: E712
+    return {
+        "count": int(len(ck)),
+        "ok": int(len(ok)),
+        "failed": int(((ck["ok"] == False) & (ck["torn"] == False)).sum()),  # noqa: E712
+        "torn": int((ck["torn"] == True).sum()),  # noqa: E712
+        "median_blocking_seconds": float(np.median(blocking)),
+        "median_interval_seconds": float(np.median(intervals_s)) if intervals_s else None,
+        "median_interval_steps": float(np.median(intervals_steps)) if intervals_steps else None,
+        "last_ok_step": int(ok["step"].max()) if not ok.empty else None,
+    }
+
+
+def _step_summary(job_steps: pd.DataFrame) -> dict[str, Any]:
+    if job_steps.empty:
+        return {"furthest": None, "kept": 0, "reworked": 0, "computed": 0}
+    kept = int(job_steps["kept"].sum())
+    return {
+        "furthest": int(job_steps["step"].max()),
+        "kept": kept,
+        "reworked": int(len(job_steps) - kept),
+        "computed": int(len(job_steps)),
+    }
+
+
+def _attempt_ledger(a: Attempt, job_steps: pd.DataFrame, gpu_seconds: dict[str, float]) -> AttemptLedger:
+    mine = job_steps[job_steps["attempt"] == a.attempt] if not job_steps.empty else job_steps
+    kept = int(mine["kept"].sum()) if not mine.empty else 0
+    return AttemptLedger(
+        attempt=a.attempt, start=a.start, end=a.end, end_reported=a.end_reported, reason=a.reason,
+        failed=a.failed, world_size=a.world_size, hosts=a.hosts, resume_step=a.resume_step,
+        resume_reported=a.resume_reported, first_step=a.first_step, last_step=a.last_step,
+        steps_kept=kept, steps_reworked=int(len(mine) - kept), gpu_seconds=gpu_seconds,
+    )

@@ -1,0 +1,159 @@
+"""The input of every analysis: one run's events as three DataFrames with documented columns.
+
+`events`       one row per control event (everything but steps and collectives):
+               EVENT_COLUMNS = kind, time, attempt, rank, step, gpus, world_size, host, ok, reason, status
+               (attempt/rank/step/gpus/world_size are float with NaN where the kind has no such field)
+`steps`        one row per completed optimizer step on one rank:
+               STEP_COLUMNS = attempt, rank, step, start, end, loss, lr, comm (NaN = not reported)
+`collectives`  one row per collective call on one rank:
+               COLLECTIVE_COLUMNS = attempt, rank, step, op, start, end
+
+`run_data_from_events` turns wire-format events (docs/events.md), compact records included, into a RunData.
+Storage builds the same frames straight from its tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+EVENT_COLUMNS = ("kind", "time", "attempt", "rank", "step", "gpus", "world_size", "host", "ok", "reason", "status")
+STEP_COLUMNS = ("attempt", "rank", "step", "start", "end", "loss", "lr", "comm")
+COLLECTIVE_COLUMNS = ("attempt", "rank", "step", "op", "start", "end")
+
+_NUMERIC_EVENT_FIELDS = ("attempt", "rank", "step", "gpus", "world_size")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunData:
+    run_id: str
+    events: pd.DataFrame
+    steps: pd.DataFrame
+    collectives: pd.DataFrame
+
+    @property
+    def is_empty(self) -> bool:
+        return self.events.empty and self.steps.empty and self.collectives.empty
+
+
+def empty_events() -> pd.DataFrame:
+    return events_frame([])
+
+
+def events_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """Control events -> the `events` frame (extra fields of a row are ignored)."""
+    columns: dict[str, list[Any]] = {c: [] for c in EVENT_COLUMNS}
+    for row in rows:
+        for c in EVENT_COLUMNS:
+            columns[c].append(row.get(c))
+    frame = pd.DataFrame(
+        {
+            "kind": pd.Series(columns["kind"], dtype=object),
+            "time": pd.Series(columns["time"], dtype="float64"),
+            **{c: pd.Series(columns[c], dtype="float64") for c in _NUMERIC_EVENT_FIELDS},
+            "host": pd.Series(columns["host"], dtype=object),
+            "ok": pd.Series(columns["ok"], dtype=object),
+            "reason": pd.Series(columns["reason"], dtype=object),
+            "status": pd.Series(columns["status"], dtype=object),
+        }
+    )
+    return frame[list(EVENT_COLUMNS)]
+
+
+def steps_frame(
+    attempt: Any = (), rank: Any = (), step: Any = (), start: Any = (), end: Any = (),
+    loss: Any = None, lr: Any = None, comm: Any = None,
+) -> pd.DataFrame:
+    n = len(step)
+    return pd.DataFrame(
+        {
+            "attempt": np.asarray(attempt, dtype=np.int64).reshape(n),
+            "rank": np.asarray(rank, dtype=np.int64).reshape(n),
+            "step": np.asarray(step, dtype=np.int64).reshape(n),
+            "start": np.asarray(start, dtype=np.float64).reshape(n),
+            "end": np.asarray(end, dtype=np.float64).reshape(n),
+            "loss": _optional_floats(loss, n),
+            "lr": _optional_floats(lr, n),
+            "comm": _optional_floats(comm, n),
+        }
+    )
+
+
+def collectives_frame(
+    attempt: Any = (), rank: Any = (), step: Any = (), op: Any = (), start: Any = (), end: Any = ()
+) -> pd.DataFrame:
+    n = len(step)
+    return pd.DataFrame(
+        {
+            "attempt": np.asarray(attempt, dtype=np.int64).reshape(n),
+            "rank": np.asarray(rank, dtype=np.int64).reshape(n),
+            "step": np.asarray(step, dtype=np.int64).reshape(n),
+            "op": pd.Series(list(op), dtype=object),
+            "start": np.asarray(start, dtype=np.float64).reshape(n),
+            "end": np.asarray(end, dtype=np.float64).reshape(n),
+        }
+    )
+
+
+def _optional_floats(values: Any, n: int) -> np.ndarray:
+    if values is None:
+        return np.full(n, np.nan)
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64).reshape(n)
+
+
+def run_data_from_events(run_id: str, events: Iterable[Mapping[str, Any]]) -> RunData:
+    """Wire-format events of one run (already validated) -> RunData. Events of other runs are skipped."""
+    controls: list[Mapping[str, Any]] = []
+    steps: dict[str, list[Any]] = {c: [] for c in STEP_COLUMNS}
+    colls: dict[str, list[Any]] = {c: [] for c in COLLECTIVE_COLUMNS}
+    for ev in events:
+        if ev.get("run_id", run_id) != run_id:
+            continue
+        kind = ev["kind"]
+        if kind == "step":
+            _append_steps(steps, ev, [ev["step"]], [ev["start"]], [ev["end"]],
+                          [ev.get("loss")], [ev.get("lr")], [ev.get("comm")])
+        elif kind == "steps":
+            n = len(ev["step"])
+            _append_steps(steps, ev, ev["step"], ev["start"], ev["end"],
+                          ev.get("loss") or [None] * n, ev.get("lr") or [None] * n, ev.get("comm") or [None] * n)
+        elif kind == "collective":
+            _append_collectives(colls, ev, [ev["step"]], [ev["op"]], [ev["start"]], [ev["end"]])
+        elif kind == "collectives":
+            _append_collectives(colls, ev, ev["step"], ev["op"], ev["start"], ev["end"])
+        else:
+            controls.append(ev)
+    return RunData(
+        run_id=run_id,
+        events=events_frame(controls),
+        steps=steps_frame(**steps),
+        collectives=collectives_frame(**colls),
+    )
+
+
+def _append_steps(acc: dict[str, list[Any]], ev: Mapping[str, Any], step: Any, start: Any, end: Any,
+                  loss: Any, lr: Any, comm: Any) -> None:
+    n = len(step)
+    acc["attempt"].extend([ev["attempt"]] * n)
+    acc["rank"].extend([ev["rank"]] * n)
+    acc["step"].extend(step)
+    acc["start"].extend(start)
+    acc["end"].extend(end)
+    acc["loss"].extend(loss)
+    acc["lr"].extend(lr)
+    acc["comm"].extend(comm)
+
+
+def _append_collectives(acc: dict[str, list[Any]], ev: Mapping[str, Any], step: Any, op: Any,
+                        start: Any, end: Any) -> None:
+    n = len(step)
+    acc["attempt"].extend([ev["attempt"]] * n)
+    acc["rank"].extend([ev["rank"]] * n)
+    acc["step"].extend(step)
+    acc["op"].extend(op)
+    acc["start"].extend(start)
+    acc["end"].extend(end)

@@ -1,0 +1,50 @@
+"""Hand-built event streams with ledgers worked out by hand."""
+
+from __future__ import annotations
+
+from itertools import count
+from typing import Any
+
+_ids = count()
+
+
+def ev(kind: str, time: float, run_id: str = "s1", **fields: Any) -> dict[str, Any]:
+    return {"event_id": f"e{next(_ids)}", "run_id": run_id, "kind": kind, "time": float(time), **fields}
+
+
+def steps(attempt: int, world: int, first: int, last: int, t0: float, dt: float = 1.0,
+          run_id: str = "s1") -> list[dict[str, Any]]:
+    """Compact step records, one per rank: steps first..last, each dt long, back to back from t0."""
+    n = last - first + 1
+    starts = [t0 + i * dt for i in range(n)]
+    return [
+        ev("steps", t0 + n * dt, run_id=run_id, attempt=attempt, rank=r, step=list(range(first, last + 1)),
+           start=starts, end=[s + dt for s in starts])
+        for r in range(world)
+    ]
+
+
+def per_rank(kind: str, time: float, world: int, run_id: str = "s1", **fields: Any) -> list[dict[str, Any]]:
+    return [ev(kind, time, run_id=run_id, rank=r, **fields) for r in range(world)]
+
+
+def reference_s1() -> list[dict[str, Any]]:
+    """The reference scenario of the ledger specification (world size 8, one restart)."""
+    w = 8
+    out = [ev("run_submitted", 0), ev("allocation_start", 100, gpus=8), ev("allocation_end", 620)]
+    out += [ev("attempt_start", 100, attempt=0, rank=r, world_size=w, host=f"h{r // 4}") for r in range(w)]
+    out += per_rank("resume", 100, w, attempt=0, step=0)
+    out += steps(0, w, 1, 100, 130)
+    out += per_rank("checkpoint_start", 230, w, attempt=0, step=100)
+    out += per_rank("checkpoint_end", 240, w, attempt=0, step=100, ok=True)
+    out += steps(0, w, 101, 150, 240)
+    out += per_rank("attempt_end", 350, w, attempt=0, reason="failed")
+    out += [ev("attempt_start", 360, attempt=1, rank=r, world_size=w, host=f"h{r // 4}") for r in range(w)]
+    out += per_rank("resume", 360, w, attempt=1, step=100)
+    out += steps(1, w, 101, 200, 380)
+    out += per_rank("checkpoint_start", 480, w, attempt=1, step=200)
+    out += per_rank("checkpoint_end", 490, w, attempt=1, step=200, ok=True)
+    out += steps(1, w, 201, 300, 490)
+    out += per_rank("attempt_end", 600, w, attempt=1, reason="completed")
+    out.append(ev("run_end", 600, status="finished"))
+    return out
