@@ -6,17 +6,18 @@ from itertools import count
 from typing import Any
 
 _ids = count()
+T0 = 1_700_000_000.0  # scenario times are seconds after T0 (the API accepts only plausible epochs)
 
 
 def ev(kind: str, time: float, run_id: str = "s1", **fields: Any) -> dict[str, Any]:
-    return {"event_id": f"e{next(_ids)}", "run_id": run_id, "kind": kind, "time": float(time), **fields}
+    return {"event_id": f"e{next(_ids)}", "run_id": run_id, "kind": kind, "time": T0 + float(time), **fields}
 
 
 def steps(attempt: int, world: int, first: int, last: int, t0: float, dt: float = 1.0,
           run_id: str = "s1") -> list[dict[str, Any]]:
     """Compact step records, one per rank: steps first..last, each dt long, back to back from t0."""
     n = last - first + 1
-    starts = [t0 + i * dt for i in range(n)]
+    starts = [T0 + t0 + i * dt for i in range(n)]
     return [
         ev("steps", t0 + n * dt, run_id=run_id, attempt=attempt, rank=r, step=list(range(first, last + 1)),
            start=starts, end=[s + dt for s in starts])

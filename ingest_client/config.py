@@ -1,0 +1,200 @@
+"""Client configuration: constructor argument, then environment variable, then default.
+
+Every environment variable the client reads is declared here, once:
+
+``GOODPUT_URL``
+    Collector base URL, e.g. ``http://collector:8080``; events go to ``{url}/v1/events``.
+``GOODPUT_TOKEN``
+    Bearer token sent as ``Authorization: Bearer <token>``.
+``GOODPUT_MODE``
+    ``online`` (spool, then send), ``offline`` (spool only; send later with ``goodput sync``),
+    or ``disabled`` (record nothing). Default: ``online`` when a URL is set, else ``offline``.
+``GOODPUT_SPOOL_DIR``
+    Directory of the local spool. Default: ``~/.cache/goodput/spool``.
+``GOODPUT_RUN_ID``
+    Run id; takes precedence over torchrun's ``TORCHELASTIC_RUN_ID``.
+``GOODPUT_ATTEMPT_BASE``
+    Integer added to ``TORCHELASTIC_RESTART_COUNT`` (set by ``goodput launch`` for requeued jobs).
+``GOODPUT_QUEUE_CAPACITY``
+    Rows held in memory before the oldest are dropped (and counted). Default 100000.
+``GOODPUT_SPOOL_MAX_BYTES``
+    Spool bytes per process before the oldest segment is dropped (and counted). Default 256 MiB.
+``GOODPUT_FLUSH_INTERVAL_S``
+    How often the flusher wakes. Default 0.2.
+``GOODPUT_HEARTBEAT_INTERVAL_S``
+    Seconds between ``heartbeat`` events. Default 5.
+``GOODPUT_HTTP_TIMEOUT_S``
+    Timeout of one POST. Default 2.
+``GOODPUT_SIGTERM_REASON``
+    ``attempt_end`` reason recorded on SIGTERM: ``failed`` (default) or ``preempted``.
+``GOODPUT_EXIT_TIMEOUT_S``
+    How long interpreter exit may wait for the last events to be sent. Default 5.
+
+torchrun's own variables (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``TORCHELASTIC_RESTART_COUNT``,
+``TORCHELASTIC_RUN_ID``) are read by :mod:`ingest_client.context`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from enum import Enum
+from pathlib import Path
+
+from ingest_client.errors import ConfigError
+
+
+class Mode(str, Enum):
+    ONLINE = "online"
+    OFFLINE = "offline"
+    DISABLED = "disabled"
+
+
+ENV_VARS: dict[str, str] = {
+    "url": "GOODPUT_URL",
+    "token": "GOODPUT_TOKEN",
+    "mode": "GOODPUT_MODE",
+    "spool_dir": "GOODPUT_SPOOL_DIR",
+    "run_id": "GOODPUT_RUN_ID",
+    "attempt_base": "GOODPUT_ATTEMPT_BASE",
+    "queue_capacity": "GOODPUT_QUEUE_CAPACITY",
+    "spool_max_bytes": "GOODPUT_SPOOL_MAX_BYTES",
+    "flush_interval_s": "GOODPUT_FLUSH_INTERVAL_S",
+    "heartbeat_interval_s": "GOODPUT_HEARTBEAT_INTERVAL_S",
+    "http_timeout_s": "GOODPUT_HTTP_TIMEOUT_S",
+    "sigterm_reason": "GOODPUT_SIGTERM_REASON",
+    "exit_timeout_s": "GOODPUT_EXIT_TIMEOUT_S",
+}
+
+DEFAULT_SPOOL_DIR = Path("~/.cache/goodput/spool")
+SIGTERM_REASONS = ("failed", "preempted", "completed")
+
+
+def _where(name: str) -> str:
+    env = ENV_VARS.get(name)
+    suffix = f" or {env}" if env else ""
+    return f"(set by init({name}=...){suffix})."
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientConfig:
+    """Resolved client settings. Build with :meth:`from_env`; invalid values raise ConfigError."""
+
+    mode: Mode = Mode.OFFLINE
+    url: str | None = None
+    token: str | None = None
+    run_id: str | None = None
+    spool_dir: Path = DEFAULT_SPOOL_DIR
+    attempt_base: int = 0
+    queue_capacity: int = 100_000
+    spool_max_bytes: int = 256 * 1024 * 1024
+    flush_interval_s: float = 0.2
+    heartbeat_interval_s: float = 5.0
+    stats_interval_s: float = 10.0
+    http_timeout_s: float = 2.0
+    sigterm_reason: str = "failed"
+    exit_timeout_s: float = 5.0
+    max_batch_events: int = 500
+    max_batch_bytes: int = 1024 * 1024
+    install_handlers: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mode, Mode):
+            raise ConfigError(f"mode must be a Mode, got {self.mode!r} {_where('mode')}")
+        if self.mode is Mode.ONLINE:
+            if not self.url:
+                raise ConfigError(f"url is required when mode is 'online', got {self.url!r} {_where('url')}")
+            if not self.url.startswith(("http://", "https://")):
+                raise ConfigError(
+                    f"url must start with http:// or https://, got {self.url!r} {_where('url')}"
+                )
+        if self.run_id is not None and not _is_printable_id(self.run_id, 256):
+            raise ConfigError(
+                f"run_id must be 1-256 printable characters, got {self.run_id!r} {_where('run_id')}"
+            )
+        if self.attempt_base < 0:
+            raise ConfigError(f"attempt_base must be >= 0, got {self.attempt_base} {_where('attempt_base')}")
+        if self.queue_capacity < 64:
+            raise ConfigError(
+                f"queue_capacity must be at least 64, got {self.queue_capacity} {_where('queue_capacity')}"
+            )
+        if self.spool_max_bytes < 64 * 1024:
+            raise ConfigError(
+                f"spool_max_bytes must be at least 65536, got {self.spool_max_bytes} "
+                f"{_where('spool_max_bytes')}"
+            )
+        for name, low, high in (
+            ("flush_interval_s", 0.01, 10.0),
+            ("heartbeat_interval_s", 0.05, 3600.0),
+            ("stats_interval_s", 0.05, 3600.0),
+            ("http_timeout_s", 0.05, 300.0),
+            ("exit_timeout_s", 0.0, 300.0),
+        ):
+            value = getattr(self, name)
+            if not low <= value <= high:
+                raise ConfigError(f"{name} must be between {low} and {high}, got {value} {_where(name)}")
+        if self.sigterm_reason not in SIGTERM_REASONS:
+            raise ConfigError(
+                f"sigterm_reason must be one of {', '.join(SIGTERM_REASONS)}, got "
+                f"{self.sigterm_reason!r} {_where('sigterm_reason')}"
+            )
+        if self.max_batch_events < 1 or self.max_batch_bytes < 1024:
+            raise ConfigError(
+                f"max_batch_events must be >= 1 and max_batch_bytes >= 1024, got "
+                f"{self.max_batch_events} and {self.max_batch_bytes} (set by init(...))."
+            )
+
+    @property
+    def events_url(self) -> str | None:
+        return None if self.url is None else self.url.rstrip("/") + "/v1/events"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> ClientConfig:
+        """Resolve each field from ``overrides`` (not None), then ``GOODPUT_*``, then the default."""
+        env = os.environ if environ is None else environ
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ConfigError(f"unknown init() argument(s): {', '.join(unknown)}; accepted: {', '.join(sorted(known))}.")
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            raw: object = overrides.get(f.name)
+            if raw is None and f.name in ENV_VARS:
+                text = env.get(ENV_VARS[f.name], "").strip()
+                raw = text if text else None
+            if raw is None:
+                continue
+            values[f.name] = _convert(f.name, raw, f.default)
+        values.setdefault("spool_dir", DEFAULT_SPOOL_DIR.expanduser())
+        if "mode" not in values:
+            values["mode"] = Mode.ONLINE if values.get("url") else Mode.OFFLINE
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def _convert(name: str, raw: object, default: object) -> object:
+    try:
+        if name == "mode":
+            return raw if isinstance(raw, Mode) else Mode(str(raw).strip().lower())
+        if name == "spool_dir":
+            return Path(str(raw)).expanduser()
+        if isinstance(default, bool):
+            if isinstance(raw, bool):
+                return raw
+            return str(raw).strip().lower() in ("1", "true", "yes", "on")
+        if isinstance(default, int):
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError(raw)
+            return int(raw)  # type: ignore[call-overload]
+        if isinstance(default, float):
+            return float(raw)  # type: ignore[arg-type]
+        return str(raw)
+    except (TypeError, ValueError) as exc:
+        accepted = {
+            "mode": "one of online, offline, disabled",
+        }.get(name, f"a value of type {type(default).__name__}")
+        raise ConfigError(f"{name} must be {accepted}, got {raw!r} {_where(name)}") from exc
+
+
+def _is_printable_id(value: str, max_len: int) -> bool:
+    return isinstance(value, str) and 1 <= len(value) <= max_len and value.isprintable()

@@ -1,0 +1,80 @@
+"""Who this process is: run id, attempt, rank and host, read once from torchrun's environment.
+
+torchrun sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``TORCHELASTIC_RESTART_COUNT`` and
+``TORCHELASTIC_RUN_ID`` in every worker. The run id given to ``init()`` or ``GOODPUT_RUN_ID``
+(see :mod:`ingest_client.config`) wins over ``TORCHELASTIC_RUN_ID``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ingest_client.errors import ConfigError
+
+TORCHRUN_ENV_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID")
+# torchrun uses "none" as its default rendezvous id; it is shared by unrelated runs.
+_PLACEHOLDER_RUN_IDS = frozenset({"", "none"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunContext:
+    run_id: str
+    attempt: int
+    rank: int
+    local_rank: int
+    world_size: int
+    host: str
+    pid: int
+
+
+def context_from_env(
+    *, run_id: str | None, attempt_base: int, environ: Mapping[str, str] | None = None
+) -> RunContext:
+    """Build the RunContext; ``run_id`` is the already-resolved argument/GOODPUT_RUN_ID, if any."""
+    env = os.environ if environ is None else environ
+    rank = _int_env(env, "RANK", 0, low=0)
+    world_size = _int_env(env, "WORLD_SIZE", 1, low=1)
+    local_rank = _int_env(env, "LOCAL_RANK", 0, low=0)
+    restart_count = _int_env(env, "TORCHELASTIC_RESTART_COUNT", 0, low=0)
+    if rank >= world_size:
+        raise ConfigError(f"RANK must be smaller than WORLD_SIZE, got RANK={rank} WORLD_SIZE={world_size}.")
+    resolved = run_id
+    if resolved is None:
+        elastic = env.get("TORCHELASTIC_RUN_ID", "").strip()
+        if elastic.lower() not in _PLACEHOLDER_RUN_IDS:
+            resolved = elastic
+    if resolved is None:
+        if world_size > 1:
+            raise ConfigError(
+                "run_id is required for a multi-process job: pass init(run_id=...), set GOODPUT_RUN_ID, "
+                f"or start torchrun with --rdzv-id (TORCHELASTIC_RUN_ID is {env.get('TORCHELASTIC_RUN_ID')!r})."
+            )
+        resolved = f"local-{uuid.uuid4().hex}"
+    if not (1 <= len(resolved) <= 256 and resolved.isprintable()):
+        raise ConfigError(f"TORCHELASTIC_RUN_ID must be 1-256 printable characters, got {resolved!r}.")
+    return RunContext(
+        run_id=resolved,
+        attempt=restart_count + attempt_base,
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world_size,
+        host=socket.gethostname() or "unknown",
+        pid=os.getpid(),
+    )
+
+
+def _int_env(env: Mapping[str, str], name: str, default: int, *, low: int) -> int:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be an integer >= {low}, got {text!r}.") from exc
+    if value < low:
+        raise ConfigError(f"{name} must be an integer >= {low}, got {value}.")
+    return value

@@ -1,0 +1,304 @@
+"""The background half of the client: rows -> records -> spool -> collector, on one thread.
+
+The ``goodput-flusher`` daemon thread wakes every ``flush_interval_s`` (or when the buffer
+passes its threshold), packs the rows into wire records, appends them to the spool *first*, and
+then sends what the collector has not acknowledged yet, oldest first: the spools of dead
+processes of the same run (claimed at start), then this process's own. Transient failures back
+off exponentially with jitter (``Retry-After`` wins); permanent rejections are logged once,
+counted and acknowledged so they are not replayed forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ingest_client.buffer import RowBuffer
+from ingest_client.errors import report_internal_error
+from ingest_client.events import Record, RecordBuilder, rows_in_record
+from ingest_client.ratelimit import RateLimitedLogger
+from ingest_client.spool import OrphanSpool, Segment, SpoolWriter, claim_orphans, encode_record
+from ingest_client.transport.base import SendResult, SendStatus, Transport
+
+logger = logging.getLogger(__name__)
+
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 30.0
+SEND_BUDGET_S = 1.0  # longest a regular cycle spends sending before draining the buffer again
+
+Rows = list[tuple[Any, ...]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientStats:
+    """Cumulative counters of one process (the first three go on the wire as ``client_stats``)."""
+
+    dropped_events: int  # rows dropped from the full in-memory buffer, or invalid
+    spool_dropped_events: int  # unacknowledged records deleted to keep the spool bounded
+    send_failures: int  # POSTs that failed (transient or permanent)
+    rejected_events: int  # records the collector refused for good (4xx)
+    sent_events: int  # records the collector acknowledged (accepted or duplicate)
+    replayed_events: int  # of which, records of earlier processes of the run
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineSettings:
+    spool_run_dir: Path
+    proc_id: str
+    spool_max_bytes: int
+    queue_capacity: int
+    flush_interval_s: float
+    http_timeout_s: float
+    max_batch_events: int
+    max_batch_bytes: int
+    replay_orphans: bool
+    spool_metadata: dict[str, object]
+
+
+class Pipeline:
+    """Buffer, record builder, spool writer and transport, driven by the flusher thread."""
+
+    def __init__(
+        self,
+        settings: PipelineSettings,
+        builder: RecordBuilder,
+        transport: Transport | None,
+        tick: Callable[[float], Rows] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.buffer = RowBuffer(settings.queue_capacity, wake_at=max(64, settings.queue_capacity // 8))
+        self.builder = builder
+        self.transport = transport  # None: offline, spool only
+        self.spool = SpoolWriter(
+            settings.spool_run_dir, settings.proc_id,
+            max_bytes=settings.spool_max_bytes, metadata=settings.spool_metadata,
+        )
+        self._tick = tick
+        self._orphans: list[OrphanSpool] = []
+        self._warn = RateLimitedLogger(logger)
+        self._cond = threading.Condition()
+        self._flush_gen = 0
+        self._done_gen = 0
+        self._flush_ok = False
+        self._flush_deadline = 0.0
+        self._stop = threading.Event()
+        self._next_send_at = 0.0
+        self._failures_in_a_row = 0
+        self._forked = False
+        self._closed = False
+        self.send_failures = 0
+        self.rejected_events = 0
+        self.sent_events = 0
+        self.replayed_events = 0
+        self.unspooled_dropped = 0
+        self._thread = threading.Thread(target=self._run, name="goodput-flusher", daemon=True)
+
+    # -- lifecycle (any thread but the flusher) ---------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def is_running(self) -> bool:
+        return not self._forked and self._thread.is_alive()
+
+    def stats(self) -> ClientStats:
+        return ClientStats(
+            dropped_events=self.buffer.dropped + self.builder.invalid_rows + self.unspooled_dropped,
+            spool_dropped_events=self.spool.dropped_records,
+            send_failures=self.send_failures,
+            rejected_events=self.rejected_events,
+            sent_events=self.sent_events,
+            replayed_events=self.replayed_events,
+        )
+
+    def flush(self, timeout_s: float) -> bool:
+        """Spool everything buffered now and send it; True when all of it was acknowledged
+        (offline: written and fsynced) within ``timeout_s``."""
+        if not self.is_running:
+            return False
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        with self._cond:
+            self._flush_gen += 1
+            gen = self._flush_gen
+            self._flush_deadline = deadline
+        self.buffer.wake.set()
+        with self._cond:
+            done = self._cond.wait_for(lambda: self._done_gen >= gen, timeout=max(0.0, deadline - time.monotonic()))
+            return done and self._flush_ok
+
+    def shutdown(self, timeout_s: float) -> bool:
+        """Flush within the deadline, then stop the thread; what was not sent stays in the spool."""
+        if self._forked:
+            return False
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        ok = self.flush(timeout_s) if self.is_running else False
+        self._stop.set()
+        self.buffer.wake.set()
+        if self._thread.is_alive():
+            self._thread.join(max(0.05, deadline - time.monotonic()))
+        elif not self._thread.ident:  # never started
+            self._close()
+        return ok
+
+    def after_fork_in_child(self) -> None:
+        """The child of fork() records and sends nothing; it only lets go of inherited fds."""
+        self._forked = True
+        self.buffer.disable()
+        self.spool.forget_after_fork()
+        for orphan in self._orphans:
+            orphan.lock_fd = None  # the parent still holds (and will release) these locks
+
+    # -- the flusher thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        if self.transport is not None and self.settings.replay_orphans:
+            try:
+                self._orphans, _alive = claim_orphans(
+                    self.settings.spool_run_dir, exclude=frozenset({self.settings.proc_id})
+                )
+            except Exception as exc:  # never let replay break live recording
+                report_internal_error(exc)
+                self._warn.warning("replay", "goodput: could not scan %s for replay: %s",
+                                   self.settings.spool_run_dir, exc)
+        while True:
+            self.buffer.wake.wait(self.settings.flush_interval_s)
+            self.buffer.wake.clear()
+            if self._forked:
+                return
+            stopping = self._stop.is_set()
+            try:
+                self._cycle(stopping)
+            except Exception as exc:
+                report_internal_error(exc)
+                self._warn.warning("internal", "goodput: internal error in the flusher (ignored): %r", exc)
+            if stopping:
+                break
+        self._close()
+
+    def _cycle(self, stopping: bool) -> None:
+        with self._cond:
+            gen = self._flush_gen
+            deadline = self._flush_deadline
+        flushing = gen > self._done_gen
+        rows = self.buffer.drain()
+        if self._tick is not None:
+            rows.extend(self._tick(time.time()))
+        if rows:
+            self._spool_records(self.builder.build(rows))
+        self.spool.fsync()  # a no-op unless something was written since the last one
+        all_sent = True
+        if self.transport is not None and not stopping:
+            now = time.monotonic()
+            if flushing:
+                all_sent = self._send_pending(deadline)
+            elif now >= self._next_send_at:
+                self._send_pending(now + SEND_BUDGET_S)
+        if flushing:
+            with self._cond:
+                self._done_gen = gen
+                self._flush_ok = all_sent
+                self._cond.notify_all()
+
+    def _spool_records(self, records: list[Record]) -> None:
+        payloads = [encode_record(r) for r in records]
+        try:
+            self.spool.append(payloads)
+        except OSError as exc:  # disk full or gone: try the network directly, count the rest
+            self.spool.write_errors += 1
+            self._warn.warning("spool", "goodput: cannot write the spool in %s: %s",
+                               self.settings.spool_run_dir, exc)
+            result = self.transport.send(payloads, timeout_s=self.settings.http_timeout_s) if (
+                self.transport is not None) else None
+            if result is None or result.status is not SendStatus.OK:
+                self.unspooled_dropped += sum(rows_in_record(r) for r in records)
+            else:
+                self.sent_events += len(payloads)
+
+    def _pending(self) -> tuple[Segment, OrphanSpool | SpoolWriter] | None:
+        while self._orphans:
+            orphan = self._orphans[0]
+            for segment in orphan.segments:
+                if segment.has_pending:
+                    return segment, orphan
+            orphan.release()
+            self._orphans.pop(0)
+        for segment in list(self.spool.segments):
+            if segment.has_pending:
+                return segment, self.spool
+        return None
+
+    def _send_pending(self, deadline: float) -> bool:
+        """Send oldest-first until nothing is pending (True), a failure, or the deadline."""
+        assert self.transport is not None
+        while True:
+            found = self._pending()
+            if found is None:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            segment, owner = found
+            batch = segment.read_batch(
+                max_events=self.settings.max_batch_events, max_bytes=self.settings.max_batch_bytes
+            )
+            if not batch.payloads:
+                continue  # torn tail: read_batch ended the segment
+            result = self.transport.send(batch.payloads, timeout_s=min(remaining, self.settings.http_timeout_s))
+            n = len(batch.payloads)
+            if result.status is SendStatus.RETRY:
+                self._schedule_retry(result)
+                return False
+            self._failures_in_a_row = 0
+            self._next_send_at = 0.0
+            if result.status is SendStatus.OK:
+                self.sent_events += n
+                if owner is not self.spool:
+                    self.replayed_events += n
+            else:
+                self.send_failures += 1
+                self.rejected_events += n
+                self._warn.warning(
+                    f"rejected-{result.http_status}",
+                    "goodput: the collector rejected %d events with HTTP %s: %s; they will not be resent",
+                    n, result.http_status, result.message,
+                )
+            owner.record_ack(segment, batch.end_offset, n)
+
+    def _schedule_retry(self, result: SendResult) -> None:
+        self.send_failures += 1
+        self._failures_in_a_row += 1
+        if result.retry_after_s is not None:
+            delay = result.retry_after_s * random.uniform(1.0, 1.1)
+        else:
+            ceiling = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** min(self._failures_in_a_row - 1, 16))
+            delay = random.uniform(ceiling / 2, ceiling)
+        self._next_send_at = time.monotonic() + delay
+        what = f"HTTP {result.http_status}" if result.http_status else "unreachable"
+        self._warn.warning(
+            "retry",
+            "goodput: collector %s (%s: %s); events are kept in %s and retried, next in %.1f s",
+            getattr(self.transport, "events_url", "transport"), what, result.message,
+            self.settings.spool_run_dir, delay,
+        )
+
+    def _close(self) -> None:
+        if self._closed or self._forked:
+            return
+        self._closed = True
+        try:
+            self.spool.close()
+            for orphan in self._orphans:
+                orphan.release()
+            self._orphans.clear()
+            if self.transport is not None:
+                self.transport.close()
+        except Exception as exc:
+            report_internal_error(exc)
+            self._warn.warning("close", "goodput: error closing the spool: %r", exc)

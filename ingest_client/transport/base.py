@@ -1,0 +1,39 @@
+"""The Transport protocol and the result of one send."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from ingest_client.events import SCHEMA_VERSION
+
+
+class SendStatus(str, Enum):
+    OK = "ok"  # the collector stored the batch (accepted and/or duplicates)
+    RETRY = "retry"  # transient: keep the batch and send it again later
+    REJECTED = "rejected"  # permanent (400/401/403/413/422): never resend this batch
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SendResult:
+    status: SendStatus
+    http_status: int | None = None
+    accepted: int = 0
+    duplicates: int = 0
+    retry_after_s: float | None = None
+    message: str = ""
+
+
+class Transport(Protocol):
+    """Delivers one batch. ``events`` are JSON-encoded wire records, as stored in the spool."""
+
+    def send(self, events: Sequence[bytes], /, *, timeout_s: float | None = None) -> SendResult: ...
+
+    def close(self) -> None: ...
+
+
+def encode_batch(events: Sequence[bytes]) -> bytes:
+    """The request body ``{"schema_version": 1, "events": [...]}`` without re-encoding records."""
+    return b'{"schema_version":%d,"events":[' % SCHEMA_VERSION + b",".join(events) + b"]}"

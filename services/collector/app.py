@@ -1,0 +1,64 @@
+"""create_app(settings) -> the collector's FastAPI application."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from sqlalchemy import Engine
+
+from services.collector.errors import install_error_handlers
+from services.collector.routes import health, ingest, runs
+from services.collector.schemas import EventBatch
+from services.settings import ServiceSettings
+from services.storage.db import make_engine
+from services.storage.writer import BatchWriter
+
+logger = logging.getLogger(__name__)
+
+
+def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None = None) -> FastAPI:
+    settings = settings or ServiceSettings()
+    engine = engine or make_engine(settings.database_url)
+    writer = BatchWriter(engine, max_pending_events=settings.writer_max_pending_events)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        writer.start()
+        try:
+            yield
+        finally:
+            writer.stop()
+
+    app = FastAPI(
+        title="goodput collector",
+        version="0.1.0",
+        description="Ingests training events and serves where each run's GPU-seconds went.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.writer = writer
+    install_error_handlers(app)
+    app.include_router(ingest.router)
+    app.include_router(runs.router)
+    app.include_router(health.router)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """The generated schema plus EventBatch, which the ingest route reads from the raw body itself."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    batch = EventBatch.model_json_schema(ref_template="#/components/schemas/{model}")
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components.update(batch.pop("$defs", {}))
+    components["EventBatch"] = batch
+    app.openapi_schema = schema
+    return schema

@@ -1,0 +1,98 @@
+"""Request body -> validated IngestRecords, or an InvalidBatch naming the event, its id and the field."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from typing import Any
+
+from pydantic import ValidationError
+
+from services.collector.schemas import EVENT_KINDS, EventBatch
+from services.errors import InvalidBatch
+from services.storage.records import IngestRecord
+
+
+def decompress(body: bytes, encoding: str | None, max_bytes: int) -> bytes:
+    """Undo Content-Encoding gzip/deflate, refusing to inflate past max_bytes (a zip bomb costs nothing)."""
+    encoding = (encoding or "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "deflate"):
+        raise InvalidBatch(f"unsupported Content-Encoding {encoding!r}; send gzip, deflate or identity",
+                           status=415, code="unsupported_encoding")
+    inflater = zlib.decompressobj(wbits=47)  # gzip or zlib header, detected
+    try:
+        out = inflater.decompress(body, max_bytes + 1)
+    except zlib.error as exc:
+        raise InvalidBatch(f"the body is not valid {encoding} data: {exc}", status=400, code="bad_encoding") from exc
+    if len(out) > max_bytes or inflater.unconsumed_tail:
+        raise InvalidBatch(f"the decompressed body is larger than the {max_bytes}-byte limit; send smaller batches",
+                           status=413, code="body_too_large")
+    return out
+
+
+def parse_batch(body: bytes, *, max_events: int, max_rows: int) -> list[IngestRecord]:
+    if not body.strip():
+        raise InvalidBatch('the body is empty; send {"events": [...]}', status=400, code="malformed_json")
+    try:
+        batch = EventBatch.model_validate_json(body)
+    except ValidationError as exc:
+        raise _explain(exc, body) from None
+    n = len(batch.events)
+    if n == 0:
+        raise InvalidBatch("the batch has no events; send at least one", status=422, code="empty_batch", field="events")
+    if n > max_events:
+        raise InvalidBatch(f"the batch has {n} events, more than the limit of {max_events}; split it",
+                           status=413, code="batch_too_large", field="events")
+    records = [event.to_record() for event in batch.events]
+    rows = sum(len(r.step_rows.step) if r.step_rows is not None else
+               len(r.collective_rows.step) if r.collective_rows is not None else 0 for r in records)
+    if rows > max_rows:
+        raise InvalidBatch(f"the batch holds {rows} step/collective rows, more than the limit of {max_rows}; split it",
+                           status=413, code="batch_too_large", field="events")
+    return records
+
+
+def _explain(exc: ValidationError, body: bytes) -> InvalidBatch:
+    first = exc.errors(include_url=False)[0]
+    loc = tuple(first.get("loc", ()))
+    kind = first.get("type", "")
+    if kind == "json_invalid":
+        return InvalidBatch(f"the body is not valid JSON: {first.get('msg')}", status=400, code="malformed_json")
+    if not loc or loc[0] != "events" or len(loc) < 2 or not isinstance(loc[1], int):
+        where = ".".join(str(p) for p in loc) or "body"
+        status = 400 if kind in ("model_type", "model_attributes_type", "dict_type") else 422
+        return InvalidBatch(f"{where}: {first.get('msg')}", status=status, code="invalid_batch", field=where)
+    index = loc[1]
+    event = _raw_event(body, index)
+    event_id = event.get("event_id") if isinstance(event, dict) else None
+    event_id = event_id if isinstance(event_id, str) else None
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        got = event.get("kind") if isinstance(event, dict) else None
+        field = "kind"
+        msg = (f"unknown kind {got!r}; expected one of {', '.join(EVENT_KINDS)}" if got is not None
+               else "missing field 'kind'")
+    else:
+        # loc = ("events", i, <kind tag>, field, [index]); a whole-event check has no field after the tag
+        parts = [str(p) for p in loc[3:]]
+        ctx_field = (first.get("ctx") or {}).get("field")
+        field = ".".join(parts) if parts else (ctx_field or "event")
+        msg = first.get("msg", "invalid")
+        if kind == "missing":
+            msg = "missing required field"
+        elif kind == "extra_forbidden":
+            msg = "unknown field (not in schema version 1; see docs/events.md)"
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+    who = f"event {index}" + (f" (event_id {event_id!r})" if event_id else "")
+    return InvalidBatch(f"{who}: field {field!r}: {msg}; the whole batch was rejected, nothing stored",
+                        status=422, code="invalid_event", index=index, event_id=event_id, field=field)
+
+
+def _raw_event(body: bytes, index: int) -> Any:
+    try:
+        events = json.loads(body).get("events")
+        return events[index]
+    except Exception:  # noqa: BLE001 - best effort, only to name the event in the message
+        return None

@@ -1,0 +1,50 @@
+"""Every service error becomes one clear JSON answer; route bodies never build error responses by hand."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from services.errors import InvalidBatch, Overloaded, RunNotFound, StorageUnavailable
+
+logger = logging.getLogger(__name__)
+
+
+def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None, **details: object) -> JSONResponse:
+    body = {"code": code, "message": message, **{k: v for k, v in details.items() if v is not None}}
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RunNotFound)
+    async def _not_found(_: Request, exc: RunNotFound) -> JSONResponse:
+        return _error(404, "run_not_found", str(exc), run_id=exc.run_id)
+
+    @app.exception_handler(InvalidBatch)
+    async def _invalid(_: Request, exc: InvalidBatch) -> JSONResponse:
+        return _error(exc.status, exc.code, str(exc), **exc.details)
+
+    @app.exception_handler(Overloaded)
+    async def _overloaded(_: Request, exc: Overloaded) -> JSONResponse:
+        return _error(503, "overloaded", f"{exc}; retry the same batch after {exc.retry_after_s} s",
+                      headers={"Retry-After": str(exc.retry_after_s)})
+
+    @app.exception_handler(StorageUnavailable)
+    async def _storage(_: Request, exc: StorageUnavailable) -> JSONResponse:
+        return _error(503, "storage_unavailable", f"{exc}; retry after {exc.retry_after_s} s",
+                      headers={"Retry-After": str(exc.retry_after_s)})
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return _error(422, "invalid_request", f"{where}: {first.get('msg')}", field=where or None)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("unexpected error on %s %s", request.method, request.url.path)
+        return _error(500, "internal_error",
+                      f"the collector failed on this request ({exc.__class__.__name__}); see its log")

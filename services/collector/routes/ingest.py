@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+
+from services.collector.batch import decompress, parse_batch
+from services.collector.deps import SettingsDep, WriterDep
+from services.collector.schemas import ErrorResponse, EventBatch, IngestAck
+from services.errors import InvalidBatch
+
+router = APIRouter(tags=["ingest"])
+
+_ERRORS = {status: {"model": ErrorResponse} for status in (400, 413, 415, 422, 503)}
+
+
+@router.post(
+    "/v1/events",
+    response_model=IngestAck,
+    responses=_ERRORS,  # type: ignore[arg-type]
+    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": "#/components/schemas/EventBatch"}}}}},
+    summary="Ingest a batch of events (all or nothing; duplicates absorbed)",
+)
+async def ingest_events(request: Request, writer: WriterDep, settings: SettingsDep) -> IngestAck:
+    body = await _read_capped(request, settings.max_body_bytes)
+    body = decompress(body, request.headers.get("content-encoding"), settings.max_body_bytes)
+    records = await run_in_threadpool(parse_batch, body, max_events=settings.max_events_per_batch,
+                                      max_rows=settings.max_rows_per_batch)
+    result = await asyncio.wrap_future(writer.submit(records))
+    return IngestAck(accepted=result.accepted, duplicates=result.duplicates)
+
+
+async def _read_capped(request: Request, max_bytes: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise InvalidBatch(f"the body is {declared} bytes, more than the {max_bytes}-byte limit; send smaller batches",
+                           status=413, code="body_too_large")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise InvalidBatch(f"the body is larger than the {max_bytes}-byte limit; send smaller batches",
+                               status=413, code="body_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+# Referenced by the OpenAPI request body above.
+EVENT_BATCH_SCHEMA = EventBatch

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from starlette.concurrency import run_in_threadpool
+
+from services.collector.deps import EngineDep
+from services.collector.read_models import Ledger, RunDetail, RunList, RunListItem
+from services.collector.schemas import ErrorResponse
+from services.pipeline import ledger_for_row, ledger_for_run, run_detail
+from services.storage.load import list_runs
+
+router = APIRouter(tags=["runs"])
+_404 = {404: {"model": ErrorResponse}}
+
+
+@router.get("/v1/runs", response_model=RunList, summary="Every run with its goodput, worst first by waste")
+async def get_runs(
+    engine: EngineDep,
+    status: Annotated[str | None, Query(pattern="^(running|finished|failed|cancelled)$")] = None,
+    since: Annotated[float | None, Query(description="only runs with events at or after this epoch time")] = None,
+    until: Annotated[float | None, Query(description="only runs with events at or before this epoch time")] = None,
+    run_id: Annotated[str | None, Query(max_length=256, description="substring of the run id")] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> RunList:
+    def work() -> list[dict[str, Any]]:
+        with engine.connect() as conn:
+            rows = list_runs(conn, since=since, until=until, limit=limit)
+        out = []
+        for row in rows:
+            if run_id and run_id not in row.run_id:
+                continue
+            ledger = ledger_for_row(engine, row)
+            if status and ledger["status"] != status:
+                continue
+            out.append({
+                "run_id": row.run_id, "status": ledger["status"], "first_time": ledger["first_time"],
+                "last_time": ledger["latest_time"], "allocated_gpu_seconds": ledger["allocated_gpu_seconds"],
+                "productive_gpu_seconds": ledger["productive_gpu_seconds"], "goodput": ledger["goodput"],
+                "waste_gpu_seconds": ledger["waste_gpu_seconds"], "restarts": ledger["restarts"],
+            })
+        return out
+
+    runs = await run_in_threadpool(work)
+    return RunList(runs=[RunListItem(**r) for r in runs], count=len(runs))
+
+
+@router.get("/v1/runs/{run_id:path}/waste", response_model=Ledger, responses=_404,  # type: ignore[arg-type]
+            summary="The run's waste ledger in GPU-seconds")
+async def get_waste(run_id: str, engine: EngineDep) -> Ledger:
+    return Ledger(**await run_in_threadpool(ledger_for_run, engine, run_id))
+
+
+@router.get("/v1/runs/{run_id:path}", response_model=RunDetail, responses=_404,  # type: ignore[arg-type]
+            summary="Attempts, restarts, last step and checkpoint, status")
+async def get_run(run_id: str, engine: EngineDep) -> RunDetail:
+    return RunDetail(**await run_in_threadpool(run_detail, engine, run_id))

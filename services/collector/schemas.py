@@ -1,0 +1,285 @@
+"""Wire models of the HTTP API (docs/events.md), kept apart from the tables so a column rename never changes it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic_core import PydanticCustomError
+
+from services.storage.records import CollectiveRows, IngestRecord, StepRows
+
+SCHEMA_VERSION = 1
+MAX_WORLD = 1 << 20
+MAX_STEP = 1 << 53
+MIN_TIME = 946_684_800.0  # 2000-01-01
+MAX_TIME = 4_102_444_800.0  # 2100-01-01
+MAX_SERIES = 100_000  # rows in one compact record
+
+_PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
+EventId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=_PRINTABLE)]
+RunId = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=_PRINTABLE)]
+ShortText = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=_PRINTABLE)]
+OpName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=_PRINTABLE)]
+Time = Annotated[float, Field(ge=MIN_TIME, le=MAX_TIME, allow_inf_nan=False)]
+AttemptNo = Annotated[int, Field(ge=0, le=2**31 - 1)]
+RankNo = Annotated[int, Field(ge=0, lt=MAX_WORLD)]
+StepNo = Annotated[int, Field(ge=0, le=MAX_STEP)]
+Gpus = Annotated[int, Field(ge=1, le=MAX_WORLD)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Seconds = Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=0, le=2**62)]
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    event_id: EventId
+    run_id: RunId
+    time: Time
+
+    def to_record(self) -> IngestRecord:
+        fields = self.model_dump(exclude={"event_id", "run_id", "kind", "time", "attempt", "rank", "step"},
+                                 exclude_none=True)
+        return IngestRecord(
+            run_id=self.run_id, event_id=self.event_id, kind=self.kind,  # type: ignore[attr-defined]
+            time=self.time, attempt=getattr(self, "attempt", None), rank=getattr(self, "rank", None),
+            step=getattr(self, "step", None), data=fields or None,
+        )
+
+
+class _RankEvent(_Event):
+    attempt: AttemptNo
+    rank: RankNo
+
+
+class RunSubmitted(_Event):
+    kind: Literal["run_submitted"]
+    job_id: ShortText | None = None
+    name: ShortText | None = None
+    gpus: Gpus | None = None
+
+
+class AllocationStart(_Event):
+    kind: Literal["allocation_start"]
+    gpus: Gpus
+    job_id: ShortText | None = None
+    hosts: Annotated[list[ShortText], Field(max_length=100_000)] | None = None
+
+
+class AllocationEnd(_Event):
+    kind: Literal["allocation_end"]
+    job_id: ShortText | None = None
+
+
+class AttemptStart(_RankEvent):
+    kind: Literal["attempt_start"]
+    world_size: Gpus
+    host: ShortText
+    local_rank: RankNo | None = None
+    pid: Annotated[int, Field(ge=0, le=2**31)] | None = None
+
+    @model_validator(mode="after")
+    def _rank_inside_world(self) -> AttemptStart:
+        if self.rank >= self.world_size:
+            raise _field_error("rank", f"rank {self.rank} is not below world_size {self.world_size}")
+        return self
+
+
+class Resume(_RankEvent):
+    kind: Literal["resume"]
+    step: StepNo
+
+
+class Step(_RankEvent):
+    kind: Literal["step"]
+    step: StepNo
+    start: Time
+    end: Time
+    loss: Finite | None = None
+    lr: Finite | None = None
+    comm: Seconds | None = None
+
+    @model_validator(mode="after")
+    def _end_after_start(self) -> Step:
+        if self.end < self.start:
+            raise _field_error("end", f"end ({self.end}) is before start ({self.start})")
+        return self
+
+    def to_record(self) -> IngestRecord:
+        rows = StepRows(
+            step=np.array([self.step], dtype=np.int64), start=np.array([self.start]), end=np.array([self.end]),
+            loss=np.array([_nan(self.loss)]), lr=np.array([_nan(self.lr)]), comm=np.array([_nan(self.comm)]),
+        )
+        return IngestRecord(run_id=self.run_id, event_id=self.event_id, kind=self.kind, time=self.time,
+                            attempt=self.attempt, rank=self.rank, step=self.step, step_rows=rows)
+
+
+class Steps(_RankEvent):
+    kind: Literal["steps"]
+    step: Annotated[list[StepNo], Field(min_length=1, max_length=MAX_SERIES)]
+    start: list[Time]
+    end: list[Time]
+    loss: list[Finite | None] | None = None
+    lr: list[Finite | None] | None = None
+    comm: list[Seconds | None] | None = None
+
+    @model_validator(mode="after")
+    def _columns_agree(self) -> Steps:
+        n = len(self.step)
+        for name in ("start", "end", "loss", "lr", "comm"):
+            values = getattr(self, name)
+            if values is not None and len(values) != n:
+                raise _field_error(name, f"{name} has {len(values)} values but step has {n}: "
+                                   "the arrays must be equal length")
+        bad = np.flatnonzero(np.asarray(self.end) < np.asarray(self.start))
+        if len(bad):
+            i = int(bad[0])
+            raise _field_error(f"end.{i}", f"end[{i}] ({self.end[i]}) is before start[{i}] ({self.start[i]})")
+        return self
+
+    def to_record(self) -> IngestRecord:
+        n = len(self.step)
+        rows = StepRows(
+            step=np.asarray(self.step, dtype=np.int64), start=np.asarray(self.start, dtype=np.float64),
+            end=np.asarray(self.end, dtype=np.float64), loss=_nans(self.loss, n), lr=_nans(self.lr, n),
+            comm=_nans(self.comm, n),
+        )
+        return IngestRecord(run_id=self.run_id, event_id=self.event_id, kind=self.kind, time=self.time,
+                            attempt=self.attempt, rank=self.rank, step=max(self.step), data={"n": n},
+                            step_rows=rows)
+
+
+class CheckpointStart(_RankEvent):
+    kind: Literal["checkpoint_start"]
+    step: StepNo
+
+
+class CheckpointEnd(_RankEvent):
+    kind: Literal["checkpoint_end"]
+    step: StepNo
+    ok: bool
+
+
+class Collective(_RankEvent):
+    kind: Literal["collective"]
+    step: StepNo
+    op: OpName
+    start: Time
+    end: Time
+
+    @model_validator(mode="after")
+    def _end_after_start(self) -> Collective:
+        if self.end < self.start:
+            raise _field_error("end", f"end ({self.end}) is before start ({self.start})")
+        return self
+
+    def to_record(self) -> IngestRecord:
+        rows = CollectiveRows(step=np.array([self.step], dtype=np.int64), op=[self.op],
+                              start=np.array([self.start]), end=np.array([self.end]))
+        return IngestRecord(run_id=self.run_id, event_id=self.event_id, kind=self.kind, time=self.time,
+                            attempt=self.attempt, rank=self.rank, step=self.step, collective_rows=rows)
+
+
+class Collectives(_RankEvent):
+    kind: Literal["collectives"]
+    step: Annotated[list[StepNo], Field(min_length=1, max_length=MAX_SERIES)]
+    op: list[OpName]
+    start: list[Time]
+    end: list[Time]
+
+    @model_validator(mode="after")
+    def _columns_agree(self) -> Collectives:
+        n = len(self.step)
+        for name in ("op", "start", "end"):
+            if len(getattr(self, name)) != n:
+                raise _field_error(name, f"{name} has {len(getattr(self, name))} values but step has {n}: "
+                                   "the arrays must be equal length")
+        bad = np.flatnonzero(np.asarray(self.end) < np.asarray(self.start))
+        if len(bad):
+            i = int(bad[0])
+            raise _field_error(f"end.{i}", f"end[{i}] ({self.end[i]}) is before start[{i}] ({self.start[i]})")
+        return self
+
+    def to_record(self) -> IngestRecord:
+        rows = CollectiveRows(step=np.asarray(self.step, dtype=np.int64), op=list(self.op),
+                              start=np.asarray(self.start, dtype=np.float64),
+                              end=np.asarray(self.end, dtype=np.float64))
+        return IngestRecord(run_id=self.run_id, event_id=self.event_id, kind=self.kind, time=self.time,
+                            attempt=self.attempt, rank=self.rank, step=max(self.step),
+                            data={"n": len(self.step)}, collective_rows=rows)
+
+
+class Heartbeat(_RankEvent):
+    kind: Literal["heartbeat"]
+
+
+class AttemptEnd(_RankEvent):
+    kind: Literal["attempt_end"]
+    reason: Literal["completed", "failed", "preempted"]
+    detail: Annotated[str, StringConstraints(max_length=2048)] | None = None
+
+
+class RunEnd(_Event):
+    kind: Literal["run_end"]
+    status: Literal["finished", "failed", "cancelled"]
+
+
+class ClientStats(_RankEvent):
+    kind: Literal["client_stats"]
+    dropped_events: Count = 0
+    spool_dropped_events: Count = 0
+    send_failures: Count = 0
+    rejected_events: Count = 0
+
+
+AnyEvent = Annotated[
+    RunSubmitted | AllocationStart | AllocationEnd | AttemptStart | Resume | Step | Steps | CheckpointStart
+    | CheckpointEnd | Collective | Collectives | Heartbeat | AttemptEnd | RunEnd | ClientStats,
+    Field(discriminator="kind"),
+]
+EVENT_KINDS = (
+    "run_submitted", "allocation_start", "allocation_end", "attempt_start", "resume", "step", "steps",
+    "checkpoint_start", "checkpoint_end", "collective", "collectives", "heartbeat", "attempt_end", "run_end",
+    "client_stats",
+)
+
+
+class EventBatch(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    schema_version: Annotated[int, Field(ge=1, le=SCHEMA_VERSION)] = SCHEMA_VERSION
+    events: list[AnyEvent]
+
+
+class IngestAck(BaseModel):
+    accepted: int = Field(description="events committed to the database by this request")
+    duplicates: int = Field(description="events already stored (client retries and replays); not stored again")
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    index: int | None = None
+    event_id: str | None = None
+    field: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+def _nan(value: float | None) -> float:
+    return float("nan") if value is None else value
+
+
+def _nans(values: list[Any] | None, n: int) -> np.ndarray:
+    if values is None:
+        return np.full(n, np.nan)
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def _field_error(field: str, message: str) -> PydanticCustomError:
+    """A whole-event check's error that still names the field (read back by collector.batch)."""
+    return PydanticCustomError("invalid_field", "{message}", {"field": field, "message": message})

@@ -1,0 +1,23 @@
+"""Service settings: constructor arguments, then GOODPUT_* environment variables, then defaults."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DATABASE_URL = "sqlite:///goodput.db"
+
+
+class ServiceSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GOODPUT_", extra="ignore")
+
+    database_url: str = Field(DEFAULT_DATABASE_URL, description=(
+        "GOODPUT_DATABASE_URL: SQLAlchemy URL; a SQLite file by default, postgresql://user@host/db in production"))
+    host: str = Field("127.0.0.1", description="GOODPUT_HOST: address `goodput serve` listens on")
+    port: int = Field(8000, description="GOODPUT_PORT: port `goodput serve` listens on")
+    max_body_bytes: int = Field(32 << 20, description="GOODPUT_MAX_BODY_BYTES: request body cap, compressed or not")
+    max_events_per_batch: int = Field(20_000, description="GOODPUT_MAX_EVENTS_PER_BATCH: events (records) per batch")
+    max_rows_per_batch: int = Field(2_000_000, description="GOODPUT_MAX_ROWS_PER_BATCH: step and collective rows per batch")
+    writer_max_pending_events: int = Field(4_000_000, description=(
+        "GOODPUT_WRITER_MAX_PENDING_EVENTS: rows waiting for the database before ingestion answers 503"))
+    dashboard: bool = Field(True, description="GOODPUT_DASHBOARD: serve the dashboard under /dashboard/")

@@ -1,0 +1,48 @@
+"""What the collector hands to storage: validated events, normalised, independent of the wire models."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+SERIES_KINDS = frozenset({"step", "steps", "collective", "collectives"})
+
+
+@dataclass(frozen=True, slots=True)
+class StepRows:
+    step: np.ndarray  # int64
+    start: np.ndarray  # float64
+    end: np.ndarray
+    loss: np.ndarray  # float64, NaN = not reported
+    lr: np.ndarray
+    comm: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveRows:
+    step: np.ndarray
+    op: list[str]
+    start: np.ndarray
+    end: np.ndarray
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IngestRecord:
+    run_id: str
+    event_id: str
+    kind: str
+    time: float
+    attempt: int | None = None
+    rank: int | None = None
+    step: int | None = None
+    data: dict[str, Any] | None = None  # the kind's other fields, stored as JSON
+    step_rows: StepRows | None = None
+    collective_rows: CollectiveRows | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    accepted: int
+    duplicates: int

@@ -1,0 +1,86 @@
+"""The database schema. Alembic (migrations/) is generated from and checked against this metadata.
+
+`steps` and `collectives` hold one row per step / collective call and are written with PostgreSQL COPY:
+they have no primary key (duplicates are removed when a run is analysed; a replay that regroups steps
+counts nothing twice). Missing loss / lr / comm values are NaN on PostgreSQL and NULL on SQLite.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Column, Double, ForeignKey, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(256), unique=True)
+    project: Mapped[str] = mapped_column(String(64), default="default")
+    status: Mapped[str] = mapped_column(String(16), default="running")
+    first_time: Mapped[float | None] = mapped_column(Double)
+    last_time: Mapped[float | None] = mapped_column(Double)
+    received_at: Mapped[float | None] = mapped_column(Double)  # server clock of the latest ingest
+    # Bumped by every write to the run; a stored ledger is valid while ledger_version == version.
+    version: Mapped[int] = mapped_column(BigInteger, default=0)
+    ledger_version: Mapped[int] = mapped_column(BigInteger, default=-1)
+    ledger_json: Mapped[str | None] = mapped_column(Text)
+
+
+class Event(Base):
+    """Every event as received (compact records as one row, without their arrays); the idempotency key."""
+
+    __tablename__ = "events"
+
+    run_pk: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    event_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    time: Mapped[float] = mapped_column(Double)
+    attempt: Mapped[int | None] = mapped_column(Integer)
+    rank: Mapped[int | None] = mapped_column(Integer)
+    step: Mapped[int | None] = mapped_column(BigInteger)
+    data: Mapped[str | None] = mapped_column(Text)  # JSON of the kind's other fields
+
+    __table_args__ = (Index("ix_events_run_kind_time", "run_pk", "kind", "time"),)
+
+
+steps = Table(
+    "steps",
+    Base.metadata,
+    Column("run_pk", Integer, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("rank", Integer, nullable=False),
+    Column("step", BigInteger, nullable=False),
+    Column("start_time", Double, nullable=False),
+    Column("end_time", Double, nullable=False),
+    Column("loss", Double),
+    Column("lr", Double),
+    Column("comm", Double),
+    Index("ix_steps_run_attempt_rank_step", "run_pk", "attempt", "rank", "step"),
+)
+
+collectives = Table(
+    "collectives",
+    Base.metadata,
+    Column("run_pk", Integer, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("rank", Integer, nullable=False),
+    Column("step", BigInteger, nullable=False),
+    Column("op", String(64), nullable=False),
+    Column("start_time", Double, nullable=False),
+    Column("end_time", Double, nullable=False),
+    Index("ix_collectives_run_attempt_step", "run_pk", "attempt", "step"),
+)
+
+metadata = Base.metadata

@@ -1,0 +1,176 @@
+"""Write a group of validated batches in one transaction and tell each batch what was new.
+
+Idempotency: `events` has the primary key (run_pk, event_id); an event whose id is already stored (or appears
+twice in the group) is a duplicate, and its step / collective rows are not written again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from services.storage import pgcopy
+from services.storage.records import IngestRecord, IngestResult
+from services.storage.tables import Event, Run, collectives, steps
+
+_INSERT_CHUNK = 2000
+
+
+def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]]) -> list[IngestResult]:
+    """Insert every new event of every batch; commit is the caller's. Returns one result per batch."""
+    run_pks = _ensure_runs(conn, {r.run_id for batch in batches for r in batch})
+    postgres = conn.dialect.name == "postgresql"
+
+    seen: set[tuple[int, str]] = set()
+    candidates: list[tuple[int, IngestRecord]] = []
+    owner: list[int] = []  # batch index of each candidate
+    duplicates = [0] * len(batches)
+    for b, batch in enumerate(batches):
+        for record in batch:
+            key = (run_pks[record.run_id], record.event_id)
+            if key in seen:
+                duplicates[b] += 1
+                continue
+            seen.add(key)
+            candidates.append((key[0], record))
+            owner.append(b)
+
+    inserted = _insert_events(conn, candidates, postgres)
+    accepted = [0] * len(batches)
+    new_records: list[tuple[int, IngestRecord]] = []
+    for (run_pk, record), b in zip(candidates, owner):
+        if (run_pk, record.event_id) in inserted:
+            accepted[b] += 1
+            new_records.append((run_pk, record))
+        else:
+            duplicates[b] += 1
+
+    _insert_steps(conn, new_records, postgres)
+    _insert_collectives(conn, new_records)
+    _touch_runs(conn, new_records)
+    return [IngestResult(accepted=a, duplicates=d) for a, d in zip(accepted, duplicates)]
+
+
+def _ensure_runs(conn: Connection, run_ids: set[str]) -> dict[str, int]:
+    if not run_ids:
+        return {}
+    wanted = sorted(run_ids)
+    found = dict(conn.execute(select(Run.run_id, Run.id).where(Run.run_id.in_(wanted))).tuples().all())
+    missing = [r for r in wanted if r not in found]
+    if missing:
+        insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+        conn.execute(
+            insert(Run).on_conflict_do_nothing(index_elements=["run_id"]),
+            [{"run_id": r, "project": "default", "status": "running", "version": 0, "ledger_version": -1}
+             for r in missing],
+        )
+        found.update(conn.execute(select(Run.run_id, Run.id).where(Run.run_id.in_(missing))).tuples().all())
+    return found
+
+
+def _insert_events(conn: Connection, candidates: list[tuple[int, IngestRecord]], postgres: bool) -> set[tuple[int, str]]:
+    if not candidates:
+        return set()
+    insert = postgresql.insert if postgres else sqlite.insert
+    statement = (
+        insert(Event.__table__).on_conflict_do_nothing(index_elements=["run_pk", "event_id"])
+        .returning(Event.__table__.c.run_pk, Event.__table__.c.event_id)
+    )
+    inserted: set[tuple[int, str]] = set()
+    for i in range(0, len(candidates), _INSERT_CHUNK):
+        rows = [
+            {"run_pk": run_pk, "event_id": r.event_id, "kind": r.kind, "time": r.time, "attempt": r.attempt,
+             "rank": r.rank, "step": r.step,
+             "data": json.dumps(r.data, separators=(",", ":")) if r.data else None}
+            for run_pk, r in candidates[i:i + _INSERT_CHUNK]
+        ]
+        inserted.update(conn.execute(statement, rows).tuples().all())
+    return inserted
+
+
+def _insert_steps(conn: Connection, records: list[tuple[int, IngestRecord]], postgres: bool) -> None:
+    parts = [(run_pk, r) for run_pk, r in records if r.step_rows is not None]
+    if not parts:
+        return
+    def column(get: Any, dtype: Any) -> np.ndarray:
+        return np.concatenate([np.asarray(get(run_pk, r), dtype=dtype) for run_pk, r in parts])
+    lengths = [len(r.step_rows.step) for _, r in parts]  # type: ignore[union-attr]
+    cols = {
+        "run_pk": np.repeat([p for p, _ in parts], lengths).astype(np.int32),
+        "attempt": np.repeat([r.attempt for _, r in parts], lengths).astype(np.int32),
+        "rank": np.repeat([r.rank for _, r in parts], lengths).astype(np.int32),
+        "step": column(lambda p, r: r.step_rows.step, np.int64),
+        "start_time": column(lambda p, r: r.step_rows.start, np.float64),
+        "end_time": column(lambda p, r: r.step_rows.end, np.float64),
+        "loss": column(lambda p, r: r.step_rows.loss, np.float64),
+        "lr": column(lambda p, r: r.step_rows.lr, np.float64),
+        "comm": column(lambda p, r: r.step_rows.comm, np.float64),
+    }
+    if postgres:
+        copy_steps(conn, cols)
+        return
+    rows = [
+        {k: (None if isinstance(v, float) and v != v else v) for k, v in zip(cols, values)}
+        for values in zip(*(cols[k].tolist() for k in cols))
+    ]
+    conn.execute(steps.insert(), rows)
+
+
+def copy_steps(conn: Connection, cols: dict[str, np.ndarray]) -> None:
+    """Binary COPY of step rows into PostgreSQL (also the benchmark's raw-COPY baseline)."""
+    body = pgcopy.encode_step_rows(*(cols[c] for c in pgcopy.STEP_COPY_COLUMNS))
+    raw = conn.connection.driver_connection
+    sql = f"COPY steps ({', '.join(pgcopy.STEP_COPY_COLUMNS)}) FROM STDIN (FORMAT binary)"
+    with raw.cursor() as cursor, cursor.copy(sql) as copy:  # type: ignore[union-attr]
+        copy.write(pgcopy.HEADER)
+        copy.write(body)
+        copy.write(pgcopy.TRAILER)
+
+
+def _insert_collectives(conn: Connection, records: list[tuple[int, IngestRecord]]) -> None:
+    rows: list[dict[str, Any]] = []
+    for run_pk, r in records:
+        c = r.collective_rows
+        if c is None:
+            continue
+        for step, op, start, end in zip(c.step.tolist(), c.op, c.start.tolist(), c.end.tolist()):
+            rows.append({"run_pk": run_pk, "attempt": r.attempt, "rank": r.rank, "step": step, "op": op,
+                         "start_time": start, "end_time": end})
+    if rows:
+        conn.execute(collectives.insert(), rows)
+
+
+def _touch_runs(conn: Connection, records: list[tuple[int, IngestRecord]]) -> None:
+    """Bump each written run's version (invalidates its stored ledger) and keep its summary columns."""
+    per_run: dict[int, dict[str, Any]] = {}
+    for run_pk, r in records:
+        times = [r.time]
+        if r.step_rows is not None and len(r.step_rows.step):
+            times += [float(r.step_rows.start.min()), float(r.step_rows.end.max())]
+        if r.collective_rows is not None and len(r.collective_rows.step):
+            times += [float(r.collective_rows.start.min()), float(r.collective_rows.end.max())]
+        info = per_run.setdefault(run_pk, {"first": min(times), "last": max(times), "end": None})
+        info["first"] = min(info["first"], *times)
+        info["last"] = max(info["last"], *times)
+        if r.kind == "run_end" and r.data:
+            if info["end"] is None or r.time >= info["end"][0]:
+                info["end"] = (r.time, r.data["status"])
+    now = time.time()
+    for run_pk, info in per_run.items():
+        values: dict[str, Any] = {
+            "version": Run.version + 1,
+            "received_at": now,
+            "first_time": func.coalesce(func.min(Run.first_time, info["first"]), info["first"])
+            if conn.dialect.name == "sqlite" else func.least(func.coalesce(Run.first_time, info["first"]), info["first"]),
+            "last_time": func.coalesce(func.max(Run.last_time, info["last"]), info["last"])
+            if conn.dialect.name == "sqlite" else func.greatest(func.coalesce(Run.last_time, info["last"]), info["last"]),
+        }
+        if info["end"] is not None:
+            values["status"] = info["end"][1]
+        conn.execute(update(Run).where(Run.id == run_pk).values(**values))

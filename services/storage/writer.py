@@ -1,0 +1,114 @@
+"""The group-commit writer: one thread writes the batches of many concurrent requests in one transaction.
+
+A request thread submits its validated batch and waits on a Future; the writer drains everything queued
+while the previous transaction was committing, writes it with one commit, and resolves each Future with
+that batch's own counts. A resolved Future means the events are committed. When more events are queued
+than `max_pending_events`, `submit` refuses at once (Overloaded) and the collector answers 503 with
+Retry-After, so memory stays bounded under any load.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+
+from sqlalchemy import Engine
+
+from services.errors import Overloaded, StorageUnavailable
+from services.storage.records import IngestRecord, IngestResult
+from services.storage.write import write_group
+
+logger = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+class BatchWriter:
+    def __init__(self, engine: Engine, *, max_pending_events: int = 2_000_000,
+                 max_group_events: int = 200_000) -> None:
+        self._engine = engine
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._max_pending = max_pending_events
+        self._max_group = max_group_events
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.groups_written = 0
+
+    @property
+    def pending_events(self) -> int:
+        return self._pending
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="goodput-writer", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self._thread is not None:
+            self._queue.put(_STOP)
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def submit(self, records: Sequence[IngestRecord]) -> Future[IngestResult]:
+        weight = _weight(records)
+        with self._lock:
+            if self._pending and self._pending + weight > self._max_pending:
+                raise Overloaded(f"the collector has {self._pending} events waiting to be written")
+            self._pending += weight
+        future: Future[IngestResult] = Future()
+        self._queue.put((records, weight, future))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            group = [item]
+            size = item[1]  # type: ignore[index]
+            stop = False
+            while size < self._max_group:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                    break
+                group.append(nxt)
+                size += nxt[1]  # type: ignore[index]
+            self._write(group)  # type: ignore[arg-type]
+            if stop:
+                return
+
+    def _write(self, group: list[tuple[Sequence[IngestRecord], int, Future[IngestResult]]]) -> None:
+        try:
+            with self._engine.begin() as conn:
+                results = write_group(conn, [records for records, _, _ in group])
+        except Exception as exc:  # noqa: BLE001 - every failure goes back to the waiting requests
+            logger.warning("writing %d batches failed: %s", len(group), exc)
+            error = StorageUnavailable(f"the database did not accept the write: {exc.__class__.__name__}: {exc}")
+            for _, _, future in group:
+                future.set_exception(error)
+        else:
+            self.groups_written += 1
+            for (_, _, future), result in zip(group, results):
+                future.set_result(result)
+        finally:
+            with self._lock:
+                self._pending -= sum(weight for _, weight, _ in group)
+
+
+def _weight(records: Sequence[IngestRecord]) -> int:
+    total = 0
+    for r in records:
+        total += 1
+        if r.step_rows is not None:
+            total += len(r.step_rows.step)
+        if r.collective_rows is not None:
+            total += len(r.collective_rows.step)
+    return total
