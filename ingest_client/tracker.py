@@ -1,0 +1,310 @@
+"""The per-process Tracker: the hot-path API used inside the training loop.
+
+Every hot-path call reads the clock, builds one small tuple and appends it to a bounded deque
+(:class:`ingest_client.buffer.RowBuffer`). No locks, no logging, no I/O, no formatting: the
+``goodput-flusher`` thread does the rest (:mod:`ingest_client.flusher`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from ingest_client.buffer import RowBuffer
+from ingest_client.config import ClientConfig, Mode
+from ingest_client.context import RunContext
+from ingest_client.events import (
+    MAX_DETAIL_CHARS,
+    ROW_COLLECTIVE,
+    ROW_EVENT,
+    ROW_STEP,
+    AttemptEndReason,
+    EventKind,
+    RecordBuilder,
+    RecordContext,
+    RunStatus,
+)
+from ingest_client.flusher import ClientStats, Pipeline, PipelineSettings, Rows
+from ingest_client.spool import run_dir_name
+from ingest_client.transport.base import Transport
+from ingest_client.transport.http import HttpTransport
+
+_time = time.time
+_perf = time.perf_counter
+
+
+class StepSpan:
+    """``with tracker.step(n) as s:`` times one optimizer step; set ``s.loss`` / ``s.lr`` inside.
+
+    Pass plain floats: a tensor works but is converted with ``float()`` on the flusher thread.
+    A step that raises is not recorded.
+    """
+
+    __slots__ = ("_tracker", "step", "loss", "lr", "_start", "_p0")
+
+    def __init__(self, tracker: Tracker, step: int) -> None:
+        self._tracker = tracker
+        self.step = step
+        self.loss: float | None = None
+        self.lr: float | None = None
+
+    def __enter__(self) -> StepSpan:
+        self._tracker._next_step = self.step
+        self._start = _time()
+        self._p0 = _perf()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        p1 = _perf()
+        if exc_type is None:
+            tracker = self._tracker
+            start = self._start
+            tracker._put((ROW_STEP, self.step, start, start + (p1 - self._p0), self.loss, self.lr))
+            tracker._next_step = self.step + 1
+
+
+class CollectiveSpan:
+    """``with tracker.collective("all_reduce"):`` times one collective of the in-progress step."""
+
+    __slots__ = ("_tracker", "_op", "_step", "_start", "_p0")
+
+    def __init__(self, tracker: Tracker, op: str) -> None:
+        self._tracker = tracker
+        self._op = op
+
+    def __enter__(self) -> CollectiveSpan:
+        self._step = self._tracker._next_step
+        self._start = _time()
+        self._p0 = _perf()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        p1 = _perf()
+        start = self._start
+        self._tracker._put((ROW_COLLECTIVE, self._step, self._op, start, start + (p1 - self._p0)))
+
+
+class CheckpointSpan:
+    """``with tracker.checkpoint(step):`` emits checkpoint_start, then checkpoint_end(ok)."""
+
+    __slots__ = ("_tracker", "_step")
+
+    def __init__(self, tracker: Tracker, step: int) -> None:
+        self._tracker = tracker
+        self._step = step
+
+    def __enter__(self) -> CheckpointSpan:
+        self._tracker._put((ROW_EVENT, EventKind.CHECKPOINT_START, _time(), {"step": self._step}))
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._tracker._put(
+            (ROW_EVENT, EventKind.CHECKPOINT_END, _time(), {"step": self._step, "ok": exc_type is None})
+        )
+
+
+_LIVE_TRACKERS: weakref.WeakSet[Tracker] = weakref.WeakSet()
+
+
+def _disable_trackers_in_child() -> None:
+    for tracker in list(_LIVE_TRACKERS):
+        tracker._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_disable_trackers_in_child)
+
+
+class Tracker:
+    """Records one process's training events. Create it with :func:`ingest_client.init`."""
+
+    def __init__(
+        self,
+        config: ClientConfig,
+        context: RunContext,
+        *,
+        transport: Transport | None = None,
+        proc_id: str | None = None,
+    ) -> None:
+        self.config = config
+        self.context = context
+        self.proc_id = proc_id or uuid.uuid4().hex
+        self._pid = os.getpid()
+        self._next_step = 1  # the in-progress step: last completed + 1
+        self._ended = False
+        self._end_lock = threading.Lock()
+        self._started = False
+        self._last_heartbeat_s = 0.0
+        self._last_stats_s = 0.0
+        self._last_stats: tuple[int, int, int] = (0, 0, 0)
+        self._pipeline: Pipeline | None = None
+        if config.mode is Mode.DISABLED:
+            buffer = RowBuffer(64, 64)
+            buffer.enabled = False
+        else:
+            if config.mode is Mode.OFFLINE:
+                transport = None
+            elif transport is None:
+                assert config.events_url is not None
+                transport = HttpTransport(config.events_url, token=config.token, timeout_s=config.http_timeout_s)
+            builder = RecordBuilder(
+                RecordContext(run_id=context.run_id, attempt=context.attempt, rank=context.rank), self.proc_id
+            )
+            settings = PipelineSettings(
+                spool_run_dir=config.spool_dir / run_dir_name(context.run_id),
+                proc_id=self.proc_id,
+                spool_max_bytes=config.spool_max_bytes,
+                queue_capacity=config.queue_capacity,
+                flush_interval_s=config.flush_interval_s,
+                http_timeout_s=config.http_timeout_s,
+                max_batch_events=config.max_batch_events,
+                max_batch_bytes=config.max_batch_bytes,
+                replay_orphans=True,
+                spool_metadata={"pid": context.pid, "host": context.host, "run_id": context.run_id,
+                                "rank": context.rank, "attempt": context.attempt},
+            )
+            self._pipeline = Pipeline(settings, builder, transport, tick=self._tick)
+            buffer = self._pipeline.buffer
+        self._buffer = buffer
+        self._put: Callable[[tuple[Any, ...]], None] = buffer.put
+        _LIVE_TRACKERS.add(self)
+
+    @property
+    def enabled(self) -> bool:
+        return self._buffer.enabled
+
+    @property
+    def spool_dir(self) -> str | None:
+        return None if self._pipeline is None else str(self._pipeline.settings.spool_run_dir)
+
+    def start(self) -> Tracker:
+        """Emit ``attempt_start`` and start the flusher (called by ``init``)."""
+        if self._started or self._pipeline is None:
+            return self
+        self._started = True
+        ctx = self.context
+        self._put((ROW_EVENT, EventKind.ATTEMPT_START, _time(), {
+            "attempt": ctx.attempt, "rank": ctx.rank, "world_size": ctx.world_size, "host": ctx.host,
+            "local_rank": ctx.local_rank, "pid": ctx.pid,
+        }))
+        self._last_heartbeat_s = self._last_stats_s = _time()
+        self._pipeline.start()
+        return self
+
+    # -- hot path --------------------------------------------------------------------------
+
+    def step(self, step: int) -> StepSpan:
+        return StepSpan(self, step)
+
+    def record_step(self, step: int, start: float, end: float, loss: float | None = None,
+                    lr: float | None = None) -> None:
+        """Record a step timed by the caller (``start``/``end`` are ``time.time()`` seconds)."""
+        self._put((ROW_STEP, step, start, end, loss, lr))
+        self._next_step = step + 1
+
+    def collective(self, op: str) -> CollectiveSpan:
+        return CollectiveSpan(self, op)
+
+    def checkpoint(self, step: int | None = None) -> CheckpointSpan:
+        """Time a checkpoint save; ``step`` defaults to the last completed step."""
+        return CheckpointSpan(self, self._next_step - 1 if step is None else step)
+
+    def resumed(self, step: int) -> None:
+        """Record where training (re)starts: the last completed step loaded, 0 for a fresh start."""
+        self._put((ROW_EVENT, EventKind.RESUME, _time(), {"step": step}))
+        self._next_step = step + 1
+
+    def record_collective(self, op: str, start: float, end: float, step: int | None = None) -> None:
+        self._put((ROW_COLLECTIVE, self._next_step if step is None else step, op, start, end))
+
+    def ddp_comm_hook(self, op: str = "all_reduce") -> Callable[..., Any]:
+        """A DDP comm hook (torch's default allreduce) that records one collective per bucket."""
+        from ingest_client.hooks import build_ddp_comm_hook
+
+        return build_ddp_comm_hook(self, op)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def end_attempt(self, reason: str | AttemptEndReason, detail: str | None = None) -> bool:
+        """Emit ``attempt_end`` once per process; later calls do nothing and return False."""
+        if os.getpid() != self._pid or not self.enabled:
+            return False
+        # Non-blocking: a SIGTERM handler may interrupt this very method on the same thread.
+        if not self._end_lock.acquire(blocking=False):
+            return False
+        try:
+            if self._ended:
+                return False
+            self._ended = True
+        finally:
+            self._end_lock.release()
+        fields: dict[str, object] = {"reason": AttemptEndReason(reason).value}
+        if detail:
+            fields["detail"] = detail[:MAX_DETAIL_CHARS]
+        self._put((ROW_EVENT, EventKind.ATTEMPT_END, _time(), fields))
+        return True
+
+    def finish(self, status: str | RunStatus | None = None, timeout_s: float = 5.0) -> bool:
+        """End the attempt as completed (plus ``run_end`` from rank 0 if ``status``), then shut down."""
+        self.end_attempt(AttemptEndReason.COMPLETED)
+        if status is not None and self.context.rank == 0 and self.enabled:
+            self._put((ROW_EVENT, EventKind.RUN_END, _time(), {"status": RunStatus(status).value}))
+        return self.shutdown(timeout_s)
+
+    def flush(self, timeout_s: float = 5.0) -> bool:
+        """Send what was recorded so far; True if all of it was acknowledged (offline: spooled)."""
+        if self._pipeline is None or os.getpid() != self._pid:
+            return False
+        return self._pipeline.flush(timeout_s)
+
+    def shutdown(self, timeout_s: float = 5.0) -> bool:
+        """Flush within ``timeout_s`` and stop; unsent events stay in the spool for replay."""
+        if self._pipeline is None or os.getpid() != self._pid:
+            return False
+        if self.enabled and self._pipeline.is_running:
+            self._put(self._stats_row(_time()))
+        ok = self._pipeline.shutdown(timeout_s)
+        self._buffer.enabled = False
+        return ok
+
+    def stats(self) -> ClientStats | None:
+        return None if self._pipeline is None else self._pipeline.stats()
+
+    # -- flusher thread ----------------------------------------------------------------------
+
+    def _tick(self, now: float) -> Rows:
+        rows: Rows = []
+        if now - self._last_heartbeat_s >= self.config.heartbeat_interval_s:
+            self._last_heartbeat_s = now
+            rows.append((ROW_EVENT, EventKind.HEARTBEAT, now, None))
+        if now - self._last_stats_s >= self.config.stats_interval_s:
+            self._last_stats_s = now
+            assert self._pipeline is not None
+            stats = self._pipeline.stats()
+            if self._last_stats != (stats.dropped_events, stats.spool_dropped_events, stats.send_failures):
+                rows.append(self._stats_row(now))
+        return rows
+
+    def _stats_row(self, now: float) -> tuple[Any, ...]:
+        assert self._pipeline is not None
+        stats = self._pipeline.stats()
+        self._last_stats = (stats.dropped_events, stats.spool_dropped_events, stats.send_failures)
+        return (ROW_EVENT, EventKind.CLIENT_STATS, now, {
+            "dropped_events": stats.dropped_events,
+            "spool_dropped_events": stats.spool_dropped_events,
+            "send_failures": stats.send_failures,
+        })
+
+    def _after_fork_in_child(self) -> None:
+        self._buffer.disable()
+        if self._pipeline is not None:
+            self._pipeline.after_fork_in_child()
