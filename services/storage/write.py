@@ -61,7 +61,7 @@ def _ensure_runs(conn: Connection, run_ids: set[str]) -> dict[str, int]:
     if not run_ids:
         return {}
     wanted = sorted(run_ids)
-    found = dict(conn.execute(select(Run.run_id, Run.id).where(Run.run_id.in_(wanted))).tuples().all())
+    found = {r[0]: r[1] for r in conn.execute(select(Run.run_id, Run.id).where(Run.run_id.in_(wanted)))}
     missing = [r for r in wanted if r not in found]
     if missing:
         insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
@@ -70,7 +70,7 @@ def _ensure_runs(conn: Connection, run_ids: set[str]) -> dict[str, int]:
             [{"run_id": r, "project": "default", "status": "running", "version": 0, "ledger_version": -1}
              for r in missing],
         )
-        found.update(conn.execute(select(Run.run_id, Run.id).where(Run.run_id.in_(missing))).tuples().all())
+        found.update((r[0], r[1]) for r in conn.execute(select(Run.run_id, Run.id).where(Run.run_id.in_(missing))))
     return found
 
 
@@ -90,7 +90,7 @@ def _insert_events(conn: Connection, candidates: list[tuple[int, IngestRecord]],
              "data": json.dumps(r.data, separators=(",", ":")) if r.data else None}
             for run_pk, r in candidates[i:i + _INSERT_CHUNK]
         ]
-        inserted.update(conn.execute(statement, rows).tuples().all())
+        inserted.update((r[0], r[1]) for r in conn.execute(statement, rows))
     return inserted
 
 

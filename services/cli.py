@@ -1,0 +1,216 @@
+"""`goodput`: the command line. Imports only the standard library at the top, so `goodput launch` and
+`goodput sync` work where only the client is installed; server commands import their modules lazily."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+DB_HELP = "database URL (default: GOODPUT_DATABASE_URL, else sqlite:///goodput.db in the current folder)"
+URL_HELP = "collector URL (default: GOODPUT_URL, else http://127.0.0.1:8000)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "launch":  # everything after `launch` belongs to the launcher
+        from ingest_client.launch import launch_main
+
+        return launch_main(args[1:])
+    parser = _parser()
+    ns = parser.parse_args(args)
+    if not hasattr(ns, "handler"):
+        parser.print_help()
+        return 2
+    try:
+        return int(ns.handler(ns) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="goodput", description="Where the GPU-hours of distributed training go.")
+    sub = p.add_subparsers(metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the collector (and the dashboard) after applying migrations")
+    serve.add_argument("--db", help=DB_HELP)
+    serve.add_argument("--host", help="listen address (default GOODPUT_HOST or 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (default GOODPUT_PORT or 8000)")
+    serve.add_argument("--workers", type=int, default=1, help="collector processes (PostgreSQL only for > 1)")
+    serve.add_argument("--no-dashboard", action="store_true", help="do not serve the dashboard under /dashboard/")
+    serve.set_defaults(handler=_serve)
+
+    db = sub.add_parser("db", help="database migrations")
+    db_sub = db.add_subparsers(metavar="ACTION")
+    up = db_sub.add_parser("upgrade", help="apply every migration (to head)")
+    up.add_argument("--db", help=DB_HELP)
+    up.set_defaults(handler=_db_upgrade)
+    check = db_sub.add_parser("check", help="exit 1 if the database schema differs from the models")
+    check.add_argument("--db", help=DB_HELP)
+    check.set_defaults(handler=_db_check)
+
+    sim = sub.add_parser("simulate", help="simulate a training job and send its events to a collector")
+    sim.add_argument("--url", help=URL_HELP)
+    sim.add_argument("--token", help="write token (default GOODPUT_TOKEN)")
+    sim.add_argument("--run-id")
+    sim.add_argument("--ranks", type=int, default=8)
+    sim.add_argument("--gpus", type=int, help="allocated GPUs (default: ranks)")
+    sim.add_argument("--hours", type=float, default=1.0, help="useful compute the job needs (hours)")
+    sim.add_argument("--step-seconds", type=float, default=1.0)
+    sim.add_argument("--mtbf", type=float, default=1800.0, help="mean seconds between failures; 0 = none")
+    sim.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints")
+    sim.add_argument("--checkpoint-seconds", type=float, default=10.0)
+    sim.add_argument("--restart-seconds", type=float, default=60.0, help="process start to first step")
+    sim.add_argument("--detect-seconds", type=float, default=30.0, help="failure to teardown")
+    sim.add_argument("--hang-at-step", type=int, help="one rank hangs at this step")
+    sim.add_argument("--hang-seconds", type=float, default=600.0, help="collective timeout ending the hang")
+    sim.add_argument("--straggler-rank", type=int)
+    sim.add_argument("--straggler-factor", type=float, default=1.5)
+    sim.add_argument("--end", choices=["finished", "failed", "running"], default="finished")
+    sim.add_argument("--max-failures", type=int, default=1000)
+    sim.add_argument("--start-time", type=float, help="epoch seconds of the submission (default: now - duration)")
+    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--truth", action="store_true", help="print the ledger the job must produce as JSON")
+    sim.set_defaults(handler=_simulate)
+
+    runs = sub.add_parser("runs", help="list runs with goodput and waste")
+    runs.add_argument("--url", help=URL_HELP)
+    runs.set_defaults(handler=_runs)
+
+    ledger = sub.add_parser("ledger", help="print one run's waste ledger")
+    ledger.add_argument("run_id")
+    ledger.add_argument("--url", help=URL_HELP)
+    ledger.add_argument("--json", action="store_true")
+    ledger.set_defaults(handler=_ledger)
+
+    sync = sub.add_parser("sync", help="send what a spool folder holds that the collector never acknowledged")
+    sync.add_argument("rest", nargs=argparse.REMAINDER)
+    sync.set_defaults(handler=lambda ns: _client_sync(ns.rest))
+
+    sub.add_parser("launch", help="run torchrun (or any launcher) and report submission/allocation/run end: "
+                                  "goodput launch [--gpus N] -- torchrun ...")
+    return p
+
+
+def _url(ns: argparse.Namespace) -> str:
+    return (getattr(ns, "url", None) or os.environ.get("GOODPUT_URL") or "http://127.0.0.1:8000").rstrip("/")
+
+
+def _database_url(ns: argparse.Namespace) -> str:
+    from services.settings import ServiceSettings
+
+    return getattr(ns, "db", None) or ServiceSettings().database_url
+
+
+def _serve(ns: argparse.Namespace) -> int:
+    import uvicorn
+
+    from services.settings import ServiceSettings
+    from services.storage.db import make_engine
+    from services.storage.migrate import upgrade
+
+    url = _database_url(ns)
+    os.environ["GOODPUT_DATABASE_URL"] = url
+    if ns.no_dashboard:
+        os.environ["GOODPUT_DASHBOARD"] = "false"
+    settings = ServiceSettings()
+    host = ns.host or settings.host
+    port = ns.port or settings.port
+    engine = make_engine(url)
+    upgrade(engine)
+    engine.dispose()
+    if ns.workers > 1 and url.startswith("sqlite"):
+        print("goodput: --workers > 1 needs PostgreSQL (SQLite has one writer); serving with 1 worker",
+              file=sys.stderr)
+        ns.workers = 1
+    print(f"goodput collector on http://{host}:{port}  (database: {_safe(url)}; API docs at /docs)", flush=True)
+    uvicorn.run("services.collector.app:create_app", factory=True, host=host, port=port, workers=ns.workers,
+                log_level="warning")
+    return 0
+
+
+def _db_upgrade(ns: argparse.Namespace) -> int:
+    from services.storage.db import make_engine
+    from services.storage.migrate import current_revision, upgrade
+
+    url = _database_url(ns)
+    engine = make_engine(url)
+    upgrade(engine)
+    print(f"{_safe(url)}: at revision {current_revision(engine)}")
+    return 0
+
+
+def _db_check(ns: argparse.Namespace) -> int:
+    from services.storage.db import make_engine
+    from services.storage.migrate import schema_drift
+
+    drift = schema_drift(make_engine(_database_url(ns)))
+    for diff in drift:
+        print(diff)
+    print("schema matches the models" if not drift else f"{len(drift)} difference(s): write a migration")
+    return 1 if drift else 0
+
+
+def _simulate(ns: argparse.Namespace) -> int:
+    import time
+
+    from services.simulate import SimConfig, simulate
+    from services.simulate_send import send_events
+
+    kwargs: dict[str, Any] = dict(
+        ranks=ns.ranks, gpus=ns.gpus, hours=ns.hours, step_s=ns.step_seconds, mtbf_s=ns.mtbf or None,
+        checkpoint_every=ns.checkpoint_every, checkpoint_s=ns.checkpoint_seconds, startup_s=ns.restart_seconds,
+        detect_s=ns.detect_seconds, hang_at_step=ns.hang_at_step, hang_s=ns.hang_seconds,
+        straggler_rank=ns.straggler_rank, straggler_factor=ns.straggler_factor, end=ns.end,
+        max_failures=ns.max_failures, seed=ns.seed,
+    )
+    if ns.run_id:
+        kwargs["run_id"] = ns.run_id
+    result = simulate(SimConfig(**kwargs, start_time=ns.start_time or time.time()))
+    if ns.start_time is None:  # shift so the simulated job ends now
+        last = max(_event_end(e) for e in result.events)
+        result = simulate(SimConfig(**kwargs, start_time=2 * time.time() - last))
+    sent = send_events(_url(ns), result.events, token=ns.token or os.environ.get("GOODPUT_TOKEN"))
+    print(f"run {result.config.run_id}: sent {len(result.events)} events ({sent.accepted} accepted, "
+          f"{sent.duplicates} duplicates) to {_url(ns)}")
+    if ns.truth:
+        print(json.dumps(result.truth.as_dict(), indent=2))
+    return 0
+
+
+def _event_end(event: dict[str, Any]) -> float:
+    end = event.get("end")
+    if isinstance(end, list):
+        return float(max(end))
+    return float(end if end is not None else event["time"])
+
+
+def _runs(ns: argparse.Namespace) -> int:
+    from services.cli_output import print_runs
+
+    return print_runs(_url(ns))
+
+
+def _ledger(ns: argparse.Namespace) -> int:
+    from services.cli_output import print_ledger
+
+    return print_ledger(_url(ns), ns.run_id, as_json=ns.json)
+
+
+def _client_sync(rest: list[str]) -> int:
+    from ingest_client.sync import sync_main
+
+    return sync_main(rest)
+
+
+def _safe(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

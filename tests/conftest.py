@@ -1,0 +1,85 @@
+"""Shared fixtures: a migrated throwaway database per test (SQLite file and local PostgreSQL) and an app on it."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+POSTGRES_ADMIN_URL = os.environ.get("GOODPUT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_url() -> str:
+    import psycopg
+
+    try:
+        with psycopg.connect(POSTGRES_ADMIN_URL, connect_timeout=5):
+            pass
+    except psycopg.OperationalError as exc:
+        pytest.fail(
+            f"PostgreSQL is not reachable at {POSTGRES_ADMIN_URL} ({exc}); start it with "
+            "`pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` or set GOODPUT_TEST_POSTGRES")
+    return POSTGRES_ADMIN_URL
+
+
+def create_postgres_database(admin_url: str) -> str:
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    name = f"goodput_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_postgres_database(admin_url: str, url: str) -> None:
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    name = make_url(url).database
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'goodput.db'}"
+        return
+    admin = request.getfixturevalue("postgres_admin_url")
+    url = create_postgres_database(admin)
+    try:
+        yield url
+    finally:
+        drop_postgres_database(admin, url)
+
+
+@pytest.fixture
+def engine(database_url: str):  # type: ignore[no-untyped-def]
+    from services.storage.db import make_engine
+    from services.storage.migrate import upgrade
+
+    engine = make_engine(database_url)
+    upgrade(engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def settings(database_url: str):  # type: ignore[no-untyped-def]
+    from services.settings import ServiceSettings
+
+    return ServiceSettings(database_url=database_url, dashboard=False)
+
+
+@pytest.fixture
+def client(settings, engine):  # type: ignore[no-untyped-def]
+    from fastapi.testclient import TestClient
+
+    from services.collector.app import create_app
+
+    with TestClient(create_app(settings, engine=engine)) as test_client:
+        yield test_client
