@@ -146,6 +146,7 @@ class Tracker:
         self._last_heartbeat_s = 0.0
         self._last_stats_s = 0.0
         self._last_stats: tuple[int, int, int] = (0, 0, 0)
+        self._force_stats = False
         self._pipeline: Pipeline | None = None
         if config.mode is Mode.DISABLED:
             buffer = RowBuffer(64, 64)
@@ -270,8 +271,7 @@ class Tracker:
         """Flush within ``timeout_s`` and stop; unsent events stay in the spool for replay."""
         if self._pipeline is None or os.getpid() != self._pid:
             return False
-        if self.enabled and self._pipeline.is_running:
-            self._put(self._stats_row(_time()))
+        self._force_stats = True  # the flush cycle appends a final client_stats after draining
         ok = self._pipeline.shutdown(timeout_s)
         self._buffer.enabled = False
         return ok
@@ -286,7 +286,11 @@ class Tracker:
         if now - self._last_heartbeat_s >= self.config.heartbeat_interval_s:
             self._last_heartbeat_s = now
             rows.append((ROW_EVENT, EventKind.HEARTBEAT, now, None))
-        if now - self._last_stats_s >= self.config.stats_interval_s:
+        if self._force_stats:
+            self._force_stats = False
+            self._last_stats_s = now
+            rows.append(self._stats_row(now))
+        elif now - self._last_stats_s >= self.config.stats_interval_s:
             self._last_stats_s = now
             assert self._pipeline is not None
             stats = self._pipeline.stats()

@@ -1,0 +1,218 @@
+"""``goodput launch [...] -- torchrun ...``: run-level events that workers cannot see.
+
+Picks the run id and exports it (``GOODPUT_RUN_ID``, plus ``GOODPUT_URL``/``GOODPUT_TOKEN`` and
+``GOODPUT_ATTEMPT_BASE``) to the command, which runs as a child process with SIGTERM/SIGINT
+forwarded to it. Node rank 0 (or a node whose rank is unknown) sends ``run_submitted`` (when
+the submission time is known), ``allocation_start``, then ``allocation_end`` and ``run_end``.
+
+Run id, in order: ``--run-id``, ``GOODPUT_RUN_ID``, SLURM (``SLURM_ARRAY_JOB_ID``_
+``SLURM_ARRAY_TASK_ID`` or ``SLURM_JOB_ID``), the Kubernetes job name (``JOB_NAME`` when
+``KUBERNETES_SERVICE_HOST`` is set; expose it with the downward API), else a generated id.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from types import FrameType
+from typing import Any
+
+from ingest_client.config import ClientConfig, Mode
+from ingest_client.errors import ConfigError
+from ingest_client.events import ROW_EVENT, EventKind, RecordBuilder, RecordContext, RunStatus
+from ingest_client.flusher import Pipeline, PipelineSettings
+from ingest_client.spool import run_dir_name
+from ingest_client.transport.http import HttpTransport
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_run_id(flag: str | None, env: Mapping[str, str]) -> str:
+    if flag:
+        return flag
+    if env.get("GOODPUT_RUN_ID"):
+        return env["GOODPUT_RUN_ID"]
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        return f"slurm-{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    if env.get("SLURM_JOB_ID"):
+        return f"slurm-{env['SLURM_JOB_ID']}"
+    if env.get("KUBERNETES_SERVICE_HOST") and env.get("JOB_NAME"):
+        return f"k8s-{env['JOB_NAME']}"
+    return f"run-{uuid.uuid4().hex}"
+
+
+def _option(args: Sequence[str], *names: str) -> str | None:
+    """The value of ``--name V`` or ``--name=V`` in a command line (last one wins)."""
+    value = None
+    for i, arg in enumerate(args):
+        for name in names:
+            if arg == name and i + 1 < len(args):
+                value = args[i + 1]
+            elif arg.startswith(name + "="):
+                value = arg.split("=", 1)[1]
+    return value
+
+
+def gpus_from_torchrun_args(args: Sequence[str], env: Mapping[str, str]) -> int | None:
+    """``--nproc-per-node`` x ``--nnodes`` from a torchrun command line, when both are numbers."""
+    nproc = _option(args, "--nproc-per-node", "--nproc_per_node")
+    if nproc is None or not nproc.isdigit():
+        return None
+    nnodes = _option(args, "--nnodes") or "1"
+    if ":" in nnodes:  # elastic range: the allocation is what SLURM gave, else the maximum
+        nnodes = env.get("SLURM_JOB_NUM_NODES") or nnodes.split(":")[1]
+    return int(nproc) * int(nnodes) if nnodes.isdigit() else None
+
+
+def node_rank_of(args: Sequence[str], env: Mapping[str, str]) -> int | None:
+    for value in (_option(args, "--node-rank", "--node_rank"), env.get("NODE_RANK"), env.get("SLURM_NODEID")):
+        if value is not None and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+def slurm_submit_time(env: Mapping[str, str]) -> float | None:
+    """The job's submission time from ``squeue`` (SLURM exports no variable for it), if available."""
+    job_id = env.get("SLURM_JOB_ID")
+    squeue = shutil.which("squeue")
+    if not job_id or not squeue:
+        return None
+    try:
+        out = subprocess.run([squeue, "-h", "-j", job_id, "-o", "%V"], capture_output=True, text=True,
+                             timeout=3, check=False).stdout.strip()
+        return datetime.fromisoformat(out).timestamp() if out else None
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+
+
+def attempt_base_for(args: Sequence[str], env: Mapping[str, str]) -> int | None:
+    """For a requeued SLURM job: requeues x (torchrun max restarts + 1), so attempts keep growing."""
+    restarts = env.get("SLURM_RESTART_COUNT", "")
+    if not restarts.isdigit():
+        return None
+    max_restarts = _option(args, "--max-restarts", "--max_restarts") or "0"
+    return int(restarts) * (int(max_restarts) + 1 if max_restarts.isdigit() else 1)
+
+
+class RunEventSender:
+    """Run-level events through the same spool-first pipeline as the workers use."""
+
+    def __init__(self, config: ClientConfig, run_id: str) -> None:
+        transport = None
+        if config.mode is Mode.ONLINE and config.events_url:
+            transport = HttpTransport(config.events_url, token=config.token, timeout_s=config.http_timeout_s)
+        proc_id = f"launch{uuid.uuid4().hex}"
+        settings = PipelineSettings(
+            spool_run_dir=config.spool_dir / run_dir_name(run_id), proc_id=proc_id,
+            spool_max_bytes=config.spool_max_bytes, queue_capacity=config.queue_capacity,
+            flush_interval_s=config.flush_interval_s, http_timeout_s=config.http_timeout_s,
+            max_batch_events=config.max_batch_events, max_batch_bytes=config.max_batch_bytes,
+            replay_orphans=True, spool_metadata={"pid": os.getpid(), "run_id": run_id, "launcher": True},
+        )
+        builder = RecordBuilder(RecordContext(run_id=run_id, attempt=None, rank=None), proc_id)
+        self.pipeline = Pipeline(settings, builder, transport)
+        self.pipeline.start()
+
+    def emit(self, kind: EventKind, time_s: float, fields: dict[str, Any]) -> None:
+        self.pipeline.buffer.put((ROW_EVENT, kind, time_s, fields))
+
+    def close(self, timeout_s: float) -> bool:
+        return self.pipeline.shutdown(timeout_s)
+
+
+def launch_main(argv: list[str]) -> int:
+    """Run ``argv``'s command under goodput; returns the command's exit code."""
+    if "--" in argv:
+        split = argv.index("--")
+        own, command = argv[:split], argv[split + 1 :]
+    else:
+        own, command = [], argv
+    parser = argparse.ArgumentParser(prog="goodput launch", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--run-id")
+    parser.add_argument("--url")
+    parser.add_argument("--token")
+    parser.add_argument("--gpus", type=int)
+    parser.add_argument("--submitted-at", type=float, help="submission time, UTC seconds since the epoch")
+    parser.add_argument("--job-id")
+    parser.add_argument("--spool-dir")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the last events")
+    args = parser.parse_args(own)
+    if not command:
+        parser.error("no command given: goodput launch [options] -- torchrun ...")
+    env = dict(os.environ)
+    run_id = resolve_run_id(args.run_id, env)
+    child_env = dict(env, GOODPUT_RUN_ID=run_id)
+    for name, value in (("GOODPUT_URL", args.url), ("GOODPUT_TOKEN", args.token), ("GOODPUT_SPOOL_DIR", args.spool_dir)):
+        if value:
+            child_env[name] = value
+    if "GOODPUT_ATTEMPT_BASE" not in env and (base := attempt_base_for(command, env)) is not None:
+        child_env["GOODPUT_ATTEMPT_BASE"] = str(base)
+    job_id = args.job_id or env.get("SLURM_JOB_ID") or (env.get("JOB_NAME") if env.get("KUBERNETES_SERVICE_HOST") else None)
+
+    sender: RunEventSender | None = None
+    if node_rank_of(command, env) in (0, None):
+        try:
+            config = ClientConfig.from_env(child_env, run_id=run_id, install_handlers=False)
+        except ConfigError as exc:
+            print(f"goodput launch: not recording run events: {exc}", file=sys.stderr)
+        else:
+            if config.mode is not Mode.DISABLED:
+                sender = RunEventSender(config, run_id)
+    if sender is not None:
+        job = {"job_id": job_id} if job_id else {}
+        submitted_at = args.submitted_at if args.submitted_at is not None else slurm_submit_time(env)
+        gpus = args.gpus if args.gpus is not None else gpus_from_torchrun_args(command, env)
+        if submitted_at is not None:
+            # One submission per run: a fixed id makes a requeued job's repeat a duplicate.
+            sender.emit(EventKind.RUN_SUBMITTED, submitted_at,
+                        {**job, **({"gpus": gpus} if gpus else {}), "event_id": "launch-run_submitted"})
+        if gpus:
+            sender.emit(EventKind.ALLOCATION_START, time.time(), {"gpus": gpus, **job})
+        else:
+            print("goodput launch: GPU count unknown (pass --gpus); allocation_start not sent", file=sys.stderr)
+
+    code = _run_child(command, child_env)
+
+    if sender is not None:
+        job = {"job_id": job_id} if job_id else {}
+        sender.emit(EventKind.ALLOCATION_END, time.time(), job)
+        status = RunStatus.FINISHED if code == 0 else RunStatus.FAILED
+        sender.emit(EventKind.RUN_END, time.time(), {"status": status.value})
+        if not sender.close(args.timeout):
+            print("goodput launch: some run events are still in the spool; `goodput sync` sends them",
+                  file=sys.stderr)
+    return code
+
+
+def _run_child(command: list[str], env: dict[str, str]) -> int:
+    try:
+        child = subprocess.Popen(command, env=env)
+    except OSError as exc:
+        print(f"goodput launch: cannot start {command[0]!r}: {exc}", file=sys.stderr)
+        return 127
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while True:
+            try:
+                code = child.wait()
+                break
+            except KeyboardInterrupt:  # pragma: no cover - the handler above replaces SIGINT
+                continue
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return code if code >= 0 else 128 - code

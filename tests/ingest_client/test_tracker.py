@@ -1,0 +1,201 @@
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from ingest_client.transport import InMemoryTransport
+from tests.ingest_client.conftest import spooled_records
+from tests.ingest_client.wire import validate_event
+
+
+def test_steps_are_packed_into_one_compact_record_with_aligned_arrays(make_tracker: Any) -> None:
+    transport = InMemoryTransport()
+    tracker = make_tracker(transport=transport)
+    tracker.resumed(0)
+    for step in range(1, 11):
+        with tracker.step(step) as s:
+            s.loss = 10.0 / step
+            if step % 2 == 0:
+                s.lr = 0.1
+    assert tracker.flush(5.0)
+
+    (steps,) = transport.of_kind("steps")
+    assert steps["step"] == list(range(1, 11))
+    assert len(steps["start"]) == len(steps["end"]) == len(steps["loss"]) == len(steps["lr"]) == 10
+    assert all(e >= s for s, e in zip(steps["start"], steps["end"]))
+    assert steps["loss"] == [10.0 / i for i in range(1, 11)]
+    assert steps["lr"] == [None if i % 2 else 0.1 for i in range(1, 11)]
+    assert (steps["attempt"], steps["rank"], steps["run_id"]) == (0, 0, "run-test")
+    assert transport.of_kind("resume")[0]["step"] == 0
+    assert len(transport.of_kind("attempt_start")) == 1
+    assert all(validate_event(e) is None for e in transport.events)
+
+
+def test_event_ids_are_unique_process_id_plus_sequence(make_tracker: Any) -> None:
+    transport = InMemoryTransport()
+    tracker = make_tracker(transport=transport)
+    for step in range(1, 4):
+        tracker.record_step(step, time.time() - 0.01, time.time())
+        tracker.flush(5.0)
+    ids = [e["event_id"] for e in transport.events]
+    assert len(ids) == len(set(ids)) >= 4
+    assert all(re.fullmatch(rf"{tracker.proc_id}-\d+", i) for i in ids)
+    seqs = [int(i.rsplit("-", 1)[1]) for i in ids]
+    assert seqs == sorted(seqs)
+
+
+def test_collectives_use_the_in_progress_step_and_are_packed(make_tracker: Any) -> None:
+    transport = InMemoryTransport()
+    tracker = make_tracker(transport=transport)
+    tracker.resumed(41)
+    with tracker.collective("all_reduce"):
+        pass
+    with tracker.step(42):
+        with tracker.collective("all_gather"):
+            pass
+    with tracker.collective("broadcast"):
+        pass
+    tracker.flush(5.0)
+    (coll,) = transport.of_kind("collectives")
+    assert coll["step"] == [42, 42, 43]
+    assert coll["op"] == ["all_reduce", "all_gather", "broadcast"]
+    assert len(coll["start"]) == len(coll["end"]) == 3
+
+
+def test_checkpoint_records_start_and_end_with_ok_flag(make_tracker: Any) -> None:
+    transport = InMemoryTransport()
+    tracker = make_tracker(transport=transport)
+    tracker.record_step(7, time.time() - 1, time.time())
+    with tracker.checkpoint():
+        pass
+    try:
+        with tracker.checkpoint(8):
+            raise OSError("disk full")
+    except OSError:
+        pass
+    tracker.flush(5.0)
+    starts = transport.of_kind("checkpoint_start")
+    ends = transport.of_kind("checkpoint_end")
+    assert [e["step"] for e in starts] == [7, 8]
+    assert [(e["step"], e["ok"]) for e in ends] == [(7, True), (8, False)]
+
+
+def test_failed_step_is_not_recorded_and_non_finite_loss_becomes_null(make_tracker: Any) -> None:
+    transport = InMemoryTransport()
+    tracker = make_tracker(transport=transport)
+    try:
+        with tracker.step(1):
+            raise RuntimeError("oom")
+    except RuntimeError:
+        pass
+    with tracker.step(1) as s:
+        s.loss = float("nan")
+    tracker.record_step(2, time.time(), time.time(), loss=float("inf"), lr=1e-3)
+    tracker.flush(5.0)
+    (steps,) = transport.of_kind("steps")
+    assert steps["step"] == [1, 2]
+    assert steps["loss"] == [None, None] if "loss" in steps else True
+    assert steps["lr"] == [None, 1e-3]
+
+
+def test_invalid_rows_are_dropped_and_counted_not_sent(make_tracker: Any) -> None:
+    transport = InMemoryTransport()
+    tracker = make_tracker(transport=transport)
+    tracker.record_step(-1, time.time(), time.time())
+    tracker.record_step(2**60, time.time(), time.time())
+    tracker.record_step(3, time.time(), time.time())
+    tracker.flush(5.0)
+    assert transport.of_kind("steps")[0]["step"] == [3]
+    assert tracker.stats().dropped_events == 2
+
+
+def test_heartbeats_come_from_the_background_thread(make_tracker: Any) -> None:
+    transport = InMemoryTransport()
+    make_tracker(transport=transport, heartbeat_interval_s=0.1, flush_interval_s=0.02)
+    deadline = time.monotonic() + 3
+    while len(transport.of_kind("heartbeat")) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    beats = transport.of_kind("heartbeat")
+    assert len(beats) >= 3
+    assert set(beats[0]) == {"event_id", "run_id", "kind", "time", "attempt", "rank"}
+
+
+def test_full_buffer_drops_oldest_and_drop_count_reaches_the_collector(make_tracker: Any) -> None:
+    transport = InMemoryTransport()
+    tracker = make_tracker(transport=transport, queue_capacity=64, flush_interval_s=5.0)
+    now = time.time()
+    for step in range(1, 1001):
+        tracker.record_step(step, now, now)
+    tracker.shutdown(5.0)
+    delivered = [s for e in transport.of_kind("steps") for s in e["step"]]
+    dropped = tracker.stats().dropped_events
+    assert dropped > 0
+    # Every row (1000 steps + attempt_start) is either delivered or counted as dropped.
+    assert len(delivered) + len(transport.of_kind("attempt_start")) + dropped == 1001
+    assert delivered[-1] == 1000  # drop-oldest keeps the newest
+    (stats,) = transport.of_kind("client_stats")
+    assert stats["dropped_events"] == dropped
+
+
+def test_client_stats_are_sent_periodically_when_counters_change(make_tracker: Any) -> None:
+    transport = InMemoryTransport()
+    tracker = make_tracker(transport=transport, queue_capacity=64, stats_interval_s=0.1, flush_interval_s=0.05)
+    for step in range(1, 200):
+        tracker.record_step(step, time.time(), time.time())
+    deadline = time.monotonic() + 3
+    while not transport.of_kind("client_stats") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert transport.of_kind("client_stats")[0]["dropped_events"] == tracker.stats().dropped_events > 0
+
+
+def test_finish_emits_attempt_end_and_run_end_on_rank_zero_only(make_tracker: Any) -> None:
+    t0, t1 = InMemoryTransport(), InMemoryTransport()
+    rank0 = make_tracker(transport=t0, rank=0)
+    rank1 = make_tracker(transport=t1, rank=1)
+    assert rank0.finish("finished")
+    assert rank1.finish("finished")
+    assert [e["reason"] for e in t0.of_kind("attempt_end")] == ["completed"]
+    assert [e["status"] for e in t0.of_kind("run_end")] == ["finished"]
+    assert "rank" not in t0.of_kind("run_end")[0]
+    assert [e["reason"] for e in t1.of_kind("attempt_end")] == ["completed"]
+    assert t1.of_kind("run_end") == []
+
+
+def test_attempt_end_is_emitted_once(make_tracker: Any) -> None:
+    transport = InMemoryTransport()
+    tracker = make_tracker(transport=transport)
+    assert tracker.end_attempt("preempted", detail="SIGTERM")
+    assert not tracker.end_attempt("failed")
+    tracker.finish()
+    assert [(e["reason"], e.get("detail")) for e in transport.of_kind("attempt_end")] == [("preempted", "SIGTERM")]
+
+
+def test_offline_mode_spools_and_sends_nothing(make_tracker: Any, tmp_path: Path) -> None:
+    transport = InMemoryTransport()
+    tracker = make_tracker(transport=transport, mode="offline")
+    tracker.record_step(1, time.time(), time.time())
+    assert tracker.flush(5.0)
+    assert transport.batches == []
+    kinds = [r["kind"] for r in spooled_records(tmp_path / "spool")]
+    assert kinds == ["attempt_start", "steps"]
+    tracker.shutdown(1.0)
+    assert list((tmp_path / "spool").rglob("*.spool")), "offline data stays on disk for `goodput sync`"
+
+
+def test_disabled_mode_records_nothing_and_starts_no_thread(make_tracker: Any, tmp_path: Path) -> None:
+    import threading
+
+    before = {t.name for t in threading.enumerate()}
+    tracker = make_tracker(mode="disabled")
+    with tracker.step(1) as s:
+        s.loss = 1.0
+    with tracker.checkpoint(1), tracker.collective("x"):
+        pass
+    tracker.record_step(2, 0.0, 1.0)
+    assert not tracker.enabled
+    assert tracker.flush(1.0) is False
+    assert tracker.stats() is None
+    assert not (tmp_path / "spool").exists()
+    assert [t.name for t in threading.enumerate() if t.name not in before].count("goodput-flusher") == 0
