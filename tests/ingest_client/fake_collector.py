@@ -24,7 +24,7 @@ class Reply:
 class FakeCollector:
     def __init__(self, token: str | None = None) -> None:
         self.token = token
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.events: list[dict[str, Any]] = []  # unique by event_id
         self.event_ids: set[str] = set()
         self.duplicates = 0
@@ -43,7 +43,7 @@ class FakeCollector:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
     @property

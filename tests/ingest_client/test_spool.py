@@ -1,0 +1,134 @@
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from ingest_client.spool import (
+    FRAME_HEADER,
+    SpoolWriter,
+    claim_orphans,
+    encode_frame,
+    read_ack,
+    read_frames,
+    write_ack,
+)
+from ingest_client.sync import sync_directory
+from ingest_client.transport import InMemoryTransport
+
+
+def _payloads(n: int) -> list[bytes]:
+    return [json.dumps({"n": i}).encode() for i in range(n)]
+
+
+def _write(path: Path, payloads: list[bytes]) -> None:
+    path.write_bytes(b"".join(encode_frame(p) for p in payloads))
+
+
+def test_frames_round_trip_with_offsets(tmp_path: Path) -> None:
+    path = tmp_path / "a.000001.spool"
+    _write(path, _payloads(5))
+    batch = read_frames(path, 0, max_events=100, max_bytes=10**6)
+    assert [json.loads(p)["n"] for p in batch.payloads] == [0, 1, 2, 3, 4]
+    assert batch.end_offset == path.stat().st_size and not batch.torn
+    first_two = read_frames(path, 0, max_events=2, max_bytes=10**6)
+    rest = read_frames(path, first_two.end_offset, max_events=100, max_bytes=10**6)
+    assert [json.loads(p)["n"] for p in rest.payloads] == [2, 3, 4]
+
+
+def test_torn_last_frame_is_skipped_and_earlier_frames_kept(tmp_path: Path) -> None:
+    path = tmp_path / "a.000001.spool"
+    _write(path, _payloads(4))
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size - 3)  # the writer died in the middle of the last frame
+    batch = read_frames(path, 0, max_events=100, max_bytes=10**6)
+    assert [json.loads(p)["n"] for p in batch.payloads] == [0, 1, 2]
+    assert batch.torn
+
+
+def test_crc_detects_a_corrupt_tail(tmp_path: Path) -> None:
+    path = tmp_path / "a.000001.spool"
+    _write(path, _payloads(3))
+    data = bytearray(path.read_bytes())
+    data[-2] ^= 0xFF  # flip a byte inside the last payload: the length still fits
+    path.write_bytes(bytes(data))
+    batch = read_frames(path, 0, max_events=100, max_bytes=10**6)
+    assert [json.loads(p)["n"] for p in batch.payloads] == [0, 1]
+    assert batch.torn
+
+
+def test_garbage_header_length_is_treated_as_torn(tmp_path: Path) -> None:
+    path = tmp_path / "a.000001.spool"
+    _write(path, _payloads(2))
+    with open(path, "ab") as f:
+        f.write(FRAME_HEADER.pack(2**31, 0) + b"xx")
+    batch = read_frames(path, 0, max_events=100, max_bytes=10**6)
+    assert len(batch.payloads) == 2 and batch.torn
+
+
+def test_ack_file_round_trips_and_a_torn_ack_means_replay_from_zero(tmp_path: Path) -> None:
+    ack = tmp_path / "a.000001.ack"
+    assert read_ack(ack) == 0
+    write_ack(ack, 12345)
+    assert read_ack(ack) == 12345
+    ack.write_bytes(ack.read_bytes()[:-1] + b"\x00")
+    assert read_ack(ack) == 0
+
+
+def test_sync_replays_a_torn_spool_up_to_the_last_good_frame(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    records = [json.dumps({"event_id": f"p-{i}", "kind": "heartbeat"}).encode() for i in range(6)]
+    path = run_dir / "deadproc.000001.spool"
+    _write(path, records)
+    with open(path, "ab") as f:
+        f.write(encode_frame(b'{"event_id":"p-torn"}')[:-4])
+    transport = InMemoryTransport()
+    result = sync_directory(tmp_path, transport=transport)
+    assert [e["event_id"] for e in transport.events] == [f"p-{i}" for i in range(6)]
+    assert result.sent == 6 and result.torn_bytes > 0 and result.failed == 0
+    assert not path.exists(), "a fully replayed spool is deleted"
+
+
+def test_spool_is_bounded_and_drops_oldest_segments_with_a_count(tmp_path: Path) -> None:
+    writer = SpoolWriter(tmp_path, "proc", max_bytes=64 * 1024, metadata={"pid": os.getpid()})
+    payload = b"x" * 1000
+    for _ in range(300):  # ~300 KB into a 64 KB spool
+        writer.append([payload])
+    assert writer.total_bytes <= 64 * 1024
+    on_disk = sum(p.stat().st_size for p in tmp_path.glob("*.spool"))
+    assert on_disk == writer.total_bytes
+    kept = sum(s.records_written for s in writer.segments)
+    assert writer.dropped_records + kept == 300
+    assert writer.dropped_records > 200
+    writer.close()
+
+
+def test_live_process_spool_is_not_claimed_but_a_dead_one_is(tmp_path: Path) -> None:
+    live = SpoolWriter(tmp_path, "live", max_bytes=10**6, metadata={"pid": os.getpid()})
+    live.append([b'{"a":1}'])
+    dead = SpoolWriter(tmp_path, "dead", max_bytes=10**6, metadata={"pid": 0})
+    dead.append([b'{"a":2}'])
+    dead.close()  # releases its lock, leaves unacknowledged data
+    orphans, alive = claim_orphans(tmp_path)
+    assert alive == 1
+    assert [o.lock_path.name for o in orphans] == ["dead.lock"]
+    again, alive_again = claim_orphans(tmp_path)
+    assert again == [] and alive_again == 2, "a claimed spool is locked against other replayers"
+    for o in orphans:
+        o.release()
+    live.close()
+
+
+def test_acknowledged_closed_segments_are_deleted(tmp_path: Path) -> None:
+    writer = SpoolWriter(tmp_path, "p", max_bytes=64 * 1024, metadata={})
+    for _ in range(40):
+        writer.append([b"y" * 1000])
+    assert len(writer.segments) >= 2
+    first = writer.segments[0]
+    writer.record_ack(first, first.size, first.records_written)
+    assert not first.path.exists() and first not in writer.segments
+    last = writer.segments[-1]
+    for seg in list(writer.segments):
+        writer.record_ack(seg, seg.size, seg.records_written)
+    writer.close()
+    assert not last.path.exists() and not list(tmp_path.iterdir()), "all acknowledged: nothing left"
