@@ -118,6 +118,7 @@ def sync_main(argv: list[str]) -> int:
     parser.add_argument("--url", default=os.environ.get("GOODPUT_URL"), help="collector URL (GOODPUT_URL)")
     parser.add_argument("--token", default=os.environ.get("GOODPUT_TOKEN"), help="bearer token (GOODPUT_TOKEN)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
+    parser.add_argument("--attempts", type=int, default=MAX_ATTEMPTS, help="tries per batch before giving up")
     args = parser.parse_args(argv)
     if not args.url:
         print("goodput sync: no collector URL; pass --url or set GOODPUT_URL", file=sys.stderr)
@@ -125,7 +126,8 @@ def sync_main(argv: list[str]) -> int:
     if not Path(args.directory).is_dir():
         print(f"goodput sync: {args.directory} is not a directory", file=sys.stderr)
         return 2
-    result = sync_directory(args.directory, args.url, args.token, timeout_s=args.timeout)
+    result = sync_directory(args.directory, args.url, args.token, timeout_s=args.timeout,
+                            max_attempts=max(1, args.attempts))
     print(
         f"sent {result.sent} records, {result.already_acknowledged} already acknowledged, "
         f"{result.failed} failed, {result.rejected} rejected; "

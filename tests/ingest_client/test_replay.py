@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from ingest_client.sync import sync_directory, sync_main
+from ingest_client.transport import InMemoryTransport
+from tests.ingest_client.fake_collector import FakeCollector, closed_port_url
+
+
+def _record_while_collector_is_down(make_tracker: Any, steps: range) -> str:
+    tracker = make_tracker(url=closed_port_url())
+    for step in steps:
+        tracker.record_step(step, time.time(), time.time())
+    tracker.shutdown(0.5)  # nothing acknowledged: all of it stays in the spool
+    return tracker.proc_id
+
+
+def test_next_tracker_of_the_run_replays_what_was_never_acknowledged(
+    make_tracker: Any, collector: FakeCollector, tmp_path: Path
+) -> None:
+    old_proc = _record_while_collector_is_down(make_tracker, range(1, 51))
+    tracker = make_tracker(url=collector.url)  # same run, spool dir: the restarted worker
+    tracker.record_step(51, time.time(), time.time())
+    assert tracker.flush(5.0)
+    assert collector.step_numbers() == list(range(1, 52))
+    replayed = [e for e in collector.events if e["event_id"].startswith(old_proc)]
+    assert {e["kind"] for e in replayed} >= {"attempt_start", "steps", "client_stats"}
+    assert tracker.stats().replayed_events == len(replayed)
+    tracker.shutdown(2.0)
+    assert not list((tmp_path / "spool").rglob("*.spool")), "everything acknowledged: spool is empty"
+
+    third = make_tracker(url=collector.url)
+    assert third.flush(5.0)
+    assert collector.duplicates == 0, "nothing is replayed twice after an ack"
+    assert third.stats().replayed_events == 0
+
+
+def test_replay_only_touches_the_same_run(make_tracker: Any, collector: FakeCollector) -> None:
+    tracker = make_tracker(url=closed_port_url(), run_id="other-run")
+    tracker.record_step(1, time.time(), time.time())
+    tracker.shutdown(0.5)
+    fresh = make_tracker(url=collector.url, run_id="run-test")
+    assert fresh.flush(5.0)
+    assert {e["run_id"] for e in collector.events} == {"run-test"}
+
+
+def test_sync_directory_sends_offline_spools_once(make_tracker: Any, collector: FakeCollector, tmp_path: Path) -> None:
+    for rank in range(2):
+        tracker = make_tracker(mode="offline", rank=rank)
+        for step in range(1, 21):
+            tracker.record_step(step, time.time(), time.time())
+        tracker.finish()
+    live = make_tracker(mode="offline", run_id="still-running")  # a live process: skipped
+    live.flush(1.0)
+
+    result = sync_directory(tmp_path / "spool", collector.url)
+    assert result.sent == 2 * 4  # per rank: attempt_start, steps, attempt_end, client_stats
+    assert (result.failed, result.rejected, result.live_processes) == (0, 0, 1)
+    assert sorted(e["rank"] for e in collector.of_kind("steps")) == [0, 1]
+    assert all(e["step"] == list(range(1, 21)) for e in collector.of_kind("steps"))
+
+    again = sync_directory(tmp_path / "spool", collector.url)
+    assert again.sent == 0 and collector.duplicates == 0
+
+
+def test_sync_counts_records_acknowledged_before_a_crash(make_tracker: Any, tmp_path: Path) -> None:
+    transport = InMemoryTransport()
+    tracker = make_tracker(transport=transport)
+    tracker.record_step(1, time.time(), time.time())
+    assert tracker.flush(5.0)  # attempt_start + steps acknowledged
+    tracker._pipeline.transport = None  # the collector "disappears"; later records stay unsent
+    tracker.record_step(2, time.time(), time.time())
+    tracker.flush(5.0)
+    tracker._pipeline._stop.set()  # stop without deleting files, like a process that died
+    tracker._pipeline.buffer.wake.set()
+    tracker._pipeline._thread.join(2)
+
+    later = InMemoryTransport()
+    result = sync_directory(tmp_path / "spool", transport=later)
+    assert result.already_acknowledged == 2
+    assert result.sent == 1 and later.of_kind("steps")[0]["step"] == [2]
+
+
+def test_sync_main_prints_counts_and_fails_while_the_collector_is_down(
+    make_tracker: Any, collector: FakeCollector, tmp_path: Path, capsys: Any
+) -> None:
+    tracker = make_tracker(mode="offline")
+    tracker.record_step(1, time.time(), time.time())
+    tracker.shutdown(1.0)
+    spool = str(tmp_path / "spool")
+    assert sync_main([spool, "--url", closed_port_url(), "--timeout", "0.2", "--attempts", "2"]) == 1
+    assert capsys.readouterr().out.startswith("sent 0 records, 0 already acknowledged, 3 failed")
+    assert sync_main([spool, "--url", collector.url]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("sent 3 records, 0 already acknowledged, 0 failed, 0 rejected")
+    assert collector.step_numbers() == [1]
+    assert sync_main([spool]) == 2  # no URL
