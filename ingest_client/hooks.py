@@ -23,6 +23,8 @@ def build_ddp_comm_hook(tracker: Tracker, op: str = "all_reduce") -> Callable[[A
     process group (None = the default group), as for ``allreduce_hook``. The completion callback
     runs on the communication thread and only appends to the tracker's deque.
     """
+    import torch
+    import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     allreduce_hook = default_hooks.allreduce_hook
@@ -40,4 +42,8 @@ def build_ddp_comm_hook(tracker: Tracker, op: str = "all_reduce") -> Callable[[A
 
         return future.then(_record)
 
+    # DDP checks the hook's annotations; this module's are strings (`from __future__ import annotations`).
+    timed_allreduce_hook.__annotations__ = {
+        "state": object, "bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor],
+    }
     return timed_allreduce_hook
