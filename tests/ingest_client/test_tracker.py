@@ -199,3 +199,36 @@ def test_disabled_mode_records_nothing_and_starts_no_thread(make_tracker: Any, t
     assert tracker.stats() is None
     assert not (tmp_path / "spool").exists()
     assert [t.name for t in threading.enumerate() if t.name not in before].count("goodput-flusher") == 0
+
+
+def test_bounded_spool_drops_oldest_and_the_count_reaches_the_collector(make_tracker: Any, tmp_path: Path) -> None:
+    from ingest_client.transport import SendResult, SendStatus
+
+    class Switchable(InMemoryTransport):
+        down = True
+
+        def send(self, events: Any, /, *, timeout_s: float | None = None) -> SendResult:
+            if self.down:
+                return SendResult(status=SendStatus.RETRY, message="down")
+            return super().send(events, timeout_s=timeout_s)
+
+    transport = Switchable()
+    tracker = make_tracker(transport=transport, spool_max_bytes=64 * 1024, flush_interval_s=0.01)
+    now = time.time()
+    for batch in range(40):  # ~40 x 200 steps with losses: far more than 64 KiB
+        for i in range(200):
+            step = batch * 200 + i + 1
+            tracker.record_step(step, now, now, loss=float(step), lr=0.001)
+        tracker.flush(0.2)
+    on_disk = sum(p.stat().st_size for p in (tmp_path / "spool").rglob("*.spool"))
+    assert on_disk <= 64 * 1024
+    dropped = tracker.stats().spool_dropped_events
+    assert dropped > 0
+    transport.down = False
+    assert tracker.flush(5.0)
+    tracker.shutdown(5.0)
+    final = transport.of_kind("client_stats")[-1]
+    assert final["spool_dropped_events"] == dropped
+    assert final["send_failures"] == tracker.stats().send_failures > 0
+    delivered = sorted(s for e in transport.of_kind("steps") for s in e["step"])
+    assert delivered[-1] == 8000 and len(delivered) < 8000  # the newest survive, the oldest were dropped
