@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -14,20 +13,15 @@ from tests.ingest_client.conftest import spooled_records
 torch = pytest.importorskip("torch")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _worker(rank: int, world_size: int, port: int, spool_dir: str) -> None:
+def _worker(rank: int, world_size: int, store: str, spool_dir: str) -> None:
     import torch.distributed as dist
     from torch import nn
 
     import ingest_client as goodput
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size))
+    # A file store: no TCP port to race for.
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
     tracker = goodput.init(run_id="ddp-run", mode="offline", spool_dir=spool_dir, install_handlers=False)
     model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)))
     model.register_comm_hook(state=None, hook=tracker.ddp_comm_hook())
@@ -47,7 +41,7 @@ def _worker(rank: int, world_size: int, port: int, spool_dir: str) -> None:
 def test_ddp_comm_hook_records_allreduce_rows_per_rank(tmp_path: Path) -> None:
     import torch.multiprocessing as mp
 
-    mp.spawn(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, str(tmp_path / "store"), str(tmp_path / "spool")), nprocs=2, join=True)
     records = spooled_records(tmp_path)
     collectives = [r for r in records if r["kind"] == "collectives"]
     assert sorted({r["rank"] for r in collectives}) == [0, 1]

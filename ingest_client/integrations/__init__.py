@@ -1,0 +1,1 @@
+"""Optional framework callbacks; each module imports its framework only when imported itself."""
