@@ -147,6 +147,8 @@ class _Simulation:
         self.truth.allocated += seconds * self.g
 
     def keep(self, duration: float, straggle: float, slow_rank: int) -> None:
+        if not self.c.collectives:
+            straggle = 0.0  # without collective timings the ledger cannot see (and does not charge) stragglers
         self.truth.steps_kept += 1
         self.truth.allocated += duration * self.g
         self.truth.waste["idle"] += duration * (self.g - self.on)
@@ -165,8 +167,9 @@ class _Simulation:
         c, out = self.c, self.out
         t = c.start_time
         out.emit("run_submitted", t, gpus=self.g)
-        t += c.queue_s
-        self.truth.queue_s = c.queue_s
+        admitted = t + c.queue_s
+        self.truth.queue_s = admitted - t
+        t = admitted
         out.emit("allocation_start", t, gpus=self.g)
         begin = t  # startup of the next attempt runs from here to its first step
         attempt = 0
@@ -194,8 +197,9 @@ class _Simulation:
             t += c.relaunch_s
 
     def close(self, t: float, status: str) -> SimResult:
-        self.out.emit("allocation_end", t + self.c.tail_s)
-        self.book_idle(self.c.tail_s)
+        alloc_end = t + self.c.tail_s
+        self.out.emit("allocation_end", alloc_end)
+        self.book_idle(alloc_end - t)
         self.truth.status = status
         return SimResult(config=self.c, events=self.out.events, truth=self.truth)
 
@@ -214,6 +218,7 @@ class _Simulation:
         torn_from: float | None = None
         failed_at: float | None = None
         detect = c.detect_s
+        startup_booked_until: float | None = None
 
         first_step_at = t + c.startup_s
         if fail_at < first_step_at:
@@ -221,6 +226,7 @@ class _Simulation:
         else:
             t = first_step_at
             self.book("startup", t - begin)
+            startup_booked_until = t
             while step < self.target:
                 s_no = step + 1
                 computes = [self._compute(r) for r in range(w)]
@@ -235,10 +241,12 @@ class _Simulation:
                     break
                 straggle = (slowest - statistics.median(computes)) * self.on
                 loss = 2.0 * math.exp(-s_no / 5000.0) + 0.01 * math.sin(s_no)
+                end_t = t + duration
                 for r in range(w):
-                    rows[r].append((s_no, t, t + duration, loss, t + computes[r]))
-                done.append((s_no, duration, straggle, computes.index(slowest)))
-                t += duration
+                    rows[r].append((s_no, t, end_t, loss, t + computes[r]))
+                # book what the timestamps say (epoch floats round), so truth and events agree exactly
+                done.append((s_no, end_t - t, straggle, computes.index(slowest)))
+                t = end_t
                 step = s_no
                 last_progress = t
                 self.truth.furthest_step = max(self.truth.furthest_step, step)
@@ -250,8 +258,9 @@ class _Simulation:
                     if fail_at < t + c.checkpoint_s:
                         failed_at, torn_from = fail_at, t
                         break
-                    t += c.checkpoint_s
-                    self.book("checkpoint", c.checkpoint_s)
+                    ck_end = t + c.checkpoint_s
+                    self.book("checkpoint", ck_end - t)
+                    t = ck_end
                     for r in range(w):
                         out.emit("checkpoint_end", t, attempt=attempt, rank=r, step=step, ok=True)
                     self.saved = step
@@ -277,8 +286,8 @@ class _Simulation:
             else:  # thrown away: the next attempt resumes from the last checkpoint
                 self.truth.steps_reworked += 1
                 self.book("rework", duration)
-        if last_progress is None:
-            self.book("startup", end - begin)  # never reached its first step
+        if last_progress is None:  # no step completed: all of the attempt was startup
+            self.book("startup", end - (begin if startup_booked_until is None else startup_booked_until))
         elif torn_from is not None:
             self.book("checkpoint", end - torn_from)  # a torn write blocks until the teardown
         else:

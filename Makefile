@@ -1,0 +1,43 @@
+# Two commands on a fresh machine:
+#   make demo   installs everything, starts the collector + dashboard on SQLite and feeds it a real torchrun job
+#   make test   installs everything and runs the whole test suite (SQLite and the local PostgreSQL)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PORT ?= 8000
+
+.PHONY: install system-deps demo test test-fast bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# The CPU build of torch first, pinned: an unpinned torch pulls a multi-GB CUDA build.
+	$(PY) -m pip install -q "torch==2.13.0"
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+install: $(VENV)/.installed
+
+# Debian packages the browser and Prometheus tests drive (root, apt). Skipped when already present.
+system-deps:
+	@bash scripts/system-deps.sh
+
+demo: install
+	$(PY) scripts/demo.py --port $(PORT)
+
+test: install system-deps
+	@bash scripts/ensure-postgres.sh
+	$(PY) -m pytest -q
+
+test-fast: install
+	$(PY) -m pytest -q -m "not torchrun"
+
+bench: install
+	@bash scripts/ensure-postgres.sh
+	$(PY) benchmarks/ingest.py
+	$(PY) benchmarks/ledger.py
+	$(PY) benchmarks/client_overhead.py
+
+clean:
+	rm -rf $(VENV) .demo *.egg-info

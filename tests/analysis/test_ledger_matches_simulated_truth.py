@@ -1,0 +1,93 @@
+"""Property: for any simulated job, the ledger equals the truth the simulator booked while simulating."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from services.analysis.ledger import build_ledger
+from services.analysis.run_data import run_data_from_events
+from services.simulate import SimConfig, simulate
+from tests.ledger_checks import assert_partition
+
+
+def assert_matches_truth(ledger, truth) -> None:  # type: ignore[no-untyped-def]
+    got = ledger.to_dict()
+    want = truth.as_dict()
+    scale = max(want["allocated_gpu_seconds"], 1.0)
+    assert got["allocated_gpu_seconds"] == pytest.approx(want["allocated_gpu_seconds"], rel=1e-9)
+    assert got["productive_gpu_seconds"] == pytest.approx(want["productive_gpu_seconds"], abs=1e-7 * scale)
+    for key, value in want["waste_gpu_seconds"].items():
+        assert got["waste_gpu_seconds"][key] == pytest.approx(value, abs=1e-7 * scale), key
+    assert got["queue_seconds"] == pytest.approx(want["queue_seconds"])
+    assert got["at_risk_gpu_seconds"] == pytest.approx(want["at_risk_gpu_seconds"], abs=1e-7 * scale)
+    assert got["restarts"] == want["restarts"]
+    assert got["failures"] == want["failures"]
+    assert got["status"] == want["status"]
+    assert got["steps"]["kept"] == want["steps"]["kept"]
+    assert got["steps"]["reworked"] == want["steps"]["reworked"]
+    assert [a["resume_step"] for a in got["attempts"]] == want["resume_steps"][: len(got["attempts"])]
+    by_rank_got, by_rank_want = got["straggler_gpu_seconds_by_rank"], want["straggler_gpu_seconds_by_rank"]
+    for rank in set(by_rank_got) | set(by_rank_want):  # ranks that cost nothing may be absent on either side
+        assert by_rank_got.get(rank, 0.0) == pytest.approx(by_rank_want.get(rank, 0.0), abs=1e-7 * scale), rank
+    assert_partition(got)
+
+
+configs = st.builds(
+    SimConfig,
+    ranks=st.integers(1, 12),
+    gpus=st.one_of(st.none(), st.integers(1, 16)),
+    hours=st.floats(0.01, 0.15),
+    step_s=st.floats(0.2, 3.0),
+    comm_s=st.floats(0.0, 0.2),
+    mtbf_s=st.one_of(st.none(), st.floats(60.0, 2000.0)),
+    checkpoint_every=st.integers(1, 200),
+    checkpoint_s=st.floats(0.5, 30.0),
+    startup_s=st.floats(1.0, 120.0),
+    relaunch_s=st.floats(0.0, 20.0),
+    detect_s=st.floats(0.0, 120.0),
+    hang_at_step=st.one_of(st.none(), st.integers(1, 300)),
+    hang_s=st.floats(10.0, 900.0),
+    straggler_rank=st.one_of(st.none(), st.just(0)),
+    straggler_factor=st.floats(1.0, 3.0),
+    straggler_prob=st.floats(0.0, 1.0),
+    jitter=st.floats(0.0, 0.3),
+    queue_s=st.floats(0.0, 600.0),
+    end=st.sampled_from(["finished", "failed", "running"]),
+    max_failures=st.integers(1, 8),
+    collectives=st.booleans(),
+    seed=st.integers(0, 2**31),
+    records_per_rank=st.integers(1, 500),
+)
+
+
+@settings(max_examples=int(os.environ.get("GOODPUT_HYPOTHESIS_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=configs)
+def test_ledger_equals_the_simulators_truth(config: SimConfig) -> None:
+    if config.gpus is not None and config.gpus < 1:
+        return
+    result = simulate(config)
+    ledger = build_ledger(run_data_from_events(config.run_id, result.events))
+    assert_matches_truth(ledger, result.truth)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), mtbf=st.floats(100.0, 1000.0))
+def test_shuffled_and_replayed_events_give_the_same_ledger(seed: int, mtbf: float) -> None:
+    result = simulate(SimConfig(hours=0.1, mtbf_s=mtbf, seed=seed, straggler_rank=1, jitter=0.1))
+    baseline = build_ledger(run_data_from_events(result.config.run_id, result.events)).to_dict()
+    events = result.events[:]
+    rng = random.Random(seed)
+    rng.shuffle(events)
+    # a replay regroups steps under new ids: split some compact records in two
+    replayed = []
+    for e in events[: len(events) // 3]:
+        if e["kind"] == "steps" and len(e["step"]) > 1:
+            half = len(e["step"]) // 2
+            replayed.append({**e, "event_id": e["event_id"] + "/a", **{k: e[k][:half] for k in ("step", "start", "end", "loss", "lr")}})
+    again = build_ledger(run_data_from_events(result.config.run_id, events + replayed)).to_dict()
+    assert again == baseline
