@@ -134,6 +134,8 @@ def launch_main(argv: list[str]) -> int:
     if "--" in argv:
         split = argv.index("--")
         own, command = argv[:split], argv[split + 1 :]
+    elif argv and argv[0].startswith("-"):  # options only (e.g. --help): no command
+        own, command = argv, []
     else:
         own, command = [], argv
     parser = argparse.ArgumentParser(prog="goodput launch", description=__doc__.splitlines()[0] if __doc__ else None)

@@ -20,6 +20,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ingest_client.launch import launch_main
 
         return launch_main(args[1:])
+    if args and args[0] == "sync":
+        from ingest_client.sync import sync_main
+
+        return sync_main(args[1:])
     parser = _parser()
     ns = parser.parse_args(args)
     if not hasattr(ns, "handler"):
@@ -86,9 +90,8 @@ def _parser() -> argparse.ArgumentParser:
     ledger.add_argument("--json", action="store_true")
     ledger.set_defaults(handler=_ledger)
 
-    sync = sub.add_parser("sync", help="send what a spool folder holds that the collector never acknowledged")
-    sync.add_argument("rest", nargs=argparse.REMAINDER)
-    sync.set_defaults(handler=lambda ns: _client_sync(ns.rest))
+    sub.add_parser("sync", help="send what a spool folder holds that the collector never acknowledged: "
+                                "goodput sync DIR [--url URL]")
 
     sub.add_parser("launch", help="run torchrun (or any launcher) and report submission/allocation/run end: "
                                   "goodput launch [--gpus N] -- torchrun ...")
@@ -198,12 +201,6 @@ def _ledger(ns: argparse.Namespace) -> int:
     from services.cli_output import print_ledger
 
     return print_ledger(_url(ns), ns.run_id, as_json=ns.json)
-
-
-def _client_sync(rest: list[str]) -> int:
-    from ingest_client.sync import sync_main
-
-    return sync_main(rest)
 
 
 def _safe(url: str) -> str:

@@ -48,7 +48,19 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     app.include_router(runs.router)
     app.include_router(health.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    if settings.dashboard:
+        _mount_dashboard(app)
     return app
+
+
+def _mount_dashboard(app: FastAPI) -> None:
+    """Single-process mode: the Dash app under /dashboard/, reading this same collector's API over HTTP."""
+    try:
+        from dashboards.mount import mount_dashboard
+    except ImportError as exc:  # the dashboard's own dependencies are missing
+        logger.warning("dashboard not served: %s (install goodput[server])", exc)
+        return
+    mount_dashboard(app)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

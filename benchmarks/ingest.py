@@ -1,0 +1,133 @@
+"""Step events per second through HTTP into PostgreSQL, next to raw binary COPY of the same rows.
+
+    python benchmarks/ingest.py [--rows 1000000] [--steps-per-record 200] [--records-per-request 10]
+
+The collector runs as its own process (`goodput serve`, one worker) and the load generator in this one, on the
+same machine. Bodies are built before timing starts. The baseline copies the same rows into the same (emptied)
+`steps` table with PostgreSQL binary COPY, in 100,000-row transactions, in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+
+import httpx
+import numpy as np
+from sqlalchemy import text
+
+from benchmarks._common import collector, machine, postgres_database
+from services.storage.db import make_engine
+from services.storage.migrate import upgrade
+from services.storage.write import copy_steps
+
+T0 = 1_767_225_600.0
+
+
+def build_bodies(rows: int, steps_per_record: int, records_per_request: int) -> list[bytes]:
+    bodies = []
+    per_request = steps_per_record * records_per_request
+    n_requests = rows // per_request
+    for q in range(n_requests):
+        events = []
+        for k in range(records_per_request):
+            rank = k
+            first = q * steps_per_record + 1
+            steps = list(range(first, first + steps_per_record))
+            start = [T0 + s * 0.5 for s in steps]
+            events.append({"event_id": f"b{q}-r{rank}", "run_id": "bench", "kind": "steps", "time": start[-1] + 0.5,
+                           "attempt": 0, "rank": rank, "step": steps, "start": start,
+                           "end": [s + 0.4 for s in start], "loss": [2.0] * steps_per_record})
+        bodies.append(json.dumps({"schema_version": 1, "events": events}).encode())
+    return bodies
+
+
+def send_all(url: str, bodies: list[bytes], concurrency: int) -> tuple[float, int]:
+    queue = list(reversed(bodies))
+    lock = threading.Lock()
+    accepted = [0]
+    errors: list[str] = []
+
+    def worker() -> None:
+        with httpx.Client(timeout=120, headers={"Content-Type": "application/json"}) as http:
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    body = queue.pop()
+                r = http.post(f"{url}/v1/events", content=body)
+                if r.status_code != 200:
+                    errors.append(r.text[:200])
+                    return
+                with lock:
+                    accepted[0] += r.json()["accepted"]
+
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    t = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    elapsed = time.perf_counter() - t
+    if errors:
+        raise RuntimeError(f"ingest failed: {errors[0]}")
+    return elapsed, accepted[0]
+
+
+def copy_baseline(engine, rows: int, chunk: int = 100_000) -> float:  # type: ignore[no-untyped-def]
+    n = rows
+    cols = {
+        "run_pk": np.ones(n, dtype=np.int32), "attempt": np.zeros(n, dtype=np.int32),
+        "rank": (np.arange(n) % 10).astype(np.int32), "step": np.arange(n, dtype=np.int64),
+        "start_time": T0 + np.arange(n) * 0.5, "end_time": T0 + np.arange(n) * 0.5 + 0.4,
+        "loss": np.full(n, 2.0), "lr": np.full(n, np.nan), "comm": np.full(n, np.nan),
+    }
+    t = time.perf_counter()
+    for i in range(0, n, chunk):
+        with engine.begin() as conn:
+            copy_steps(conn, {k: v[i:i + chunk] for k, v in cols.items()})
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--steps-per-record", type=int, default=200)
+    ap.add_argument("--records-per-request", type=int, default=10)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=2)
+    args = ap.parse_args()
+    bodies = build_bodies(args.rows, args.steps_per_record, args.records_per_request)
+    rows = len(bodies) * args.steps_per_record * args.records_per_request
+    print(f"# ingest benchmark  ({machine()})")
+    print(f"{rows} step events in {len(bodies)} requests of {args.records_per_request} compact records x "
+          f"{args.steps_per_record} steps; {args.concurrency} concurrent senders; best of {args.repeats}")
+    with postgres_database() as url:
+        engine = make_engine(url)
+        upgrade(engine)
+        best_copy = best_http = float("inf")
+        with collector(url) as base:
+            for rep in range(args.repeats):
+                with engine.begin() as conn:
+                    conn.execute(text("TRUNCATE steps, events, runs RESTART IDENTITY CASCADE"))
+                best_copy = min(best_copy, copy_baseline(engine, rows))
+                with engine.begin() as conn:
+                    conn.execute(text("TRUNCATE steps, events, runs RESTART IDENTITY CASCADE"))
+                elapsed, accepted = send_all(base, bodies, args.concurrency)
+                with engine.connect() as conn:
+                    stored = conn.execute(text("SELECT count(*) FROM steps")).scalar_one()
+                if stored != rows or accepted != len(bodies) * args.records_per_request:
+                    raise RuntimeError(f"stored {stored} rows of {rows}")
+                best_http = min(best_http, elapsed)
+                print(f"  run {rep + 1}: COPY {rows / best_copy:,.0f} rows/s   HTTP {rows / elapsed:,.0f} events/s")
+        engine.dispose()
+    http_rate, copy_rate = rows / best_http, rows / best_copy
+    print(f"raw binary COPY : {copy_rate:12,.0f} rows/s")
+    print(f"HTTP ingest     : {http_rate:12,.0f} step events/s")
+    print(f"ratio HTTP/COPY : {http_rate / copy_rate:12.2f}   (goal >= 0.7; goal >= 100,000 events/s)")
+
+
+if __name__ == "__main__":
+    main()
