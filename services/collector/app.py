@@ -12,7 +12,7 @@ from fastapi.openapi.utils import get_openapi
 from sqlalchemy import Engine
 
 from services.collector.errors import install_error_handlers
-from services.collector.routes import health, ingest, runs
+from services.collector.routes import health, ingest, runs, views
 from services.collector.schemas import EventBatch
 from services.settings import ServiceSettings
 from services.storage.db import make_engine
@@ -45,6 +45,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     app.state.writer = writer
     install_error_handlers(app)
     app.include_router(ingest.router)
+    app.include_router(views.router)  # before runs: its /v1/runs/{run_id:path} would swallow .../timeline
     app.include_router(runs.router)
     app.include_router(health.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
