@@ -1,0 +1,27 @@
+"""KPI cards: a label, a value with a stable id (the browser tests read it), and a small note."""
+
+from __future__ import annotations
+
+from dash import html
+
+from dashboards.theme import STATUS_COLORS
+
+
+def kpi_card(label: str, value: str, *, value_id: str, note: str = "", color: str | None = None,
+             title: str | None = None) -> html.Div:
+    stripe = {"borderTopColor": color} if color else {}
+    return html.Div(className="kpi", style=stripe, title=title or "", children=[
+        html.Div(label, className="kpi-label"),
+        html.Div(value, id=value_id, className="kpi-value"),
+        html.Div(note, className="kpi-note", id=f"{value_id}-note"),
+    ])
+
+
+def status_badge(status: str) -> html.Span:
+    return html.Span(status, className=f"badge badge-{status}",
+                     style={"backgroundColor": STATUS_COLORS.get(status, "#6B7280")})
+
+
+def message(text: str, *, kind: str = "info", children: list[object] | None = None) -> html.Div:
+    """A boxed message (info / warning / error) instead of a traceback or a blank page."""
+    return html.Div(className=f"message message-{kind}", children=[html.Div(text), *(children or [])])

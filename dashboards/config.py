@@ -1,0 +1,35 @@
+"""Dashboard settings: argument, then GOODPUT_DASHBOARD_* environment variable, then default.
+
+GOODPUT_DASHBOARD_API_URL      the collector's base URL. Unset in the embedded mode: the dashboard then calls
+                               the server that received the browser's request (its local address).
+GOODPUT_DASHBOARD_REFRESH_S    seconds between automatic refreshes of a page (default 5, at least 1).
+GOODPUT_DASHBOARD_TIMEOUT_S    seconds the dashboard waits for one API answer (default 60).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DashboardConfig:
+    api_url: str | None = None
+    refresh_s: float = 5.0
+    timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.refresh_s < 1:
+            raise ValueError(f"refresh_s must be at least 1 second, got {self.refresh_s} "
+                             "(set by --refresh or GOODPUT_DASHBOARD_REFRESH_S)")
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {self.timeout_s} (GOODPUT_DASHBOARD_TIMEOUT_S)")
+
+    @classmethod
+    def from_env(cls, *, api_url: str | None = None, refresh_s: float | None = None) -> DashboardConfig:
+        env = os.environ
+        return cls(
+            api_url=(api_url or env.get("GOODPUT_DASHBOARD_API_URL") or None),
+            refresh_s=refresh_s if refresh_s is not None else float(env.get("GOODPUT_DASHBOARD_REFRESH_S", "5")),
+            timeout_s=float(env.get("GOODPUT_DASHBOARD_TIMEOUT_S", "60")),
+        )

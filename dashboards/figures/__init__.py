@@ -1,0 +1,15 @@
+"""Pure figure builders: API JSON or DataFrames in, plotly figures out. No I/O, no Dash."""
+
+from dashboards.figures.common import empty_figure
+from dashboards.figures.fleet import fleet_over_time_figure, fleet_runs_figure
+from dashboards.figures.run import heatmap_figure, ledger_figure, rank_compute_figure, timeline_figure
+
+__all__ = [
+    "empty_figure",
+    "fleet_over_time_figure",
+    "fleet_runs_figure",
+    "heatmap_figure",
+    "ledger_figure",
+    "rank_compute_figure",
+    "timeline_figure",
+]

@@ -1,0 +1,252 @@
+"""Run figures: the timeline, the ledger as a waterfall, per-rank compute and its heat map."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from dashboards import format as fmt
+from dashboards.figures.common import base_figure, empty_figure, to_datetimes
+from dashboards.theme import CATEGORIES, COLORS, GRID, INK, LABELS, MUTED, template
+
+_OUTCOME_COLORS = {"completed": "#2F855A", "failed": COLORS["hang"], "preempted": COLORS["rework"],
+                   "running": "#0072B2", "ended": "#4B5563"}
+_ROW_ALLOC, _ROW_ATTEMPTS, _ROW_BAND = "Allocation", "Attempts", "GPU time"
+_MAX_MARKED = 60  # vertical lines and shaded hangs drawn at most (the rest are still in the tables)
+
+
+def timeline_figure(view: Mapping[str, Any]) -> go.Figure:
+    """Where the time went: allocations, attempts and the painted GPU time on top; step progress below."""
+    tl = view["timeline"]
+    if not tl["allocations"] and not tl["attempts"]:
+        return empty_figure("This run has not reported an allocation or an attempt yet", height=420)
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.34, 0.66], vertical_spacing=0.07)
+    fig.update_layout(template=template(), height=520, barmode="overlay", bargap=0.35,
+                      hovermode="closest", uirevision=f"timeline-{view['run_id']}",
+                      legend={"orientation": "h", "x": 0, "xanchor": "left", "y": 1.0, "yanchor": "bottom",
+                              "traceorder": "normal"}, margin={"t": 64, "l": 90})
+    _allocation_bars(fig, tl["allocations"])
+    _attempt_bars(fig, tl["attempts"], view.get("status", ""))
+    _segment_bars(fig, tl["segments"])
+    _progress_lines(fig, tl["progress"])
+    _checkpoint_marks(fig, view.get("checkpoints", []))
+    _failure_marks(fig, tl["failures"], tl["hangs"], tl["restarts"])
+    fig.update_yaxes(row=1, col=1, categoryorder="array", categoryarray=[_ROW_BAND, _ROW_ATTEMPTS, _ROW_ALLOC],
+                     showgrid=False, fixedrange=True)
+    fig.update_yaxes(row=2, col=1, title_text="step", rangemode="tozero", tickformat=",d")
+    fig.update_xaxes(type="date", row=1, col=1, showticklabels=False)
+    fig.update_xaxes(type="date", row=2, col=1, title_text="time (UTC)")
+    return fig
+
+
+def _bar(fig: go.Figure, starts: list[float], ends: list[float], row_label: str, *, color: str | list[str],
+         name: str, text: list[str] | None, hover: list[str], legend: bool, group: str) -> None:
+    start = np.asarray(starts, dtype=np.float64)
+    width_ms = (np.asarray(ends, dtype=np.float64) - start) * 1000.0
+    fig.add_trace(go.Bar(
+        base=to_datetimes(start), x=width_ms, y=[row_label] * len(start), orientation="h", name=name,
+        marker={"color": color, "line": {"width": 0}}, text=text, textposition="inside", insidetextanchor="start",
+        textfont={"color": "white", "size": 11}, hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
+        showlegend=legend, legendgroup=group,
+    ), row=1, col=1)
+
+
+def _allocation_bars(fig: go.Figure, allocations: list[dict[str, Any]]) -> None:
+    if not allocations:
+        return
+    _bar(fig, [a["start"] for a in allocations], [a["end"] for a in allocations], _ROW_ALLOC, color="#4B5563",
+         name="Allocation", legend=False, group="alloc",
+         text=[f"{a['gpus']:,} GPUs" + (" (open)" if a["open"] else "") for a in allocations],
+         hover=[f"Allocation: {a['gpus']:,} GPUs<br>{fmt.timestamp(a['start'])} → {fmt.timestamp(a['end'])} UTC"
+                f"<br>{fmt.duration(a['end'] - a['start'])}" for a in allocations])
+
+
+def _outcome(attempt: Mapping[str, Any], is_last: bool, status: str) -> str:
+    if attempt["failed"]:
+        return "failed"
+    if attempt["reason"] in ("completed", "preempted"):
+        return str(attempt["reason"])
+    return "running" if is_last and status == "running" else "ended"
+
+
+def _attempt_bars(fig: go.Figure, attempts: list[dict[str, Any]], status: str) -> None:
+    if not attempts:
+        return
+    outcomes = [_outcome(a, i == len(attempts) - 1, status) for i, a in enumerate(attempts)]
+    hover = []
+    for a, outcome in zip(attempts, outcomes):
+        steps = (f"steps {fmt.integer(a['first_step'])}–{fmt.integer(a['last_step'])}"
+                 if a["first_step"] is not None else "no step completed")
+        hover.append(f"Attempt {a['attempt']}: {outcome}<br>resumed from step {fmt.integer(a['resume_step'])}, "
+                     f"{steps}<br>{a['world_size']:,} ranks, {fmt.duration(a['end'] - a['start'])}")
+    _bar(fig, [a["start"] for a in attempts], [a["end"] for a in attempts], _ROW_ATTEMPTS,
+         color=[_OUTCOME_COLORS[o] for o in outcomes], name="Attempts", legend=False, group="attempts",
+         text=[f"#{a['attempt']} {o}" for a, o in zip(attempts, outcomes)], hover=hover)
+
+
+def _segment_bars(fig: go.Figure, segments: list[dict[str, Any]]) -> None:
+    for category in ("productive", *CATEGORIES):
+        mine = [s for s in segments if s["category"] == category]
+        if not mine:
+            continue
+        _bar(fig, [s["start"] for s in mine], [s["end"] for s in mine], _ROW_BAND, color=COLORS[category],
+             name=LABELS[category], legend=True, group=category, text=None,
+             hover=[f"{LABELS[category]}<br>{fmt.timestamp(s['start'])} → {fmt.timestamp(s['end'])} UTC"
+                    f"<br>{fmt.duration(s['end'] - s['start'])}" for s in mine])
+
+
+def _progress_lines(fig: go.Figure, progress: list[dict[str, Any]]) -> None:
+    shown_rework = False
+    for p in progress:
+        t = np.asarray(p["time"], dtype=np.float64)
+        s = np.asarray(p["step"], dtype=np.int64)
+        cut = p["rework_after_step"]
+        kept = s <= cut if cut is not None else np.ones(len(s), dtype=bool)
+        if kept.any():
+            k = np.flatnonzero(kept)
+            fig.add_trace(go.Scatter(
+                x=to_datetimes(t[k]), y=s[k], mode="lines", line={"color": INK, "width": 2},
+                name="Steps (kept)", legendgroup="steps", showlegend=False,
+                hovertemplate=f"attempt {p['attempt']}<br>step %{{y:,}}<br>%{{x|%H:%M:%S}} UTC<extra></extra>",
+            ), row=2, col=1)
+        if (~kept).any():
+            r = np.flatnonzero(~kept)
+            if kept.any():  # join the two pieces
+                r = np.concatenate([[np.flatnonzero(kept)[-1]], r])
+            fig.add_trace(go.Scatter(
+                x=to_datetimes(t[r]), y=s[r], mode="lines", line={"color": COLORS["rework"], "width": 2, "dash": "dot"},
+                name="Steps later redone (rework)", legendgroup="rework-steps", showlegend=not shown_rework,
+                hovertemplate=f"attempt {p['attempt']}: thrown away by the restart<br>step %{{y:,}}<br>"
+                              "%{x|%H:%M:%S} UTC<extra></extra>",
+            ), row=2, col=1)
+            shown_rework = True
+
+
+def _checkpoint_marks(fig: go.Figure, checkpoints: list[dict[str, Any]]) -> None:
+    if not checkpoints:
+        return
+    for ok, name, symbol, color in ((True, "Checkpoint", "diamond", COLORS["checkpoint"]),
+                                    (False, "Checkpoint failed / torn", "x-thin-open", COLORS["hang"])):
+        mine = [c for c in checkpoints if c["ok"] is ok]
+        if not mine:
+            continue
+        fig.add_trace(go.Scatter(
+            x=to_datetimes([c["end"] for c in mine]), y=[c["step"] for c in mine], mode="markers", name=name,
+            marker={"symbol": symbol, "size": 7, "color": color, "line": {"width": 2, "color": color}},
+            customdata=[[fmt.seconds(c["blocking_seconds"]), "torn" if c["torn"] else ("ok" if c["ok"] else "failed")]
+                        for c in mine],
+            hovertemplate="checkpoint at step %{y:,} (%{customdata[1]})<br>blocked %{customdata[0]}<extra></extra>",
+        ), row=2, col=1)
+
+
+def _failure_marks(fig: go.Figure, failures: list[dict[str, Any]], hangs: list[dict[str, Any]],
+                   restarts: list[dict[str, Any]]) -> None:
+    marked = [f for f in failures if f["step"] is not None]
+    if marked:
+        fig.add_trace(go.Scatter(
+            x=to_datetimes([f["time"] for f in marked]), y=[f["step"] for f in marked], mode="markers",
+            name="Failure", marker={"symbol": "x", "size": 12, "color": COLORS["hang"],
+                                    "line": {"width": 1, "color": "white"}},
+            customdata=[[f["attempt"], f["reason"]] for f in marked],
+            hovertemplate="attempt %{customdata[0]} %{customdata[1]} at step %{y:,}<br>%{x|%H:%M:%S} UTC"
+                          "<extra></extra>",
+        ), row=2, col=1)
+    for h in hangs[:_MAX_MARKED]:
+        fig.add_vrect(x0=to_datetimes([h["start"]])[0], x1=to_datetimes([h["end"]])[0], row=2, col=1,
+                      fillcolor=COLORS["hang"], opacity=0.12, line_width=0, layer="below")
+    for r in restarts[:_MAX_MARKED]:
+        fig.add_vline(x=to_datetimes([r["time"]])[0], line={"color": MUTED, "width": 1, "dash": "dot"})
+    if len(restarts) <= 12:
+        for r in restarts:
+            fig.add_annotation(x=to_datetimes([r["time"]])[0], y=1, yref="y2 domain", xanchor="left",
+                               yanchor="top", showarrow=False, text=f" restart → step {fmt.integer(r['resume_step'])}",
+                               font={"size": 10, "color": MUTED})
+
+
+def ledger_figure(ledger: Mapping[str, Any]) -> go.Figure:
+    """The ledger as a waterfall: allocated GPU-hours, minus each waste category, leaves the productive part."""
+    allocated = float(ledger["allocated_gpu_seconds"])
+    if allocated <= 0:
+        return empty_figure("Nothing allocated yet: no GPU time to account for")
+    names = ["Allocated", *(LABELS[c] for c in CATEGORIES), "Productive"]
+    values = [allocated, *(float(ledger["waste_gpu_seconds"][c]) for c in CATEGORIES),
+              float(ledger["productive_gpu_seconds"])]
+    bases, level = [], allocated
+    for c in CATEGORIES:
+        level -= float(ledger["waste_gpu_seconds"][c])
+        bases.append(level)
+    bases = [0.0, *bases, 0.0]
+    colors = ["#4B5563", *(COLORS[c] for c in CATEGORIES), COLORS["productive"]]
+    fig = base_figure(height=340, showlegend=False, bargap=0.3, uirevision="ledger")
+    fig.add_trace(go.Bar(
+        x=names, y=[v / 3600.0 for v in values], base=[b / 3600.0 for b in bases], marker={"color": colors},
+        text=[f"{fmt.gpu_hours(v)}<br>{fmt.share(v, allocated)}" if v > 0 else "0" for v in values],
+        textposition="outside",
+        textfont={"size": 11},
+        cliponaxis=False, customdata=[fmt.gpu_hours(v) for v in values],
+        hovertemplate="%{x}: %{customdata}<extra></extra>",
+    ))
+    fig.update_yaxes(title_text="GPU-hours", rangemode="tozero", range=[0, allocated / 3600.0 * 1.18])
+    fig.update_xaxes(title_text=None)
+    return fig
+
+
+def rank_compute_figure(ranks: Mapping[str, Any]) -> go.Figure:
+    """Median compute seconds per step for each rank (whisker to p90); stragglers in red."""
+    rows = ranks.get("rows") or []
+    if not rows:
+        return empty_figure("No step timings reported yet")
+    x = [r["rank"] for r in rows]
+    median = np.array([r["median_compute_s"] for r in rows])
+    p90 = np.array([r["p90_compute_s"] for r in rows])
+    slow = [r["is_straggler"] for r in rows]
+    colors = [COLORS["hang"] if s else "#6B8FB8" for s in slow]
+    fig = base_figure(height=340, showlegend=False, uirevision="ranks", bargap=0.15)
+    hover = [f"rank {r['rank']}" + (f" on {r['host']}" if r["host"] else "") +
+             f"<br>median {fmt.seconds(r['median_compute_s'])}, p90 {fmt.seconds(r['p90_compute_s'])}, "
+             f"mean {fmt.seconds(r['mean_compute_s'])}<br>{r['steps']:,} steps; straggler cost "
+             f"{fmt.gpu_hours(r['straggler_gpu_seconds'])}" for r in rows]
+    trace_cls = go.Bar if len(rows) <= 256 else go.Scattergl
+    kwargs: dict[str, Any] = {"marker": {"color": colors}} if trace_cls is go.Bar else {
+        "mode": "markers", "marker": {"color": colors, "size": [9 if s else 4 for s in slow]}}
+    fig.add_trace(trace_cls(x=x, y=median, hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
+                            error_y={"type": "data", "array": np.maximum(p90 - median, 0), "arrayminus": [0] * len(x),
+                                     "color": "#9CA3AF", "thickness": 1, "width": 0}, **kwargs))
+    overall = ranks.get("median_compute_s")
+    if overall:
+        fig.add_hline(y=overall, line={"color": MUTED, "dash": "dash", "width": 1},
+                      annotation_text=f"median of ranks {fmt.seconds(overall)}", annotation_position="top left",
+                      annotation_font={"size": 11, "color": MUTED})
+    for r in [r for r in rows if r["is_straggler"]][:5]:
+        excess = (r["median_compute_s"] / overall - 1) if overall else 0.0
+        fig.add_annotation(x=r["rank"], y=max(r["p90_compute_s"], r["median_compute_s"]), yanchor="bottom",
+                           text=f"rank {r['rank']}: {excess:+.0%}", showarrow=True, arrowhead=0, ay=-24,
+                           font={"color": COLORS["hang"], "size": 12})
+    fig.update_xaxes(title_text="rank", tickformat=",d")
+    top = float(np.nanmax(np.maximum(p90, median))) if len(rows) else 1.0
+    fig.update_yaxes(title_text="compute per step (s)", rangemode="tozero", range=[0, top * 1.25])
+    return fig
+
+
+def heatmap_figure(ranks: Mapping[str, Any]) -> go.Figure:
+    """Mean compute seconds per rank (group) and step bucket: a straggler is a bright row."""
+    heat = ranks.get("heatmap")
+    if not heat or not heat["z"]:
+        return empty_figure("No step timings reported yet")
+    n_rows = len(heat["rank_labels"])
+    fig = base_figure(height=min(560, max(300, 120 + 9 * n_rows)), uirevision="heatmap")
+    per = heat["ranks_per_row"]
+    fig.add_trace(go.Heatmap(
+        z=heat["z"], x=heat["step_centers"], y=heat["rank_labels"], colorscale="YlOrRd", hoverongaps=False,
+        colorbar={"title": {"text": "s / step", "side": "right"}, "thickness": 12, "outlinewidth": 0},
+        hovertemplate=("ranks %{y}" if per > 1 else "rank %{y}") + "<br>steps around %{x:,}<br>"
+                      "mean compute %{z:.3f} s<extra></extra>",
+    ))
+    fig.update_xaxes(title_text="step", tickformat=",d", showgrid=False)
+    fig.update_yaxes(title_text="rank" if per == 1 else f"ranks ({per} per row, slowest shown)", type="category",
+                     autorange="reversed", showgrid=False, gridcolor=GRID)
+    return fig

@@ -1,0 +1,44 @@
+"""Every component id of the dashboard, prefixed by its page."""
+
+from __future__ import annotations
+
+# app shell
+APP_INTERVAL = "app-interval"
+APP_LOCATION = "app-location"
+
+# fleet page
+FLEET_STORE = "fleet-store"
+FLEET_HASH = "fleet-hash"
+FLEET_STATUS_FILTER = "fleet-status-filter"
+FLEET_RANGE_FILTER = "fleet-range-filter"
+FLEET_RUN_FILTER = "fleet-run-filter"
+FLEET_MESSAGE = "fleet-message"
+FLEET_KPIS = "fleet-kpis"
+FLEET_TABLE = "fleet-table"
+FLEET_RUNS_GRAPH = "fleet-runs-graph"
+FLEET_OVER_TIME_GRAPH = "fleet-over-time-graph"
+FLEET_CONTENT = "fleet-content"
+FLEET_UPDATED = "fleet-updated"
+
+# run page
+RUN_ID_STORE = "run-id-store"
+RUN_STORE = "run-store"
+RUN_VERSION_STORE = "run-version-store"
+RUN_LIVE_STORE = "run-live-store"
+RUN_MESSAGE = "run-message"
+RUN_CONTENT = "run-content"
+RUN_HEADER = "run-header"
+RUN_LIVE = "run-live"
+RUN_KPIS = "run-kpis"
+RUN_TIMELINE_GRAPH = "run-timeline-graph"
+RUN_LEDGER_GRAPH = "run-ledger-graph"
+RUN_RANKS_GRAPH = "run-ranks-graph"
+RUN_HEATMAP_GRAPH = "run-heatmap-graph"
+RUN_RANKS_NOTE = "run-ranks-note"
+RUN_CHECKPOINT_TABLE = "run-checkpoint-table"
+RUN_RESTART_TABLE = "run-restart-table"
+
+
+def kpi_value(page: str, name: str) -> str:
+    """Id of one KPI card's value, e.g. `run-kpi-goodput`, `run-kpi-waste-hang`, `fleet-kpi-allocated`."""
+    return f"{page}-kpi-{name}"

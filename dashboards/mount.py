@@ -1,0 +1,29 @@
+"""Single-process mode: serve the dashboard from the collector's own FastAPI app under /dashboard/.
+
+The Dash app (Flask, WSGI) runs behind a2wsgi's WSGIMiddleware, in a2wsgi's thread pool, and reads the API
+of the same server over HTTP (see dashboards.data). In production run it as its own process instead
+(`python -m dashboards --api http://collector:8000`), so slow dashboard queries never hold up ingestion.
+"""
+
+from __future__ import annotations
+
+from a2wsgi import WSGIMiddleware
+from fastapi import FastAPI
+from fastapi.responses import RedirectResponse
+
+from dashboards.app import create_app
+from dashboards.config import DashboardConfig
+
+PREFIX = "/dashboard"
+
+
+def mount_dashboard(app: FastAPI, config: DashboardConfig | None = None) -> None:
+    dash_app = create_app(config or DashboardConfig.from_env(), requests_pathname_prefix=f"{PREFIX}/")
+
+    async def to_dashboard() -> RedirectResponse:
+        return RedirectResponse(f"{PREFIX}/")
+
+    app.add_api_route(PREFIX, to_dashboard, include_in_schema=False)
+    if not any(getattr(route, "path", None) == "/" for route in app.routes):
+        app.add_api_route("/", to_dashboard, include_in_schema=False)
+    app.mount(f"{PREFIX}/", WSGIMiddleware(dash_app.server, workers=8))  # type: ignore[arg-type]

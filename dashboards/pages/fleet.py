@@ -1,0 +1,223 @@
+"""Fleet: every run, worst first, with where its GPU time went; fleet totals and waste over time."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+from urllib.parse import quote
+
+import dash
+import flask
+from dash import Input, Output, State, callback, dcc, html, no_update
+
+from dashboards import data, figures, ids
+from dashboards import format as fmt
+from dashboards.components.empty import no_runs_yet
+from dashboards.components.kpi import kpi_card, message, status_badge
+from dashboards.theme import CATEGORIES, COLORS, DESCRIPTIONS, LABELS
+
+dash.register_page(__name__, path="/", name="Fleet", title="goodput: fleet")
+
+_STATUSES = ("running", "finished", "failed", "cancelled")
+_RANGES = {"1h": "Last hour", "24h": "Last 24 hours", "7d": "Last 7 days", "30d": "Last 30 days", "all": "All time"}
+_TABLE_LIMIT = 200
+
+
+def layout(status: str | None = None, range: str | None = None, run: str | None = None,  # noqa: A002
+           **_query: Any) -> html.Div:
+    return html.Div(children=[
+        dcc.Store(id=ids.FLEET_STORE),
+        dcc.Store(id=ids.FLEET_HASH),
+        html.Div(className="page-head", children=[
+            html.Div([html.H1("Fleet"), html.Div(id=ids.FLEET_UPDATED, className="muted")]),
+            html.Div(className="filters", children=[
+                html.Label(["Status", dcc.Dropdown(
+                    id=ids.FLEET_STATUS_FILTER, options=[{"label": s.capitalize(), "value": s} for s in _STATUSES],
+                    value=status if status in _STATUSES else None, placeholder="Any status", clearable=True,
+                    className="filter-dropdown")]),
+                html.Label(["Time range", dcc.Dropdown(
+                    id=ids.FLEET_RANGE_FILTER, options=[{"label": v, "value": k} for k, v in _RANGES.items()],
+                    value=range if range in _RANGES else "all", clearable=False, className="filter-dropdown")]),
+                html.Label(["Run id", dcc.Input(
+                    id=ids.FLEET_RUN_FILTER, type="search", value=run or "", placeholder="contains…", debounce=True,
+                    className="filter-input")]),
+            ]),
+        ]),
+        html.Div(id=ids.FLEET_MESSAGE),
+        html.Div(id=ids.FLEET_CONTENT, style={"display": "none"}, children=[
+            html.Div(id=ids.FLEET_KPIS, className="kpis"),
+            html.Div(className="card", children=[
+                html.H3("Runs, worst first"),
+                html.P("Sorted by wasted GPU-hours. The bar shows where each run's allocated GPU time went; "
+                       "hover it for the numbers, click a run to open it.", className="muted"),
+                _legend(),
+                html.Div(id=ids.FLEET_TABLE, className="table-wrap"),
+            ]),
+            html.Div(className="grid-2", children=[
+                html.Div(className="card", children=[
+                    html.H3("GPU-hours by run"),
+                    dcc.Graph(id=ids.FLEET_RUNS_GRAPH, config={"displaylogo": False}),
+                ]),
+                html.Div(className="card", children=[
+                    html.H3("GPU-hours by category over time"),
+                    html.P("Each run's hours are spread evenly over the time it was active.", className="muted"),
+                    dcc.Graph(id=ids.FLEET_OVER_TIME_GRAPH, config={"displaylogo": False}),
+                ]),
+            ]),
+        ]),
+    ])
+
+
+def _legend() -> html.Div:
+    return html.Div(className="legend", children=[
+        html.Span(className="legend-item", title=DESCRIPTIONS[c], children=[
+            html.Span(className="swatch", style={"backgroundColor": COLORS[c]}), LABELS[c]])
+        for c in ("productive", *CATEGORIES)
+    ])
+
+
+@callback(
+    Output(ids.FLEET_STORE, "data"),
+    Output(ids.FLEET_HASH, "data"),
+    Input(ids.APP_INTERVAL, "n_intervals"),
+    Input(ids.FLEET_STATUS_FILTER, "value"),
+    Input(ids.FLEET_RANGE_FILTER, "value"),
+    Input(ids.FLEET_RUN_FILTER, "value"),
+    State(ids.FLEET_HASH, "data"),
+)
+def _fetch(_n: int | None, status: str | None, range_key: str | None, run_filter: str | None,
+           previous: str | None) -> tuple[Any, Any]:
+    api = data.api()
+    try:
+        live = api.live_runs()
+        window = data.RANGES_S.get(range_key or "all")
+        since = live["server_time"] - window if window else None
+        runs = api.runs(status=status, since=since, run_id=(run_filter or "").strip() or None)["runs"]
+        store: dict[str, Any] = {
+            "runs": runs, "live": live["runs"], "server_time": live["server_time"],
+            "filtered": bool(status or window or (run_filter or "").strip()),
+        }
+    except data.ApiError as exc:
+        store = {"error": str(exc)}
+    digest = hashlib.sha1(json.dumps({k: v for k, v in store.items() if k != "server_time"}, sort_keys=True,
+                                     default=str).encode()).hexdigest()
+    if digest == previous and "error" not in store and not any(r.get("status") == "running" for r in store["runs"]):
+        return no_update, no_update  # nothing changed: keep the page (and the user's zoom) as it is
+    store["public_url"] = _public_url()
+    return store, digest
+
+
+def _public_url() -> str:
+    cfg = data.config()
+    return (cfg.api_url or flask.request.host_url).rstrip("/")
+
+
+@callback(
+    Output(ids.FLEET_MESSAGE, "children"),
+    Output(ids.FLEET_CONTENT, "style"),
+    Output(ids.FLEET_KPIS, "children"),
+    Output(ids.FLEET_TABLE, "children"),
+    Output(ids.FLEET_RUNS_GRAPH, "figure"),
+    Output(ids.FLEET_OVER_TIME_GRAPH, "figure"),
+    Output(ids.FLEET_UPDATED, "children"),
+    Input(ids.FLEET_STORE, "data"),
+)
+def _draw(store: dict[str, Any] | None) -> tuple[Any, ...]:
+    hidden, shown = {"display": "none"}, {"display": "block"}
+    blank = figures.empty_figure("")
+    if not store:
+        return message("Loading…"), hidden, [], [], blank, blank, ""
+    if "error" in store:
+        return message(store["error"], kind="error"), hidden, [], [], blank, blank, ""
+    frame = data.runs_frame(store["runs"], store["live"])
+    updated = f"Updated {fmt.timestamp(store['server_time'])} UTC"
+    if frame.empty:
+        if store["filtered"]:
+            return message("No runs match these filters. Clear a filter or widen the time range."), hidden, [], [], \
+                blank, blank, updated
+        return no_runs_yet(store["public_url"]), hidden, [], [], blank, blank, updated
+    totals = data.fleet_totals(frame)
+    buckets, width = data.fleet_over_time(frame)
+    return (None, shown, _kpis(totals, frame), _table(frame), figures.fleet_runs_figure(frame),
+            figures.fleet_over_time_figure(buckets, width), updated)
+
+
+@callback(
+    Output(ids.APP_LOCATION, "pathname"),
+    Input(ids.FLEET_RUNS_GRAPH, "clickData"),
+    prevent_initial_call=True,
+)
+def _open_clicked_run(click: dict[str, Any] | None) -> Any:
+    if not click or not click.get("points"):
+        return no_update
+    run_id = click["points"][0]["customdata"][0]
+    return dash.get_relative_path(f"/runs/{quote(run_id, safe='')}")
+
+
+def _kpis(totals: dict[str, float | None], frame: Any) -> list[html.Div]:
+    allocated = float(totals["allocated"] or 0.0)
+    hung = int(frame["possibly_hung"].sum())
+    cards = [
+        kpi_card("Fleet goodput", fmt.percent(totals["goodput"]), value_id=ids.kpi_value("fleet", "goodput"),
+                 note="productive ÷ allocated GPU time", color=COLORS["productive"]),
+        kpi_card("Allocated", fmt.gpu_hours(allocated), value_id=ids.kpi_value("fleet", "allocated"),
+                 note=f"{int(totals['runs'] or 0):,} runs, {int(totals['running'] or 0):,} running"
+                      + (f", {hung} possibly hung" if hung else "")),
+        kpi_card("Wasted", fmt.gpu_hours(totals["wasted"]), value_id=ids.kpi_value("fleet", "wasted"),
+                 note=f"{fmt.share(float(totals['wasted'] or 0.0), allocated)} of allocated",
+                 color=COLORS["hang"]),
+    ]
+    for c in CATEGORIES:
+        value = float(totals[c] or 0.0)
+        cards.append(kpi_card(LABELS[c], fmt.gpu_hours(value), value_id=ids.kpi_value("fleet", f"waste-{c}"),
+                              note=fmt.share(value, allocated), color=COLORS[c], title=DESCRIPTIONS[c]))
+    return cards
+
+
+def _table(frame: Any) -> html.Table:
+    head = html.Thead(html.Tr([html.Th(h) for h in (
+        "Run", "Status", "Goodput", "Allocated", "Where the GPU time went", "Wasted", "Restarts", "Last progress")]))
+    rows = []
+    for row in frame.head(_TABLE_LIMIT).itertuples(index=False):
+        rows.append(html.Tr(**{"data-run-id": row.run_id}, className="hung" if row.possibly_hung else "", children=[
+            html.Td(dcc.Link(row.run_id, href=dash.get_relative_path(f"/runs/{quote(row.run_id, safe='')}"),
+                             className="run-link")),
+            html.Td(status_badge(row.status)),
+            html.Td(fmt.percent(row.goodput), className="num cell-goodput"),
+            html.Td(fmt.gpu_hours(row.allocated_gpu_seconds), className="num cell-allocated"),
+            html.Td(_stacked_bar(row)),
+            html.Td(fmt.gpu_hours(row.wasted_gpu_seconds), className="num cell-wasted"),
+            html.Td(f"{row.restarts:,}", className="num"),
+            html.Td(_last_progress(row)),
+        ]))
+    extra = []
+    if len(frame) > _TABLE_LIMIT:
+        extra = [html.Caption(f"The {_TABLE_LIMIT} worst of {len(frame):,} runs; filter to see the others.")]
+    return html.Table(className="runs-table", children=[*extra, head, html.Tbody(rows)])
+
+
+def _stacked_bar(row: Any) -> html.Div:
+    allocated = float(row.allocated_gpu_seconds)
+    parts = [("productive", float(row.productive_gpu_seconds))]
+    parts += [(c, float(getattr(row, f"waste_{c}"))) for c in CATEGORIES]
+    segments = []
+    for category, value in parts:
+        if allocated <= 0 or value <= 0:
+            continue
+        segments.append(html.Span(
+            className=f"seg seg-{category}", title=f"{LABELS[category]}: {fmt.gpu_hours(value)} "
+                                                   f"({fmt.share(value, allocated)})",
+            style={"width": f"{100 * value / allocated:.3f}%", "backgroundColor": COLORS[category]}))
+    return html.Div(className="stacked", children=segments)
+
+
+def _last_progress(row: Any) -> Any:
+    if row.status != "running":
+        return html.Span(f"ended {fmt.timestamp(row.last_time)}", className="muted small")
+    since = row.seconds_since_progress
+    if since is None:
+        return html.Span("no step yet", className="muted")
+    if row.possibly_hung:
+        return html.Span(f"⚠ {fmt.duration(since)} ago: possibly hung", className="flag-hung")
+    return html.Span(f"{fmt.duration(since)} ago", className="progress-ok")

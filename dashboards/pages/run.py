@@ -1,0 +1,253 @@
+"""One run: the headline numbers, where its time went and when, per-rank compute, checkpoints and restarts."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote
+
+import dash
+from dash import Input, Output, State, callback, dash_table, dcc, html, no_update
+
+from dashboards import data, figures, ids
+from dashboards import format as fmt
+from dashboards.components.kpi import kpi_card, message, status_badge
+from dashboards.theme import CATEGORIES, COLORS, DESCRIPTIONS, FONT, GRID, INK, LABELS
+
+dash.register_page(__name__, path_template="/runs/<run_id>", name="Run",
+                   title=lambda run_id=None: f"goodput: {unquote(run_id or '')}")
+
+_GRAPH_CONFIG = {"displaylogo": False}
+
+
+def layout(run_id: str | None = None, **_query: Any) -> html.Div:
+    run_id = unquote(run_id or "")
+    return html.Div(children=[
+        dcc.Store(id=ids.RUN_ID_STORE, data=run_id),
+        dcc.Store(id=ids.RUN_STORE),
+        dcc.Store(id=ids.RUN_VERSION_STORE),
+        dcc.Store(id=ids.RUN_LIVE_STORE),
+        html.Div(className="crumbs", children=[dcc.Link("← Fleet", href=dash.get_relative_path("/"))]),
+        html.Div(id=ids.RUN_HEADER, className="page-head", children=[html.H1(run_id)]),
+        html.Div(id=ids.RUN_LIVE),
+        html.Div(id=ids.RUN_MESSAGE, children=message("Loading…")),
+        html.Div(id=ids.RUN_CONTENT, style={"display": "none"}, children=[
+            html.Div(id=ids.RUN_KPIS, className="kpis"),
+            html.Div(className="card", children=[
+                html.H3("Timeline"),
+                html.P("Top: the allocation, each attempt, and what the allocated GPUs were doing. Bottom: the "
+                       "step reached over time, with checkpoints, failures (✕), hangs (shaded) and restarts "
+                       "(dotted). Drag to zoom, double-click to reset.", className="muted"),
+                dcc.Graph(id=ids.RUN_TIMELINE_GRAPH, config=_GRAPH_CONFIG),
+            ]),
+            html.Div(className="grid-2", children=[
+                html.Div(className="card", children=[
+                    html.H3("Where the GPU-hours went"),
+                    html.P("Allocated GPU time, minus each kind of waste, leaves the productive time.",
+                           className="muted"),
+                    dcc.Graph(id=ids.RUN_LEDGER_GRAPH, config=_GRAPH_CONFIG),
+                ]),
+                html.Div(className="card", children=[
+                    html.H3("Compute time per rank"),
+                    html.P(id=ids.RUN_RANKS_NOTE, className="muted"),
+                    dcc.Graph(id=ids.RUN_RANKS_GRAPH, config=_GRAPH_CONFIG),
+                ]),
+            ]),
+            html.Div(className="card", children=[
+                html.H3("Compute time by rank and step"),
+                html.P("Mean compute seconds per step; a rank that is always slower shows as a bright row.",
+                       className="muted"),
+                dcc.Graph(id=ids.RUN_HEATMAP_GRAPH, config=_GRAPH_CONFIG),
+            ]),
+            html.Div(className="card", children=[
+                html.H3("Restarts"),
+                html.P("What each failure cost: the steps computed again (rework), the time stuck before the "
+                       "failure was torn down (hang) and the restart's startup, in GPU-hours from the ledger.",
+                       className="muted"),
+                html.Div(id=ids.RUN_RESTART_TABLE),
+            ]),
+            html.Div(className="card", children=[html.H3("Checkpoints"), html.Div(id=ids.RUN_CHECKPOINT_TABLE)]),
+        ]),
+    ])
+
+
+@callback(
+    Output(ids.RUN_LIVE_STORE, "data"),
+    Output(ids.RUN_STORE, "data"),
+    Output(ids.RUN_VERSION_STORE, "data"),
+    Input(ids.APP_INTERVAL, "n_intervals"),
+    Input(ids.RUN_ID_STORE, "data"),
+    State(ids.RUN_VERSION_STORE, "data"),
+)
+def _fetch(_n: int | None, run_id: str | None, version: int | None) -> tuple[Any, Any, Any]:
+    """Every tick: the small live document. The ledger and the views only when the run's version changed."""
+    if not run_id:
+        return no_update, {"error": "No run id in the address."}, None
+    api = data.api()
+    try:
+        live = api.live(run_id)
+        if live.get("version") is not None and live["version"] == version:
+            return live, no_update, no_update
+        ledger, view = api.ledger(run_id), api.view(run_id)
+    except data.RunNotFound:
+        return None, {"error": f"No run {run_id!r}: the collector has no events for it.", "not_found": True}, None
+    except data.ApiError as exc:
+        return None, {"error": str(exc)}, None
+    return live, {"ledger": ledger, "view": view}, view.get("version")
+
+
+@callback(
+    Output(ids.RUN_MESSAGE, "children"),
+    Output(ids.RUN_CONTENT, "style"),
+    Output(ids.RUN_HEADER, "children"),
+    Output(ids.RUN_KPIS, "children"),
+    Output(ids.RUN_TIMELINE_GRAPH, "figure"),
+    Output(ids.RUN_LEDGER_GRAPH, "figure"),
+    Output(ids.RUN_RANKS_GRAPH, "figure"),
+    Output(ids.RUN_RANKS_NOTE, "children"),
+    Output(ids.RUN_HEATMAP_GRAPH, "figure"),
+    Output(ids.RUN_RESTART_TABLE, "children"),
+    Output(ids.RUN_CHECKPOINT_TABLE, "children"),
+    Input(ids.RUN_STORE, "data"),
+    State(ids.RUN_ID_STORE, "data"),
+)
+def _draw(store: dict[str, Any] | None, run_id: str | None) -> tuple[Any, ...]:
+    blank = figures.empty_figure("")
+    if not store or "error" in store:
+        text = store["error"] if store else "Loading…"
+        extra = [dcc.Link("Back to the fleet", href=dash.get_relative_path("/"))] if store else []
+        return (message(text, kind="error" if store else "info", children=extra), {"display": "none"},
+                [html.H1(run_id or "")], [], blank, blank, blank, "", blank, [], [])
+    ledger, view = store["ledger"], store["view"]
+    ranks = view["ranks"]
+    return (
+        None, {"display": "block"}, _header(ledger), _kpis(ledger),
+        figures.timeline_figure(view), figures.ledger_figure(ledger), figures.rank_compute_figure(ranks),
+        _ranks_note(ranks, ledger), figures.heatmap_figure(ranks), _restart_table(view["restarts"]),
+        _checkpoint_table(view["checkpoints"], view.get("checkpoints_total", 0), ledger),
+    )
+
+
+@callback(Output(ids.RUN_LIVE, "children"), Input(ids.RUN_LIVE_STORE, "data"))
+def _draw_live(live: dict[str, Any] | None) -> Any:
+    if not live or live.get("status") != "running":
+        return None
+    since = live.get("seconds_since_progress")
+    at_risk = fmt.gpu_hours(live.get("at_risk_gpu_seconds"))
+    usual = fmt.seconds(live.get("median_step_seconds"))
+    if since is None:
+        text = "Running: no step completed yet."
+        return html.Div(className="live live-ok", id="run-live-banner", children=text)
+    if live.get("possibly_hung"):
+        return html.Div(className="live live-hung", id="run-live-banner", children=[
+            html.B("Possibly hung. "),
+            html.Span(f"No progress for {fmt.duration(since)}", id="run-live-since"),
+            f" (a step usually takes {usual}; flagged after {fmt.duration(live['stall_threshold_seconds'])}). "
+            f"Last step {fmt.integer(live.get('last_step'))}. ",
+            html.Span(f"{at_risk} at risk", id="run-live-at-risk"), " since the last checkpoint."])
+    return html.Div(className="live live-ok", id="run-live-banner", children=[
+        html.Span(className="pulse"), html.B("Running. "),
+        html.Span(f"Last progress {fmt.duration(since)} ago", id="run-live-since"),
+        f" (step {fmt.integer(live.get('last_step'))}; a step takes about {usual}). ",
+        html.Span(f"{at_risk} at risk", id="run-live-at-risk"), " of work since the last checkpoint."])
+
+
+def _header(ledger: dict[str, Any]) -> list[Any]:
+    bits = [f"{ledger['restarts']:,} restart{'s' if ledger['restarts'] != 1 else ''}",
+            f"{ledger['failures']:,} failure{'s' if ledger['failures'] != 1 else ''}"]
+    if ledger["first_time"] is not None:
+        bits.append(f"{fmt.timestamp(ledger['first_time'])} → {fmt.timestamp(ledger['latest_time'])} UTC")
+    if ledger["queue_seconds"]:
+        bits.append(f"queued {fmt.duration(ledger['queue_seconds'])}")
+    return [html.Div([html.H1([ledger["run_id"], " ", status_badge(ledger["status"])]),
+                      html.Div(" · ".join(bits), className="muted")])]
+
+
+def _kpis(ledger: dict[str, Any]) -> list[html.Div]:
+    allocated = float(ledger["allocated_gpu_seconds"])
+    wall = fmt.duration(ledger["allocated_wall_seconds"])
+    cards = [
+        kpi_card("Goodput", fmt.percent(ledger["goodput"]), value_id=ids.kpi_value("run", "goodput"),
+                 note="productive ÷ allocated", color=COLORS["productive"]),
+        kpi_card("Allocated", fmt.gpu_hours(allocated), value_id=ids.kpi_value("run", "allocated"),
+                 note=f"{wall} of wall time"),
+        kpi_card("Productive", fmt.gpu_hours(ledger["productive_gpu_seconds"]),
+                 value_id=ids.kpi_value("run", "productive"),
+                 note=fmt.share(float(ledger["productive_gpu_seconds"]), allocated), color=COLORS["productive"],
+                 title=DESCRIPTIONS["productive"]),
+    ]
+    for c in CATEGORIES:
+        value = float(ledger["waste_gpu_seconds"][c])
+        cards.append(kpi_card(LABELS[c], fmt.gpu_hours(value), value_id=ids.kpi_value("run", f"waste-{c}"),
+                              note=fmt.share(value, allocated), color=COLORS[c], title=DESCRIPTIONS[c]))
+    return cards
+
+
+def _ranks_note(ranks: dict[str, Any], ledger: dict[str, Any]) -> str:
+    if not ranks.get("rows"):
+        return "No step timings yet."
+    source = ranks.get("compute_source") or "step duration"
+    slow = ranks.get("straggler_ranks") or []
+    straggler = fmt.gpu_hours(ledger["waste_gpu_seconds"]["straggler"])
+    if slow:
+        names = ", ".join(str(r) for r in slow[:8]) + ("…" if len(slow) > 8 else "")
+        return (f"Median {source} per step, whisker to p90. Straggler rank{'s' if len(slow) > 1 else ''} "
+                f"{names} in red: the others waited {straggler} for them.")
+    return f"Median {source} per step, whisker to p90. No rank stands out (straggler time {straggler})."
+
+
+_TABLE_STYLE: dict[str, Any] = {
+    "style_as_list_view": True,
+    "style_header": {"backgroundColor": "#F9FAFB", "fontWeight": 600, "color": INK, "border": "none",
+                     "borderBottom": f"1px solid {GRID}"},
+    "style_cell": {"fontFamily": FONT, "fontSize": "13px", "padding": "6px 10px", "color": INK,
+                   "border": "none", "borderBottom": f"1px solid {GRID}", "textAlign": "right"},
+    "style_cell_conditional": [{"if": {"column_id": "when"}, "textAlign": "left"},
+                               {"if": {"column_id": "outcome"}, "textAlign": "left"}],
+    "style_table": {"overflowX": "auto"},
+    "page_size": 10,
+    "sort_action": "native",
+}
+
+
+def _restart_table(restarts: list[dict[str, Any]]) -> Any:
+    if not restarts:
+        return html.P("No restarts: the run kept its first attempt.", className="muted")
+    rows = [{
+        "attempt": r["attempt"], "when": fmt.timestamp(r["time"]),
+        "outcome": f"after {r['after']} at step {fmt.integer(r['failed_at_step'])}",
+        "resume": r["resume_step"], "reworked": r["steps_reworked"],
+        "rework": fmt.gpu_hours(r["rework_gpu_seconds"]), "hang": fmt.gpu_hours(r["hang_gpu_seconds"]),
+        "startup": fmt.gpu_hours(r["startup_gpu_seconds"]),
+    } for r in restarts]
+    columns = [("attempt", "Attempt"), ("when", "Restarted (UTC)"), ("outcome", "Previous attempt"),
+               ("resume", "Resume step"), ("reworked", "Steps redone"), ("rework", "Rework"), ("hang", "Hang"),
+               ("startup", "Startup")]
+    return dash_table.DataTable(id=ids.RUN_RESTART_TABLE + "-data", data=rows,
+                                columns=[{"id": k, "name": v} for k, v in columns], **_TABLE_STYLE)
+
+
+def _checkpoint_table(checkpoints: list[dict[str, Any]], total: int, ledger: dict[str, Any]) -> Any:
+    if not checkpoints:
+        return html.P("No checkpoints reported: a failure loses everything since the start.", className="muted")
+    summary = ledger["checkpoints"]
+    rows = [{
+        "attempt": c["attempt"], "step": c["step"], "when": fmt.timestamp(c["start"]),
+        "blocking": round(c["blocking_seconds"], 2),
+        "ok": "torn" if c["torn"] else ("ok" if c["ok"] else "failed"),
+    } for c in reversed(checkpoints)]
+    columns = [{"id": "step", "name": "Step", "type": "numeric", "format": {"specifier": ",d"}},
+               {"id": "attempt", "name": "Attempt", "type": "numeric"},
+               {"id": "when", "name": "Started (UTC)"},
+               {"id": "blocking", "name": "Blocking (s)", "type": "numeric", "format": {"specifier": ",.2f"}},
+               {"id": "ok", "name": "Result"}]
+    note = (f"{summary['count']:,} checkpoints: {summary['ok']:,} ok, {summary['failed']:,} failed, "
+            f"{summary['torn']:,} torn; median blocking {fmt.seconds(summary['median_blocking_seconds'])}, "
+            f"every {fmt.duration(summary['median_interval_seconds'])}. Newest first.")
+    if total > len(checkpoints):
+        note += f" Showing the last {len(checkpoints):,} of {total:,}."
+    style = dict(_TABLE_STYLE)
+    style["style_data_conditional"] = [
+        {"if": {"filter_query": '{ok} != "ok"', "column_id": "ok"}, "color": COLORS["hang"], "fontWeight": 600}]
+    return html.Div([html.P(note, className="muted"),
+                     dash_table.DataTable(id=ids.RUN_CHECKPOINT_TABLE + "-data", data=rows, columns=columns, **style)])
+
