@@ -133,6 +133,7 @@ def live_status(views: Mapping[str, Any], ledger: Mapping[str, Any], now: float)
     return {
         "run_id": ledger["run_id"],
         "status": ledger["status"],
+        "version": views.get("version"),
         "server_time": now,
         "latest_time": latest,
         "seconds_since_last_event": (now - latest) if latest is not None else None,
