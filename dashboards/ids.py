@@ -24,6 +24,7 @@ FLEET_UPDATED = "fleet-updated"
 RUN_ID_STORE = "run-id-store"
 RUN_STORE = "run-store"
 RUN_VERSION_STORE = "run-version-store"
+RUN_DRAWN_STORE = "run-drawn-store"  # version whose timeline is on the page (live patches need it)
 RUN_LIVE_STORE = "run-live-store"
 RUN_MESSAGE = "run-message"
 RUN_CONTENT = "run-content"

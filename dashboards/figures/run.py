@@ -19,12 +19,22 @@ _ROW_ALLOC, _ROW_ATTEMPTS, _ROW_BAND = "Allocation", "Attempts", "GPU time"
 _MAX_MARKED = 60  # vertical lines and shaded hangs drawn at most (the rest are still in the tables)
 
 
-def timeline_figure(view: Mapping[str, Any]) -> go.Figure:
-    """Where the time went: allocations, attempts and the painted GPU time on top; step progress below."""
+def timeline_figure(view: Mapping[str, Any], live: Mapping[str, Any] | None = None) -> go.Figure:
+    """Where the time went: allocations, attempts and the painted GPU time on top; step progress below.
+
+    The first trace is always the live "no progress" band (empty unless the run is possibly hung), so that
+    the page can move its right edge every refresh with a Patch of `data[0]`.
+    """
     tl = view["timeline"]
     if not tl["allocations"] and not tl["attempts"]:
         return empty_figure("This run has not reported an allocation or an attempt yet", height=420)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.34, 0.66], vertical_spacing=0.07)
+    band_x, band_y, band_text = stall_band(live)
+    fig.add_trace(go.Scatter(
+        x=band_x, y=band_y, mode="lines", fill="toself", fillcolor="rgba(213,94,0,0.16)",
+        line={"color": COLORS["hang"], "width": 1, "dash": "dot"}, name="No progress (live)", showlegend=False,
+        hoveron="fills", text=band_text, hoverinfo="text",
+    ), row=2, col=1)
     fig.update_layout(template=template(), height=520, barmode="overlay", bargap=0.35,
                       hovermode="closest", uirevision=f"timeline-{view['run_id']}",
                       legend={"orientation": "h", "x": 0, "xanchor": "left", "y": 1.0, "yanchor": "bottom",
@@ -41,6 +51,16 @@ def timeline_figure(view: Mapping[str, Any]) -> go.Figure:
     fig.update_xaxes(type="date", row=1, col=1, showticklabels=False)
     fig.update_xaxes(type="date", row=2, col=1, title_text="time (UTC)")
     return fig
+
+
+def stall_band(live: Mapping[str, Any] | None) -> tuple[list[str], list[float], str]:
+    """The polygon (x as UTC ISO strings, y in steps) from the last progress to the server's now, if hung."""
+    if not live or not live.get("possibly_hung") or live.get("last_progress_time") is None:
+        return [], [], ""
+    t0, t1 = to_datetimes([live["last_progress_time"], live["server_time"]])
+    top = float(live.get("last_step") or 0) * 1.04 + 1
+    text = f"No progress for {fmt.duration(live['seconds_since_progress'])}: possibly hung"
+    return [t0.isoformat(), t1.isoformat(), t1.isoformat(), t0.isoformat(), t0.isoformat()], [0, 0, top, top, 0], text
 
 
 def _bar(fig: go.Figure, starts: list[float], ends: list[float], row_label: str, *, color: str | list[str],

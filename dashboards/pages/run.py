@@ -6,7 +6,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import dash
-from dash import Input, Output, State, callback, dash_table, dcc, html, no_update
+from dash import Input, Output, Patch, State, callback, dash_table, dcc, html, no_update
 
 from dashboards import data, figures, ids
 from dashboards import format as fmt
@@ -26,6 +26,7 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
         dcc.Store(id=ids.RUN_STORE),
         dcc.Store(id=ids.RUN_VERSION_STORE),
         dcc.Store(id=ids.RUN_LIVE_STORE),
+        dcc.Store(id=ids.RUN_DRAWN_STORE),
         html.Div(className="crumbs", children=[dcc.Link("← Fleet", href=dash.get_relative_path("/"))]),
         html.Div(id=ids.RUN_HEADER, className="page-head", children=[html.H1(run_id)]),
         html.Div(id=ids.RUN_LIVE),
@@ -107,23 +108,27 @@ def _fetch(_n: int | None, run_id: str | None, version: int | None) -> tuple[Any
     Output(ids.RUN_HEATMAP_GRAPH, "figure"),
     Output(ids.RUN_RESTART_TABLE, "children"),
     Output(ids.RUN_CHECKPOINT_TABLE, "children"),
+    Output(ids.RUN_DRAWN_STORE, "data"),
     Input(ids.RUN_STORE, "data"),
     State(ids.RUN_ID_STORE, "data"),
+    State(ids.RUN_LIVE_STORE, "data"),
 )
-def _draw(store: dict[str, Any] | None, run_id: str | None) -> tuple[Any, ...]:
+def _draw(store: dict[str, Any] | None, run_id: str | None, live: dict[str, Any] | None) -> tuple[Any, ...]:
     blank = figures.empty_figure("")
     if not store or "error" in store:
         text = store["error"] if store else "Loading…"
         extra = [dcc.Link("Back to the fleet", href=dash.get_relative_path("/"))] if store else []
         return (message(text, kind="error" if store else "info", children=extra), {"display": "none"},
-                [html.H1(run_id or "")], [], blank, blank, blank, "", blank, [], [])
+                [html.H1(run_id or "")], [], blank, blank, blank, "", blank, [], [], None)
     ledger, view = store["ledger"], store["view"]
     ranks = view["ranks"]
+    timeline = figures.timeline_figure(view, live)
+    drawn = view.get("version") if timeline.data and timeline.data[0].name == "No progress (live)" else None
     return (
         None, {"display": "block"}, _header(ledger), _kpis(ledger),
-        figures.timeline_figure(view), figures.ledger_figure(ledger), figures.rank_compute_figure(ranks),
+        timeline, figures.ledger_figure(ledger), figures.rank_compute_figure(ranks),
         _ranks_note(ranks, ledger), figures.heatmap_figure(ranks), _restart_table(view["restarts"]),
-        _checkpoint_table(view["checkpoints"], view.get("checkpoints_total", 0), ledger),
+        _checkpoint_table(view["checkpoints"], view.get("checkpoints_total", 0), ledger), drawn,
     )
 
 
@@ -149,6 +154,24 @@ def _draw_live(live: dict[str, Any] | None) -> Any:
         html.Span(f"Last progress {fmt.duration(since)} ago", id="run-live-since"),
         f" (step {fmt.integer(live.get('last_step'))}; a step takes about {usual}). ",
         html.Span(f"{at_risk} at risk", id="run-live-at-risk"), " of work since the last checkpoint."])
+
+
+@callback(
+    Output(ids.RUN_TIMELINE_GRAPH, "figure", allow_duplicate=True),
+    Input(ids.RUN_LIVE_STORE, "data"),
+    State(ids.RUN_DRAWN_STORE, "data"),
+    prevent_initial_call=True,
+)
+def _move_stall_band(live: dict[str, Any] | None, drawn: int | None) -> Any:
+    """Every refresh of a running run: stretch the timeline's "no progress" band to the server's now."""
+    if not live or live.get("status") != "running" or drawn is None or live.get("version") != drawn:
+        return no_update  # no timeline of this version on the page yet: the full redraw carries the band
+    x, y, text = figures.stall_band(live)
+    patch = Patch()
+    patch["data"][0]["x"] = x
+    patch["data"][0]["y"] = y
+    patch["data"][0]["text"] = text
+    return patch
 
 
 def _header(ledger: dict[str, Any]) -> list[Any]:
