@@ -52,6 +52,7 @@ class RunStructure:
     allocations: tuple[Allocation, ...]
     allocations_reported: bool
     attempts: tuple[Attempt, ...]
+    steps: pd.DataFrame  # the run's steps, one row per (attempt, rank, step)
     job_steps: pd.DataFrame  # attempt, step, start, end, ranks (one row per attempt and step)
     checkpoints: pd.DataFrame  # attempt, step, start, end, ok, torn
 
@@ -117,6 +118,7 @@ def build_run_structure(data: RunData) -> RunStructure:
         allocations=allocations,
         allocations_reported=reported,
         attempts=attempts,
+        steps=steps,
         job_steps=job_steps,
         checkpoints=checkpoints,
     )
@@ -232,25 +234,32 @@ def _build_checkpoints(
     ck = events[events["kind"].isin(["checkpoint_start", "checkpoint_end"])]
     if ck.empty:
         return pd.DataFrame({c: pd.Series([], dtype=float if c in ("start", "end") else object) for c in columns})
+    ck = ck.assign(
+        attempt=ck["attempt"].astype(np.int64), step=ck["step"].astype(np.int64),
+        t_start=ck["time"].where(ck["kind"] == "checkpoint_start"),
+        t_end=ck["time"].where(ck["kind"] == "checkpoint_end"),
+        is_end=ck["kind"] == "checkpoint_end",
+        not_ok=(ck["kind"] == "checkpoint_end") & ~ck["ok"].map(lambda v: v is True),
+    )
+    out = ck.groupby(["attempt", "step"], sort=True).agg(
+        start=("t_start", "min"), end=("t_end", "max"), ends=("is_end", "sum"), bad=("not_ok", "sum"),
+        first_end=("t_end", "min"),
+    ).reset_index()
+    out["start"] = out["start"].fillna(out["first_end"])  # start lost: from the first end
+    out["torn"] = out["ends"] == 0
+    out["ok"] = (~out["torn"]) & (out["bad"] == 0)
     attempt_end = {a.attempt: a.end for a in attempts}
-    rows = []
-    for (attempt, step), group in ck.groupby(["attempt", "step"], sort=True):
-        starts = group.loc[group["kind"] == "checkpoint_start", "time"]
-        ends = group[group["kind"] == "checkpoint_end"]
-        start = float(starts.min()) if not starts.empty else float(ends["time"].min())
-        if not ends.empty:
-            end = float(ends["time"].max())
-            oks = ends["ok"].map(lambda v: bool(v) if v is not None and not pd.isna(v) else False)
-            ok, torn = bool(oks.all()), False
-        else:
-            # Torn write: blocked until the loop next made progress, or until the attempt ended.
-            same = job_steps[(job_steps["attempt"] == attempt) & (job_steps["start"] >= start)]
-            candidates = [attempt_end.get(int(attempt), latest if latest is not None else start)]
-            if not same.empty:
-                candidates.append(float(same["start"].min()))
-            end, ok, torn = max(start, min(c for c in candidates if c is not None)), False, True
-        rows.append({"attempt": int(attempt), "step": int(step), "start": start, "end": end, "ok": ok, "torn": torn})
-    return pd.DataFrame(rows, columns=columns)
+    for i in np.flatnonzero(out["torn"].to_numpy()):
+        # Torn write: blocked until the loop next made progress, or until the attempt ended.
+        attempt, start = int(out.at[i, "attempt"]), float(out.at[i, "start"])
+        later = job_steps[(job_steps["attempt"] == attempt) & (job_steps["start"] >= start)]
+        candidates = [attempt_end.get(attempt, latest if latest is not None else start)]
+        if not later.empty:
+            candidates.append(float(later["start"].min()))
+        out.at[i, "end"] = max(start, min(c for c in candidates if c is not None))
+    out["ok"] = out["ok"].astype(bool)
+    out["torn"] = out["torn"].astype(bool)
+    return out[columns]
 
 
 def _build_allocations(

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from services.analysis.attempts import Attempt, RunStructure, build_run_structure, dedupe_steps
+from services.analysis.attempts import Attempt, RunStructure, build_run_structure
 from services.analysis.categories import WASTE_KEYS, RunStatus, WasteCategory
 from services.analysis.painting import paint
 from services.analysis.run_data import RunData
@@ -249,10 +249,10 @@ def _claims(run: RunStructure, job_steps: pd.DataFrame, position: dict[int, int]
 def _straggler(
     data: RunData, job_steps: pd.DataFrame, run: RunStructure, kept_gpu_s: float
 ) -> tuple[float, dict[int, float]]:
-    steps = dedupe_steps(data.steps)
+    steps = run.steps
     if steps.empty or job_steps.empty:
         return 0.0, {}
-    comm = _comm_seconds(data.collectives)
+    comm = _comm_seconds(data.collectives) if data.comm is None else data.comm.rename(columns={"seconds": "coll_s"})
     frame = steps[["attempt", "rank", "step", "start", "end", "comm"]]
     if comm is not None:
         frame = frame.merge(comm, on=["attempt", "rank", "step"], how="left")
@@ -288,7 +288,7 @@ def _straggler(
 
 def _comm_seconds(collectives: pd.DataFrame) -> pd.DataFrame | None:
     if collectives.empty:
-        return None
+        return None  # no collective timings: straggler cost cannot be seen
     unique = collectives.drop_duplicates(["attempt", "rank", "step", "op", "start"])
     seconds = (unique["end"] - unique["start"]).groupby(
         [unique["attempt"], unique["rank"], unique["step"]]).sum()

@@ -7,6 +7,7 @@
                STEP_COLUMNS = attempt, rank, step, start, end, loss, lr, comm (NaN = not reported)
 `collectives`  one row per collective call on one rank:
                COLLECTIVE_COLUMNS = attempt, rank, step, op, start, end
+`comm`         optional: collective seconds summed per (attempt, rank, step): COMM_COLUMNS
 
 `run_data_from_events` turns wire-format events (docs/events.md), compact records included, into a RunData.
 Storage builds the same frames straight from its tables.
@@ -24,6 +25,7 @@ import pandas as pd
 EVENT_COLUMNS = ("kind", "time", "attempt", "rank", "step", "gpus", "world_size", "host", "ok", "reason", "status")
 STEP_COLUMNS = ("attempt", "rank", "step", "start", "end", "loss", "lr", "comm")
 COLLECTIVE_COLUMNS = ("attempt", "rank", "step", "op", "start", "end")
+COMM_COLUMNS = ("attempt", "rank", "step", "seconds")
 
 _NUMERIC_EVENT_FIELDS = ("attempt", "rank", "step", "gpus", "world_size")
 
@@ -34,6 +36,9 @@ class RunData:
     events: pd.DataFrame
     steps: pd.DataFrame
     collectives: pd.DataFrame
+    # Collective seconds already summed per (attempt, rank, step), duplicates removed (COMM_COLUMNS); when
+    # set, it stands for `collectives` in the ledger (storage computes it in the database).
+    comm: pd.DataFrame | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -157,3 +162,13 @@ def _append_collectives(acc: dict[str, list[Any]], ev: Mapping[str, Any], step: 
     acc["op"].extend(op)
     acc["start"].extend(start)
     acc["end"].extend(end)
+
+
+def comm_frame(attempt: Any = (), rank: Any = (), step: Any = (), seconds: Any = ()) -> pd.DataFrame:
+    n = len(step)
+    return pd.DataFrame({
+        "attempt": np.asarray(attempt, dtype=np.int64).reshape(n),
+        "rank": np.asarray(rank, dtype=np.int64).reshape(n),
+        "step": np.asarray(step, dtype=np.int64).reshape(n),
+        "seconds": np.asarray(seconds, dtype=np.float64).reshape(n),
+    })

@@ -37,13 +37,14 @@ def encode_step_rows(
     return rows.tobytes()
 
 
-STEP_READ_COLUMNS = ("attempt", "rank", "step", "start", "end", "loss", "lr", "comm")
-STEP_READ_ROW = _row_dtype(STEP_READ_COLUMNS, _STEP_TYPES[1:])
+def read_dtype(columns: dict[str, str]) -> np.dtype:
+    """Row layout of `COPY (SELECT ...) TO STDOUT (FORMAT binary)` for non-NULL fixed-width columns,
+    e.g. {"attempt": ">i4", "step": ">i8", "start": ">f8"}."""
+    return _row_dtype(tuple(columns), tuple(columns.values()))
 
 
-def decode_step_rows(payload: bytes) -> np.ndarray:
-    """The output of `COPY (SELECT attempt, rank, step, start, end, loss, lr, comm ...) TO STDOUT (FORMAT binary)`
-    with every column non-NULL -> a structured array with STEP_READ_COLUMNS."""
+def decode_rows(payload: bytes, dtype: np.dtype) -> np.ndarray:
+    """A binary COPY stream -> a structured array (one record per row), without a Python loop."""
     if not payload.startswith(HEADER[:11]):
         raise ValueError("not a PostgreSQL binary COPY stream")
     ext_len = int.from_bytes(payload[15:19], "big")
@@ -51,6 +52,6 @@ def decode_step_rows(payload: bytes) -> np.ndarray:
     if len(body) < 2:
         raise ValueError("truncated binary COPY stream")
     body = body[:-2]  # trailer
-    if len(body) % STEP_READ_ROW.itemsize:
-        raise ValueError("binary COPY rows are not fixed width: a NULL slipped into the step table")
-    return np.frombuffer(body, dtype=STEP_READ_ROW)
+    if len(body) % dtype.itemsize:
+        raise ValueError("binary COPY rows are not fixed width: a NULL or variable-width value slipped in")
+    return np.frombuffer(body, dtype=dtype)

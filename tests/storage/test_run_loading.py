@@ -23,7 +23,8 @@ def test_stored_run_loads_back_identically(engine) -> None:  # type: ignore[no-u
         writer.stop()
     assert ack.accepted == len(result.events)
     with engine.connect() as conn:
-        stored = load_run_data(conn, get_run(conn, "roundtrip"))
+        stored = load_run_data(conn, get_run(conn, "roundtrip"), detail=True)
+        summed = load_run_data(conn, get_run(conn, "roundtrip"))
     sent = run_data_from_events("roundtrip", result.events)
     key = ["attempt", "rank", "step"]
     a = stored.steps.sort_values(key).reset_index(drop=True)
@@ -32,4 +33,10 @@ def test_stored_run_loads_back_identically(engine) -> None:  # type: ignore[no-u
         np.testing.assert_array_equal(a[column].to_numpy(), b[column].to_numpy())
     assert np.isnan(a["comm"]).all()
     assert len(stored.collectives) == len(sent.collectives)
+    # the default load sums collective time per (attempt, rank, step) in the database
+    expected = (sent.collectives["end"] - sent.collectives["start"]).groupby(
+        [sent.collectives["attempt"], sent.collectives["rank"], sent.collectives["step"]]).sum()
+    got = summed.comm.set_index(["attempt", "rank", "step"])["seconds"].sort_index()
+    np.testing.assert_allclose(got.to_numpy(), expected.sort_index().to_numpy(), rtol=1e-12)
+    assert summed.collectives.empty and np.isnan(summed.steps["loss"]).all()
     assert sorted(stored.events["kind"]) == sorted(sent.events["kind"])
