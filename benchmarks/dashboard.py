@@ -23,20 +23,21 @@ import dataclasses
 import json
 import platform
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from services.analysis.ledger import build_ledger  # noqa: E402
-from services.analysis.run_data import RunData, collectives_frame, events_frame, steps_frame  # noqa: E402
-from services.analysis.views import build_run_views, live_status  # noqa: E402
+from services.analysis.ledger import build_ledger
+from services.analysis.run_data import (
+    RunData,
+    collectives_frame,
+    events_frame,
+    steps_frame,
+)
+from services.analysis.views import build_run_views, live_status
 
 T0 = 1_767_225_600.0
 
@@ -62,7 +63,7 @@ def big_run(ranks: int, steps: int, *, straggler: int = 123, seed: int = 0) -> R
         numbers = np.arange(first, first + count, dtype=np.int64)
         # per step: every rank computes ~1 s (the straggler 1.3x), then all-reduces until the slowest arrives
         compute = step_s * (1 + rng.uniform(-0.03, 0.03, size=(count, ranks)))
-        compute[:, straggler] *= 1.3
+        compute[:, straggler % ranks] *= 1.3
         duration = compute.max(axis=1) + comm_s
         pauses = np.where(numbers % every == 0, ckpt_s, 0.0)  # a checkpoint after every `every`-th step
         starts = t + np.concatenate([[0.0], np.cumsum(duration + pauses)[:-1]])
@@ -79,7 +80,7 @@ def big_run(ranks: int, steps: int, *, straggler: int = 123, seed: int = 0) -> R
         step_parts["step"].append(np.repeat(numbers, ranks))
         step_parts["start"].append(np.repeat(starts, ranks))
         step_parts["end"].append(np.repeat(ends, ranks))
-        step_parts["comm"].append((np.repeat(ends, ranks) - np.repeat(starts, ranks) - compute.reshape(-1)))
+        step_parts["comm"].append(np.repeat(ends, ranks) - np.repeat(starts, ranks) - compute.reshape(-1))
         t = float(ends[-1])
         if attempt == 0:
             t += 30.0  # a rank dies; the rest hang in all-reduce until the failure is torn down
@@ -116,13 +117,14 @@ def timed(fn: Any, repeats: int = 1) -> tuple[float, Any]:
 def page_figures(ledger: dict[str, Any], view: dict[str, Any]) -> list[Any]:
     """Everything the run page's draw callback builds from the API JSON."""
     from dashboards import figures
-    from dashboards.pages import run as run_page
+    from dashboards.components import run_parts
 
     return [
         figures.timeline_figure(view, view.get("live")), figures.ledger_figure(ledger),
         figures.rank_compute_figure(view["ranks"]), figures.heatmap_figure(view["ranks"]),
-        run_page._kpis(ledger), run_page._restart_table(view["restarts"]),
-        run_page._checkpoint_table(view["checkpoints"], view["checkpoints_total"], ledger),
+        run_parts.header(ledger), run_parts.kpis(ledger), run_parts.ranks_note(view["ranks"], ledger),
+        run_parts.restart_table(view["restarts"]),
+        run_parts.checkpoint_table(view["checkpoints"], view["checkpoints_total"], ledger),
     ]
 
 
@@ -146,7 +148,6 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--db-steps", type=int, default=0, help="also time the first /view from SQLite (step rows)")
     ns = ap.parse_args()
-    _use_pages_without_app()
 
     print(f"# dashboard run page, {ns.ranks:,} ranks x {ns.steps:,} steps")
     print(f"machine: {platform.machine()}, Python {platform.python_version()}, numpy {np.__version__}, "
@@ -183,16 +184,6 @@ def main() -> int:
     if ns.db_steps:
         _from_database(ns.db_steps)
     return 0
-
-
-def _use_pages_without_app() -> None:
-    """The page modules call dash.register_page at import; allow that outside a running app."""
-    import dash._pages
-
-    dash._pages.CONFIG.__setitem__("assets_folder", str(Path(__file__).resolve().parents[1] / "dashboards" / "assets"))  # type: ignore[attr-defined]
-    import dash
-
-    dash.register_page = lambda *a, **k: None  # type: ignore[assignment]
 
 
 def _from_database(n_rows: int) -> None:

@@ -41,7 +41,7 @@ def create_app(config: DashboardConfig | None = None, *, requests_pathname_prefi
         navbar(),
         html.Main(className="container", children=[dash.page_container]),
         html.Footer(className="footer", children=[
-            "goodput: productive GPU time ÷ allocated GPU time. Numbers come from the collector's API; "
-            "pages refresh every ", html.Span(f"{config.refresh_s:g} s"), "."]),
+            ("goodput: productive GPU time ÷ allocated GPU time. Numbers come from the collector's API; "
+            "pages refresh every "), html.Span(f"{config.refresh_s:g} s"), "."]),
     ])
     return app

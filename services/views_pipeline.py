@@ -30,6 +30,12 @@ class ViewsCache:
         self._capacity = capacity
         self._items: OrderedDict[str, tuple[int, dict[str, Any]]] = OrderedDict()
         self._lock = threading.Lock()
+        self._building: dict[str, threading.Lock] = {}
+
+    def build_lock(self, run_id: str) -> threading.Lock:
+        """One builder per run at a time: concurrent requests for a changed run wait for the first one."""
+        with self._lock:
+            return self._building.setdefault(run_id, threading.Lock())
 
     def get(self, run_id: str, version: int) -> dict[str, Any] | None:
         with self._lock:
@@ -66,6 +72,14 @@ def views_for_row(engine: Engine, run: RunRow, *, cache: ViewsCache = _CACHE) ->
     cached = cache.get(run.run_id, run.version)
     if cached is not None:
         return cached, ledger
+    with cache.build_lock(run.run_id):
+        cached = cache.get(run.run_id, run.version)  # built by the request we waited for
+        if cached is not None:
+            return cached, ledger
+        return _build(engine, run, ledger, cache), ledger
+
+
+def _build(engine: Engine, run: RunRow, ledger: dict[str, Any], cache: ViewsCache) -> dict[str, Any]:
     started = time.perf_counter()
     with engine.connect() as conn:
         data = load_run_data(conn, run)
@@ -75,7 +89,7 @@ def views_for_row(engine: Engine, run: RunRow, *, cache: ViewsCache = _CACHE) ->
     cache.put(run.run_id, run.version, views)
     logger.info("views built for run %s (version %d): load %.2f s, analysis %.2f s", run.run_id, run.version,
                 loaded - started, time.perf_counter() - loaded)
-    return views, ledger
+    return views
 
 
 def live_for_run(engine: Engine, run_id: str, now: float, *, cache: ViewsCache = _CACHE) -> dict[str, Any]:

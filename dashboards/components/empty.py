@@ -23,8 +23,8 @@ def no_runs_yet(api_url: str) -> html.Div:
             html.Li([html.B("Try it with a simulated run"), " (a 16-rank job with failures and a straggler):",
                      html.Pre(f"goodput simulate --url {api_url} --ranks 16 --hours 1 --mtbf 1200 "
                               "--straggler-rank 3", className="code")]),
-            html.Li([html.B("Instrument a training script"), f" and point it at this collector "
-                     f"(GOODPUT_URL={api_url}):", html.Pre(_INSTRUMENT, className="code")]),
+            html.Li([html.B("Instrument a training script"), (f" and point it at this collector "
+                     f"(GOODPUT_URL={api_url}):"), html.Pre(_INSTRUMENT, className="code")]),
             html.Li([html.B("Or wrap your torchrun command"), " so restarts and the allocation are reported too:",
                      html.Pre("goodput launch -- torchrun --nproc-per-node 8 train.py", className="code")]),
         ]),

@@ -2,7 +2,13 @@
 
 from dashboards.figures.common import empty_figure
 from dashboards.figures.fleet import fleet_over_time_figure, fleet_runs_figure
-from dashboards.figures.run import heatmap_figure, ledger_figure, rank_compute_figure, stall_band, timeline_figure
+from dashboards.figures.run import (
+    heatmap_figure,
+    ledger_figure,
+    rank_compute_figure,
+    stall_band,
+    timeline_figure,
+)
 
 __all__ = [
     "empty_figure",

@@ -6,12 +6,12 @@ from typing import Any
 from urllib.parse import unquote
 
 import dash
-from dash import Input, Output, Patch, State, callback, dash_table, dcc, html, no_update
+from dash import Input, Output, Patch, State, callback, dcc, html, no_update
 
 from dashboards import data, figures, ids
 from dashboards import format as fmt
-from dashboards.components.kpi import kpi_card, message, status_badge
-from dashboards.theme import CATEGORIES, COLORS, DESCRIPTIONS, FONT, GRID, INK, LABELS
+from dashboards.components import run_parts
+from dashboards.components.kpi import message
 
 dash.register_page(__name__, path_template="/runs/<run_id>", name="Run",
                    title=lambda run_id=None: f"goodput: {unquote(run_id or '')}")
@@ -125,10 +125,10 @@ def _draw(store: dict[str, Any] | None, run_id: str | None, live: dict[str, Any]
     timeline = figures.timeline_figure(view, live)
     drawn = view.get("version") if timeline.data and timeline.data[0].name == "No progress (live)" else None
     return (
-        None, {"display": "block"}, _header(ledger), _kpis(ledger),
+        None, {"display": "block"}, run_parts.header(ledger), run_parts.kpis(ledger),
         timeline, figures.ledger_figure(ledger), figures.rank_compute_figure(ranks),
-        _ranks_note(ranks, ledger), figures.heatmap_figure(ranks), _restart_table(view["restarts"]),
-        _checkpoint_table(view["checkpoints"], view.get("checkpoints_total", 0), ledger), drawn,
+        run_parts.ranks_note(ranks, ledger), figures.heatmap_figure(ranks), run_parts.restart_table(view["restarts"]),
+        run_parts.checkpoint_table(view["checkpoints"], view.get("checkpoints_total", 0), ledger), drawn,
     )
 
 
@@ -146,8 +146,8 @@ def _draw_live(live: dict[str, Any] | None) -> Any:
         return html.Div(className="live live-hung", id="run-live-banner", children=[
             html.B("Possibly hung. "),
             html.Span(f"No progress for {fmt.duration(since)}", id="run-live-since"),
-            f" (a step usually takes {usual}; flagged after {fmt.duration(live['stall_threshold_seconds'])}). "
-            f"Last step {fmt.integer(live.get('last_step'))}. ",
+            (f" (a step usually takes {usual}; flagged after {fmt.duration(live['stall_threshold_seconds'])}). "
+            f"Last step {fmt.integer(live.get('last_step'))}. "),
             html.Span(f"{at_risk} at risk", id="run-live-at-risk"), " since the last checkpoint."])
     return html.Div(className="live live-ok", id="run-live-banner", children=[
         html.Span(className="pulse"), html.B("Running. "),
@@ -172,105 +172,3 @@ def _move_stall_band(live: dict[str, Any] | None, drawn: int | None) -> Any:
     patch["data"][0]["y"] = y
     patch["data"][0]["text"] = text
     return patch
-
-
-def _header(ledger: dict[str, Any]) -> list[Any]:
-    bits = [f"{ledger['restarts']:,} restart{'s' if ledger['restarts'] != 1 else ''}",
-            f"{ledger['failures']:,} failure{'s' if ledger['failures'] != 1 else ''}"]
-    if ledger["first_time"] is not None:
-        bits.append(f"{fmt.timestamp(ledger['first_time'])} → {fmt.timestamp(ledger['latest_time'])} UTC")
-    if ledger["queue_seconds"]:
-        bits.append(f"queued {fmt.duration(ledger['queue_seconds'])}")
-    return [html.Div([html.H1([ledger["run_id"], " ", status_badge(ledger["status"])]),
-                      html.Div(" · ".join(bits), className="muted")])]
-
-
-def _kpis(ledger: dict[str, Any]) -> list[html.Div]:
-    allocated = float(ledger["allocated_gpu_seconds"])
-    wall = fmt.duration(ledger["allocated_wall_seconds"])
-    cards = [
-        kpi_card("Goodput", fmt.percent(ledger["goodput"]), value_id=ids.kpi_value("run", "goodput"),
-                 note="productive ÷ allocated", color=COLORS["productive"]),
-        kpi_card("Allocated", fmt.gpu_hours(allocated), value_id=ids.kpi_value("run", "allocated"),
-                 note=f"{wall} of wall time"),
-        kpi_card("Productive", fmt.gpu_hours(ledger["productive_gpu_seconds"]),
-                 value_id=ids.kpi_value("run", "productive"),
-                 note=fmt.share(float(ledger["productive_gpu_seconds"]), allocated), color=COLORS["productive"],
-                 title=DESCRIPTIONS["productive"]),
-    ]
-    for c in CATEGORIES:
-        value = float(ledger["waste_gpu_seconds"][c])
-        cards.append(kpi_card(LABELS[c], fmt.gpu_hours(value), value_id=ids.kpi_value("run", f"waste-{c}"),
-                              note=fmt.share(value, allocated), color=COLORS[c], title=DESCRIPTIONS[c]))
-    return cards
-
-
-def _ranks_note(ranks: dict[str, Any], ledger: dict[str, Any]) -> str:
-    if not ranks.get("rows"):
-        return "No step timings yet."
-    source = ranks.get("compute_source") or "step duration"
-    slow = ranks.get("straggler_ranks") or []
-    straggler = fmt.gpu_hours(ledger["waste_gpu_seconds"]["straggler"])
-    if slow:
-        names = ", ".join(str(r) for r in slow[:8]) + ("…" if len(slow) > 8 else "")
-        return (f"Median {source} per step, whisker to p90. Straggler rank{'s' if len(slow) > 1 else ''} "
-                f"{names} in red: the others waited {straggler} for them.")
-    return f"Median {source} per step, whisker to p90. No rank stands out (straggler time {straggler})."
-
-
-_TABLE_STYLE: dict[str, Any] = {
-    "style_as_list_view": True,
-    "style_header": {"backgroundColor": "#F9FAFB", "fontWeight": 600, "color": INK, "border": "none",
-                     "borderBottom": f"1px solid {GRID}"},
-    "style_cell": {"fontFamily": FONT, "fontSize": "13px", "padding": "6px 10px", "color": INK,
-                   "border": "none", "borderBottom": f"1px solid {GRID}", "textAlign": "right"},
-    "style_cell_conditional": [{"if": {"column_id": "when"}, "textAlign": "left"},
-                               {"if": {"column_id": "outcome"}, "textAlign": "left"}],
-    "style_table": {"overflowX": "auto"},
-    "page_size": 10,
-    "sort_action": "native",
-}
-
-
-def _restart_table(restarts: list[dict[str, Any]]) -> Any:
-    if not restarts:
-        return html.P("No restarts: the run kept its first attempt.", className="muted")
-    rows = [{
-        "attempt": r["attempt"], "when": fmt.timestamp(r["time"]),
-        "outcome": f"after {r['after']} at step {fmt.integer(r['failed_at_step'])}",
-        "resume": r["resume_step"], "reworked": r["steps_reworked"],
-        "rework": fmt.gpu_hours(r["rework_gpu_seconds"]), "hang": fmt.gpu_hours(r["hang_gpu_seconds"]),
-        "startup": fmt.gpu_hours(r["startup_gpu_seconds"]),
-    } for r in restarts]
-    columns = [("attempt", "Attempt"), ("when", "Restarted (UTC)"), ("outcome", "Previous attempt"),
-               ("resume", "Resume step"), ("reworked", "Steps redone"), ("rework", "Rework"), ("hang", "Hang"),
-               ("startup", "Startup")]
-    return dash_table.DataTable(id=ids.RUN_RESTART_TABLE + "-data", data=rows,
-                                columns=[{"id": k, "name": v} for k, v in columns], **_TABLE_STYLE)
-
-
-def _checkpoint_table(checkpoints: list[dict[str, Any]], total: int, ledger: dict[str, Any]) -> Any:
-    if not checkpoints:
-        return html.P("No checkpoints reported: a failure loses everything since the start.", className="muted")
-    summary = ledger["checkpoints"]
-    rows = [{
-        "attempt": c["attempt"], "step": c["step"], "when": fmt.timestamp(c["start"]),
-        "blocking": round(c["blocking_seconds"], 2),
-        "ok": "torn" if c["torn"] else ("ok" if c["ok"] else "failed"),
-    } for c in reversed(checkpoints)]
-    columns = [{"id": "step", "name": "Step", "type": "numeric", "format": {"specifier": ",d"}},
-               {"id": "attempt", "name": "Attempt", "type": "numeric"},
-               {"id": "when", "name": "Started (UTC)"},
-               {"id": "blocking", "name": "Blocking (s)", "type": "numeric", "format": {"specifier": ",.2f"}},
-               {"id": "ok", "name": "Result"}]
-    note = (f"{summary['count']:,} checkpoints: {summary['ok']:,} ok, {summary['failed']:,} failed, "
-            f"{summary['torn']:,} torn; median blocking {fmt.seconds(summary['median_blocking_seconds'])}, "
-            f"every {fmt.duration(summary['median_interval_seconds'])}. Newest first.")
-    if total > len(checkpoints):
-        note += f" Showing the last {len(checkpoints):,} of {total:,}."
-    style = dict(_TABLE_STYLE)
-    style["style_data_conditional"] = [
-        {"if": {"filter_query": '{ok} != "ok"', "column_id": "ok"}, "color": COLORS["hang"], "fontWeight": 600}]
-    return html.Div([html.P(note, className="muted"),
-                     dash_table.DataTable(id=ids.RUN_CHECKPOINT_TABLE + "-data", data=rows, columns=columns, **style)])
-

@@ -17,6 +17,7 @@ Sizes are bounded so a run of any size sends the browser a few thousand points:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,7 +26,11 @@ import pandas as pd
 
 from services.analysis.attempts import build_run_structure
 from services.analysis.categories import RunStatus
-from services.analysis.ledger import _CLAIM_CATEGORY, _claims, _kept_mask  # the ledger's own painting rules
+from services.analysis.ledger import (  # the ledger's own painting rules
+    _CLAIM_CATEGORY,
+    _claims,
+    _kept_mask,
+)
 from services.analysis.painting import paint
 from services.analysis.run_data import RunData
 
@@ -102,7 +107,7 @@ def build_restart_rows(ledger: Mapping[str, Any]) -> list[dict[str, Any]]:
     """
     attempts = list(ledger.get("attempts", []))
     rows = []
-    for prev, cur in zip(attempts, attempts[1:]):
+    for prev, cur in itertools.pairwise(attempts):
         prev_s, cur_s = prev["gpu_seconds"], cur["gpu_seconds"]
         rows.append({
             "attempt": cur["attempt"],
@@ -253,7 +258,7 @@ def _progress_stats(job_steps: pd.DataFrame, checkpoints: pd.DataFrame) -> dict[
         usual = float(np.median((job_steps["end"] - job_steps["start"]).to_numpy()))
     last_time = float(job_steps["end"].max())
     if not checkpoints.empty:
-        done = checkpoints[checkpoints["ok"] == True]  # noqa: E712
+        done = checkpoints[checkpoints["ok"].astype(bool)]
         if not done.empty:
             last_time = max(last_time, float(done["end"].max()))
     last_row = job_steps.loc[job_steps["end"].idxmax()]
@@ -378,7 +383,7 @@ def _heatmap(frame: pd.DataFrame, heat_rows: int, heat_cols: int) -> dict[str, A
         else f"{int(ranks[i * group])}-{int(ranks[min((i + 1) * group, len(ranks)) - 1])}"
         for i in range(n_groups)
     ]
-    step_labels = [int(round((col_edges[i] + col_edges[i + 1] - 1) / 2)) for i in range(n_cols)]
+    step_labels = [round(float(col_edges[i] + col_edges[i + 1] - 1) / 2) for i in range(n_cols)]
     return {
         "rank_labels": labels,
         "ranks_per_row": group,
