@@ -16,6 +16,15 @@ from dashboards.theme import CATEGORIES, COLORS, DESCRIPTIONS, LABELS
 TABLE_LIMIT = 200
 
 
+def run_href(run_id: str) -> str:
+    """The run page's address under the app's prefix (`/dashboard/runs/<quoted id>` when embedded)."""
+    path = f"/runs/{quote(run_id, safe='')}"
+    try:
+        return dash.get_relative_path(path)
+    except AttributeError:  # no Dash app configured (pure use, tests)
+        return path
+
+
 def kpis(totals: dict[str, float | None], frame: Any) -> list[html.Div]:
     allocated = float(totals["allocated"] or 0.0)
     hung = int(frame["possibly_hung"].sum())
@@ -23,7 +32,7 @@ def kpis(totals: dict[str, float | None], frame: Any) -> list[html.Div]:
         kpi_card("Fleet goodput", fmt.percent(totals["goodput"]), value_id=ids.kpi_value("fleet", "goodput"),
                  note="productive ÷ allocated GPU time", color=COLORS["productive"]),
         kpi_card("Allocated", fmt.gpu_hours(allocated), value_id=ids.kpi_value("fleet", "allocated"),
-                 note=f"{int(totals['runs'] or 0):,} runs, {int(totals['running'] or 0):,} running"
+                 note=_plural(int(totals["runs"] or 0), "run") + f", {int(totals['running'] or 0):,} running"
                       + (f", {hung} possibly hung" if hung else "")),
         kpi_card("Wasted", fmt.gpu_hours(totals["wasted"]), value_id=ids.kpi_value("fleet", "wasted"),
                  note=f"{fmt.share(float(totals['wasted'] or 0.0), allocated)} of allocated",
@@ -42,7 +51,7 @@ def runs_table(frame: Any) -> html.Table:
     rows = []
     for row in frame.head(TABLE_LIMIT).itertuples(index=False):
         rows.append(html.Tr(**{"data-run-id": row.run_id}, className="hung" if row.possibly_hung else "", children=[
-            html.Td(dcc.Link(row.run_id, href=dash.get_relative_path(f"/runs/{quote(row.run_id, safe='')}"),
+            html.Td(dcc.Link(row.run_id, href=run_href(row.run_id),
                              className="run-link")),
             html.Td(status_badge(row.status)),
             html.Td(fmt.percent(row.goodput), className="num cell-goodput"),
@@ -82,3 +91,7 @@ def last_progress(row: Any) -> Any:
     if row.possibly_hung:
         return html.Span(f"⚠ {fmt.duration(since)} ago: possibly hung", className="flag-hung")
     return html.Span(f"{fmt.duration(since)} ago", className="progress-ok")
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"

@@ -30,7 +30,7 @@ def fleet_runs_figure(runs: pd.DataFrame, limit: int = 25) -> go.Figure:
         ))
     fig.update_xaxes(title_text="GPU-hours")
     fig.update_yaxes(title_text=None, automargin=True)
-    fig.update_layout(margin={"l": 10, "t": 40}, uirevision="fleet-runs")
+    fig.update_layout(margin={"l": 10, "t": 40}, uirevision="fleet-runs", legend={"traceorder": "normal"})
     return fig
 
 
@@ -50,7 +50,7 @@ def fleet_over_time_figure(buckets: pd.DataFrame, width_label: str) -> go.Figure
         ))
     fig.update_xaxes(title_text=f"time (UTC), {width_label} buckets")
     fig.update_yaxes(title_text="GPU-hours")
-    fig.update_layout(uirevision="fleet-over-time")
+    fig.update_layout(uirevision="fleet-over-time", legend={"traceorder": "normal"})
     return fig
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 from typing import Any
-from urllib.parse import quote
 
 import dash
 import flask
@@ -152,4 +151,4 @@ def _open_clicked_run(click: dict[str, Any] | None) -> Any:
     if not click or not click.get("points"):
         return no_update
     run_id = click["points"][0]["customdata"][0]
-    return dash.get_relative_path(f"/runs/{quote(run_id, safe='')}")
+    return fleet_parts.run_href(run_id)

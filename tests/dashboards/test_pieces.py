@@ -1,0 +1,93 @@
+"""Formatting, data shaping and figure builders of the dashboard (pure: no server, no browser)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dashboards import data, figures
+from dashboards import format as fmt
+from dashboards.components import fleet_parts, run_parts
+from dashboards.theme import CATEGORIES
+
+
+def run_row(run_id: str, waste: float, status: str = "finished", first: float = 0.0, last: float = 3600.0):  # type: ignore[no-untyped-def]
+    per = dict.fromkeys(CATEGORIES, waste / len(CATEGORIES))
+    return {"run_id": run_id, "status": status, "first_time": first, "last_time": last,
+            "allocated_gpu_seconds": 7200.0 + waste, "productive_gpu_seconds": 7200.0,
+            "goodput": 7200.0 / (7200.0 + waste), "waste_gpu_seconds": per, "restarts": 0}
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0.0, "0.00 GPU-h"), (3.0, "<0.01 GPU-h"), (3600.0, "1.00 GPU-h"), (12_345_678.0, "3,429.36 GPU-h"),
+    (None, "—"),
+])
+def test_gpu_hours_are_written_one_way(seconds: float | None, text: str) -> None:
+    assert fmt.gpu_hours(seconds) == text
+
+
+def test_durations_and_percentages_read_naturally() -> None:
+    assert fmt.percent(0.57692) == "57.7%"
+    assert fmt.percent(None) == "—"
+    assert fmt.duration(5.25) == "5.2 s"
+    assert fmt.duration(725) == "12 min 05 s"
+    assert fmt.duration(3 * 3600 + 20 * 60) == "3 h 20 min"
+
+
+def test_runs_are_sorted_worst_first_and_totals_add_up() -> None:
+    frame = data.runs_frame([run_row("a", 100.0), run_row("b", 900.0), run_row("c", 500.0)])
+    assert list(frame["run_id"]) == ["b", "c", "a"]
+    totals = data.fleet_totals(frame)
+    assert totals["allocated"] == pytest.approx(3 * 7200.0 + 1500.0)
+    assert totals["goodput"] == pytest.approx(3 * 7200.0 / (3 * 7200.0 + 1500.0))
+
+
+def test_fleet_over_time_spreads_each_run_without_losing_gpu_time() -> None:
+    frame = data.runs_frame([run_row("a", 600.0, first=1000.0, last=8200.0), run_row("b", 60.0, first=5000.0,
+                                                                                      last=5060.0)])
+    buckets, width = data.fleet_over_time(frame, max_buckets=10)
+    assert width == "15 min"
+    total = frame["productive_gpu_seconds"].sum() + frame["wasted_gpu_seconds"].sum()
+    assert buckets["gpu_seconds"].sum() == pytest.approx(total)
+
+
+def test_empty_fleet_and_empty_run_draw_explanations_not_blank_axes() -> None:
+    empty = data.runs_frame([])
+    assert figures.fleet_runs_figure(empty).layout.annotations[0].text == "No runs match the filters"
+    assert figures.rank_compute_figure({"rows": []}).layout.annotations[0].text == "No step timings reported yet"
+    ledger = {"allocated_gpu_seconds": 0.0}
+    assert "Nothing allocated" in figures.ledger_figure(ledger).layout.annotations[0].text
+
+
+def test_ledger_waterfall_steps_down_from_allocated_to_productive() -> None:
+    waste = {"startup": 360.0, "checkpoint": 0.0, "rework": 720.0, "hang": 0.0, "straggler": 0.0, "idle": 0.0}
+    fig = figures.ledger_figure({"allocated_gpu_seconds": 4680.0, "productive_gpu_seconds": 3600.0,
+                                 "waste_gpu_seconds": waste})
+    bar = fig.data[0]
+    assert list(bar.x) == ["Allocated", "Startup", "Checkpoint", "Rework", "Hang", "Straggler", "Idle", "Productive"]
+    assert bar.y[0] == pytest.approx(1.3) and bar.y[-1] == pytest.approx(1.0)
+    assert bar.base[1] == pytest.approx(1.2) and bar.base[3] == pytest.approx(1.0)  # each step hangs off the last
+    assert fig.layout.yaxis.title.text == "GPU-hours"
+
+
+def test_fleet_table_row_shows_status_goodput_and_a_bar_per_category() -> None:
+    frame = data.runs_frame([run_row("r/1", 720.0, status="running")],
+                            live=[{"run_id": "r/1", "seconds_since_progress": 4000.0, "possibly_hung": True,
+                                   "at_risk_gpu_seconds": 10.0}])
+    table = fleet_parts.runs_table(frame)
+    row = table.children[1].children[0]
+    assert row.to_plotly_json()["props"]["data-run-id"] == "r/1"
+    cells = row.children
+    assert cells[0].children.href.endswith("/runs/r%2F1")
+    assert cells[2].children == fmt.percent(7200.0 / 7920.0)
+    assert len(cells[4].children.children) == 1 + len(CATEGORIES)
+    assert "possibly hung" in cells[7].children.children
+
+
+def test_run_kpis_use_the_ledgers_numbers() -> None:
+    waste = dict.fromkeys(CATEGORIES, 360.0)
+    ledger = {"allocated_gpu_seconds": 9360.0, "productive_gpu_seconds": 7200.0, "goodput": 7200.0 / 9360.0,
+              "waste_gpu_seconds": waste, "allocated_wall_seconds": 1170.0}
+    cards = {c.children[1].id: c.children[1].children for c in run_parts.kpis(ledger)}
+    assert cards["run-kpi-goodput"] == "76.9%"
+    assert cards["run-kpi-allocated"] == "2.60 GPU-h"
+    assert cards["run-kpi-waste-hang"] == "0.10 GPU-h"
