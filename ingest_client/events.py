@@ -110,6 +110,11 @@ class RecordBuilder:
         self._id_prefix = id_prefix
         self._seq = 0
         self.invalid_rows = 0  # rows dropped because a field was out of range
+        # Seconds inside collectives per in-progress step, sent as the step row's `comm` so the collector
+        # can charge stragglers without reading every collective call. Collective rows of step s always
+        # arrive before the step row of s (the step is recorded when it ends).
+        self._comm_by_step: dict[int, float] = {}
+        self._has_collectives = False
 
     def next_event_id(self) -> str:
         self._seq += 1
@@ -130,10 +135,10 @@ class RecordBuilder:
                 record = self._event_record(row)
                 if record is not None:
                     records.append(record)
-        for i in range(0, len(steps), MAX_ROWS_PER_RECORD):
-            self._append_packed(records, steps[i : i + MAX_ROWS_PER_RECORD], self._steps_record)
         for i in range(0, len(collectives), MAX_ROWS_PER_RECORD):
             self._append_packed(records, collectives[i : i + MAX_ROWS_PER_RECORD], self._collectives_record)
+        for i in range(0, len(steps), MAX_ROWS_PER_RECORD):
+            self._append_packed(records, steps[i : i + MAX_ROWS_PER_RECORD], self._steps_record)
         return records
 
     def build_event(self, kind: EventKind, time_s: float, fields: dict[str, Any] | None = None) -> Record:
@@ -186,6 +191,7 @@ class RecordBuilder:
         end: list[float] = []
         loss: list[float | None] = []
         lr: list[float | None] = []
+        comm: list[float] = []
         for _, s, t0, t1, row_loss, row_lr in rows:
             t0 = finite_or_none(t0)
             t1 = finite_or_none(t1)
@@ -197,12 +203,17 @@ class RecordBuilder:
             end.append(max(t0, t1))  # a wall-clock step backwards must not make end < start
             loss.append(finite_or_none(row_loss))
             lr.append(finite_or_none(row_lr))
+            comm.append(min(self._comm_by_step.pop(s, 0.0), end[-1] - t0))
         if not step:
             return None
         record = self._common(EventKind.STEPS.value, max(end))
         record["step"] = step
         record["start"] = start
         record["end"] = end
+        if self._has_collectives:  # without any collective timing, comm is unknown rather than 0
+            record["comm"] = comm
+        for stale in [k for k in self._comm_by_step if k < min(step)]:
+            del self._comm_by_step[stale]  # collectives of a step that never completed
         if any(v is not None for v in loss):
             record["loss"] = loss
         if any(v is not None for v in lr):
@@ -224,6 +235,8 @@ class RecordBuilder:
             op.append(str(row_op)[:MAX_OP_CHARS] or "unknown")
             start.append(t0)
             end.append(max(t0, t1))
+            self._comm_by_step[s] = self._comm_by_step.get(s, 0.0) + (end[-1] - t0)
+            self._has_collectives = True
         if not step:
             return None
         record = self._common(EventKind.COLLECTIVES.value, max(end))

@@ -47,7 +47,8 @@ class SimConfig:
     tail_s: float = 15.0  # allocation held after the run ends
     end: str = "finished"  # finished | failed | running: running stops mid-flight, failed after the last failure
     max_failures: int = 1000
-    collectives: bool = True
+    collectives: bool = True  # report per-rank time inside collectives (needed to see stragglers)
+    comm_inline: bool = True  # as each step's `comm` seconds (what the client sends), else as collective rows
     seed: int = 0
     start_time: float = START_TIME
     records_per_rank: int = 2000  # steps per compact record
@@ -306,10 +307,12 @@ class _Simulation:
         for r, mine in sorted(rows.items()):
             for i in range(0, len(mine), n):
                 chunk = mine[i:i + n]
-                self.out.emit("steps", chunk[-1][2], attempt=attempt, rank=r, step=[x[0] for x in chunk],
-                              start=[x[1] for x in chunk], end=[x[2] for x in chunk],
-                              loss=[x[3] for x in chunk], lr=[1e-3] * len(chunk))
-                if self.c.collectives:
+                fields = {"step": [x[0] for x in chunk], "start": [x[1] for x in chunk],
+                          "end": [x[2] for x in chunk], "loss": [x[3] for x in chunk], "lr": [1e-3] * len(chunk)}
+                if self.c.collectives and self.c.comm_inline:  # as the client sends it
+                    fields["comm"] = [x[2] - x[4] for x in chunk]
+                self.out.emit("steps", chunk[-1][2], attempt=attempt, rank=r, **fields)
+                if self.c.collectives and not self.c.comm_inline:
                     self.out.emit("collectives", chunk[-1][2], attempt=attempt, rank=r,
                                   step=[x[0] for x in chunk], op=["allreduce"] * len(chunk),
                                   start=[x[4] for x in chunk], end=[x[2] for x in chunk])

@@ -256,7 +256,8 @@ def _straggler(
     frame = steps[["attempt", "rank", "step", "start", "end", "comm"]]
     if comm is not None:
         frame = frame.merge(comm, on=["attempt", "rank", "step"], how="left")
-        frame["comm"] = frame["coll_s"].where(frame["coll_s"].notna(), frame["comm"])
+        # A step's own `comm` (the client sums its collectives) wins; collective rows fill the rest.
+        frame["comm"] = frame["comm"].where(frame["comm"].notna(), frame["coll_s"])
     frame = frame[frame["comm"].notna()]
     if frame.empty:
         return 0.0, {}

@@ -66,13 +66,14 @@ def load_run_data(conn: Connection, run: RunRow, *, detail: bool = False) -> Run
     By default only what the ledger reads: steps without loss / lr, and collective time already summed per
     (attempt, rank, step) in the database (`RunData.comm`). `detail=True` adds loss, lr and every collective call.
     """
-    return RunData(
-        run_id=run.run_id,
-        events=_load_events(conn, run.pk),
-        steps=_load_steps(conn, run.pk, detail=detail),
-        collectives=_load_collectives(conn, run.pk) if detail else collectives_frame(),
-        comm=None if detail else _load_comm(conn, run.pk),
-    )
+    steps = _load_steps(conn, run.pk, detail=detail)
+    if detail:
+        return RunData(run_id=run.run_id, events=_load_events(conn, run.pk), steps=steps,
+                       collectives=_load_collectives(conn, run.pk))
+    # Steps that carry their own collective seconds (what the client sends) need no collective rows.
+    needs_rows = bool(steps["comm"].isna().any())
+    return RunData(run_id=run.run_id, events=_load_events(conn, run.pk), steps=steps,
+                   collectives=collectives_frame(), comm=_load_comm(conn, run.pk) if needs_rows else comm_frame())
 
 
 def _load_events(conn: Connection, run_pk: int) -> pd.DataFrame:

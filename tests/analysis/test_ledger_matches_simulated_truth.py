@@ -66,6 +66,7 @@ configs = st.builds(
     end=st.sampled_from(["finished", "failed", "running"]),
     max_failures=st.integers(1, 8),
     collectives=st.booleans(),
+    comm_inline=st.booleans(),
     seed=st.integers(0, 2**31),
     records_per_rank=st.integers(1, 500),
 )
@@ -94,6 +95,7 @@ def test_shuffled_and_replayed_events_give_the_same_ledger(seed: int, mtbf: floa
     for e in events[: len(events) // 3]:
         if e["kind"] == "steps" and len(e["step"]) > 1:
             half = len(e["step"]) // 2
-            replayed.append({**e, "event_id": e["event_id"] + "/a", **{k: e[k][:half] for k in ("step", "start", "end", "loss", "lr")}})
+            columns = [k for k in ("step", "start", "end", "loss", "lr", "comm") if k in e]
+            replayed.append({**e, "event_id": e["event_id"] + "/a", **{k: e[k][:half] for k in columns}})
     again = build_ledger(run_data_from_events(result.config.run_id, events + replayed)).to_dict()
     assert again == baseline

@@ -5,6 +5,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ingest_client.transport import InMemoryTransport
 from tests.ingest_client.conftest import spooled_records
 from tests.ingest_client.wire import validate_event
@@ -232,3 +234,26 @@ def test_bounded_spool_drops_oldest_and_the_count_reaches_the_collector(make_tra
     assert final["send_failures"] == tracker.stats().send_failures > 0
     delivered = sorted(s for e in transport.of_kind("steps") for s in e["step"])
     assert delivered[-1] == 8000 and len(delivered) < 8000  # the newest survive, the oldest were dropped
+
+
+def test_steps_carry_the_seconds_their_collectives_took_even_across_flushes(make_tracker: Any) -> None:
+    transport = InMemoryTransport()
+    tracker = make_tracker(transport=transport)
+    tracker.resumed(0)
+    now = time.time()
+    tracker.record_collective("all_reduce", now, now + 0.25, step=1)
+    tracker.record_collective("all_reduce", now + 0.25, now + 0.5, step=1)
+    tracker.flush(5.0)  # the collectives go out before the step that contains them
+    tracker.record_step(1, now - 1.0, now + 0.6)
+    tracker.record_step(2, now + 0.6, now + 1.0)  # no collective in step 2
+    tracker.flush(5.0)
+    comm = [c for r in transport.of_kind("steps") for c in r["comm"]]
+    assert comm == pytest.approx([0.5, 0.0])
+
+
+def test_without_any_collective_timing_steps_carry_no_comm(make_tracker: Any) -> None:
+    transport = InMemoryTransport()
+    tracker = make_tracker(transport=transport)
+    tracker.record_step(1, time.time() - 0.1, time.time())
+    tracker.flush(5.0)
+    assert "comm" not in transport.of_kind("steps")[0]

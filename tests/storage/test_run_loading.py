@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from services.analysis.run_data import run_data_from_events
 from services.simulate import SimConfig, simulate
@@ -13,7 +14,8 @@ import json
 
 
 def test_stored_run_loads_back_identically(engine) -> None:  # type: ignore[no-untyped-def]
-    result = simulate(SimConfig(run_id="roundtrip", hours=0.05, mtbf_s=120, seed=3, straggler_rank=2, jitter=0.1))
+    result = simulate(SimConfig(run_id="roundtrip", hours=0.05, mtbf_s=120, seed=3, straggler_rank=2, jitter=0.1,
+                               comm_inline=False))
     writer = BatchWriter(engine)
     writer.start()
     try:
@@ -40,3 +42,27 @@ def test_stored_run_loads_back_identically(engine) -> None:  # type: ignore[no-u
     np.testing.assert_allclose(got.to_numpy(), expected.sort_index().to_numpy(), rtol=1e-12)
     assert summed.collectives.empty and np.isnan(summed.steps["loss"]).all()
     assert sorted(stored.events["kind"]) == sorted(sent.events["kind"])
+
+
+def test_steps_with_their_own_comm_give_the_same_ledger_as_collective_rows(engine) -> None:  # type: ignore[no-untyped-def]
+    from services.analysis.ledger import build_ledger
+
+    ledgers = []
+    for inline in (True, False):
+        run_id = f"comm-{inline}"
+        result = simulate(SimConfig(run_id=run_id, hours=0.05, mtbf_s=150, seed=4, straggler_rank=1, jitter=0.1,
+                                    comm_inline=inline))
+        writer = BatchWriter(engine)
+        writer.start()
+        try:
+            writer.submit(parse_batch(json.dumps({"events": result.events}).encode(), max_events=10**6,
+                                      max_rows=10**8)).result(timeout=60)
+        finally:
+            writer.stop()
+        with engine.connect() as conn:
+            ledgers.append(build_ledger(load_run_data(conn, get_run(conn, run_id))).to_dict())
+    a, b = ledgers
+    assert a["waste_gpu_seconds"]["straggler"] > 0
+    for key in ("allocated_gpu_seconds", "productive_gpu_seconds"):
+        assert a[key] == pytest.approx(b[key], rel=1e-9)
+    assert a["waste_gpu_seconds"] == pytest.approx(b["waste_gpu_seconds"], rel=1e-9)

@@ -7,6 +7,7 @@ from starlette.concurrency import run_in_threadpool
 
 from services.collector.batch import decompress, parse_batch
 from services.collector.deps import SettingsDep, WriterDep
+from services.collector.routes.metrics import IngestCountersDep
 from services.collector.schemas import ErrorResponse, EventBatch, IngestAck
 from services.errors import InvalidBatch
 
@@ -23,12 +24,15 @@ _ERRORS = {status: {"model": ErrorResponse} for status in (400, 413, 415, 422, 5
         "schema": {"$ref": "#/components/schemas/EventBatch"}}}}},
     summary="Ingest a batch of events (all or nothing; duplicates absorbed)",
 )
-async def ingest_events(request: Request, writer: WriterDep, settings: SettingsDep) -> IngestAck:
-    body = await _read_capped(request, settings.max_body_bytes)
-    body = decompress(body, request.headers.get("content-encoding"), settings.max_body_bytes)
-    records = await run_in_threadpool(parse_batch, body, max_events=settings.max_events_per_batch,
-                                      max_rows=settings.max_rows_per_batch)
+async def ingest_events(request: Request, writer: WriterDep, settings: SettingsDep,
+                        counters: IngestCountersDep) -> IngestAck:
+    with counters.rejections():  # counts 400 / 413 / 415 / 422 by error code
+        body = await _read_capped(request, settings.max_body_bytes)
+        body = decompress(body, request.headers.get("content-encoding"), settings.max_body_bytes)
+        records = await run_in_threadpool(parse_batch, body, max_events=settings.max_events_per_batch,
+                                          max_rows=settings.max_rows_per_batch)
     result = await asyncio.wrap_future(writer.submit(records))
+    counters.ingested(result.accepted, result.duplicates)
     return IngestAck(accepted=result.accepted, duplicates=result.duplicates)
 
 

@@ -1,0 +1,98 @@
+"""`GET /metrics` (Prometheus text format), the request-duration middleware and the ingest counters' hook.
+
+`install(app)` is called once by `create_app`: it attaches the app's `MetricsService` and times every request.
+The metric names and labels are documented in services/metrics/collectors.py and instruments.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from services.errors import InvalidBatch
+from services.metrics import CONTENT_TYPE, CollectorInstruments, MetricsService
+
+router = APIRouter(tags=["metrics"])
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def install(app: FastAPI) -> None:
+    service = MetricsService(app.state.engine)
+    app.state.metrics = service
+    app.add_middleware(RequestTimer, instruments=service.instruments)
+
+
+def _service(request: Request) -> MetricsService:
+    return request.app.state.metrics  # type: ignore[no-any-return]
+
+
+MetricsDep = Annotated[MetricsService, Depends(_service)]
+
+
+class IngestCounters:
+    """What the ingest route reports: counts per batch, and rejections by error code."""
+
+    def __init__(self, instruments: CollectorInstruments) -> None:
+        self._instruments = instruments
+
+    @contextmanager
+    def rejections(self) -> Iterator[None]:
+        try:
+            yield
+        except InvalidBatch as exc:
+            self._instruments.count_rejected(exc.code)
+            raise
+
+    def ingested(self, accepted: int, duplicates: int) -> None:
+        self._instruments.count_ingested(accepted, duplicates)
+
+
+def _ingest_counters(request: Request) -> IngestCounters:
+    return IngestCounters(_service(request).instruments)
+
+
+IngestCountersDep = Annotated[IngestCounters, Depends(_ingest_counters)]
+
+
+@router.get("/metrics", response_class=Response, summary="Prometheus metrics (text exposition format)",
+            responses={200: {"content": {CONTENT_TYPE: {}}}})
+async def metrics(service: MetricsDep) -> Response:
+    body = await run_in_threadpool(service.render)  # may read the database (once per cache TTL)
+    return Response(body, media_type=CONTENT_TYPE)
+
+
+class RequestTimer:
+    """Pure ASGI middleware: one histogram observation per HTTP request, labelled by the matched route's
+    template (``/v1/runs/{run_id:path}/waste``, never the run id itself), method and status code."""
+
+    def __init__(self, app: ASGIApp, instruments: CollectorInstruments) -> None:
+        self.app = app
+        self._histogram = instruments.request_seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # an exception that escapes the app becomes a 500 further out
+
+        async def timed_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, timed_send)
+        finally:
+            route = scope.get("route")
+            handler = getattr(route, "path", None) or "unmatched"
+            method = scope.get("method", "")
+            self._histogram.labels(handler, method if method in _METHODS else "other", str(status)).observe(
+                time.perf_counter() - started)

@@ -1,0 +1,129 @@
+"""The prometheus `Collector` that turns the latest run snapshot into metric families at scrape time.
+
+Label sets are fixed: ``run_id`` (only for the runs a snapshot labels: running or recently active, capped),
+``category`` (the six waste categories), ``status``, ``reason`` and ``outcome`` with small, known value sets.
+No rank, host or event ever becomes a label value; that detail is in the API and the reports.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from services.analysis.categories import WASTE_KEYS, RunStatus
+from services.metrics.snapshot import CLIENT_COUNTERS, RunSample, Snapshot
+
+PREFIX = "goodput"
+
+
+class RunMetricsCollector(Collector):
+    """Reads `snapshot()` (cached by the caller) once per scrape; never starts an analysis of its own."""
+
+    def __init__(self, snapshot: Callable[[], Snapshot], now: Callable[[], float] = time.time) -> None:
+        self._snapshot = snapshot
+        self._now = now  # the scrape's own clock reading: "seconds since progress" keeps counting between snapshots
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # registering must not read the database
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._snapshot()
+        yield from _run_families(snap.labelled_runs, self._now())
+        yield from _fleet_families(snap)
+
+
+def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=labels)
+
+
+def _counter(name: str, doc: str, labels: list[str] | None = None) -> CounterMetricFamily:
+    return CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=labels)
+
+
+def _run_families(runs: Iterable[RunSample], now: float) -> Iterator[Metric]:
+    run = ["run_id"]
+    ratio = _gauge("run_goodput_ratio", "Productive GPU-seconds / allocated GPU-seconds of the run (0..1)", run)
+    allocated = _gauge("run_allocated_gpu_seconds", "GPU-seconds allocated to the run so far", run)
+    productive = _gauge("run_productive_gpu_seconds", "GPU-seconds of kept optimizer steps, net of stragglers", run)
+    waste = _gauge("run_waste_gpu_seconds", "GPU-seconds of the run lost, by waste category (the ledger; a "
+                   "category can shrink when a later restart reclassifies work)", ["run_id", "category"])
+    at_risk = _gauge("run_at_risk_gpu_seconds",
+                     "GPU-seconds of work since the run's last good checkpoint (lost if it fails now)", run)
+    restarts = _counter("run_restarts", "Restarts of the run (attempts - 1)", run)
+    checkpoints = _counter("run_checkpoints", "Checkpoints the run wrote, by outcome", ["run_id", "outcome"])
+    blocking = _gauge("run_checkpoint_blocking_seconds",
+                      "Median seconds one checkpoint blocked the training loop", run)
+    since = _gauge("run_seconds_since_progress",
+                   "Server clock minus the end of the run's latest step (its first event before any step); "
+                   "running runs only", run)
+    running = _gauge("run_running", "1 while the run is running, 0 once it ended", run)
+    latest = _gauge("run_last_event_timestamp_seconds", "Time of the run's latest event (epoch seconds)", run)
+    dropped = _counter("run_client_dropped_events", "Events the run's clients report lost: buffer = dropped "
+                       "from a full in-memory buffer, spool = dropped from a full spool, rejected = refused by "
+                       "the collector", ["run_id", "reason"])
+    for sample in runs:
+        ledger, rid = sample.ledger, sample.run_id
+        if ledger.get("goodput") is not None:
+            ratio.add_metric([rid], float(ledger["goodput"]))
+        allocated.add_metric([rid], float(ledger["allocated_gpu_seconds"]))
+        productive.add_metric([rid], float(ledger["productive_gpu_seconds"]))
+        for category in WASTE_KEYS:
+            waste.add_metric([rid, category], float(ledger["waste_gpu_seconds"].get(category, 0.0)))
+        at_risk.add_metric([rid], float(ledger.get("at_risk_gpu_seconds", 0.0)))
+        restarts.add_metric([rid], float(ledger.get("restarts", 0)))
+        ck = ledger.get("checkpoints", {})
+        checkpoints.add_metric([rid, "ok"], float(ck.get("ok", 0)))
+        checkpoints.add_metric([rid, "failed"], float(ck.get("failed", 0)))
+        if ck.get("median_blocking_seconds") is not None:
+            blocking.add_metric([rid], float(ck["median_blocking_seconds"]))
+        running.add_metric([rid], 1.0 if sample.running else 0.0)
+        if sample.running and sample.last_progress_time is not None:
+            since.add_metric([rid], max(0.0, now - sample.last_progress_time))
+        if ledger.get("latest_time") is not None:
+            latest.add_metric([rid], float(ledger["latest_time"]))
+        for reason, value in sample.client_dropped.items():
+            dropped.add_metric([rid, reason], float(value))
+    yield from (ratio, allocated, productive, waste, at_risk, restarts, checkpoints, blocking, since, running,
+                latest, dropped)
+
+
+def _fleet_families(snap: Snapshot) -> Iterator[Metric]:
+    runs = snap.runs
+    alloc = sum(float(s.ledger["allocated_gpu_seconds"]) for s in runs)
+    prod = sum(float(s.ledger["productive_gpu_seconds"]) for s in runs)
+    scope = " of the runs running or active within the window"
+    ratio = _gauge("fleet_goodput_ratio", "Productive / allocated GPU-seconds" + scope)
+    if alloc > 0:
+        ratio.add_metric([], prod / alloc)
+    yield ratio
+    yield GaugeMetricFamily(f"{PREFIX}_fleet_allocated_gpu_seconds", "Allocated GPU-seconds" + scope, value=alloc)
+    yield GaugeMetricFamily(f"{PREFIX}_fleet_productive_gpu_seconds", "Productive GPU-seconds" + scope, value=prod)
+    waste = _gauge("fleet_waste_gpu_seconds", "Waste GPU-seconds by category" + scope, ["category"])
+    for category in WASTE_KEYS:
+        waste.add_metric([category], sum(float(s.ledger["waste_gpu_seconds"].get(category, 0.0)) for s in runs))
+    yield waste
+    yield GaugeMetricFamily(f"{PREFIX}_fleet_at_risk_gpu_seconds", "At-risk GPU-seconds of the running runs",
+                            value=sum(float(s.ledger.get("at_risk_gpu_seconds", 0.0)) for s in runs if s.running))
+    by_status = _gauge("fleet_runs", "Runs running or active within the window, by status", ["status"])
+    for status in RunStatus:
+        by_status.add_metric([status.value], float(sum(1 for s in runs if s.ledger["status"] == status.value)))
+    yield by_status
+    dropped = _gauge("fleet_client_dropped_events", "Events the clients report lost" + scope, ["reason"])
+    for reason in CLIENT_COUNTERS:
+        dropped.add_metric([reason], float(sum(s.client_dropped.get(reason, 0) for s in runs)))
+    yield dropped
+    yield GaugeMetricFamily(f"{PREFIX}_fleet_client_send_failures", "Failed sends the clients report" + scope,
+                            value=float(sum(s.client_send_failures for s in runs)))
+    yield GaugeMetricFamily(f"{PREFIX}_metrics_unlabelled_runs",
+                            "Runs in the window without their own run_id series (over GOODPUT_METRICS_MAX_RUNS)",
+                            value=float(len(runs) - snap.labelled))
+    yield GaugeMetricFamily(f"{PREFIX}_metrics_stale_ledgers",
+                            "Runs whose previous ledger was served (refresh budget spent); recomputed next time",
+                            value=float(snap.stale_ledgers + snap.window_runs_without_ledger))
+    yield GaugeMetricFamily(f"{PREFIX}_metrics_snapshot_duration_seconds",
+                            "Seconds the latest run snapshot took to read from the database", value=snap.duration_s)
+    yield GaugeMetricFamily(f"{PREFIX}_metrics_snapshot_timestamp_seconds",
+                            "When the latest run snapshot was taken (epoch seconds)", value=snap.taken_at)

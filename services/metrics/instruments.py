@@ -1,0 +1,107 @@
+"""The collector's own counters and request histogram, correct with any number of worker processes.
+
+`goodput serve --workers N` runs N processes behind one port; a scrape reaches whichever one the kernel hands
+the connection to. In-memory counters would make every scrape report one worker's share. So, with N > 1, the
+counters run in prometheus_client's multiprocess mode: ``PROMETHEUS_MULTIPROC_DIR`` (set by `goodput serve`
+before the workers start, see `prepare_multiprocess_dir`) holds one memory-mapped file per process, and each
+scrape sums them all (`MultiProcessCollector`), whichever worker answers. A worker that exits keeps its counts
+in its file, so totals never go backwards while the server runs; the directory is emptied at each start, as
+counters restart from zero with the process, which Prometheus's `rate()` expects.
+
+Why not the database: a write per request (or per batch) for a counter, and a histogram kept as rows, would cost
+more than the ingestion it measures. The run metrics *are* read from the database (they are the ledgers), and
+client-reported drops come from stored ``client_stats`` events, so every worker and every replica agrees on them.
+
+Without ``PROMETHEUS_MULTIPROC_DIR`` (one process, and tests) the instruments are plain in-memory metrics of
+the app, registered in a fresh `CollectorRegistry` per scrape, never in the global one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+
+from services.metrics.collectors import PREFIX
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+REQUEST_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+EVENT_OUTCOMES = ("accepted", "duplicate")
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get(MULTIPROC_ENV) or None
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorInstruments:
+    events: Counter
+    rejected_batches: Counter
+    request_seconds: Histogram
+    shared: bool  # multiprocess mode: a scrape reads every worker's files instead of these objects
+
+    @classmethod
+    def create(cls) -> CollectorInstruments:
+        registry = None  # never the global registry; `scrape_registry` builds one per scrape
+        events = Counter(f"{PREFIX}_collector_events", "Events stored (accepted) or recognised as already stored "
+                         "(duplicate) by this collector", ["outcome"], registry=registry)
+        for outcome in EVENT_OUTCOMES:
+            events.labels(outcome)  # exported as 0 before the first batch
+        rejected = Counter(f"{PREFIX}_collector_rejected_batches", "Batches rejected whole (nothing stored), by "
+                           "error code: malformed_json, invalid_event, body_too_large, batch_too_large, ...",
+                           ["code"], registry=registry)
+        seconds = Histogram(f"{PREFIX}_collector_request_duration_seconds", "Seconds from request to response, by "
+                            "route template, method and status code", ["handler", "method", "code"],
+                            buckets=REQUEST_BUCKETS_S, registry=registry)
+        return cls(events=events, rejected_batches=rejected, request_seconds=seconds,
+                   shared=multiprocess_dir() is not None)
+
+    def count_ingested(self, accepted: int, duplicates: int) -> None:
+        if accepted:
+            self.events.labels("accepted").inc(accepted)
+        if duplicates:
+            self.events.labels("duplicate").inc(duplicates)
+
+    def count_rejected(self, code: str) -> None:
+        self.rejected_batches.labels(code).inc()
+
+    def scrape_registry(self, *collectors: Collector) -> CollectorRegistry:
+        """A fresh registry with these instruments (summed over all worker processes when there are several)
+        and `collectors`."""
+        registry = CollectorRegistry()
+        if self.shared:
+            MultiProcessCollector(registry)
+        else:
+            for metric in (self.events, self.rejected_batches, self.request_seconds):
+                registry.register(metric)
+        for collector in collectors:
+            registry.register(collector)
+        return registry
+
+
+def prepare_multiprocess_dir(workers: int) -> str | None:
+    """Called by `goodput serve` before it starts the workers. With several workers, make sure every one
+    counts into the same, empty directory: the operator's ``PROMETHEUS_MULTIPROC_DIR`` (emptied), else a
+    fresh temporary one. Returns the directory this call created (the caller removes it at exit)."""
+    given = multiprocess_dir()
+    if given:
+        os.makedirs(given, exist_ok=True)
+        for name in os.listdir(given):
+            if name.endswith(".db"):
+                os.remove(os.path.join(given, name))
+        return None
+    if workers <= 1:
+        return None
+    created = tempfile.mkdtemp(prefix="goodput-metrics-")
+    os.environ[MULTIPROC_ENV] = created
+    return created
+
+
+def remove_multiprocess_dir(path: str | None) -> None:
+    if path:
+        shutil.rmtree(path, ignore_errors=True)

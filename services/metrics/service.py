@@ -1,0 +1,28 @@
+"""`MetricsService`: what one collector app needs for `/metrics`: its instruments and the cached run snapshot."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import Engine
+
+from services.metrics.collectors import RunMetricsCollector
+from services.metrics.config import MetricsConfig
+from services.metrics.instruments import CollectorInstruments
+from services.metrics.snapshot import SnapshotCache, build_snapshot
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class MetricsService:
+    def __init__(self, engine: Engine, config: MetricsConfig | None = None) -> None:
+        self.config = config or MetricsConfig.from_env()
+        self.instruments = CollectorInstruments.create()
+        self.snapshots = SnapshotCache(lambda: build_snapshot(engine, self.config, time.time()),
+                                       self.config.cache_ttl_s)
+        self.runs = RunMetricsCollector(self.snapshots.get)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of everything; reads the database at most once per TTL."""
+        return generate_latest(self.instruments.scrape_registry(self.runs))

@@ -1,0 +1,176 @@
+"""What `/metrics` says about runs, read from the database in one pass and kept for a few seconds.
+
+A snapshot covers the runs that are running or had an event within the window (``MetricsConfig``). Ledgers
+come from the cache in the ``runs`` table (`services.pipeline.ledger_for_row`); a ledger made stale by new
+events is recomputed within a time budget per snapshot, past which the previous stored ledger is served
+(counted in ``stale_ledgers``). Besides ledgers, a snapshot reads two cheap things per run:
+
+- the time of the run's latest step record (an index lookup on ``events (run_pk, kind, time)``; a compact
+  ``steps`` record carries the end of its last step as its time), for "seconds since progress";
+- the latest ``client_stats`` of every process (attempt, rank), summed: cumulative counts of events the
+  clients dropped (buffer full, spool full) or that the collector rejected.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, Engine, bindparam, text
+
+from services.analysis.categories import RunStatus
+from services.metrics.config import MetricsConfig
+from services.pipeline import ledger_for_row
+from services.storage.load import RunRow, list_runs
+
+logger = logging.getLogger(__name__)
+
+CLIENT_COUNTERS = {"buffer": "dropped_events", "spool": "spool_dropped_events", "rejected": "rejected_events"}
+_STEP_KINDS = ("steps", "step")
+_CHUNK = 500
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSample:
+    run_id: str
+    ledger: dict[str, Any]
+    last_progress_time: float | None  # latest step end; the run's first event when it has no step yet
+    client_dropped: dict[str, int]  # CLIENT_COUNTERS keys -> events, summed over the run's processes
+    client_send_failures: int
+    stale: bool  # the ledger predates the run's latest events (refresh budget spent)
+
+    @property
+    def running(self) -> bool:
+        return bool(self.ledger["status"] == RunStatus.RUNNING.value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Snapshot:
+    taken_at: float  # server clock, epoch seconds
+    runs: tuple[RunSample, ...]  # running runs first (latest activity first), then the rest by latest activity
+    labelled: int  # the first `labelled` runs get a run_id label
+    window_runs_without_ledger: int  # no stored ledger yet and no budget left to build one
+    duration_s: float
+    stale_ledgers: int = field(default=0)
+
+    @property
+    def labelled_runs(self) -> tuple[RunSample, ...]:
+        return self.runs[: self.labelled]
+
+
+def build_snapshot(engine: Engine, config: MetricsConfig, now: float,
+                   clock: Callable[[], float] = time.perf_counter) -> Snapshot:
+    started = clock()
+    since = now - config.run_window_h * 3600.0
+    with engine.connect() as conn:
+        running = list_runs(conn, status=RunStatus.RUNNING.value, limit=config.max_runs_scanned)
+        recent = list_runs(conn, since=since, limit=config.max_runs_scanned)
+    rows = {r.pk: r for r in (*running, *recent)}  # running first: their ledgers are refreshed first
+
+    ledgers: dict[int, tuple[dict[str, Any], bool]] = {}
+    missing = 0
+    for row in rows.values():
+        fresh = row.ledger_json is not None and row.ledger_version == row.version
+        if fresh or clock() - started < config.refresh_budget_s:
+            try:
+                ledgers[row.pk] = (ledger_for_row(engine, row), False)
+            except Exception:  # noqa: BLE001 - one bad run must not take the whole scrape down
+                logger.exception("metrics: ledger of run %s failed", row.run_id)
+                missing += 1
+        elif row.ledger_json is not None:
+            ledgers[row.pk] = (json.loads(row.ledger_json), True)
+        else:
+            missing += 1
+
+    def in_window(ledger: dict[str, Any]) -> bool:
+        latest = ledger.get("latest_time")
+        return ledger["status"] == RunStatus.RUNNING.value or (latest is not None and latest >= since)
+
+    kept = [(rows[pk], ledger, stale) for pk, (ledger, stale) in ledgers.items() if in_window(ledger)]
+    kept.sort(key=lambda item: (item[1]["status"] != RunStatus.RUNNING.value, -(item[1]["latest_time"] or 0.0)))
+    labelled = min(config.max_runs, len(kept))
+
+    with engine.connect() as conn:
+        stats = _client_stats(conn, [row.pk for row, _, _ in kept])
+        progress = _last_progress(conn, [row for row, ledger, _ in kept[:labelled]
+                                         if ledger["status"] == RunStatus.RUNNING.value])
+    samples = []
+    for row, ledger, stale in kept:
+        counts = stats.get(row.pk, {})
+        samples.append(RunSample(
+            run_id=row.run_id, ledger=ledger,
+            last_progress_time=progress.get(row.pk, ledger.get("first_time")),
+            client_dropped={key: int(counts.get(name, 0)) for key, name in CLIENT_COUNTERS.items()},
+            client_send_failures=int(counts.get("send_failures", 0)), stale=stale,
+        ))
+    return Snapshot(taken_at=now, runs=tuple(samples), labelled=labelled, window_runs_without_ledger=missing,
+                    duration_s=clock() - started, stale_ledgers=sum(1 for s in samples if s.stale))
+
+
+def _chunks(values: list[int]) -> Iterable[list[int]]:
+    for i in range(0, len(values), _CHUNK):
+        yield values[i:i + _CHUNK]
+
+
+_CLIENT_STATS_SQL = text("""
+SELECT run_pk, data FROM (
+    SELECT run_pk, data, ROW_NUMBER() OVER (PARTITION BY run_pk, attempt, rank ORDER BY time DESC) AS newest
+    FROM events WHERE kind = 'client_stats' AND run_pk IN :pks
+) latest WHERE newest = 1
+""").bindparams(bindparam("pks", expanding=True))
+
+
+def _client_stats(conn: Connection, run_pks: list[int]) -> dict[int, dict[str, int]]:
+    """Per run: the latest cumulative counters of each process (attempt, rank), summed."""
+    out: dict[int, dict[str, int]] = {}
+    for chunk in _chunks(run_pks):
+        for run_pk, data in conn.execute(_CLIENT_STATS_SQL, {"pks": chunk}):
+            fields = json.loads(data) if data else {}
+            totals = out.setdefault(run_pk, {})
+            for name in (*CLIENT_COUNTERS.values(), "send_failures"):
+                totals[name] = totals.get(name, 0) + int(fields.get(name) or 0)
+    return out
+
+
+_LAST_STEP_SQL = text(
+    "SELECT max(time) FROM events WHERE run_pk = :pk AND kind = :k1 "
+    "UNION ALL SELECT max(time) FROM events WHERE run_pk = :pk AND kind = :k2"
+)
+
+
+def _last_progress(conn: Connection, rows: list[RunRow]) -> dict[int, float]:
+    """The latest step end of each run: two index lookups per run (one per step kind), never a scan."""
+    out: dict[int, float] = {}
+    for row in rows:
+        values = [v for (v,) in conn.execute(_LAST_STEP_SQL, {"pk": row.pk, "k1": _STEP_KINDS[0],
+                                                              "k2": _STEP_KINDS[1]}) if v is not None]
+        if values:
+            out[row.pk] = float(max(values))
+    return out
+
+
+class SnapshotCache:
+    """The latest snapshot of this process, rebuilt when older than the TTL; one rebuild at a time."""
+
+    def __init__(self, build: Callable[[], Snapshot], ttl_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._build = build
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._snapshot: Snapshot | None = None
+        self._built_at = 0.0
+        self.builds = 0
+
+    def get(self) -> Snapshot:
+        with self._lock:  # concurrent scrapes wait for the one rebuild instead of each running it
+            if self._snapshot is None or self._clock() - self._built_at >= self._ttl_s:
+                self._snapshot = self._build()
+                self._built_at = self._clock()
+                self.builds += 1
+            return self._snapshot

@@ -1,0 +1,170 @@
+"""Recommendations: short, honest advice derived from a run's ledger (and, when given, its views).
+
+Each provider is a function `(ReportInput) -> Iterable[Recommendation]`; `recommend()` runs a tuple of them
+(`DEFAULT_PROVIDERS` unless told otherwise) and orders the advice by the GPU-seconds at stake. A new kind of
+advice (for example a checkpoint-interval advisor after Young/Daly, weighing checkpoint cost against rework
+given the run's MTBF) is one more provider appended to that tuple; nothing else changes.
+
+A provider says nothing when its evidence is weak: every rule has a threshold on its category's share of the
+allocated GPU-seconds (the constants below), and the advice names the numbers it rests on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+CHECKPOINT_SHARE = 0.05  # checkpoint blocking above this share of allocated: checkpoint less often / async
+HANG_SHARE = 0.02  # hang above this: lower the timeout / detect hangs
+STRAGGLER_SHARE = 0.02  # straggler above this: look at the slow rank(s)
+STRAGGLER_CONCENTRATION = 0.5  # one rank carrying this much of the straggler time is "the" straggler
+REWORK_SHARE = 0.05  # rework above this while ...
+CHEAP_CHECKPOINT_SHARE = 0.02  # ... checkpoints cost less than this: checkpoint more often
+STARTUP_SHARE = 0.05  # startup above this: look at restart time
+IDLE_SHARE = 0.10  # idle above this: gaps between steps or GPUs beyond the world size
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recommendation:
+    code: str  # stable identifier, e.g. "checkpoint_blocking"
+    title: str
+    detail: str
+    gpu_seconds: float  # waste the advice addresses (what is at stake, not a promised saving)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportInput:
+    ledger: Mapping[str, Any]  # WasteLedger.to_dict() / GET /v1/runs/{id}/waste
+    views: Mapping[str, Any] | None = None  # services.analysis.views.build_run_views(), when available
+
+    def share(self, category: str) -> float:
+        allocated = float(self.ledger["allocated_gpu_seconds"])
+        return self.waste(category) / allocated if allocated > 0 else 0.0
+
+    def waste(self, category: str) -> float:
+        return float(self.ledger["waste_gpu_seconds"].get(category, 0.0))
+
+    def host_of(self, rank: int) -> str | None:
+        rows = (self.views or {}).get("ranks", {}).get("rows", [])
+        return next((r.get("host") for r in rows if r.get("rank") == rank), None)
+
+
+Provider = Callable[[ReportInput], Iterable[Recommendation]]
+
+
+def _hours(gpu_s: float) -> str:
+    return f"{gpu_s / 3600:,.2f} GPU-h"
+
+
+def checkpoint_blocking(inp: ReportInput) -> Iterable[Recommendation]:
+    share = inp.share("checkpoint")
+    if share < CHECKPOINT_SHARE:
+        return
+    ck = inp.ledger.get("checkpoints", {})
+    median = ck.get("median_blocking_seconds")
+    interval = ck.get("median_interval_seconds")
+    facts = f"Writing checkpoints blocked training for {share:.1%} of the allocation ({_hours(inp.waste('checkpoint'))})"
+    if median is not None and interval is not None:
+        facts += f": about {median:,.0f} s per checkpoint, one every {interval:,.0f} s"
+    yield Recommendation(
+        code="checkpoint_blocking", title="Checkpoint less often, or asynchronously",
+        detail=facts + ". Save asynchronously (for example torch.distributed.checkpoint.async_save, or copy to "
+               "host memory and write in a background thread) or lengthen the interval; weigh a longer interval "
+               "against the rework a failure would cost.",
+        gpu_seconds=inp.waste("checkpoint"))
+
+
+def hang_detection(inp: ReportInput) -> Iterable[Recommendation]:
+    share = inp.share("hang")
+    if share < HANG_SHARE:
+        return
+    failures = int(inp.ledger.get("failures", 0))
+    yield Recommendation(
+        code="hang_detection", title="Detect hangs sooner",
+        detail=f"Failed attempts spent {share:.1%} of the allocation ({_hours(inp.waste('hang'))}, over {failures} "
+               "failure(s)) between their last step and being torn down. Lower the collective timeout "
+               "(init_process_group(timeout=...), TORCH_NCCL_ASYNC_ERROR_HANDLING=1) to a few times the longest "
+               "expected step, and alert on seconds since progress (goodput_run_seconds_since_progress).",
+        gpu_seconds=inp.waste("hang"))
+
+
+def straggler_ranks(inp: ReportInput) -> Iterable[Recommendation]:
+    share = inp.share("straggler")
+    if share < STRAGGLER_SHARE:
+        return
+    by_rank = {int(k): float(v) for k, v in inp.ledger.get("straggler_gpu_seconds_by_rank", {}).items()}
+    total = sum(by_rank.values())
+    if total > 0:
+        rank, cost = max(by_rank.items(), key=lambda kv: kv[1])
+        if cost / total >= STRAGGLER_CONCENTRATION:
+            host = inp.host_of(rank)
+            where = f"rank {rank}" + (f" on host {host}" if host else "")
+            yield Recommendation(
+                code="straggler_rank", title=f"Look at {where}",
+                detail=f"Waiting for the slowest rank cost {share:.1%} of the allocation "
+                       f"({_hours(inp.waste('straggler'))}); {where} accounts for {cost / total:.0%} of it. Check "
+                       "that host: thermal or power throttling, a degraded link or NIC, another process on the GPU; "
+                       "exclude it from the next allocation if it stays slow.",
+                gpu_seconds=inp.waste("straggler"))
+            return
+    yield Recommendation(
+        code="straggler_spread", title="Even out the work per rank",
+        detail=f"Waiting for the slowest rank cost {share:.1%} of the allocation ({_hours(inp.waste('straggler'))}), "
+               "spread over many ranks rather than one: look at uneven batches (variable sequence lengths), data "
+               "loading stalls and per-rank work outside the model.",
+        gpu_seconds=inp.waste("straggler"))
+
+
+def rework_vs_checkpoint(inp: ReportInput) -> Iterable[Recommendation]:
+    share = inp.share("rework")
+    if share < REWORK_SHARE or inp.share("checkpoint") >= CHEAP_CHECKPOINT_SHARE:
+        return
+    interval = inp.ledger.get("checkpoints", {}).get("median_interval_steps")
+    every = f" (now every {interval:,.0f} steps)" if interval else ""
+    yield Recommendation(
+        code="checkpoint_more_often", title="Checkpoint more often",
+        detail=f"Restarts threw away {share:.1%} of the allocation ({_hours(inp.waste('rework'))}) in recomputed "
+               f"steps, while checkpoints cost only {inp.share('checkpoint'):.1%}. Saving more often{every} "
+               "shortens what a failure throws away.",
+        gpu_seconds=inp.waste("rework"))
+
+
+def startup_time(inp: ReportInput) -> Iterable[Recommendation]:
+    share = inp.share("startup")
+    if share < STARTUP_SHARE:
+        return
+    restarts = int(inp.ledger.get("restarts", 0))
+    attempts = restarts + 1
+    yield Recommendation(
+        code="startup_time", title="Shorten the time to the first step",
+        detail=f"Starting up took {share:.1%} of the allocation ({_hours(inp.waste('startup'))}) over {attempts} "
+               "attempt(s). Look at restart time: image pull and environment setup, dataset indexing, checkpoint "
+               "loading (load only on one rank and broadcast, or read sharded) and compile warm-up (cache it).",
+        gpu_seconds=inp.waste("startup"))
+
+
+def idle_gpus(inp: ReportInput) -> Iterable[Recommendation]:
+    share = inp.share("idle")
+    if share < IDLE_SHARE:
+        return
+    yield Recommendation(
+        code="idle", title="Find the idle time",
+        detail=f"{share:.1%} of the allocation ({_hours(inp.waste('idle'))}) was idle: gaps between steps "
+               "(evaluation, logging, data loading outside the step) or GPUs allocated beyond the world size. "
+               "Wrap long non-step work in the tracker so it is named, or allocate only what the job uses.",
+        gpu_seconds=inp.waste("idle"))
+
+
+DEFAULT_PROVIDERS: tuple[Provider, ...] = (
+    checkpoint_blocking, hang_detection, straggler_ranks, rework_vs_checkpoint, startup_time, idle_gpus,
+)
+
+
+def recommend(inp: ReportInput, providers: Sequence[Provider] = DEFAULT_PROVIDERS) -> list[Recommendation]:
+    """Every provider's advice, the largest GPU-seconds at stake first."""
+    out = [r for provider in providers for r in provider(inp)]
+    return sorted(out, key=lambda r: -r.gpu_seconds)
