@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, disable_created_metrics, generate_latest
 from sqlalchemy import Engine
 
 from services.metrics.collectors import RunMetricsCollector
@@ -17,6 +17,8 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 class MetricsService:
     def __init__(self, engine: Engine, config: MetricsConfig | None = None) -> None:
+        # No `*_created` series: multiprocess mode never has them, so one worker and N workers expose the same names.
+        disable_created_metrics()
         self.config = config or MetricsConfig.from_env()
         self.instruments = CollectorInstruments.create()
         self.snapshots = SnapshotCache(lambda: build_snapshot(engine, self.config, time.time()),

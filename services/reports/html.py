@@ -1,0 +1,273 @@
+"""A run's report as one self-contained HTML file: plotly.js inlined once, no external request, print-friendly.
+
+Pure: the report dict from `services.reports.content.build_report` in, an HTML string out. Figures have a fixed
+width that fits an A4 page, so the printed report looks like the screen one.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import plotly.graph_objects as go
+
+from services.reports.style import (
+    CATEGORY_ORDER,
+    COLORS,
+    DESCRIPTIONS,
+    duration,
+    gpu_hours,
+    gpu_seconds,
+    percent,
+    timestamp,
+)
+
+FIG_WIDTH = 700
+_FONT = "Inter, -apple-system, BlinkMacSystemFont, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
+_STATUS_COLORS = {"running": "#0072B2", "finished": "#009E73", "failed": "#D55E00", "cancelled": "#6B7280"}
+
+_CSS = """
+:root { --ink: #1F2937; --muted: #6B7280; --grid: #E5E7EB; }
+* { box-sizing: border-box; }
+body { margin: 0; background: #F3F4F6; color: var(--ink); font: 14px/1.45 %(font)s; }
+main { max-width: 760px; margin: 24px auto; background: white; padding: 28px 30px 20px; border-radius: 6px;
+       box-shadow: 0 1px 3px rgba(0,0,0,.08); }
+h1 { font-size: 22px; margin: 0 0 4px; } h1 code { font-size: 20px; }
+h2 { font-size: 16px; margin: 26px 0 8px; padding-bottom: 4px; border-bottom: 1px solid var(--grid); }
+.meta { color: var(--muted); margin: 0; }
+.badge { display: inline-block; padding: 1px 8px; border-radius: 10px; color: white; font-size: 12px;
+         font-weight: 600; vertical-align: 2px; }
+.kpis { display: grid; grid-template-columns: repeat(3, 1fr); gap: 10px; margin-top: 18px; }
+.kpi { border: 1px solid var(--grid); border-radius: 6px; padding: 8px 12px; }
+.kpi .label { color: var(--muted); font-size: 12px; } .kpi .value { font-size: 20px; font-weight: 600; }
+.kpi .sub { color: var(--muted); font-size: 12px; }
+table { border-collapse: collapse; width: 100%%; font-variant-numeric: tabular-nums; margin: 6px 0; }
+th, td { padding: 4px 8px; border-bottom: 1px solid var(--grid); text-align: right; white-space: nowrap; }
+td.desc { white-space: normal; }
+th { font-size: 12px; color: var(--muted); font-weight: 600; white-space: normal; vertical-align: bottom; }
+th:first-child, td:first-child { text-align: left; }
+td.desc { text-align: left; color: var(--muted); font-size: 12px; }
+tr.total td { font-weight: 600; border-top: 2px solid var(--ink); }
+.swatch { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 6px; }
+.figure { margin: 6px 0; break-inside: avoid; }
+.recs { padding-left: 0; list-style: none; margin: 6px 0; }
+.recs li { border-left: 4px solid #0072B2; background: #F9FAFB; padding: 8px 12px; margin-bottom: 8px;
+           break-inside: avoid; }
+.recs .title { font-weight: 600; } .recs .stake { color: var(--muted); font-size: 12px; }
+.note { color: var(--muted); font-size: 12px; }
+footer { margin-top: 24px; color: var(--muted); font-size: 12px; border-top: 1px solid var(--grid); padding-top: 8px; }
+@page { size: A4; margin: 12mm; }
+@media print {
+  body { background: white; font-size: 12px; }
+  main { box-shadow: none; margin: 0; padding: 0; max-width: none; }
+  h2 { break-after: avoid; }
+  section, table, .kpis { break-inside: avoid; }
+  .badge, .swatch, .recs li { -webkit-print-color-adjust: exact; print-color-adjust: exact; }
+}
+""" % {"font": _FONT}
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value))
+
+
+def _layout(fig: go.Figure, height: int, **extra: Any) -> go.Figure:
+    layout: dict[str, Any] = {"width": FIG_WIDTH, "height": height, "paper_bgcolor": "white",
+                              "plot_bgcolor": "white", "font": {"family": _FONT, "size": 12, "color": "#1F2937"},
+                              "margin": {"l": 60, "r": 16, "t": 10, "b": 40},
+                              "legend": {"orientation": "h", "y": -0.25, "x": 0, "traceorder": "normal"}}
+    fig.update_layout(**{**layout, **extra})
+    fig.update_xaxes(gridcolor="#E5E7EB", zerolinecolor="#E5E7EB")
+    fig.update_yaxes(gridcolor="#E5E7EB", zerolinecolor="#E5E7EB")
+    return fig
+
+
+def _ledger_bar(breakdown: Sequence[Mapping[str, Any]]) -> go.Figure:
+    fig = go.Figure()
+    for row in breakdown:
+        if row["category"] == "allocated" or not row["gpu_seconds"]:
+            continue
+        share = row["share"] or 0.0
+        fig.add_bar(y=["allocation"], x=[share], orientation="h", name=row["category"],
+                    marker_color=COLORS[row["category"]], text=[percent(share) if share >= 0.04 else ""],
+                    textposition="inside", insidetextanchor="middle", textfont={"color": "white"},
+                    hovertemplate=f"{row['category']}: {percent(row['share'])}, "
+                                  f"{gpu_hours(row['gpu_seconds'])} GPU-h<extra></extra>")
+    fig.update_layout(barmode="stack", showlegend=True)
+    fig.update_xaxes(range=[0, 1], tickformat=".0%")
+    fig.update_yaxes(visible=False)
+    return _layout(fig, 150, margin={"l": 10, "r": 16, "t": 6, "b": 30}, legend={"orientation": "h", "y": -0.55, "traceorder": "normal"})
+
+
+def _attempts_figure(attempts: Sequence[Mapping[str, Any]]) -> go.Figure:
+    labels = [f"attempt {a['attempt']}" for a in attempts]
+    fig = go.Figure()
+    for category in CATEGORY_ORDER:
+        values = [float(a["gpu_seconds"].get(category, 0.0)) / 3600 for a in attempts]
+        if any(values):
+            fig.add_bar(x=labels, y=values, name=category, marker_color=COLORS[category],
+                        hovertemplate=f"%{{x}} {category}: %{{y:,.2f}} GPU-h<extra></extra>")
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(title_text="GPU-hours")
+    return _layout(fig, 300)
+
+
+def _checkpoint_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
+    fig = go.Figure()
+    for ok, name, color in ((True, "ok", COLORS["checkpoint"]), (False, "failed or torn", COLORS["hang"])):
+        part = [r for r in rows if bool(r["ok"]) is ok and not (ok and r.get("torn"))]
+        if part:
+            fig.add_scatter(x=[datetime.fromtimestamp(r["start"], UTC) for r in part],
+                            y=[r["blocking_seconds"] for r in part], mode="markers", name=name,
+                            marker={"color": color, "size": 6},
+                            customdata=[[r["step"], r["attempt"]] for r in part],
+                            hovertemplate="step %{customdata[0]} (attempt %{customdata[1]}): "
+                                          "%{y:,.1f} s<extra></extra>")
+    fig.update_yaxes(title_text="seconds blocked", rangemode="tozero")
+    return _layout(fig, 260)
+
+
+def _straggler_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
+    fig = go.Figure()
+    fig.add_bar(x=[f"rank {r['rank']}" for r in rows], y=[r["straggler_gpu_seconds"] / 3600 for r in rows],
+                marker_color=COLORS["straggler"], hovertemplate="%{x}: %{y:,.3f} GPU-h<extra></extra>",
+                showlegend=False)
+    fig.update_yaxes(title_text="straggler GPU-hours")
+    return _layout(fig, 240, bargap=0.3 if len(rows) > 3 else 0.8)
+
+
+class _Figures:
+    """Inlines plotly.js with the first figure only; the later ones reuse it."""
+
+    def __init__(self) -> None:
+        self._first = True
+
+    def __call__(self, fig: go.Figure) -> str:
+        out = fig.to_html(full_html=False, include_plotlyjs=self._first,
+                          config={"displayModeBar": False, "responsive": False})
+        self._first = False
+        return f'<div class="figure">{out}</div>'
+
+
+def _kpi(label: str, value: str, sub: str = "") -> str:
+    return (f'<div class="kpi"><div class="label">{_e(label)}</div><div class="value">{_e(value)}</div>'
+            f'<div class="sub">{_e(sub)}</div></div>')
+
+
+def _breakdown_table(breakdown: Sequence[Mapping[str, Any]]) -> str:
+    body = []
+    for row in breakdown:
+        category = row["category"]
+        swatch = f'<span class="swatch" style="background:{COLORS[category]}"></span>' if category in COLORS else ""
+        css = ' class="total"' if category == "allocated" else ""
+        body.append(f"<tr{css}><td>{swatch}{_e(category)}</td><td>{gpu_seconds(row['gpu_seconds'])}</td>"
+                    f"<td>{gpu_hours(row['gpu_seconds'])}</td><td>{percent(row['share'])}</td>"
+                    f'<td class="desc">{_e(DESCRIPTIONS.get(category, ""))}</td></tr>')
+    return ("<table><thead><tr><th>category</th><th>GPU-seconds</th><th>GPU-hours</th><th>share</th>"
+            f"<th></th></tr></thead><tbody>{''.join(body)}</tbody></table>")
+
+
+def _restarts_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    if not rows:
+        return '<p class="note">No restart.</p>'
+    body = "".join(
+        f"<tr><td>{_e(r['attempt'])}</td><td>{_e(timestamp(r.get('time'))[5:-4])}</td><td>{_e(r.get('after') or '')}</td>"
+        f"<td>{_e(r.get('failed_at_step') if r.get('failed_at_step') is not None else '—')}</td>"
+        f"<td>{_e(r.get('resume_step') if r.get('resume_step') is not None else '—')}</td>"
+        f"<td>{gpu_hours(r.get('rework_gpu_seconds'))}</td><td>{gpu_hours(r.get('hang_gpu_seconds'))}</td>"
+        f"<td>{gpu_hours(r.get('startup_gpu_seconds'))}</td></tr>"
+        for r in rows)
+    return ("<table><thead><tr><th>attempt</th><th>restarted (UTC)</th><th>after</th><th>failed at</th>"
+            "<th>resumed at</th><th>rework GPU-h</th><th>hang GPU-h</th><th>startup GPU-h</th></tr></thead>"
+            f"<tbody>{body}</tbody></table>")
+
+
+def _compute(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f} s"
+
+
+def _straggler_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    body = "".join(
+        f"<tr><td>{_e(r['rank'])}</td><td>{_e(r.get('host') or '—')}</td><td>{gpu_hours(r['straggler_gpu_seconds'])}</td>"
+        f"<td>{percent(r.get('share_of_straggler'))}</td>"
+        f"<td>{_compute(r.get('median_compute_seconds'))}</td></tr>"
+        for r in rows[:10])
+    return ("<table><thead><tr><th>rank</th><th>host</th><th>straggler GPU-h</th><th>share of straggler</th>"
+            f"<th>median compute / step</th></tr></thead><tbody>{body}</tbody></table>")
+
+
+def _recommendations(recs: Sequence[Mapping[str, Any]]) -> str:
+    if not recs:
+        return '<p class="note">No waste category is above the thresholds the advice rests on.</p>'
+    items = "".join(
+        f'<li><div class="title">{_e(r["title"])}</div><div>{_e(r["detail"])}</div>'
+        f'<div class="stake">at stake: {gpu_hours(r["gpu_seconds"])} GPU-h</div></li>' for r in recs)
+    return f'<ul class="recs">{items}</ul>'
+
+
+def report_html(report: Mapping[str, Any]) -> str:
+    ledger = report["ledger"]
+    breakdown = report["breakdown"]
+    figure = _Figures()
+    status = str(ledger["status"])
+    waste_total = sum(float(v) for v in ledger["waste_gpu_seconds"].values())
+    allocated = float(ledger["allocated_gpu_seconds"])
+    ck = report["checkpoints"]["summary"]
+
+    parts = [
+        f"<header><h1>Run <code>{_e(report['run_id'])}</code> "
+        f'<span class="badge" style="background:{_STATUS_COLORS.get(status, "#6B7280")}">{_e(status)}</span></h1>'
+        f'<p class="meta">{_e(timestamp(ledger.get("first_time")))} to {_e(timestamp(ledger.get("latest_time")))}'
+        f' · {_e(duration(ledger.get("allocated_wall_seconds")))} allocated wall time'
+        f' · report written {_e(timestamp(report["generated_at"]))}</p></header>',
+        '<section class="kpis">',
+        _kpi("goodput", percent(ledger.get("goodput")), "productive / allocated"),
+        _kpi("allocated", f"{gpu_hours(allocated)} GPU-h", f"{gpu_seconds(allocated)} GPU-s"),
+        _kpi("productive", f"{gpu_hours(ledger['productive_gpu_seconds'])} GPU-h",
+             f"{gpu_seconds(ledger['productive_gpu_seconds'])} GPU-s"),
+        _kpi("waste", f"{gpu_hours(waste_total)} GPU-h", percent(waste_total / allocated) + " of allocated"
+             if allocated > 0 else ""),
+        _kpi("restarts", str(ledger.get("restarts", 0)), f"{ledger.get('failures', 0)} failure(s), MTBF "
+             f"{duration(ledger.get('mtbf_seconds'))}"),
+        _kpi("at risk", f"{gpu_hours(ledger.get('at_risk_gpu_seconds'))} GPU-h", "work since the last checkpoint"),
+        "</section>",
+        "<section><h2>Where the GPU-hours went</h2>", figure(_ledger_bar(breakdown)),
+        _breakdown_table(breakdown), "</section>",
+        f"<section><h2>Recommendations</h2>{_recommendations(report['recommendations'])}</section>",
+    ]
+    attempts = ledger.get("attempts", [])
+    parts.append("<section><h2>Attempts and restarts</h2>")
+    if len(attempts) > 0:
+        parts.append(figure(_attempts_figure(attempts)))
+        parts.append('<p class="note">Per attempt, before the straggler carve-out (straggler time is counted per '
+                     "rank, in the table below).</p>")
+    parts.append(_restarts_table(report["restarts"]) + "</section>")
+
+    parts.append("<section><h2>Checkpoints</h2>")
+    parts.append(f'<p>{_e(ck.get("count", 0))} checkpoint(s): {_e(ck.get("ok", 0))} ok, {_e(ck.get("failed", 0))} '
+                 f'failed, {_e(ck.get("torn", 0))} torn; median blocking {_e(duration(ck.get("median_blocking_seconds")))}'
+                 f', median interval {_e(duration(ck.get("median_interval_seconds")))}'
+                 f'; last good step {_e(ck.get("last_ok_step") if ck.get("last_ok_step") is not None else "—")}.</p>')
+    rows = report["checkpoints"].get("rows") or []
+    if rows:
+        parts.append(figure(_checkpoint_figure(rows)))
+    parts.append("</section>")
+
+    stragglers = report["stragglers"]
+    parts.append("<section><h2>Stragglers</h2>")
+    if stragglers:
+        parts.append(figure(_straggler_figure(stragglers)))
+        parts.append(_straggler_table(stragglers))
+    else:
+        parts.append('<p class="note">No rank was charged with straggler time.</p>')
+    parts.append("</section>")
+    parts.append('<footer>goodput waste ledger. Every allocated GPU-second is counted once: productive or one waste '
+                 "category (rules: docs/ledger.md). GPU-hours = GPU-seconds / 3600; shares are of the allocated "
+                 "GPU-seconds.</footer>")
+    body = "\n".join(parts)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>goodput report: {_e(report['run_id'])}</title><style>{_CSS}</style></head>"
+            f"<body><main>\n{body}\n</main></body></html>\n")
