@@ -15,7 +15,7 @@ def fleet_runs_figure(runs: pd.DataFrame, limit: int = 25) -> go.Figure:
     if runs.empty:
         return empty_figure("No runs match the filters")
     top = runs.head(limit).iloc[::-1]  # plotly draws the first category at the bottom
-    fig = base_figure(height=max(220, 70 + 26 * len(top)), barmode="stack", bargap=0.25)
+    fig = base_figure(height=max(300, 110 + 30 * len(top)), barmode="stack", bargap=0.3)
     labels = [_short(r) for r in top["run_id"]]
     for category in ("productive", *CATEGORIES):
         column = "productive_gpu_seconds" if category == "productive" else f"waste_{category}"

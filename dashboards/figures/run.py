@@ -37,8 +37,8 @@ def timeline_figure(view: Mapping[str, Any], live: Mapping[str, Any] | None = No
     ), row=2, col=1)
     fig.update_layout(template=template(), height=520, barmode="overlay", bargap=0.35,
                       hovermode="closest", uirevision=f"timeline-{view['run_id']}",
-                      legend={"orientation": "h", "x": 0, "xanchor": "left", "y": 1.0, "yanchor": "bottom",
-                              "traceorder": "normal"}, margin={"t": 64, "l": 90})
+                      legend={"orientation": "h", "x": 0, "xanchor": "left", "y": 0.995, "yanchor": "top",
+                              "yref": "container", "traceorder": "normal"}, margin={"t": 48, "l": 90})
     _allocation_bars(fig, tl["allocations"])
     _attempt_bars(fig, tl["attempts"], view.get("status", ""))
     _segment_bars(fig, tl["segments"])
