@@ -90,6 +90,34 @@ def _parser() -> argparse.ArgumentParser:
     ledger.add_argument("--json", action="store_true")
     ledger.set_defaults(handler=_ledger)
 
+    report = sub.add_parser("report", help="download a run's waste report (json, csv, html), or the fleet CSV",
+                            description="goodput report RUN_ID --format html -o run.html; "
+                                        "goodput report --fleet [--since T] [--until T] -o fleet.csv")
+    report.add_argument("run_id", nargs="?", help="the run (omit with --fleet)")
+    report.add_argument("--fleet", action="store_true", help="one CSV row per run instead of one run's report")
+    report.add_argument("--format", choices=["json", "csv", "html"], help="default: html for a run, csv for --fleet")
+    report.add_argument("-o", "--output", help="file to write (default: standard output)")
+    report.add_argument("--since", help="--fleet: runs with events at or after this time (epoch seconds or ISO 8601)")
+    report.add_argument("--until", help="--fleet: runs with events at or before this time (epoch seconds or ISO 8601)")
+    report.add_argument("--status", choices=["running", "finished", "failed", "cancelled"], help="--fleet: only these")
+    report.add_argument("--url", help=URL_HELP)
+    report.set_defaults(handler=_report)
+
+    advise = sub.add_parser("advise", help="what to change in a run: the checkpoint interval (Young, Daly)")
+    advise.add_argument("run_id")
+    advise.add_argument("--url", help=URL_HELP)
+    advise.set_defaults(handler=_advise)
+
+    interval = sub.add_parser("simulate-interval", help="goodput against checkpoint interval: model and Monte Carlo")
+    interval.add_argument("--delta", type=float, required=True, help="seconds one checkpoint blocks training")
+    interval.add_argument("--mtbf", type=float, required=True, help="mean seconds between failures")
+    interval.add_argument("--restart", type=float, default=0.0, help="seconds from a failure to useful work again")
+    interval.add_argument("--work", type=float, default=100.0, help="useful compute the job needs (hours)")
+    interval.add_argument("--intervals", type=float, nargs="*", default=[], help="more intervals to compare (s)")
+    interval.add_argument("--replicates", type=int, default=200)
+    interval.add_argument("--seed", type=int, default=0)
+    interval.set_defaults(handler=_simulate_interval)
+
     sub.add_parser("sync", help="send what a spool folder holds that the collector never acknowledged: "
                                 "goodput sync DIR [--url URL]")
 
@@ -129,9 +157,15 @@ def _serve(ns: argparse.Namespace) -> int:
         print("goodput: --workers > 1 needs PostgreSQL (SQLite has one writer); serving with 1 worker",
               file=sys.stderr)
         ns.workers = 1
+    from services.metrics import prepare_multiprocess_dir, remove_multiprocess_dir
+
+    metrics_dir = prepare_multiprocess_dir(ns.workers)  # several workers count into shared files: /metrics sums them
     print(f"goodput collector on http://{host}:{port}  (database: {_safe(url)}; API docs at /docs)", flush=True)
-    uvicorn.run("services.collector.app:create_app", factory=True, host=host, port=port, workers=ns.workers,
-                log_level="warning")
+    try:
+        uvicorn.run("services.collector.app:create_app", factory=True, host=host, port=port, workers=ns.workers,
+                    log_level="warning")
+    finally:
+        remove_multiprocess_dir(metrics_dir)
     return 0
 
 
@@ -201,6 +235,81 @@ def _ledger(ns: argparse.Namespace) -> int:
     from services.cli_output import print_ledger
 
     return print_ledger(_url(ns), ns.run_id, as_json=ns.json)
+
+
+def _epoch(value: str | None, option: str) -> float | None:
+    """Epoch seconds, or an ISO 8601 time (UTC unless it says otherwise)."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    from datetime import UTC, datetime
+
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise SystemExit(f"goodput report: {option} must be epoch seconds or an ISO 8601 time "
+                         f"(2026-01-31 or 2026-01-31T12:00:00+00:00), got {value!r}") from None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+
+
+def _report(ns: argparse.Namespace) -> int:
+    import httpx
+
+    if ns.fleet == (ns.run_id is not None):
+        print("goodput report: give a RUN_ID, or --fleet for every run", file=sys.stderr)
+        return 2
+    if ns.fleet:
+        if ns.format not in (None, "csv"):
+            print("goodput report: --fleet writes CSV only", file=sys.stderr)
+            return 2
+        params = {k: v for k, v in (("since", _epoch(ns.since, "--since")), ("until", _epoch(ns.until, "--until")),
+                                    ("status", ns.status)) if v is not None}
+        path, what = "/v1/reports/fleet.csv", "fleet report"
+    else:
+        from urllib.parse import quote
+
+        params = {"format": ns.format or "html"}
+        path, what = f"/v1/runs/{quote(ns.run_id, safe='')}/report", f"report of run {ns.run_id}"
+    try:
+        response = httpx.get(_url(ns) + path, params=params, timeout=300)
+    except httpx.HTTPError as exc:
+        print(f"goodput report: cannot reach the collector at {_url(ns)}: {exc}", file=sys.stderr)
+        return 1
+    if response.status_code != 200:
+        try:
+            message = response.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = response.text[:500]
+        print(f"goodput report: the collector answered {response.status_code}: {message}", file=sys.stderr)
+        return 1
+    if ns.output in (None, "-"):
+        sys.stdout.write(response.text)
+        return 0
+    with open(ns.output, "wb") as f:
+        f.write(response.content)
+    print(f"wrote the {what} to {ns.output} ({len(response.content):,} bytes)", file=sys.stderr)
+    return 0
+
+
+def _advise(ns: argparse.Namespace) -> int:
+    from services.cli_advice import print_advice
+
+    return print_advice(_url(ns), ns.run_id)
+
+
+def _simulate_interval(ns: argparse.Namespace) -> int:
+    from services.cli_advice import print_interval_table
+
+    for name in ("delta", "restart"):
+        if getattr(ns, name) < 0:
+            raise SystemExit(f"goodput simulate-interval: --{name} must be >= 0, got {getattr(ns, name)}")
+    if ns.mtbf <= 0 or ns.work <= 0 or any(t <= 0 for t in ns.intervals):
+        raise SystemExit("goodput simulate-interval: --mtbf, --work and --intervals must be positive")
+    return print_interval_table(delta=ns.delta, mtbf=ns.mtbf, restart=ns.restart, work_hours=ns.work,
+                                intervals=ns.intervals, replicates=ns.replicates, seed=ns.seed)
 
 
 def _safe(url: str) -> str:
