@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Engine, update
 
 from services.analysis.ledger import build_ledger
-from services.storage.load import RunRow, get_run, last_ok_checkpoint, load_run_data
+from services.storage.load import RunRow, get_run, last_ok_checkpoint, list_runs, load_run_data
 from services.storage.tables import Run
 
 
@@ -51,3 +51,9 @@ def run_detail(engine: Engine, run_id: str) -> dict[str, Any]:
         "allocated_gpu_seconds": ledger["allocated_gpu_seconds"], "goodput": ledger["goodput"],
     }
 
+
+def fleet_ledgers(engine: Engine, *, limit: int = 2000) -> list[dict[str, Any]]:
+    """The ledgers of the most recent runs (cached per run), for fleet-wide estimates."""
+    with engine.connect() as conn:
+        rows = list_runs(conn, limit=limit)
+    return [ledger_for_row(engine, row) for row in rows]
