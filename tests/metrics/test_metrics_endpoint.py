@@ -1,0 +1,179 @@
+"""GET /metrics against the API's ledgers, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from services.simulate import SimConfig, simulate
+from tests.analysis.scenarios import reference_s1
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(client: Any) -> Samples:
+    response = client.get("/metrics")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/plain; version=")
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(response.text) for s in family.samples}
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples[(name, frozenset(labels.items()))]
+
+
+def names_with(samples: Samples, **labels: str) -> set[str]:
+    return {name for name, ls in samples if set(labels.items()) <= ls}
+
+
+@pytest.fixture
+def make_client(settings, engine, monkeypatch) -> Iterator[Callable[..., Any]]:  # type: ignore[no-untyped-def]
+    """A TestClient on a fresh app; keyword arguments become GOODPUT_METRICS_* variables."""
+    from fastapi.testclient import TestClient
+
+    from services.collector.app import create_app
+
+    clients: list[Any] = []
+
+    def make(**env: str) -> Any:
+        for key, val in env.items():
+            monkeypatch.setenv(f"GOODPUT_METRICS_{key.upper()}", val)
+        client = TestClient(create_app(settings, engine=engine))
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+def send_sim(client: Any, run_id: str, *, end: str = "finished", ago_s: float = 600.0, **kw: Any) -> None:
+    """A simulated run whose last event is `ago_s` seconds before now."""
+    config = dict(run_id=run_id, ranks=4, hours=0.05, mtbf_s=60.0, checkpoint_every=20, end=end, seed=1, **kw)
+    first = simulate(SimConfig(**config, start_time=0.0))
+    last = max(max(e["end"]) if isinstance(e.get("end"), list) else e.get("end", e["time"]) for e in first.events)
+    events = simulate(SimConfig(**config, start_time=time.time() - ago_s - last)).events
+    response = client.post("/v1/events", json={"events": events})
+    assert response.status_code == 200, response.text
+
+
+def test_run_series_equal_the_api_ledger(make_client) -> None:  # type: ignore[no-untyped-def]
+    client = make_client()
+    send_sim(client, "done", straggler_rank=1)
+    send_sim(client, "live", end="running", ago_s=30.0)
+    samples = scrape(client)
+    for run_id in ("done", "live"):
+        ledger = client.get(f"/v1/runs/{run_id}/waste").json()
+        assert value(samples, "goodput_run_goodput_ratio", run_id=run_id) == ledger["goodput"]
+        assert value(samples, "goodput_run_allocated_gpu_seconds", run_id=run_id) == ledger["allocated_gpu_seconds"]
+        assert value(samples, "goodput_run_productive_gpu_seconds", run_id=run_id) == ledger["productive_gpu_seconds"]
+        for category, gpu_s in ledger["waste_gpu_seconds"].items():
+            assert value(samples, "goodput_run_waste_gpu_seconds", run_id=run_id, category=category) == gpu_s
+        assert value(samples, "goodput_run_at_risk_gpu_seconds", run_id=run_id) == ledger["at_risk_gpu_seconds"]
+        assert value(samples, "goodput_run_restarts_total", run_id=run_id) == ledger["restarts"]
+        assert value(samples, "goodput_run_checkpoint_blocking_seconds", run_id=run_id) == \
+            ledger["checkpoints"]["median_blocking_seconds"]
+        assert value(samples, "goodput_run_checkpoints_total", run_id=run_id, outcome="ok") == \
+            ledger["checkpoints"]["ok"]
+    assert value(samples, "goodput_run_running", run_id="live") == 1.0
+    assert value(samples, "goodput_run_running", run_id="done") == 0.0
+    since = value(samples, "goodput_run_seconds_since_progress", run_id="live")
+    assert 25.0 < since < 300.0  # the simulated last step ended about 30 s ago
+    assert ("goodput_run_seconds_since_progress", frozenset({("run_id", "done")})) not in samples
+
+    ledgers = [client.get(f"/v1/runs/{r}/waste").json() for r in ("done", "live")]
+    allocated = sum(lg["allocated_gpu_seconds"] for lg in ledgers)
+    productive = sum(lg["productive_gpu_seconds"] for lg in ledgers)
+    assert value(samples, "goodput_fleet_allocated_gpu_seconds") == pytest.approx(allocated, rel=1e-12)
+    assert value(samples, "goodput_fleet_goodput_ratio") == pytest.approx(productive / allocated, rel=1e-12)
+    assert value(samples, "goodput_fleet_runs", status="running") == 1.0
+    assert value(samples, "goodput_fleet_runs", status="finished") == 1.0
+
+
+def test_collector_counts_accepted_duplicate_and_rejected_events(make_client) -> None:  # type: ignore[no-untyped-def]
+    client = make_client()
+    events = reference_s1()
+    assert client.post("/v1/events", json={"events": events}).status_code == 200
+    assert client.post("/v1/events", json={"events": events[:10]}).status_code == 200  # a client's retry
+    assert client.post("/v1/events", content=b"{not json").status_code == 400
+    bad = dict(events[0], event_id="bad", time="yesterday")
+    assert client.post("/v1/events", json={"events": [bad]}).status_code == 422
+    samples = scrape(client)
+    assert value(samples, "goodput_collector_events_total", outcome="accepted") == len(events)
+    assert value(samples, "goodput_collector_events_total", outcome="duplicate") == 10
+    assert value(samples, "goodput_collector_rejected_batches_total", code="malformed_json") == 1
+    assert sum(v for (name, _), v in samples.items() if name == "goodput_collector_rejected_batches_total") == 2
+
+
+def test_request_histogram_is_labelled_by_route_template_never_by_run_id(make_client) -> None:  # type: ignore[no-untyped-def]
+    client = make_client()
+    assert client.get("/v1/runs/secret-run-42/waste").status_code == 404
+    assert client.get("/no/such/page").status_code == 404
+    response = client.get("/metrics")
+    assert "secret-run-42" not in response.text and "/no/such/page" not in response.text
+    samples = scrape(client)
+    assert value(samples, "goodput_collector_request_duration_seconds_count",
+                 handler="/v1/runs/{run_id:path}/waste", method="GET", code="404") == 1
+    assert value(samples, "goodput_collector_request_duration_seconds_count",
+                 handler="unmatched", method="GET", code="404") == 1
+
+
+def _client_stats(run_id: str, n: int, t: float, attempt: int, rank: int, **counts: int) -> dict[str, Any]:
+    return {"event_id": f"cs-{n}", "run_id": run_id, "kind": "client_stats", "time": t, "attempt": attempt,
+            "rank": rank, **counts}
+
+
+def test_client_drops_sum_the_latest_counters_of_each_process(make_client) -> None:  # type: ignore[no-untyped-def]
+    client = make_client()
+    send_sim(client, "drops", end="running", ago_s=5.0)
+    now = time.time()
+    stats = [
+        _client_stats("drops", 1, now - 60, 0, 0, dropped_events=5),
+        _client_stats("drops", 2, now - 30, 0, 0, dropped_events=7, send_failures=2),  # same process, later
+        _client_stats("drops", 3, now - 50, 0, 1, dropped_events=3, spool_dropped_events=2),
+        _client_stats("drops", 4, now - 20, 1, 0, dropped_events=1, rejected_events=4),  # the next attempt
+    ]
+    assert client.post("/v1/events", json={"events": stats}).status_code == 200
+    samples = scrape(client)
+    assert value(samples, "goodput_run_client_dropped_events_total", run_id="drops", reason="buffer") == 7 + 3 + 1
+    assert value(samples, "goodput_run_client_dropped_events_total", run_id="drops", reason="spool") == 2
+    assert value(samples, "goodput_run_client_dropped_events_total", run_id="drops", reason="rejected") == 4
+    assert value(samples, "goodput_fleet_client_dropped_events", reason="buffer") == 11
+    assert value(samples, "goodput_fleet_client_send_failures") == 2
+
+
+def test_only_running_and_recent_runs_are_labelled_running_first_and_capped(make_client) -> None:  # type: ignore[no-untyped-def]
+    client = make_client(max_runs="2", run_window_h="1")
+    assert client.post("/v1/events", json={"events": reference_s1()}).status_code == 200  # finished in 2023
+    send_sim(client, "older", ago_s=1800.0)
+    send_sim(client, "newer", ago_s=600.0)
+    send_sim(client, "live", end="running", ago_s=3 * 3600.0)  # running: labelled however old
+    samples = scrape(client)
+    labelled = {dict(ls)["run_id"] for name, ls in samples if name == "goodput_run_allocated_gpu_seconds"}
+    assert labelled == {"live", "newer"}
+    assert value(samples, "goodput_metrics_unlabelled_runs") == 1  # "older": only in the fleet series
+    assert value(samples, "goodput_fleet_runs", status="finished") == 2  # s1 is outside the window
+    assert not names_with(samples, run_id="s1")
+
+
+def test_a_scrape_within_the_ttl_reuses_the_snapshot(make_client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    client = make_client(cache_ttl_s="60")
+    send_sim(client, "cached")
+    first = scrape(client)
+    send_sim(client, "later")
+    second = scrape(client)
+    assert client.app.state.metrics.snapshots.builds == 1
+    assert names_with(first, run_id="cached") and not names_with(second, run_id="later")
+    assert value(second, "goodput_collector_events_total", outcome="accepted") > \
+        value(first, "goodput_collector_events_total", outcome="accepted")  # counters are never cached
+
+    fresh = make_client(cache_ttl_s="0")
+    scrape(fresh)
+    assert names_with(scrape(fresh), run_id="later")
+    assert fresh.app.state.metrics.snapshots.builds == 2

@@ -1,0 +1,60 @@
+"""Recommendations from ledgers: each rule fires on its evidence and stays quiet without it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from services.reports import DEFAULT_PROVIDERS, Recommendation, ReportInput, recommend
+
+
+def ledger(allocated: float = 100_000.0, **waste: float) -> dict[str, Any]:
+    categories = {k: 0.0 for k in ("startup", "checkpoint", "rework", "hang", "straggler", "idle")}
+    categories.update(waste)
+    return {"run_id": "r", "status": "finished", "allocated_gpu_seconds": allocated,
+            "productive_gpu_seconds": allocated - sum(categories.values()), "waste_gpu_seconds": categories,
+            "restarts": 2, "failures": 2, "straggler_gpu_seconds_by_rank": {},
+            "checkpoints": {"median_blocking_seconds": 30.0, "median_interval_seconds": 300.0,
+                            "median_interval_steps": 100.0}}
+
+
+@pytest.mark.parametrize(("waste", "codes"), [
+    ({}, []),
+    ({"checkpoint": 8_000}, ["checkpoint_blocking"]),
+    ({"checkpoint": 4_000}, []),  # under 5 %
+    ({"hang": 3_000}, ["hang_detection"]),
+    ({"rework": 9_000, "checkpoint": 1_000}, ["checkpoint_more_often"]),
+    ({"rework": 9_000, "checkpoint": 6_000}, ["checkpoint_blocking"]),  # checkpoints are not cheap
+    ({"startup": 6_000}, ["startup_time"]),
+    ({"idle": 20_000, "hang": 5_000}, ["idle", "hang_detection"]),  # largest at stake first
+])
+def test_each_rule_fires_on_its_share_of_the_allocation(waste: dict[str, float], codes: list[str]) -> None:
+    assert [r.code for r in recommend(ReportInput(ledger=ledger(**waste)))] == codes
+
+
+def test_a_concentrated_straggler_is_named_with_its_host() -> None:
+    lg = ledger(straggler=5_000)
+    lg["straggler_gpu_seconds_by_rank"] = {"7": 4_000.0, "1": 1_000.0}
+    views = {"ranks": {"rows": [{"rank": 7, "host": "gpu-node-12"}, {"rank": 1, "host": "gpu-node-01"}]}}
+    (rec,) = recommend(ReportInput(ledger=lg, views=views))
+    assert rec.code == "straggler_rank"
+    assert "rank 7 on host gpu-node-12" in rec.title and "80%" in rec.detail
+
+
+def test_straggling_spread_over_ranks_gets_general_advice() -> None:
+    lg = ledger(straggler=5_000)
+    lg["straggler_gpu_seconds_by_rank"] = {str(r): 625.0 for r in range(8)}
+    assert [r.code for r in recommend(ReportInput(ledger=lg))] == ["straggler_spread"]
+
+
+def test_no_allocation_gives_no_advice() -> None:
+    assert recommend(ReportInput(ledger=ledger(allocated=0.0))) == []
+
+
+def test_a_new_provider_is_one_more_function_in_the_list() -> None:
+    def interval_advisor(inp: ReportInput) -> list[Recommendation]:
+        return [Recommendation(code="checkpoint_interval", title="t", detail="d", gpu_seconds=1e9)]
+
+    recs = recommend(ReportInput(ledger=ledger(hang=3_000)), (*DEFAULT_PROVIDERS, interval_advisor))
+    assert [r.code for r in recs] == ["checkpoint_interval", "hang_detection"]

@@ -1,0 +1,133 @@
+"""Every report format against GET /v1/runs/{run_id}/waste for the same run, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import time
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from services.reports.style import gpu_hours, gpu_seconds, percent
+from services.simulate import SimConfig, simulate
+
+CATEGORIES = ["productive", "startup", "checkpoint", "rework", "hang", "straggler", "idle", "allocated"]
+
+
+def send(client: Any, run_id: str, start_time: float, **kw: Any) -> None:
+    config = SimConfig(run_id=run_id, ranks=4, hours=0.05, mtbf_s=90.0, checkpoint_every=25, seed=2,
+                       start_time=start_time, **kw)
+    response = client.post("/v1/events", json={"events": simulate(config).events})
+    assert response.status_code == 200, response.text
+
+
+def test_json_report_carries_the_api_ledger_unchanged(client) -> None:  # type: ignore[no-untyped-def]
+    send(client, "rep", time.time() - 7200, straggler_rank=3, hang_at_step=40)
+    ledger = client.get("/v1/runs/rep/waste").json()
+    response = client.get("/v1/runs/rep/report", params={"format": "json"})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/json")
+    report = response.json()
+    assert report["ledger"] == ledger
+    assert report["run_id"] == "rep"
+    rows = {r["category"]: r for r in report["breakdown"]}
+    assert list(rows) == CATEGORIES
+    assert rows["allocated"]["gpu_seconds"] == ledger["allocated_gpu_seconds"]
+    assert rows["productive"]["gpu_seconds"] == ledger["productive_gpu_seconds"]
+    for category, gpu_s in ledger["waste_gpu_seconds"].items():
+        assert rows[category]["gpu_seconds"] == gpu_s
+        assert rows[category]["share"] == pytest.approx(gpu_s / ledger["allocated_gpu_seconds"], rel=1e-12)
+    assert sum(r["gpu_seconds"] for c, r in rows.items() if c != "allocated") == \
+        pytest.approx(ledger["allocated_gpu_seconds"], rel=1e-9)
+    assert len(report["restarts"]) == ledger["restarts"]
+    assert report["checkpoints"]["summary"] == ledger["checkpoints"]
+    assert report["stragglers"][0]["rank"] == 3 and report["stragglers"][0]["host"]
+    codes = {r["code"] for r in report["recommendations"]}
+    assert "straggler_rank" in codes and "hang_detection" in codes
+    run_detail = client.get("/v1/runs/rep").json()  # the report never changed the run
+    assert run_detail["goodput"] == ledger["goodput"]
+
+
+def test_csv_report_loads_in_pandas_with_one_row_per_category(client) -> None:  # type: ignore[no-untyped-def]
+    send(client, "rep-csv", time.time() - 7200, straggler_rank=1)
+    ledger = client.get("/v1/runs/rep-csv/waste").json()
+    response = client.get("/v1/runs/rep-csv/report", params={"format": "csv"})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/csv")
+    assert 'filename="rep-csv-report.csv"' in response.headers["content-disposition"]
+    frame = pd.read_csv(io.StringIO(response.text))
+    assert list(frame.columns) == ["run_id", "category", "gpu_seconds", "gpu_hours", "share"]
+    assert list(frame["category"]) == CATEGORIES
+    assert set(frame["run_id"]) == {"rep-csv"}
+    by = frame.set_index("category")
+    allocated = ledger["allocated_gpu_seconds"]
+    expected = {"productive": ledger["productive_gpu_seconds"], **ledger["waste_gpu_seconds"], "allocated": allocated}
+    for category, gpu_s in expected.items():
+        assert by.loc[category, "gpu_seconds"] == gpu_s  # exact: floats are written with repr
+        assert by.loc[category, "gpu_hours"] == pytest.approx(gpu_s / 3600, rel=1e-12)
+        assert by.loc[category, "share"] == pytest.approx(gpu_s / allocated, rel=1e-12)
+    assert by.loc["allocated", "share"] == 1.0
+
+
+def test_html_report_is_self_contained_and_shows_the_ledgers_numbers(client) -> None:  # type: ignore[no-untyped-def]
+    send(client, "rep-html", time.time() - 7200, straggler_rank=2, hang_at_step=30)
+    ledger = client.get("/v1/runs/rep-html/waste").json()
+    response = client.get("/v1/runs/rep-html/report", params={"format": "html"})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    page = response.text
+    assert re.search(r"<script[^>]+src=", page) is None  # no external script
+    assert re.search(r"<link[^>]+href=", page) is None  # no external stylesheet or font
+    assert page.count("plotly.js v") >= 1 and "Plotly.newPlot" in page  # plotly.js inlined, figures drawn by it
+    assert percent(ledger["goodput"]) in page
+    assert f"{gpu_hours(ledger['allocated_gpu_seconds'])} GPU-h" in page
+    for category, gpu_s in ledger["waste_gpu_seconds"].items():
+        assert f"<td>{gpu_seconds(gpu_s)}</td><td>{gpu_hours(gpu_s)}</td>" in page, category
+    assert "@media print" in page
+    assert "rep-html" in page
+
+
+def test_report_of_an_unknown_run_is_a_404(client) -> None:  # type: ignore[no-untyped-def]
+    for fmt in ("json", "csv", "html"):
+        response = client.get("/v1/runs/nope/report", params={"format": fmt})
+        assert response.status_code == 404
+        assert response.json()["error"]["code"] == "run_not_found"
+    assert client.get("/v1/runs/x/report", params={"format": "pdf"}).status_code == 422
+
+
+def test_fleet_csv_has_one_row_per_run_and_filters_by_time(client) -> None:  # type: ignore[no-untyped-def]
+    now = time.time()
+    send(client, "week-ago", now - 7 * 86400)
+    send(client, "day-ago", now - 86400)
+    send(client, "hour-ago", now - 3600, end="failed", max_failures=1)
+    response = client.get("/v1/reports/fleet.csv")
+    assert response.status_code == 200
+    frame = pd.read_csv(io.StringIO(response.text))
+    assert set(frame["run_id"]) == {"week-ago", "day-ago", "hour-ago"}
+    for row in frame.itertuples():
+        ledger = client.get(f"/v1/runs/{row.run_id}/waste").json()
+        assert row.allocated_gpu_seconds == ledger["allocated_gpu_seconds"]
+        assert row.goodput == ledger["goodput"]
+        assert row.hang_gpu_seconds == ledger["waste_gpu_seconds"]["hang"]
+        assert row.restarts == ledger["restarts"]
+        assert row.status == ledger["status"]
+        assert pd.Timestamp(row.last_time_utc).timestamp() == pytest.approx(ledger["latest_time"], abs=1e-3)
+
+    def runs(**params: Any) -> set[str]:
+        text = client.get("/v1/reports/fleet.csv", params=params).text
+        return set(pd.read_csv(io.StringIO(text))["run_id"]) if text.count("\n") > 1 else set()
+
+    assert runs(since=now - 2 * 86400) == {"day-ago", "hour-ago"}
+    assert runs(until=now - 3 * 86400) == {"week-ago"}
+    assert runs(status="failed") == {"hour-ago"}
+    assert runs(since=now + 86400) == set()
+
+
+def test_report_json_round_trips_through_a_file(client, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    send(client, "rep-file", time.time() - 7200)
+    path = tmp_path / "r.json"
+    path.write_bytes(client.get("/v1/runs/rep-file/report").content)
+    assert json.loads(path.read_text())["ledger"] == client.get("/v1/runs/rep-file/waste").json()
