@@ -7,6 +7,7 @@ rank's end; a checkpoint from the first rank's `checkpoint_start` to the last ra
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -58,23 +59,21 @@ class RunStructure:
 
 
 def latest_time(data: RunData) -> float | None:
-    candidates = [
-        data.events["time"].max() if not data.events.empty else np.nan,
-        data.steps["end"].max() if not data.steps.empty else np.nan,
-        data.collectives["end"].max() if not data.collectives.empty else np.nan,
-    ]
-    finite = [c for c in candidates if pd.notna(c)]
-    return float(max(finite)) if finite else None
+    return _extreme(data, max, ("time", "end", "end"))
 
 
 def first_time(data: RunData) -> float | None:
-    candidates = [
-        data.events["time"].min() if not data.events.empty else np.nan,
-        data.steps["start"].min() if not data.steps.empty else np.nan,
-        data.collectives["start"].min() if not data.collectives.empty else np.nan,
+    return _extreme(data, min, ("time", "start", "start"))
+
+
+def _extreme(data: RunData, pick: Any, columns: tuple[str, str, str]) -> float | None:
+    """The earliest / latest time in any of the run's frames (events, steps, collectives)."""
+    values = [
+        getattr(frame[column], pick.__name__)()
+        for frame, column in zip((data.events, data.steps, data.collectives), columns) if not frame.empty
     ]
-    finite = [c for c in candidates if pd.notna(c)]
-    return float(min(finite)) if finite else None
+    finite = [float(v) for v in values if pd.notna(v)]
+    return float(pick(finite)) if finite else None
 
 
 def dedupe_steps(steps: pd.DataFrame) -> pd.DataFrame:

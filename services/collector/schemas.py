@@ -127,16 +127,7 @@ class Steps(_RankEvent):
 
     @model_validator(mode="after")
     def _columns_agree(self) -> Steps:
-        n = len(self.step)
-        for name in ("start", "end", "loss", "lr", "comm"):
-            values = getattr(self, name)
-            if values is not None and len(values) != n:
-                raise _field_error(name, f"{name} has {len(values)} values but step has {n}: "
-                                   "the arrays must be equal length")
-        bad = np.flatnonzero(np.asarray(self.end) < np.asarray(self.start))
-        if len(bad):
-            i = int(bad[0])
-            raise _field_error(f"end.{i}", f"end[{i}] ({self.end[i]}) is before start[{i}] ({self.start[i]})")
+        _check_columns(self, ("start", "end", "loss", "lr", "comm"))
         return self
 
     def to_record(self) -> IngestRecord:
@@ -191,15 +182,7 @@ class Collectives(_RankEvent):
 
     @model_validator(mode="after")
     def _columns_agree(self) -> Collectives:
-        n = len(self.step)
-        for name in ("op", "start", "end"):
-            if len(getattr(self, name)) != n:
-                raise _field_error(name, f"{name} has {len(getattr(self, name))} values but step has {n}: "
-                                   "the arrays must be equal length")
-        bad = np.flatnonzero(np.asarray(self.end) < np.asarray(self.start))
-        if len(bad):
-            i = int(bad[0])
-            raise _field_error(f"end.{i}", f"end[{i}] ({self.end[i]}) is before start[{i}] ({self.start[i]})")
+        _check_columns(self, ("op", "start", "end"))
         return self
 
     def to_record(self) -> IngestRecord:
@@ -278,6 +261,21 @@ def _nans(values: list[Any] | None, n: int) -> np.ndarray:
     if values is None:
         return np.full(n, np.nan)
     return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def _check_columns(record: BaseModel, names: tuple[str, ...]) -> None:
+    """A compact record's arrays: as long as `step`, and no end before its start."""
+    n = len(record.step)  # type: ignore[attr-defined]
+    for name in names:
+        values = getattr(record, name)
+        if values is not None and len(values) != n:
+            raise _field_error(name, f"{name} has {len(values)} values but step has {n}: "
+                                     "the arrays must be equal length")
+    start, end = record.start, record.end  # type: ignore[attr-defined]
+    bad = np.flatnonzero(np.asarray(end) < np.asarray(start))
+    if len(bad):
+        i = int(bad[0])
+        raise _field_error(f"end.{i}", f"end[{i}] ({end[i]}) is before start[{i}] ({start[i]})")
 
 
 def _field_error(field: str, message: str) -> PydanticCustomError:
