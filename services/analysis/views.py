@@ -313,7 +313,7 @@ def _rank_compute(data: RunData, ledger: Mapping[str, Any], heat_rows: int, heat
         where = np.searchsorted(ukeys, _key(attempt, rank, step))
         where = np.clip(where, 0, len(ukeys) - 1)
         found = ukeys[where] == _key(attempt, rank, step)
-        comm = np.where(found, csum[where], comm)
+        comm = np.where(np.isnan(comm) & found, csum[where], comm)  # a step's own comm wins, as in the ledger
     if np.isfinite(comm).any():
         source = "step duration minus collectives"
     compute = np.clip(duration - np.nan_to_num(comm, nan=0.0), 0.0, None)
