@@ -2,7 +2,8 @@
 
 Picks the run id and exports it (``GOODPUT_RUN_ID``, plus ``GOODPUT_URL``/``GOODPUT_TOKEN`` and
 ``GOODPUT_ATTEMPT_BASE``) to the command, which runs as a child process with SIGTERM/SIGINT
-forwarded to it. Node rank 0 (or a node whose rank is unknown) sends ``run_submitted`` (when
+forwarded to it. It also exports ``GOODPUT_LAUNCHED=1``, so that workers can leave ``run_end`` to
+the launcher, which alone sees torchrun's exit code. Node rank 0 (or a node whose rank is unknown) sends ``run_submitted`` (when
 the submission time is known), ``allocation_start``, then ``allocation_end`` and ``run_end``.
 
 Run id, in order: ``--run-id``, ``GOODPUT_RUN_ID``, SLURM (``SLURM_ARRAY_JOB_ID``_
@@ -152,7 +153,7 @@ def launch_main(argv: list[str]) -> int:
         parser.error("no command given: goodput launch [options] -- torchrun ...")
     env = dict(os.environ)
     run_id = resolve_run_id(args.run_id, env)
-    child_env = dict(env, GOODPUT_RUN_ID=run_id)
+    child_env = dict(env, GOODPUT_RUN_ID=run_id, GOODPUT_LAUNCHED="1")
     for name, value in (("GOODPUT_URL", args.url), ("GOODPUT_TOKEN", args.token), ("GOODPUT_SPOOL_DIR", args.spool_dir)):
         if value:
             child_env[name] = value

@@ -146,11 +146,13 @@ def test_hung_rank_is_charged_from_its_last_progress_to_the_collective_timeout(
 def test_collector_down_for_the_first_half_loses_and_doubles_nothing(tmp_path: Path, jobs: list[Job]) -> None:
     port = free_port()  # nothing listens here until the job is half-way
     job = start_job(tmp_path / "job", f"http://127.0.0.1:{port}", run_id="offline-first", launch=False, args=(
-        "--steps", "40", "--checkpoint-every", "10", "--step-sleep", "0.04"))
+        "--steps", "40", "--checkpoint-every", "10", "--step-sleep", "0.1"))
     jobs.append(job)
-    wait_for(lambda: any(e["step"] >= 20 for e in job.events("step")), 60, "step 20", job)
-    collector = start_collector(tmp_path / "collector", port=port)
+    wait_for(lambda: any(e["step"] >= 8 for e in job.events("step")), 60, "step 8", job)
+    collector = start_collector(tmp_path / "collector", port=port)  # takes 1-2 s: up by about step 20
     try:
+        up_at_step = max(e["step"] for e in job.events("step"))
+        assert job.proc.poll() is None and up_at_step < 35, f"the collector came up too late (step {up_at_step})"
         assert job.wait() == 0, job.tail()
         steps_run = job.steps_run()
         pairs = {(attempt, step) for attempt, _, step in steps_run}
