@@ -1,0 +1,209 @@
+"""docker-compose.yml and the Dockerfile without Docker: the files parse and hold what production needs, and every
+command they run works here against the local PostgreSQL (loopback addresses instead of service names)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import create_postgres_database, drop_postgres_database
+from tests.test_cli import REPO, env_with, free_port, wait_healthy
+
+COMPOSE = REPO / "docker-compose.yml"
+DOCKERFILE = REPO / "Dockerfile"
+VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text())  # type: ignore[no-any-return]
+
+
+def dockerfile_json(instruction: str) -> list[str]:
+    """The exec-form (JSON array) arguments of the Dockerfile's last `instruction` (ENTRYPOINT, CMD, HEALTHCHECK)."""
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    lines = [line for line in text.splitlines() if line.startswith(instruction + " ")]
+    assert lines, f"no {instruction} in the Dockerfile"
+    import json
+
+    return json.loads(lines[-1][lines[-1].index("["):])  # type: ignore[no-any-return]
+
+
+def local(argv: list[str], replacements: dict[str, str]) -> list[str]:
+    out = []
+    for arg in argv:
+        for old, new in replacements.items():
+            arg = arg.replace(old, new)
+        out.append(arg)
+    return out
+
+
+def test_compose_file_has_the_production_services(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert set(services) == {"postgres", "collector", "dashboard", "prometheus"}
+    pg = services["postgres"]
+    assert pg["image"].startswith("postgres:15")
+    assert "pgdata:/var/lib/postgresql/data" in pg["volumes"] and "pgdata" in compose["volumes"]
+    assert "pg_isready" in " ".join(pg["healthcheck"]["test"])
+    collector = services["collector"]
+    assert collector["build"] == "." and collector["command"][0] == "serve"
+    command = collector["command"]
+    assert command[command.index("--workers") + 1] == "4" and "--no-dashboard" in command
+    assert command[command.index("--host") + 1] == "0.0.0.0"
+    assert collector["environment"]["GOODPUT_DATABASE_URL"].startswith("postgresql://")
+    assert "@postgres:5432/" in collector["environment"]["GOODPUT_DATABASE_URL"]
+    assert collector["depends_on"]["postgres"]["condition"] == "service_healthy"
+    dashboard = services["dashboard"]
+    assert dashboard["entrypoint"] == ["python", "-m", "dashboards"]
+    assert dashboard["command"][dashboard["command"].index("--api") + 1] == "http://collector:8000"
+    assert dashboard["depends_on"]["collector"]["condition"] == "service_healthy"
+    prometheus = services["prometheus"]
+    assert "./deploy/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in prometheus["volumes"]
+    assert "promdata:/prometheus" in prometheus["volumes"]
+    scrape = yaml.safe_load((REPO / "deploy/prometheus.yml").read_text())["scrape_configs"][0]
+    assert scrape["static_configs"][0]["targets"] == ["collector:8000"]
+    assert scrape["metrics_path"] == "/metrics" and scrape["scrape_interval"] == "15s"
+
+
+def test_docker_compose_config_accepts_the_file_when_available(tmp_path: Path) -> None:
+    docker = shutil.which("docker")
+    probe = subprocess.run([docker, "compose", "version"], capture_output=True, text=True) if docker else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("the docker compose plugin is not installed here; the YAML structure is checked above")
+    out = subprocess.run([docker, "compose", "-f", str(COMPOSE), "config", "--quiet"], capture_output=True, text=True,
+                         cwd=REPO)
+    assert out.returncode == 0, out.stderr
+
+
+def test_dockerfile_runs_goodput_serve_as_a_non_root_user() -> None:
+    text = DOCKERFILE.read_text()
+    assert re.search(r"^FROM python:3\.11-slim$", text, re.M)
+    assert re.search(r'pip install -e "\.\[server\]"', text)
+    users = re.findall(r"^USER (\S+)$", text, re.M)
+    assert users and users[-1] not in ("root", "0")
+    assert dockerfile_json("ENTRYPOINT") == ["goodput"]
+    assert dockerfile_json("CMD")[0] == "serve"
+    for path in re.findall(r"^COPY (\S+) ", text, re.M):
+        assert (REPO / path).exists(), f"the Dockerfile copies {path}, which does not exist"
+
+
+def test_prometheus_config_and_alert_rules_are_valid() -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool not found: apt-get install prometheus (scripts/system-deps.sh does it)")
+    out = subprocess.run([promtool, "check", "config", str(REPO / "deploy/prometheus.yml")], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout + out.stderr
+
+
+@pytest.fixture
+def postgres_url(postgres_admin_url: str) -> Iterator[str]:
+    url = create_postgres_database(postgres_admin_url)
+    yield url
+    drop_postgres_database(postgres_admin_url, url)
+
+
+def image_env(**env: str) -> dict[str, str]:
+    full_env = env_with(**env)
+    full_env["PATH"] = f"{VENV_BIN}{os.pathsep}{full_env.get('PATH', '')}"  # `goodput` and `python` as in the image
+    return full_env
+
+
+def start(argv: list[str], cwd: Path, **env: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, cwd=cwd, env=image_env(**env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    with httpx.Client() as fresh:  # a new connection: the kernel may hand it to any worker
+        text = fresh.get(f"{url}/metrics", timeout=30).text
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_every_compose_command_runs_here_against_postgresql(compose: dict[str, Any], postgres_url: str,
+                                                            tmp_path: Path) -> None:
+    services = compose["services"]
+    pg = services["postgres"]["healthcheck"]["test"]
+    pg_isready = shutil.which("pg_isready") or next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_isready"))),
+                                                    None)
+    if pg_isready is None:
+        pytest.fail("pg_isready not found (Debian package postgresql-client)")
+    ready = shlex.split(pg[1])
+    ready = [str(pg_isready), "-h", "127.0.0.1", *local(ready[1:], {"goodput": "postgres"})]
+    assert subprocess.run(ready, capture_output=True, timeout=30).returncode == 0
+
+    port, dash_port = free_port(), free_port()
+    url = f"http://127.0.0.1:{port}"
+    replacements = {"0.0.0.0": "127.0.0.1", "8000": str(port), "8050": str(dash_port),
+                    "http://collector:": "http://127.0.0.1:"}
+    entrypoint = dockerfile_json("ENTRYPOINT")
+    collector = start([*entrypoint, *local(services["collector"]["command"], replacements)], tmp_path,
+                      GOODPUT_DATABASE_URL=postgres_url, PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"),
+                      GOODPUT_METRICS_CACHE_TTL_S="0")
+    dashboard: subprocess.Popen[bytes] | None = None
+    try:
+        wait_healthy(url, collector)
+        health = dockerfile_json("HEALTHCHECK")  # HEALTHCHECK ... CMD ["python", "-c", ...]
+        assert health[0] == "python"
+        assert subprocess.run(health, env=image_env(GOODPUT_PORT=str(port)), timeout=30).returncode == 0
+
+        # Several workers: batches land on different processes; every scrape sees all of them.
+        from services.simulate import SimConfig, simulate
+
+        events = simulate(SimConfig(run_id="compose-run", ranks=4, hours=0.05, mtbf_s=100.0, seed=5,
+                                    start_time=time.time() - 3600)).events
+        accepted = 0
+        for i in range(0, len(events), 20):
+            with httpx.Client() as fresh:
+                body = fresh.post(f"{url}/v1/events", json={"events": events[i:i + 20]}, timeout=60).json()
+            accepted += body["accepted"]
+        files = list((tmp_path / "metrics").glob("counter_*.db"))
+        assert len(files) >= 2, f"the batches all reached one worker ({files}); expected several of 4"
+        ledger = httpx.get(f"{url}/v1/runs/compose-run/waste", timeout=60).json()
+        for _ in range(12):
+            samples = scrape(url)
+            assert samples[("goodput_collector_events_total", frozenset({("outcome", "accepted")}))] == accepted
+            assert samples[("goodput_run_goodput_ratio", frozenset({("run_id", "compose-run")}))] == ledger["goodput"]
+
+        dashboard = start(local(services["dashboard"]["entrypoint"], {}) +
+                          local(services["dashboard"]["command"], replacements), tmp_path)
+        dash_url = f"http://127.0.0.1:{dash_port}/"
+        deadline = time.monotonic() + 60
+        while True:
+            assert dashboard.poll() is None, dashboard.stdout.read().decode()  # type: ignore[union-attr]
+            try:
+                if httpx.get(dash_url, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the dashboard command did not start serving"
+            time.sleep(0.3)
+        dash_health = local(services["dashboard"]["healthcheck"]["test"][1:], replacements)
+        assert subprocess.run(dash_health, env=image_env(), timeout=30).returncode == 0
+    finally:
+        if dashboard is not None:
+            stop(dashboard)
+        stop(collector)
