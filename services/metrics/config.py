@@ -47,7 +47,7 @@ class MetricsConfig:
                              "(set by GOODPUT_METRICS_REFRESH_BUDGET_S)")
 
     @classmethod
-    def from_env(cls, **overrides: float | int) -> MetricsConfig:
+    def from_env(cls, **overrides: float) -> MetricsConfig:
         values: dict[str, float | int] = {}
         for field, variable, cast in (
             ("cache_ttl_s", "GOODPUT_METRICS_CACHE_TTL_S", float),

@@ -43,7 +43,7 @@ h2 { font-size: 16px; margin: 26px 0 8px; padding-bottom: 4px; border-bottom: 1p
 .kpi { border: 1px solid var(--grid); border-radius: 6px; padding: 8px 12px; }
 .kpi .label { color: var(--muted); font-size: 12px; } .kpi .value { font-size: 20px; font-weight: 600; }
 .kpi .sub { color: var(--muted); font-size: 12px; }
-table { border-collapse: collapse; width: 100%%; font-variant-numeric: tabular-nums; margin: 6px 0; }
+table { border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; margin: 6px 0; }
 th, td { padding: 4px 8px; border-bottom: 1px solid var(--grid); text-align: right; white-space: nowrap; }
 td.desc { white-space: normal; }
 th { font-size: 12px; color: var(--muted); font-weight: 600; white-space: normal; vertical-align: bottom; }
@@ -54,7 +54,7 @@ tr.total td { font-weight: 600; border-top: 2px solid var(--ink); }
 .figure { margin: 6px 0; break-inside: avoid; }
 .recs { padding-left: 0; list-style: none; margin: 6px 0; }
 .recs li { border-left: 4px solid #0072B2; background: #F9FAFB; padding: 8px 12px; margin-bottom: 8px;
-           break-inside: avoid; }
+    break-inside: avoid; }
 .recs .title { font-weight: 600; } .recs .stake { color: var(--muted); font-size: 12px; }
 .note { color: var(--muted); font-size: 12px; }
 footer { margin-top: 24px; color: var(--muted); font-size: 12px; border-top: 1px solid var(--grid); padding-top: 8px; }
@@ -66,7 +66,7 @@ footer { margin-top: 24px; color: var(--muted); font-size: 12px; border-top: 1px
   section, table, .kpis { break-inside: avoid; }
   .badge, .swatch, .recs li { -webkit-print-color-adjust: exact; print-color-adjust: exact; }
 }
-""" % {"font": _FONT}
+""".replace("%(font)s", _FONT)
 
 
 def _e(value: object) -> str:
@@ -102,16 +102,17 @@ def _ledger_bar(breakdown: Sequence[Mapping[str, Any]]) -> go.Figure:
 
 
 def _attempts_figure(attempts: Sequence[Mapping[str, Any]]) -> go.Figure:
-    labels = [f"attempt {a['attempt']}" for a in attempts]
+    labels = [str(a["attempt"]) for a in attempts]
     fig = go.Figure()
     for category in CATEGORY_ORDER:
         values = [float(a["gpu_seconds"].get(category, 0.0)) / 3600 for a in attempts]
         if any(values):
             fig.add_bar(x=labels, y=values, name=category, marker_color=COLORS[category],
-                        hovertemplate=f"%{{x}} {category}: %{{y:,.2f}} GPU-h<extra></extra>")
+                        hovertemplate=f"attempt %{{x}} {category}: %{{y:,.2f}} GPU-h<extra></extra>")
     fig.update_layout(barmode="stack")
+    fig.update_xaxes(title_text="attempt", type="category", tickangle=0)
     fig.update_yaxes(title_text="GPU-hours")
-    return _layout(fig, 300)
+    return _layout(fig, 300, legend={"orientation": "h", "y": -0.3, "x": 0, "traceorder": "normal"})
 
 
 def _checkpoint_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
@@ -165,7 +166,7 @@ def _breakdown_table(breakdown: Sequence[Mapping[str, Any]]) -> str:
         body.append(f"<tr{css}><td>{swatch}{_e(category)}</td><td>{gpu_seconds(row['gpu_seconds'])}</td>"
                     f"<td>{gpu_hours(row['gpu_seconds'])}</td><td>{percent(row['share'])}</td>"
                     f'<td class="desc">{_e(DESCRIPTIONS.get(category, ""))}</td></tr>')
-    return ("<table><thead><tr><th>category</th><th>GPU-seconds</th><th>GPU-hours</th><th>share</th>"
+    return ("<table><thead><tr><th>category</th><th>GPU&#8209;seconds</th><th>GPU&#8209;hours</th><th>share</th>"
             f"<th></th></tr></thead><tbody>{''.join(body)}</tbody></table>")
 
 
@@ -180,7 +181,7 @@ def _restarts_table(rows: Sequence[Mapping[str, Any]]) -> str:
         f"<td>{gpu_hours(r.get('startup_gpu_seconds'))}</td></tr>"
         for r in rows)
     return ("<table><thead><tr><th>attempt</th><th>restarted (UTC)</th><th>after</th><th>failed at</th>"
-            "<th>resumed at</th><th>rework GPU-h</th><th>hang GPU-h</th><th>startup GPU-h</th></tr></thead>"
+            "<th>resumed at</th><th>rework GPU&#8209;h</th><th>hang GPU&#8209;h</th><th>startup GPU&#8209;h</th></tr></thead>"
             f"<tbody>{body}</tbody></table>")
 
 
@@ -194,7 +195,7 @@ def _straggler_table(rows: Sequence[Mapping[str, Any]]) -> str:
         f"<td>{percent(r.get('share_of_straggler'))}</td>"
         f"<td>{_compute(r.get('median_compute_seconds'))}</td></tr>"
         for r in rows[:10])
-    return ("<table><thead><tr><th>rank</th><th>host</th><th>straggler GPU-h</th><th>share of straggler</th>"
+    return ("<table><thead><tr><th>rank</th><th>host</th><th>straggler GPU&#8209;h</th><th>share of straggler</th>"
             f"<th>median compute / step</th></tr></thead><tbody>{body}</tbody></table>")
 
 
@@ -217,11 +218,11 @@ def report_html(report: Mapping[str, Any]) -> str:
     ck = report["checkpoints"]["summary"]
 
     parts = [
-        f"<header><h1>Run <code>{_e(report['run_id'])}</code> "
+        (f"<header><h1>Run <code>{_e(report['run_id'])}</code> "
         f'<span class="badge" style="background:{_STATUS_COLORS.get(status, "#6B7280")}">{_e(status)}</span></h1>'
         f'<p class="meta">{_e(timestamp(ledger.get("first_time")))} to {_e(timestamp(ledger.get("latest_time")))}'
         f' · {_e(duration(ledger.get("allocated_wall_seconds")))} allocated wall time'
-        f' · report written {_e(timestamp(report["generated_at"]))}</p></header>',
+        f' · report written {_e(timestamp(report["generated_at"]))}</p></header>'),
         '<section class="kpis">',
         _kpi("goodput", percent(ledger.get("goodput")), "productive / allocated"),
         _kpi("allocated", f"{gpu_hours(allocated)} GPU-h", f"{gpu_seconds(allocated)} GPU-s"),

@@ -89,13 +89,13 @@ def test_docker_compose_config_accepts_the_file_when_available(tmp_path: Path) -
 
 def test_dockerfile_runs_goodput_serve_as_a_non_root_user() -> None:
     text = DOCKERFILE.read_text()
-    assert re.search(r"^FROM python:3\.11-slim$", text, re.M)
+    assert re.search(r"^FROM python:3\.11-slim$", text, re.MULTILINE)
     assert re.search(r'pip install -e "\.\[server\]"', text)
-    users = re.findall(r"^USER (\S+)$", text, re.M)
+    users = re.findall(r"^USER (\S+)$", text, re.MULTILINE)
     assert users and users[-1] not in ("root", "0")
     assert dockerfile_json("ENTRYPOINT") == ["goodput"]
     assert dockerfile_json("CMD")[0] == "serve"
-    for path in re.findall(r"^COPY (\S+) ", text, re.M):
+    for path in re.findall(r"^COPY (\S+) ", text, re.MULTILINE):
         assert (REPO / path).exists(), f"the Dockerfile copies {path}, which does not exist"
 
 
