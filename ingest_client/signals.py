@@ -2,7 +2,8 @@
 
 - ``atexit``: ``attempt_end(completed)`` (unless already ended), then ``shutdown(exit_timeout_s)``.
 - ``sys.excepthook``: ``attempt_end(failed, detail="<Type>: <message>")``, then the previous hook.
-- ``SIGTERM``: ``attempt_end(<sigterm_reason>)`` and a short flush, then the previous handler; if
+- ``SIGTERM``: ``attempt_end(<sigterm_reason>)`` (unless already ended) and a short flush of whatever
+  is still in memory, then the previous handler; if
   that was ``SIG_DFL``, restore it and re-raise the signal so the process still dies of SIGTERM.
 """
 
@@ -66,7 +67,10 @@ class ExitHooks:
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         tracker = self._tracker
         try:
-            if tracker.end_attempt(tracker.config.sigterm_reason, detail="SIGTERM"):
+            # Flush even if the attempt had already ended (an exception's excepthook, or exit in progress):
+            # its last rows may still be in memory, and re-raising SIGTERM below ends the process at once.
+            ended_now = tracker.end_attempt(tracker.config.sigterm_reason, detail="SIGTERM")
+            if ended_now or tracker.enabled:
                 tracker.flush(min(SIGTERM_FLUSH_TIMEOUT_S, tracker.config.exit_timeout_s))
         except Exception as exc:
             report_internal_error(exc)
