@@ -21,3 +21,10 @@ class ServiceSettings(BaseSettings):
     writer_max_pending_events: int = Field(4_000_000, description=(
         "GOODPUT_WRITER_MAX_PENDING_EVENTS: rows waiting for the database before ingestion answers 503"))
     dashboard: bool = Field(True, description="GOODPUT_DASHBOARD: serve the dashboard under /dashboard/")
+    hang_floor_s: float = Field(30.0, gt=0, description=(
+        "GOODPUT_HANG_FLOOR_S: a running run is hung after max(this, GOODPUT_HANG_STEP_FACTOR x its recent "
+        "median step time) without progress"))
+    hang_step_factor: float = Field(10.0, gt=0, description="GOODPUT_HANG_STEP_FACTOR: see GOODPUT_HANG_FLOOR_S")
+    heartbeat_interval_s: float = Field(5.0, gt=0, description=(
+        "GOODPUT_HEARTBEAT_INTERVAL_S: the clients' heartbeat interval; a rank silent for 3 of them is a hang "
+        "suspect"))

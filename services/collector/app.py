@@ -12,7 +12,7 @@ from fastapi.openapi.utils import get_openapi
 from sqlalchemy import Engine
 
 from services.collector.errors import install_error_handlers
-from services.collector.routes import advice, health, ingest, metrics, reports, runs, views
+from services.collector.routes import advice, health, ingest, live, metrics, reports, runs, views
 from services.collector.schemas import EventBatch
 from services.settings import ServiceSettings
 from services.storage.db import make_engine
@@ -49,6 +49,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     app.include_router(reports.router)  # before runs, like views
     app.include_router(views.router)  # before runs: its /v1/runs/{run_id:path} would swallow .../timeline
     app.include_router(advice.router)
+    app.include_router(live.router)  # before runs, like views
     app.include_router(runs.router)
     app.include_router(health.router)
     app.include_router(metrics.router)

@@ -142,15 +142,20 @@ class Steps(_RankEvent):
                             step_rows=rows)
 
 
+RequestId = Annotated[int, Field(ge=1, le=2**62)]
+
+
 class CheckpointStart(_RankEvent):
     kind: Literal["checkpoint_start"]
     step: StepNo
+    request_id: RequestId | None = None  # the checkpoint request (POST /v1/runs/{id}/checkpoint-request) it answers
 
 
 class CheckpointEnd(_RankEvent):
     kind: Literal["checkpoint_end"]
     step: StepNo
     ok: bool
+    request_id: RequestId | None = None
 
 
 class Collective(_RankEvent):
@@ -196,6 +201,8 @@ class Collectives(_RankEvent):
 
 class Heartbeat(_RankEvent):
     kind: Literal["heartbeat"]
+    step: StepNo | None = None  # the step in progress (last completed + 1)
+    collectives: Count | None = None  # collectives started in that step so far
 
 
 class AttemptEnd(_RankEvent):

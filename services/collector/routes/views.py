@@ -1,4 +1,4 @@
-"""Read endpoints for the dashboard: a run's timeline, per-rank compute, checkpoints, restarts and live status.
+"""Read endpoints for the dashboard: a run's timeline, per-rank compute, checkpoints and restarts.
 
 Thin: each route asks `services.views_pipeline` for the cached views of the run's current version. The
 GPU-second numbers themselves stay in `/v1/runs/{run_id}/waste`; these say when and where.
@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from services.analysis.views import live_status
 from services.collector.deps import EngineDep
 from services.collector.schemas import ErrorResponse
-from services.views_pipeline import live_for_run, live_for_running_runs, views_for_run
+from services.views_pipeline import views_for_run
 
 router = APIRouter(tags=["dashboard views"])
 _404: dict[int | str, dict[str, Any]] = {404: {"model": ErrorResponse}}
@@ -65,14 +65,4 @@ async def get_view(run_id: str, engine: EngineDep) -> dict[str, Any]:
     return await run_in_threadpool(work)
 
 
-@router.get("/v1/runs/{run_id:path}/live", responses=_404,
-            summary="Seconds since the run's last progress (server clock), at-risk GPU-seconds, possibly hung")
-async def get_live(run_id: str, engine: EngineDep) -> dict[str, Any]:
-    return await run_in_threadpool(live_for_run, engine, run_id, time.time())
-
-
-@router.get("/v1/live", summary="Live status of every running run, with the server's clock")
-async def get_live_runs(engine: EngineDep) -> dict[str, Any]:
-    now = time.time()
-    runs = await run_in_threadpool(live_for_running_runs, engine, now)
-    return {"server_time": now, "runs": runs}
+# GET /v1/runs/{run_id}/live and /v1/live (hang detection) are served by routes/live.py.

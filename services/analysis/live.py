@@ -1,0 +1,353 @@
+"""Live hang detection: is a running run still making progress, and if not, which ranks hold it up?
+
+Pure: a small `LiveState` (what storage reads with a few index lookups, or `live_state_from_run_data` builds
+from a RunData) and the server's clock reading `now` in, a `LiveStatus` out. Nothing here reads a clock.
+
+Rules (docs/ledger.md, "Live hang detection"):
+
+- progress = the latest of: a step end on any rank of the current attempt, a checkpoint start or end, the
+  attempt's start or resume (before its first step), the previous attempt's end (between attempts);
+- threshold = max(floor_s, step_factor x the recent median seconds between step ends of the leading rank)
+  (floor_s alone before there are two steps); at least startup_floor_s before the attempt's first step and
+  checkpoint_floor_s while a checkpoint write is in progress, so a slow load or save is not called a hang;
+- hung = the run is running and now - progress > threshold;
+- suspects (named only when hung): ranks that have not reached the point the furthest rank reached (the step
+  in progress, then the number of collectives started or completed in it), ranks whose latest heartbeat is
+  older than silent_after_heartbeats x heartbeat_interval_s while other ranks do heart-beat (a SIGSTOPped or
+  wedged process stops heart-beating), ranks that ended their attempt while the others did not, and ranks of the world that
+  never reported in this attempt.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from services.analysis.run_data import RunData
+
+RUNNING = "running"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiveConfig:
+    floor_s: float = 30.0
+    step_factor: float = 10.0
+    startup_floor_s: float = 300.0
+    checkpoint_floor_s: float = 300.0
+    heartbeat_interval_s: float = 5.0
+    silent_after_heartbeats: float = 3.0
+    recent_steps: int = 32
+
+    def __post_init__(self) -> None:
+        for name in ("floor_s", "step_factor", "heartbeat_interval_s", "silent_after_heartbeats"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("startup_floor_s", "checkpoint_floor_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.recent_steps < 2:
+            raise ValueError(f"recent_steps must be at least 2, got {self.recent_steps}")
+
+    @property
+    def silent_after_s(self) -> float:
+        return self.silent_after_heartbeats * self.heartbeat_interval_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankLive:
+    """What is known of one rank in the current attempt."""
+
+    rank: int
+    reported: bool = True  # False: in the world, but no attempt_start from it yet
+    last_step: int | None = None  # last completed step
+    last_step_end: float | None = None
+    collectives_done: int = 0  # collectives completed in the step after last_step
+    last_collective_end: float | None = None
+    heartbeat_time: float | None = None  # latest heartbeat seen (None: none within the lookback)
+    heartbeat_step: int | None = None  # the step in progress when it was sent
+    heartbeat_collectives: int | None = None  # collectives started in that step
+    ended: str | None = None  # attempt_end reason, if the rank sent one
+    start_time: float | None = None  # its attempt_start
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiveState:
+    run_id: str
+    status: str
+    attempt: int | None = None
+    world_size: int = 0
+    attempt_start: float | None = None
+    resume_step: int | None = None
+    ranks: tuple[RankLive, ...] = ()
+    leader_step_ends: tuple[float, ...] = ()  # recent step ends of the furthest rank, ascending
+    leader_step_seconds: tuple[float, ...] = ()  # and those steps' durations
+    checkpoint_start: float | None = None  # latest of the attempt
+    checkpoint_end: float | None = None
+    previous_attempt_end: float | None = None
+    attempt_end_time: float | None = None  # latest attempt_end of the current attempt
+    first_time: float | None = None
+    latest_time: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Suspect:
+    rank: int
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiveStatus:
+    run_id: str
+    status: str
+    attempt: int | None
+    world_size: int
+    server_time: float
+    last_progress_time: float | None
+    last_step: int | None
+    pending_step: int | None
+    seconds_since_progress: float | None
+    median_step_seconds: float | None
+    threshold_seconds: float
+    threshold_basis: str  # steps | floor | startup | checkpoint
+    hung: bool
+    suspects: tuple[Suspect, ...]
+    ranks: tuple[dict[str, Any], ...] = field(default=())
+
+    def to_dict(self, *, with_ranks: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "run_id": self.run_id, "status": self.status, "attempt": self.attempt, "world_size": self.world_size,
+            "server_time": self.server_time, "last_progress_time": self.last_progress_time,
+            "last_step": self.last_step, "pending_step": self.pending_step,
+            "seconds_since_progress": self.seconds_since_progress,
+            "median_step_seconds": self.median_step_seconds, "threshold_seconds": self.threshold_seconds,
+            "threshold_basis": self.threshold_basis, "hung": self.hung,
+            "hung_for_seconds": (self.seconds_since_progress - self.threshold_seconds)
+            if self.hung and self.seconds_since_progress is not None else None,
+            "suspects": [{"rank": s.rank, "reasons": list(s.reasons)} for s in self.suspects],
+            "suspect_ranks": [s.rank for s in self.suspects],
+            # the names the dashboard has read since before hang detection
+            "possibly_hung": self.hung, "stall_threshold_seconds": self.threshold_seconds,
+        }
+        if with_ranks:
+            out["ranks"] = [dict(r) for r in self.ranks]
+        return out
+
+
+def median_step_seconds(state: LiveState) -> float | None:
+    """Median seconds between consecutive step ends of the furthest rank (its step durations with one step)."""
+    ends = np.asarray(state.leader_step_ends, dtype=np.float64)
+    if len(ends) >= 2:
+        gaps = np.diff(np.sort(ends))
+        gaps = gaps[gaps >= 0]
+        if len(gaps):
+            return float(np.median(gaps))
+    if state.leader_step_seconds:
+        return float(statistics.median(state.leader_step_seconds))
+    return None
+
+
+def hang_threshold(state: LiveState, config: LiveConfig) -> tuple[float, str]:
+    """(seconds without progress after which the run is hung, what set it)."""
+    usual = median_step_seconds(state)
+    threshold, basis = config.floor_s, "floor"
+    if usual is not None and config.step_factor * usual > threshold:
+        threshold, basis = config.step_factor * usual, "steps"
+    if _between_attempts(state) or not _has_step(state):
+        if config.startup_floor_s > threshold:
+            threshold, basis = config.startup_floor_s, "startup"
+    elif _checkpoint_in_progress(state) and config.checkpoint_floor_s > threshold:
+        threshold, basis = config.checkpoint_floor_s, "checkpoint"
+    return threshold, basis
+
+
+def last_progress_time(state: LiveState) -> float | None:
+    ends = [r.last_step_end for r in state.ranks if r.last_step_end is not None]
+    candidates = [*ends, state.checkpoint_start, state.checkpoint_end, state.previous_attempt_end]
+    if not ends:  # before the first step: the attempt's start counts as progress
+        candidates += [state.attempt_start, *(r.start_time for r in state.ranks)]
+    if _between_attempts(state):
+        candidates += [state.attempt_end_time]
+    values = [c for c in candidates if c is not None]
+    if not values and state.first_time is not None:
+        return state.first_time  # only launcher events so far
+    return max(values) if values else None
+
+
+def detect_hang(state: LiveState, now: float, config: LiveConfig | None = None) -> LiveStatus:
+    """The run's live status at the server time `now`."""
+    config = config or LiveConfig()
+    threshold, basis = hang_threshold(state, config)
+    progress = last_progress_time(state)
+    since = (now - progress) if progress is not None else None
+    hung = bool(state.status == RUNNING and since is not None and since > threshold)
+    steps = [r.last_step for r in state.ranks if r.last_step is not None]
+    last_step = max(steps) if steps else None
+    positions = {r.rank: _position(r, state) for r in state.ranks if r.reported}
+    front = max(positions.values()) if positions else None
+    # Heartbeats are a relative signal: when no rank sent one recently (old clients, the simulator, or the
+    # collector lost them all), silence names nobody.
+    beating = any(r.heartbeat_time is not None for r in state.ranks)
+    rows = tuple(_rank_row(r, positions.get(r.rank), front, now, config, beating) for r in state.ranks)
+    suspects = _suspects(state, rows) if hung else ()
+    return LiveStatus(
+        run_id=state.run_id, status=state.status, attempt=state.attempt, world_size=state.world_size,
+        server_time=now, last_progress_time=progress, last_step=last_step,
+        pending_step=front[0] if front is not None else None, seconds_since_progress=since,
+        median_step_seconds=median_step_seconds(state), threshold_seconds=threshold, threshold_basis=basis,
+        hung=hung, suspects=suspects, ranks=rows,
+    )
+
+
+# -- per rank -------------------------------------------------------------------------------------------
+
+
+def _position(rank: RankLive, state: LiveState) -> tuple[int, int]:
+    """(step in progress, collectives started or completed in it): how far the rank got."""
+    base = rank.last_step if rank.last_step is not None else (state.resume_step or 0)
+    pending = base + 1
+    done = rank.collectives_done
+    if rank.heartbeat_step is not None and rank.heartbeat_step > pending:
+        pending, done = rank.heartbeat_step, 0
+    if rank.heartbeat_step == pending and rank.heartbeat_collectives is not None:
+        done = max(done, rank.heartbeat_collectives)
+    return pending, done
+
+
+def _rank_row(rank: RankLive, position: tuple[int, int] | None, front: tuple[int, int] | None, now: float,
+              config: LiveConfig, beating: bool) -> dict[str, Any]:
+    seen = rank.heartbeat_time if rank.heartbeat_time is not None else rank.start_time
+    silent = beating and rank.reported and (seen is None or now - seen > config.silent_after_s)
+    if rank.heartbeat_time is None and rank.start_time is not None and now - rank.start_time <= config.silent_after_s:
+        silent = False  # just started: its first heartbeat is not due yet
+    behind = position is not None and front is not None and position < front
+    return {
+        "rank": rank.rank, "reported": rank.reported, "last_step": rank.last_step,
+        "last_step_end": rank.last_step_end,
+        "pending_step": position[0] if position else None, "collectives_in_pending_step": position[1] if position else None,
+        "last_heartbeat_time": rank.heartbeat_time,
+        "heartbeat_age_seconds": (now - rank.heartbeat_time) if rank.heartbeat_time is not None else None,
+        "silent": bool(silent and rank.ended is None), "behind": bool(behind), "ended": rank.ended,
+    }
+
+
+def _suspects(state: LiveState, rows: tuple[dict[str, Any], ...]) -> tuple[Suspect, ...]:
+    ended_all = bool(rows) and all(r["ended"] is not None for r in rows)
+    front_step = max((r["pending_step"] for r in rows if r["pending_step"] is not None), default=None)
+    out = []
+    for row in rows:
+        reasons = []
+        if not row["reported"]:
+            reasons.append("never reported in this attempt")
+        if row["behind"]:
+            reasons.append(f"behind: in step {row['pending_step']} after {row['collectives_in_pending_step']} "
+                           f"collective(s); the furthest rank is in step {front_step}")
+        if row["silent"]:
+            age = row["heartbeat_age_seconds"]
+            reasons.append("no heartbeat" + (f" for {age:.0f} s" if age is not None else " seen recently"))
+        if row["ended"] is not None and not ended_all:
+            reasons.append(f"ended its attempt ({row['ended']}) while the others did not")
+        if reasons:
+            out.append(Suspect(rank=row["rank"], reasons=tuple(reasons)))
+    return tuple(out)
+
+
+def _has_step(state: LiveState) -> bool:
+    return any(r.last_step_end is not None for r in state.ranks)
+
+
+def _between_attempts(state: LiveState) -> bool:
+    return bool(state.ranks) and all(r.ended is not None for r in state.ranks if r.reported)
+
+
+def _checkpoint_in_progress(state: LiveState) -> bool:
+    start = state.checkpoint_start
+    if start is None:
+        return False
+    ends = [r.last_step_end for r in state.ranks if r.last_step_end is not None]
+    after_steps = not ends or start >= max(ends)
+    return after_steps and (state.checkpoint_end is None or state.checkpoint_end < start)
+
+
+# -- from a RunData (tests, the simulator) ---------------------------------------------------------------
+
+
+def live_state_from_run_data(data: RunData, *, status: str = RUNNING, recent_steps: int = 32,
+                             heartbeats: Iterable[tuple[int, float, int | None, int | None]] = ()) -> LiveState:
+    """The LiveState of a run from its events (what storage reads from its indexes, the slow way).
+
+    `heartbeats`: extra (rank, time, step in progress, collectives started) of the current attempt; heartbeat
+    rows of `data.events` count too (with their `step` column, no collective count).
+    """
+    events = data.events
+    starts = events[events["kind"] == "attempt_start"]
+    if starts.empty:
+        times = pd.concat([events["time"], data.steps["end"]]) if not data.steps.empty else events["time"]
+        first = float(times.min()) if len(times) else None
+        return LiveState(run_id=data.run_id, status=status, first_time=first,
+                         latest_time=float(times.max()) if len(times) else None)
+    attempt = int(starts["attempt"].max())
+    mine = events[events["attempt"] == attempt]
+    starts = mine[mine["kind"] == "attempt_start"]
+    world = int(starts["world_size"].max()) if starts["world_size"].notna().any() else len(starts)
+    start_by_rank = starts.groupby("rank")["time"].min()
+    ended = mine[mine["kind"] == "attempt_end"]
+    ends = ended.groupby("rank")["reason"].last()
+    resumes = mine[mine["kind"] == "resume"]
+    steps = data.steps[data.steps["attempt"] == attempt]
+    colls = data.collectives[data.collectives["attempt"] == attempt]
+    beats: dict[int, tuple[float, int | None, int | None]] = {}
+    for row in mine[mine["kind"] == "heartbeat"].itertuples(index=False):
+        step = None if pd.isna(row.step) else int(row.step)
+        _newer(beats, int(row.rank), (float(row.time), step, None))
+    for rank, t, step, n in heartbeats:
+        _newer(beats, int(rank), (float(t), step, n))
+    ranks = []
+    for rank in range(max(world, int(start_by_rank.index.max()) + 1)):
+        own = steps[steps["rank"] == rank]
+        last = own.loc[own["step"].idxmax()] if not own.empty else None
+        last_step = int(last["step"]) if last is not None else None
+        pending = (last_step or 0) + 1
+        own_c = colls[(colls["rank"] == rank) & (colls["step"] == pending)].drop_duplicates(["op", "start"])
+        beat = beats.get(rank)
+        ranks.append(RankLive(
+            rank=rank, reported=rank in start_by_rank.index, last_step=last_step,
+            last_step_end=float(last["end"]) if last is not None else None, collectives_done=len(own_c),
+            last_collective_end=float(own_c["end"].max()) if not own_c.empty else None,
+            heartbeat_time=beat[0] if beat else None, heartbeat_step=beat[1] if beat else None,
+            heartbeat_collectives=beat[2] if beat else None,
+            ended=str(ends[rank]) if rank in ends.index else None,
+            start_time=float(start_by_rank[rank]) if rank in start_by_rank.index else None,
+        ))
+    leader = max((r for r in ranks if r.last_step is not None), key=lambda r: (r.last_step, -r.rank), default=None)
+    recent = steps[steps["rank"] == leader.rank].nlargest(recent_steps + 1, "step").sort_values("step") \
+        if leader is not None else steps.iloc[0:0]
+    ck = mine[mine["kind"].isin(["checkpoint_start", "checkpoint_end"])].groupby("kind")["time"].max()
+    before = events[(events["kind"] == "attempt_end") & (events["attempt"] < attempt)]["time"]
+    latest = [events["time"].max(), steps["end"].max() if not steps.empty else np.nan]
+    return LiveState(
+        run_id=data.run_id, status=status, attempt=attempt, world_size=world,
+        attempt_start=float(start_by_rank.min()),
+        resume_step=int(resumes["step"].max()) if not resumes.empty and resumes["step"].notna().any() else None,
+        ranks=tuple(ranks), leader_step_ends=tuple(float(x) for x in recent["end"]),
+        leader_step_seconds=tuple(float(x) for x in (recent["end"] - recent["start"])),
+        checkpoint_start=float(ck["checkpoint_start"]) if "checkpoint_start" in ck.index else None,
+        checkpoint_end=float(ck["checkpoint_end"]) if "checkpoint_end" in ck.index else None,
+        previous_attempt_end=float(before.max()) if not before.empty else None,
+        attempt_end_time=float(ended["time"].max()) if not ended.empty else None,
+        first_time=float(events["time"].min()), latest_time=float(np.nanmax(latest)),
+    )
+
+
+def _newer(beats: dict[int, tuple[float, int | None, int | None]], rank: int,
+           beat: tuple[float, int | None, int | None]) -> None:
+    if rank not in beats or beat[0] >= beats[rank][0]:
+        beats[rank] = beat
+
+
+def with_status(state: LiveState, status: str) -> LiveState:
+    return replace(state, status=status)

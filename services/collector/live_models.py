@@ -1,0 +1,113 @@
+"""Response and request models of the live endpoints: hang detection, preemption cost, checkpoint requests."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+
+class Suspect(BaseModel):
+    rank: int
+    reasons: list[str] = Field(description="why: behind the furthest rank, no heartbeat, ended its attempt, ...")
+
+
+class RankLive(BaseModel):
+    rank: int
+    reported: bool = Field(description="sent attempt_start in this attempt")
+    last_step: int | None
+    last_step_end: float | None
+    pending_step: int | None = Field(description="the step it is in (last completed + 1, or its heartbeat's)")
+    collectives_in_pending_step: int | None = Field(description="collectives started or completed in it")
+    last_heartbeat_time: float | None
+    heartbeat_age_seconds: float | None
+    silent: bool = Field(description="no heartbeat for 3 heartbeat intervals")
+    behind: bool = Field(description="has not reached the step or collective the furthest rank reached")
+    ended: str | None = Field(description="its attempt_end reason, if it sent one")
+
+
+class LiveRun(BaseModel):
+    run_id: str
+    status: str
+    attempt: int | None
+    world_size: int
+    allocated_gpus: int
+    version: int = Field(description="the run's version: changes with every write (the dashboard refetches on change)")
+    server_time: float = Field(description="the collector's clock: every 'seconds since' is measured with it")
+    latest_time: float | None
+    seconds_since_last_event: float | None
+    last_progress_time: float | None = Field(description="latest step end, checkpoint or (re)start")
+    last_step: int | None
+    pending_step: int | None
+    seconds_since_progress: float | None
+    median_step_seconds: float | None = Field(description="recent median seconds between step ends")
+    threshold_seconds: float = Field(description="max(floor, factor x median step); larger at startup or "
+                                     "during a checkpoint write")
+    threshold_basis: str = Field(description="steps | floor | startup | checkpoint")
+    hung: bool = Field(description="running, and no progress for longer than the threshold")
+    hung_for_seconds: float | None
+    suspects: list[Suspect] = Field(description="ranks holding the run up (only when hung)")
+    suspect_ranks: list[int]
+    suspects_truncated: int | None = Field(None, description="/v1/live lists 16 suspects per run at most: how many there were")
+    at_risk_gpu_seconds: float = Field(description="work since the last checkpoint (the ledger's; up to 10 s old)")
+    possibly_hung: bool = Field(description="= hung (older name)")
+    stall_threshold_seconds: float = Field(description="= threshold_seconds (older name)")
+    ranks: list[RankLive] | None = Field(None, description="every rank of the world (per-run endpoint only)")
+
+
+class LiveRuns(BaseModel):
+    server_time: float
+    hung: int = Field(description="how many of the runs are hung")
+    runs: list[LiveRun] = Field(description="running runs, hung first, then longest without progress first")
+
+
+class PreemptionCandidate(BaseModel):
+    run_id: str
+    gpus: int
+    cost_gpu_seconds: float = Field(description="at_risk_gpu_seconds + restart_gpu_seconds: what preempting it "
+                                    "now would destroy")
+    at_risk_gpu_seconds: float = Field(description="work since its last checkpoint, recomputed after a restart")
+    restart_gpu_seconds: float = Field(description="expected restart seconds x GPUs")
+    restart_seconds: float
+    restart_basis: str = Field(description="failures: measured over this run's failures; first_startup: its "
+                               "first attempt's startup; default: none measured yet")
+    last_checkpoint_step: int | None
+    last_step: int | None
+    hung: bool
+    pending_checkpoint_request: int | None = Field(description="id of a checkpoint request not yet fulfilled")
+
+
+class PreemptionCandidates(BaseModel):
+    server_time: float
+    candidates: list[PreemptionCandidate] = Field(description="cheapest victim first")
+
+
+class CheckpointRequestIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Annotated[str, StringConstraints(max_length=256)] | None = None
+    requested_by: Annotated[str, StringConstraints(max_length=128)] | None = None
+
+
+class CheckpointRequestOut(BaseModel):
+    id: int
+    run_id: str
+    requested_at: float = Field(description="the collector's clock")
+    reason: str | None
+    requested_by: str | None
+    fulfilled_at: float | None = Field(description="time of the checkpoint_end that carried this request's id")
+    fulfilled_step: int | None
+    pending: bool
+
+
+class CheckpointRequests(BaseModel):
+    run_id: str
+    requests: list[CheckpointRequestOut] = Field(description="newest first")
+
+
+class Signals(BaseModel):
+    """What a running client polls for (cheap: one indexed lookup)."""
+
+    run_id: str
+    server_time: float
+    checkpoint_request: CheckpointRequestOut | None = Field(description="the oldest pending request, if any")

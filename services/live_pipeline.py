@@ -1,0 +1,102 @@
+"""Where storage and live hang detection meet: a few index lookups per running run, the server's clock.
+
+The hang verdict comes from `services.storage.live` (fresh on every call: no cache, no full load of the run).
+The at-risk GPU-seconds come from the run's ledger, which needs the whole run: it is served from the ledger
+cached in the database and recomputed at most every `LEDGER_REFRESH_S` per run and process while the run
+keeps receiving events, so polling `/v1/runs/{id}/live` every 0.2 s never analyses the run 5 times a second.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy import Engine
+
+from services.analysis.live import LiveConfig, detect_hang
+from services.pipeline import ledger_for_row
+from services.settings import ServiceSettings
+from services.storage.live import load_live_state
+from services.storage.load import RunRow, get_run, list_runs
+
+LEDGER_REFRESH_S = 10.0
+MAX_FLEET_SUSPECTS = 16  # suspects listed per run in /v1/live (the per-run endpoint lists them all)
+
+
+def live_config(settings: ServiceSettings) -> LiveConfig:
+    return LiveConfig(floor_s=settings.hang_floor_s, step_factor=settings.hang_step_factor,
+                      heartbeat_interval_s=settings.heartbeat_interval_s)
+
+
+class _LedgerClock:
+    """When this process last recomputed each run's ledger (monotonic seconds)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._at: dict[int, float] = {}
+
+    def due(self, run_pk: int, now: float) -> bool:
+        with self._lock:
+            if now - self._at.get(run_pk, -1e18) < LEDGER_REFRESH_S:
+                return False
+            self._at[run_pk] = now
+            if len(self._at) > 10_000:
+                self._at.clear()
+            return True
+
+
+_LEDGERS = _LedgerClock()
+
+
+def recent_ledger(engine: Engine, row: RunRow) -> dict[str, Any]:
+    """The run's ledger: the stored one when current or recomputed less than LEDGER_REFRESH_S ago."""
+    fresh = row.ledger_json is not None and row.ledger_version == row.version
+    if fresh or row.ledger_json is None or _LEDGERS.due(row.pk, time.monotonic()):
+        return ledger_for_row(engine, row)
+    return json.loads(row.ledger_json)  # type: ignore[no-any-return]
+
+
+def live_for_row(engine: Engine, row: RunRow, now: float, config: LiveConfig, *,
+                 with_ranks: bool = True) -> dict[str, Any]:
+    ledger = recent_ledger(engine, row)
+    with engine.connect() as conn:
+        state = load_live_state(conn, row, now=now, lookback_s=max(60.0, 4 * config.silent_after_s),
+                                recent_steps=config.recent_steps)
+    status = ledger["status"] if row.status == "running" else row.status
+    state = replace(state, status=status)
+    out = detect_hang(state, now, config).to_dict(with_ranks=with_ranks)
+    latest = row.last_time
+    out.update({
+        "version": row.version, "latest_time": latest,
+        "seconds_since_last_event": (now - latest) if latest is not None else None,
+        "at_risk_gpu_seconds": float(ledger.get("at_risk_gpu_seconds", 0.0)),
+        "allocated_gpus": _gpus(ledger, state.world_size),
+    })
+    if not with_ranks and len(out["suspects"]) > MAX_FLEET_SUSPECTS:
+        out["suspects_truncated"] = len(out["suspects"])
+        out["suspects"] = out["suspects"][:MAX_FLEET_SUSPECTS]
+    return out
+
+
+def live_for_run(engine: Engine, run_id: str, now: float, config: LiveConfig) -> dict[str, Any]:
+    with engine.connect() as conn:
+        row = get_run(conn, run_id)
+    return live_for_row(engine, row, now, config)
+
+
+def live_for_running_runs(engine: Engine, now: float, config: LiveConfig, *, limit: int = 500) -> list[dict[str, Any]]:
+    """Every running run, hung ones first, then by seconds since progress (longest first)."""
+    with engine.connect() as conn:
+        rows = list_runs(conn, status="running", limit=limit)
+    out = [live_for_row(engine, row, now, config, with_ranks=False) for row in rows]
+    out = [r for r in out if r["status"] == "running"]
+    out.sort(key=lambda r: (not r["hung"], -(r["seconds_since_progress"] or 0.0), r["run_id"]))
+    return out
+
+
+def _gpus(ledger: dict[str, Any], world: int) -> int:
+    open_allocations = [a["gpus"] for a in ledger.get("allocations", []) if a.get("open")]
+    return max(open_allocations[-1] if open_allocations else 0, world)

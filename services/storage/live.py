@@ -1,0 +1,123 @@
+"""Read a running run's LiveState with a handful of index lookups, never a scan of its steps.
+
+Per run: the current attempt and its ranks (``events (run_pk, kind, time)``, attempt_start rows), each rank's
+last step (two probes of ``steps (run_pk, attempt, rank, step)`` per rank, in one statement), the furthest
+rank's last few steps, the collectives of the last two steps (``collectives (run_pk, attempt, step)``), the
+heartbeats of the last `lookback_s` seconds and the checkpoint, resume and attempt_end times (all on the events
+index). The cost grows with the number of ranks, not with the length of the run.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, text
+
+from services.analysis.live import LiveState, RankLive
+from services.storage.load import RunRow
+
+_ATTEMPT_SQL = text("SELECT max(attempt) FROM events WHERE run_pk = :pk AND kind = 'attempt_start'")
+_STARTS_SQL = text(
+    "SELECT e.rank, e.time, e.data, "
+    "(SELECT s.step FROM steps s WHERE s.run_pk = e.run_pk AND s.attempt = e.attempt AND s.rank = e.rank "
+    " ORDER BY s.step DESC LIMIT 1), "
+    "(SELECT s.end_time FROM steps s WHERE s.run_pk = e.run_pk AND s.attempt = e.attempt AND s.rank = e.rank "
+    " ORDER BY s.step DESC LIMIT 1) "
+    "FROM events e WHERE e.run_pk = :pk AND e.kind = 'attempt_start' AND e.attempt = :a"
+)
+_RECENT_SQL = text(
+    "SELECT step, start_time, end_time FROM steps WHERE run_pk = :pk AND attempt = :a AND rank = :r "
+    "ORDER BY step DESC LIMIT :n"
+)
+_COLLECTIVES_SQL = text(
+    "SELECT rank, step, count(DISTINCT start_time), max(end_time) FROM collectives "
+    "WHERE run_pk = :pk AND attempt = :a AND step >= :lo AND step <= :hi GROUP BY rank, step"
+)
+_KIND_TIMES_SQL = text(
+    "SELECT kind, max(time) FROM events WHERE run_pk = :pk AND attempt = :a AND kind IN :kinds GROUP BY kind"
+).bindparams(bindparam("kinds", expanding=True))
+_ENDS_SQL = text("SELECT rank, time, data FROM events WHERE run_pk = :pk AND kind = 'attempt_end' AND attempt = :a")
+_PREVIOUS_END_SQL = text(
+    "SELECT max(time) FROM events WHERE run_pk = :pk AND kind = 'attempt_end' AND attempt < :a")
+_RESUME_SQL = text(
+    "SELECT max(step) FROM events WHERE run_pk = :pk AND kind = 'resume' AND attempt = :a")
+_HEARTBEATS_SQL = text(
+    "SELECT rank, time, step, data FROM events "
+    "WHERE run_pk = :pk AND kind = 'heartbeat' AND time >= :since AND attempt = :a"
+)
+
+
+def load_live_state(conn: Connection, run: RunRow, *, now: float, lookback_s: float = 60.0,
+                    recent_steps: int = 32) -> LiveState:
+    attempt = conn.execute(_ATTEMPT_SQL, {"pk": run.pk}).scalar()
+    if attempt is None:
+        return LiveState(run_id=run.run_id, status=run.status, first_time=run.first_time,
+                         latest_time=run.last_time)
+    args = {"pk": run.pk, "a": int(attempt)}
+    ranks: dict[int, dict[str, Any]] = {}
+    world = 0
+    for rank, t, data, last_step, last_end in conn.execute(_STARTS_SQL, args):
+        fields = json.loads(data) if data else {}
+        world = max(world, int(fields.get("world_size") or 0))
+        mine = ranks.setdefault(int(rank), {"start_time": float(t)})
+        mine["start_time"] = min(mine["start_time"], float(t))
+        if last_step is not None:
+            mine["last_step"], mine["last_step_end"] = int(last_step), float(last_end)
+    ended: dict[int, str] = {}
+    end_time = None
+    for rank, t, data in conn.execute(_ENDS_SQL, args):
+        ended[int(rank)] = str((json.loads(data) if data else {}).get("reason") or "unknown")
+        end_time = max(end_time or t, t)
+    stepped = {r: v for r, v in ranks.items() if "last_step" in v}
+    leader_ends: tuple[float, ...] = ()
+    leader_secs: tuple[float, ...] = ()
+    done: dict[tuple[int, int], tuple[int, float]] = {}
+    if stepped:
+        leader = max(stepped, key=lambda r: (stepped[r]["last_step"], -r))
+        rows = conn.execute(_RECENT_SQL, {**args, "r": leader, "n": recent_steps + 1}).all()
+        rows.sort(key=lambda row: row[0])
+        leader_ends = tuple(float(e) for _, _, e in rows)
+        leader_secs = tuple(float(e) - float(s) for _, s, e in rows)
+        front = max(v["last_step"] for v in stepped.values())
+        lo = max(min(v["last_step"] for v in stepped.values()) + 1, front - 1)
+        for rank, step, n, last in conn.execute(_COLLECTIVES_SQL, {**args, "lo": lo, "hi": front + 1}):
+            done[(int(rank), int(step))] = (int(n), float(last))
+    beats: dict[int, tuple[float, int | None, int | None]] = {}
+    for rank, t, step, data in conn.execute(_HEARTBEATS_SQL, {**args, "since": now - lookback_s}):
+        if rank is None:
+            continue
+        if int(rank) not in beats or t >= beats[int(rank)][0]:
+            n = (json.loads(data) if data else {}).get("collectives")
+            beats[int(rank)] = (float(t), None if step is None else int(step), None if n is None else int(n))
+    kinds = dict(conn.execute(_KIND_TIMES_SQL, {**args, "kinds": ["checkpoint_start", "checkpoint_end"]}).all())
+    previous = conn.execute(_PREVIOUS_END_SQL, args).scalar()
+    resume = conn.execute(_RESUME_SQL, args).scalar()
+
+    out = []
+    for rank in range(max(world, max(ranks, default=-1) + 1)):
+        info = ranks.get(rank)
+        last_step = info.get("last_step") if info else None
+        coll = done.get((rank, (last_step or 0) + 1), (0, None))
+        beat = beats.get(rank)
+        out.append(RankLive(
+            rank=rank, reported=info is not None, last_step=last_step,
+            last_step_end=info.get("last_step_end") if info else None,
+            collectives_done=coll[0], last_collective_end=coll[1],
+            heartbeat_time=beat[0] if beat else None, heartbeat_step=beat[1] if beat else None,
+            heartbeat_collectives=beat[2] if beat else None, ended=ended.get(rank),
+            start_time=info["start_time"] if info else None,
+        ))
+    return LiveState(
+        run_id=run.run_id, status=run.status, attempt=int(attempt), world_size=world or len(ranks),
+        attempt_start=min((v["start_time"] for v in ranks.values()), default=None),
+        resume_step=int(resume) if resume is not None else None, ranks=tuple(out),
+        leader_step_ends=leader_ends, leader_step_seconds=leader_secs,
+        checkpoint_start=_float(kinds.get("checkpoint_start")), checkpoint_end=_float(kinds.get("checkpoint_end")),
+        previous_attempt_end=_float(previous), attempt_end_time=_float(end_time),
+        first_time=run.first_time, latest_time=run.last_time,
+    )
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)

@@ -1,0 +1,152 @@
+"""Live hang detection (services.analysis.live): threshold, hung flag and suspects, from hand-built runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from services.analysis.live import (
+    LiveConfig,
+    LiveState,
+    RankLive,
+    detect_hang,
+    hang_threshold,
+    live_state_from_run_data,
+)
+from services.analysis.run_data import run_data_from_events
+from services.simulate import SimConfig, simulate
+
+T0 = 1_800_000_000.0
+
+
+def events_of(world: int, steps: int, step_s: float, *, stop_rank: int | None = None, stop_after: int = 0,
+              attempt: int = 0) -> list[dict[str, Any]]:
+    """A DDP-like run: every rank does `steps` steps of `step_s`; `stop_rank` stops after `stop_after`."""
+    out: list[dict[str, Any]] = []
+    n = 0
+
+    def emit(kind: str, time: float, **fields: Any) -> None:
+        nonlocal n
+        n += 1
+        out.append({"event_id": str(n), "run_id": "r", "kind": kind, "time": time, **fields})
+
+    for rank in range(world):
+        emit("attempt_start", T0, attempt=attempt, rank=rank, world_size=world, host="h")
+        emit("resume", T0, attempt=attempt, rank=rank, step=0)
+        last = steps if rank != stop_rank else stop_after
+        for s in range(1, last + 1):
+            start = T0 + 10 + (s - 1) * step_s
+            emit("step", start + step_s, attempt=attempt, rank=rank, step=s, start=start, end=start + step_s)
+    return out
+
+
+def state(world: int = 4, steps: int = 50, step_s: float = 1.0, **kwargs: Any) -> LiveState:
+    return live_state_from_run_data(run_data_from_events("r", events_of(world, steps, step_s, **kwargs)))
+
+
+def last_end(steps: int = 50, step_s: float = 1.0) -> float:
+    return T0 + 10 + steps * step_s
+
+
+@pytest.mark.parametrize(("step_s", "expected", "basis"), [(1.0, 30.0, "floor"), (5.0, 50.0, "steps"),
+                                                          (0.01, 30.0, "floor")])
+def test_threshold_is_the_larger_of_the_floor_and_ten_median_steps(step_s: float, expected: float, basis: str) -> None:
+    threshold, why = hang_threshold(state(step_s=step_s), LiveConfig())
+    assert threshold == pytest.approx(expected) and why == basis
+
+
+def test_threshold_follows_the_configured_floor_and_factor() -> None:
+    assert hang_threshold(state(step_s=1.0), LiveConfig(floor_s=5, step_factor=3))[0] == pytest.approx(5.0)
+    assert hang_threshold(state(step_s=4.0), LiveConfig(floor_s=5, step_factor=3))[0] == pytest.approx(12.0)
+
+
+def test_a_run_is_hung_only_once_the_time_without_progress_passes_the_threshold() -> None:
+    s = state()
+    end = last_end()
+    assert detect_hang(s, end + 29.9).hung is False
+    flagged = detect_hang(s, end + 30.1)
+    assert flagged.hung is True
+    assert flagged.seconds_since_progress == pytest.approx(30.1)
+    assert flagged.to_dict()["hung_for_seconds"] == pytest.approx(0.1)
+    assert flagged.last_progress_time == pytest.approx(end)
+
+
+def test_a_finished_run_is_never_hung() -> None:
+    assert detect_hang(live_state_from_run_data(run_data_from_events("r", events_of(2, 5, 1.0)), status="finished"),
+                       T0 + 1e6).hung is False
+
+
+def test_the_rank_that_has_not_reached_the_pending_step_is_the_suspect() -> None:
+    s = state(world=4, stop_rank=2, stop_after=47)
+    result = detect_hang(s, last_end() + 60)
+    assert result.hung and [x.rank for x in result.suspects] == [2]
+    assert "behind" in result.suspects[0].reasons[0]
+    assert result.pending_step == 51
+
+
+def test_suspects_are_named_only_when_hung() -> None:
+    s = state(world=4, stop_rank=2, stop_after=47)
+    assert detect_hang(s, last_end() + 1).suspects == ()
+
+
+def test_a_rank_that_stopped_heart_beating_is_a_suspect_even_at_the_same_step() -> None:
+    now = last_end() + 40
+    beats = [(0, now - 2, 51, 1), (1, now - 30, 51, 1), (2, now - 1, 51, 1)]
+    data = run_data_from_events("r", events_of(3, 50, 1.0))
+    result = detect_hang(live_state_from_run_data(data, heartbeats=beats), now)
+    assert result.hung
+    assert [(x.rank, x.reasons) for x in result.suspects] == [(1, ("no heartbeat for 30 s",))]
+
+
+def test_the_rank_that_has_not_started_the_pending_collective_is_the_suspect() -> None:
+    """Every rank finished step 50; ranks 0 and 2 started the first all-reduce of step 51, rank 1 did not."""
+    now = last_end() + 40
+    beats = [(0, now - 1, 51, 1), (1, now - 1, 51, 0), (2, now - 1, 51, 1)]
+    data = run_data_from_events("r", events_of(3, 50, 1.0))
+    result = detect_hang(live_state_from_run_data(data, heartbeats=beats), now)
+    assert [x.rank for x in result.suspects] == [1]
+
+
+def test_ranks_of_the_world_that_never_reported_are_suspects() -> None:
+    events = [e for e in events_of(3, 20, 1.0) if e.get("rank") != 2]
+    result = detect_hang(live_state_from_run_data(run_data_from_events("r", events)), last_end(20) + 100)
+    assert result.world_size == 3
+    assert [(x.rank, x.reasons[0]) for x in result.suspects] == [(2, "never reported in this attempt")]
+
+
+def test_startup_and_checkpoint_writes_get_their_own_floor() -> None:
+    starting = live_state_from_run_data(run_data_from_events("r", events_of(2, 0, 1.0)))
+    assert hang_threshold(starting, LiveConfig())[1] == "startup"
+    assert detect_hang(starting, T0 + 200).hung is False
+    assert detect_hang(starting, T0 + 301).hung is True
+    events = events_of(2, 10, 1.0) + [
+        {"event_id": "ck", "run_id": "r", "kind": "checkpoint_start", "time": last_end(10), "attempt": 0, "rank": 0,
+         "step": 10}]
+    writing = live_state_from_run_data(run_data_from_events("r", events))
+    assert hang_threshold(writing, LiveConfig()) == (300.0, "checkpoint")
+
+
+def test_hand_built_state_with_one_silent_rank() -> None:
+    ranks = tuple(RankLive(rank=r, last_step=9, last_step_end=T0 + 9, heartbeat_time=T0 + (9 if r == 1 else 60))
+                  for r in range(2))
+    s = LiveState(run_id="x", status="running", attempt=0, world_size=2, ranks=ranks,
+                  leader_step_ends=tuple(T0 + i for i in range(10)))
+    result = detect_hang(s, T0 + 61)
+    assert result.hung and result.threshold_seconds == 30.0
+    assert [x.rank for x in result.suspects] == [1]
+    row = {r["rank"]: r for r in result.to_dict()["ranks"]}
+    assert row[1]["silent"] and not row[0]["silent"]
+
+
+def test_a_simulated_running_run_is_flagged_after_its_threshold_and_not_before() -> None:
+    sim = simulate(SimConfig(run_id="sim-live", ranks=4, hours=0.05, step_s=4.0, mtbf_s=None, end="running",
+                             checkpoint_every=20, seed=3))
+    data = run_data_from_events("sim-live", sim.events)
+    s = live_state_from_run_data(data)
+    last = float(data.steps["end"].max())
+    result = detect_hang(s, last + 1)
+    assert result.threshold_seconds == pytest.approx(10 * 4.05, rel=0.01)  # step 4 s + 0.05 s all-reduce
+    assert result.hung is False
+    assert detect_hang(s, last + result.threshold_seconds - 0.01).hung is False
+    assert detect_hang(s, last + result.threshold_seconds + 0.01).hung is True

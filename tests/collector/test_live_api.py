@@ -1,0 +1,87 @@
+"""GET /v1/runs/{run_id}/live and /v1/live: hang detection from the database, with the server's clock."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from services.analysis.live import detect_hang, live_state_from_run_data
+from services.analysis.run_data import run_data_from_events
+from services.simulate import START_TIME, SimConfig, simulate
+
+
+def post(client: Any, events: list[dict[str, Any]]) -> None:  # type: ignore[no-untyped-def]
+    for i in range(0, len(events), 500):
+        response = client.post("/v1/events", json={"events": events[i:i + 500]})
+        assert response.status_code == 200, response.text
+
+
+def running_sim(run_id: str, stopped_ago_s: float, **overrides: Any) -> list[dict[str, Any]]:
+    """A simulated running run whose last step ended `stopped_ago_s` before now."""
+    config = dict(run_id=run_id, ranks=4, hours=0.05, step_s=4.0, mtbf_s=None, end="running", seed=1,
+                  checkpoint_every=20, **overrides)
+    probe = simulate(SimConfig(**config))
+    last = max(max(e["end"]) for e in probe.events if e["kind"] == "steps")
+    shift = time.time() - stopped_ago_s - last
+    return simulate(SimConfig(**config, start_time=START_TIME + shift)).events
+
+
+def test_a_running_run_is_hung_once_past_its_threshold_and_the_fleet_lists_it_first(client) -> None:  # type: ignore[no-untyped-def]
+    post(client, running_sim("stalled", stopped_ago_s=60.0))
+    post(client, running_sim("healthy", stopped_ago_s=1.0))
+    stalled = client.get("/v1/runs/stalled/live").json()
+    assert stalled["hung"] is True and stalled["possibly_hung"] is True
+    assert stalled["threshold_seconds"] == pytest.approx(40.5, rel=0.01) and stalled["threshold_basis"] == "steps"
+    assert stalled["seconds_since_progress"] == pytest.approx(stalled["server_time"] - stalled["last_progress_time"])
+    assert stalled["seconds_since_progress"] > 60.0
+    assert stalled["at_risk_gpu_seconds"] > 0 and stalled["world_size"] == 4 and len(stalled["ranks"]) == 4
+    healthy = client.get("/v1/runs/healthy/live").json()
+    assert healthy["hung"] is False and healthy["suspects"] == []
+    fleet = client.get("/v1/live").json()
+    assert [r["run_id"] for r in fleet["runs"]] == ["stalled", "healthy"]
+    assert fleet["hung"] == 1 and "ranks" not in fleet["runs"][0] or fleet["runs"][0]["ranks"] is None
+    assert client.get("/v1/runs/nope/live").status_code == 404
+
+
+def test_the_database_and_the_pure_detector_agree(client) -> None:  # type: ignore[no-untyped-def]
+    events = running_sim("agree", stopped_ago_s=45.0)
+    post(client, events)
+    live = client.get("/v1/runs/agree/live").json()
+    expected = detect_hang(live_state_from_run_data(run_data_from_events("agree", events)), live["server_time"])
+    for key, value in expected.to_dict().items():
+        assert live[key] == (pytest.approx(value) if isinstance(value, float) else value), key
+
+
+def test_the_rank_without_heartbeats_and_behind_is_the_suspect(client) -> None:  # type: ignore[no-untyped-def]
+    now = time.time()
+    t0 = now - 200
+    events: list[dict[str, Any]] = []
+    for rank in range(3):
+        events.append({"event_id": f"s{rank}", "run_id": "ddp", "kind": "attempt_start", "time": t0,
+                       "attempt": 0, "rank": rank, "world_size": 3, "host": "h"})
+        last = 100 if rank != 1 else 99
+        events.append({"event_id": f"st{rank}", "run_id": "ddp", "kind": "steps", "time": t0 + last,
+                       "attempt": 0, "rank": rank, "step": list(range(1, last + 1)),
+                       "start": [t0 + i for i in range(last)], "end": [t0 + i + 1 for i in range(last)]})
+        beat = now - 2 if rank != 1 else t0 + 99
+        events.append({"event_id": f"hb{rank}", "run_id": "ddp", "kind": "heartbeat", "time": beat,
+                       "attempt": 0, "rank": rank, "step": 101 if rank != 1 else 100, "collectives": 1})
+    post(client, events)
+    live = client.get("/v1/runs/ddp/live").json()
+    assert live["hung"] is True and live["last_step"] == 100 and live["pending_step"] == 101
+    assert live["suspect_ranks"] == [1]
+    (suspect,) = live["suspects"]
+    assert any(r.startswith("behind") for r in suspect["reasons"])
+    assert any(r.startswith("no heartbeat") for r in suspect["reasons"])
+    by_rank = {r["rank"]: r for r in live["ranks"]}
+    assert by_rank[0]["heartbeat_age_seconds"] == pytest.approx(live["server_time"] - (now - 2))
+    assert by_rank[1]["silent"] and by_rank[1]["behind"] and not by_rank[2]["behind"]
+
+
+def test_a_finished_run_is_not_live(client) -> None:  # type: ignore[no-untyped-def]
+    post(client, simulate(SimConfig(run_id="done", ranks=2, hours=0.01, mtbf_s=None, seed=2)).events)
+    live = client.get("/v1/runs/done/live").json()
+    assert live["status"] == "finished" and live["hung"] is False
+    assert client.get("/v1/live").json()["runs"] == []
