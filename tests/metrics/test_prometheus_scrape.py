@@ -54,9 +54,12 @@ def query(prom_url: str, expr: str, timeout_s: float = 60.0) -> list[dict[str, A
     last: Any = None
     while time.monotonic() < deadline:
         try:
-            last = httpx.get(f"{prom_url}/api/v1/query", params={"query": expr}, timeout=5).json()
-            if last.get("status") == "success" and last["data"]["result"]:
-                return last["data"]["result"]  # type: ignore[no-any-return]
+            response = httpx.get(f"{prom_url}/api/v1/query", params={"query": expr}, timeout=5)
+            last = response.text[:500]
+            if response.status_code == 200:  # 503 in plain text while Prometheus is still starting
+                last = response.json()
+                if last.get("status") == "success" and last["data"]["result"]:
+                    return last["data"]["result"]  # type: ignore[no-any-return]
         except httpx.HTTPError as exc:
             last = exc
         time.sleep(0.5)
