@@ -89,7 +89,10 @@ def last_progress(row: Any) -> Any:
     if since is None:
         return html.Span("no step yet", className="muted")
     if row.possibly_hung:
-        return html.Span(f"⚠ {fmt.duration(since)} ago: possibly hung", className="flag-hung")
+        suspects = tuple(getattr(row, "suspect_ranks", ()) or ())
+        who = f" (suspect rank{'s' if len(suspects) > 1 else ''} {', '.join(map(str, suspects[:6]))}" \
+              f"{'…' if len(suspects) > 6 else ''})" if suspects else ""
+        return html.Span(f"⚠ {fmt.duration(since)} ago: possibly hung{who}", className="flag-hung")
     return html.Span(f"{fmt.duration(since)} ago", className="progress-ok")
 
 

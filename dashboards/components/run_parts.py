@@ -112,3 +112,14 @@ def checkpoint_table(checkpoints: list[dict[str, Any]], total: int, ledger: dict
     return html.Div([html.P(note, className="muted"),
                      dash_table.DataTable(id=ids.RUN_CHECKPOINT_TABLE + "-data", data=rows, columns=columns, **style)])
 
+
+def suspects_text(live: dict[str, Any] | None) -> str | None:
+    """The line "Suspect rank 3 (no heartbeat for 41 s)." of a hung run's live document; None when it has none."""
+    suspects = (live or {}).get("suspects") or []
+    if not live or not live.get("hung", live.get("possibly_hung")) or not suspects:
+        return None
+    parts = [f"{s['rank']} ({'; '.join(s['reasons'])})" for s in suspects[:8]]
+    total = int(live.get("suspects_truncated") or len(suspects))
+    more = total - len(parts)
+    label = "Suspect rank" if total == 1 else "Suspect ranks"
+    return f"{label} {', '.join(parts)}" + (f" and {more} more" if more > 0 else "") + "."

@@ -148,7 +148,8 @@ def _draw_live(live: dict[str, Any] | None) -> Any:
             html.Span(f"No progress for {fmt.duration(since)}", id="run-live-since"),
             (f" (a step usually takes {usual}; flagged after {fmt.duration(live['stall_threshold_seconds'])}). "
             f"Last step {fmt.integer(live.get('last_step'))}. "),
-            html.Span(f"{at_risk} at risk", id="run-live-at-risk"), " since the last checkpoint."])
+            html.Span(f"{at_risk} at risk", id="run-live-at-risk"), " since the last checkpoint. ",
+            html.Span(run_parts.suspects_text(live) or "No rank stands out.", id="run-live-suspects")])
     return html.Div(className="live live-ok", id="run-live-banner", children=[
         html.Span(className="pulse"), html.B("Running. "),
         html.Span(f"Last progress {fmt.duration(since)} ago", id="run-live-since"),

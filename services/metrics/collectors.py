@@ -60,6 +60,10 @@ def _run_families(runs: Iterable[RunSample], now: float) -> Iterator[Metric]:
                    "Server clock minus the end of the run's latest step (its first event before any step); "
                    "running runs only", run)
     running = _gauge("run_running", "1 while the run is running, 0 once it ended", run)
+    hung = _gauge("run_hung", "1 while the running run has made no progress for longer than its hang threshold "
+                  "(max(floor, k x recent median step)), else 0; running runs only", run)
+    suspects = _gauge("run_hang_suspects", "Ranks named as suspects of the run's hang (behind the others, silent, "
+                      "ended); 0 unless hung", run)
     latest = _gauge("run_last_event_timestamp_seconds", "Time of the run's latest event (epoch seconds)", run)
     dropped = _counter("run_client_dropped_events", "Events the run's clients report lost: buffer = dropped "
                        "from a full in-memory buffer, spool = dropped from a full spool, rejected = refused by "
@@ -82,12 +86,15 @@ def _run_families(runs: Iterable[RunSample], now: float) -> Iterator[Metric]:
         running.add_metric([rid], 1.0 if sample.running else 0.0)
         if sample.running and sample.last_progress_time is not None:
             since.add_metric([rid], max(0.0, now - sample.last_progress_time))
+        if sample.running and sample.hung is not None:
+            hung.add_metric([rid], 1.0 if sample.hung else 0.0)
+            suspects.add_metric([rid], float(sample.hang_suspects))
         if ledger.get("latest_time") is not None:
             latest.add_metric([rid], float(ledger["latest_time"]))
         for reason, value in sample.client_dropped.items():
             dropped.add_metric([rid, reason], float(value))
     yield from (ratio, allocated, productive, waste, at_risk, restarts, checkpoints, blocking, since, running,
-                latest, dropped)
+                hung, suspects, latest, dropped)
 
 
 def _fleet_families(snap: Snapshot) -> Iterator[Metric]:
@@ -105,6 +112,8 @@ def _fleet_families(snap: Snapshot) -> Iterator[Metric]:
     for category in WASTE_KEYS:
         waste.add_metric([category], sum(float(s.ledger["waste_gpu_seconds"].get(category, 0.0)) for s in runs))
     yield waste
+    yield GaugeMetricFamily(f"{PREFIX}_fleet_hung_runs", "Running runs flagged hung (of those with a run_id label)",
+                            value=float(sum(1 for s in runs if s.hung)))
     yield GaugeMetricFamily(f"{PREFIX}_fleet_at_risk_gpu_seconds", "At-risk GPU-seconds of the running runs",
                             value=sum(float(s.ledger.get("at_risk_gpu_seconds", 0.0)) for s in runs if s.running))
     by_status = _gauge("fleet_runs", "Runs running or active within the window, by status", ["status"])

@@ -7,6 +7,7 @@ import time
 from prometheus_client import CONTENT_TYPE_LATEST, disable_created_metrics, generate_latest
 from sqlalchemy import Engine
 
+from services.analysis.live import LiveConfig
 from services.metrics.collectors import RunMetricsCollector
 from services.metrics.config import MetricsConfig
 from services.metrics.instruments import CollectorInstruments
@@ -16,12 +17,12 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class MetricsService:
-    def __init__(self, engine: Engine, config: MetricsConfig | None = None) -> None:
+    def __init__(self, engine: Engine, config: MetricsConfig | None = None, live: LiveConfig | None = None) -> None:
         # No `*_created` series: multiprocess mode never has them, so one worker and N workers expose the same names.
         disable_created_metrics()
         self.config = config or MetricsConfig.from_env()
         self.instruments = CollectorInstruments.create()
-        self.snapshots = SnapshotCache(lambda: build_snapshot(engine, self.config, time.time()),
+        self.snapshots = SnapshotCache(lambda: build_snapshot(engine, self.config, time.time(), live=live),
                                        self.config.cache_ttl_s)
         self.runs = RunMetricsCollector(self.snapshots.get)
 

@@ -18,14 +18,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import Connection, Engine, bindparam, text
 
 from services.analysis.categories import RunStatus
+from services.analysis.live import LiveConfig, detect_hang
 from services.metrics.config import MetricsConfig
 from services.pipeline import ledger_for_row
+from services.storage.live import load_live_state
 from services.storage.load import RunRow, list_runs
 
 logger = logging.getLogger(__name__)
@@ -43,6 +45,8 @@ class RunSample:
     client_dropped: dict[str, int]  # CLIENT_COUNTERS keys -> events, summed over the run's processes
     client_send_failures: int
     stale: bool  # the ledger predates the run's latest events (refresh budget spent)
+    hung: bool | None = None  # live hang detection (services.analysis.live); None for runs not running
+    hang_suspects: int = 0  # ranks named as suspects while hung
 
     @property
     def running(self) -> bool:
@@ -64,7 +68,7 @@ class Snapshot:
 
 
 def build_snapshot(engine: Engine, config: MetricsConfig, now: float,
-                   clock: Callable[[], float] = time.perf_counter) -> Snapshot:
+                   clock: Callable[[], float] = time.perf_counter, live: LiveConfig | None = None) -> Snapshot:
     started = clock()
     since = now - config.run_window_h * 3600.0
     with engine.connect() as conn:
@@ -97,8 +101,9 @@ def build_snapshot(engine: Engine, config: MetricsConfig, now: float,
 
     with engine.connect() as conn:
         stats = _client_stats(conn, [row.pk for row, _, _ in kept])
-        progress = _last_progress(conn, [row for row, ledger, _ in kept[:labelled]
-                                         if ledger["status"] == RunStatus.RUNNING.value])
+        running_rows = [row for row, ledger, _ in kept[:labelled] if ledger["status"] == RunStatus.RUNNING.value]
+        progress = _last_progress(conn, running_rows)
+        hangs = _hangs(conn, running_rows, now, live or LiveConfig())
     samples = []
     for row, ledger, stale in kept:
         counts = stats.get(row.pk, {})
@@ -107,6 +112,8 @@ def build_snapshot(engine: Engine, config: MetricsConfig, now: float,
             last_progress_time=progress.get(row.pk, ledger.get("first_time")),
             client_dropped={key: int(counts.get(name, 0)) for key, name in CLIENT_COUNTERS.items()},
             client_send_failures=int(counts.get("send_failures", 0)), stale=stale,
+            hung=hangs[row.pk][0] if row.pk in hangs else None,
+            hang_suspects=hangs[row.pk][1] if row.pk in hangs else 0,
         ))
     return Snapshot(taken_at=now, runs=tuple(samples), labelled=labelled, window_runs_without_ledger=missing,
                     duration_s=clock() - started, stale_ledgers=sum(1 for s in samples if s.stale))
@@ -151,6 +158,20 @@ def _last_progress(conn: Connection, rows: list[RunRow]) -> dict[int, float]:
                                                               "k2": _STEP_KINDS[1]}) if v is not None]
         if values:
             out[row.pk] = float(max(values))
+    return out
+
+
+def _hangs(conn: Connection, rows: list[RunRow], now: float, config: LiveConfig) -> dict[int, tuple[bool, int]]:
+    """(hung, suspects) of each running run: a few index lookups per run (services.storage.live)."""
+    out: dict[int, tuple[bool, int]] = {}
+    for row in rows:
+        try:
+            state = load_live_state(conn, row, now=now, lookback_s=max(60.0, 4 * config.silent_after_s))
+            status = detect_hang(replace(state, status=RunStatus.RUNNING.value), now, config)
+        except Exception:  # noqa: BLE001 - one bad run must not take the whole scrape down
+            logger.exception("metrics: live status of run %s failed", row.run_id)
+            continue
+        out[row.pk] = (status.hung, len(status.suspects))
     return out
 
 

@@ -85,3 +85,23 @@ def test_a_finished_run_is_not_live(client) -> None:  # type: ignore[no-untyped-
     live = client.get("/v1/runs/done/live").json()
     assert live["status"] == "finished" and live["hung"] is False
     assert client.get("/v1/live").json()["runs"] == []
+
+
+def scrape(client: Any) -> dict[tuple[str, str], float]:  # type: ignore[no-untyped-def]
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for sample in family.samples:
+            out[(sample.name, sample.labels.get("run_id", ""))] = sample.value
+    return out
+
+
+def test_prometheus_has_a_hung_gauge_and_a_suspect_count_per_running_run(client) -> None:  # type: ignore[no-untyped-def]
+    post(client, running_sim("stalled", stopped_ago_s=60.0))
+    post(client, running_sim("healthy", stopped_ago_s=1.0))
+    samples = scrape(client)
+    assert samples[("goodput_run_hung", "stalled")] == 1.0
+    assert samples[("goodput_run_hung", "healthy")] == 0.0
+    assert samples[("goodput_run_hang_suspects", "healthy")] == 0.0
+    assert samples[("goodput_fleet_hung_runs", "")] == 1.0

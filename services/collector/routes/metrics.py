@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.errors import InvalidBatch
+from services.live_pipeline import live_config
 from services.metrics import CONTENT_TYPE, CollectorInstruments, MetricsService
 
 router = APIRouter(tags=["metrics"])
@@ -23,7 +24,7 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 
 
 def install(app: FastAPI) -> None:
-    service = MetricsService(app.state.engine)
+    service = MetricsService(app.state.engine, live=live_config(app.state.settings))
     app.state.metrics = service
     app.add_middleware(RequestTimer, instruments=service.instruments)
 
