@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from services.analysis.advice import checkpoint_advice
+
 CHECKPOINT_SHARE = 0.05  # checkpoint blocking above this share of allocated: checkpoint less often / async
 HANG_SHARE = 0.02  # hang above this: lower the timeout / detect hangs
 STRAGGLER_SHARE = 0.02  # straggler above this: look at the slow rank(s)
@@ -23,6 +25,7 @@ REWORK_SHARE = 0.05  # rework above this while ...
 CHEAP_CHECKPOINT_SHARE = 0.02  # ... checkpoints cost less than this: checkpoint more often
 STARTUP_SHARE = 0.05  # startup above this: look at restart time
 IDLE_SHARE = 0.10  # idle above this: gaps between steps or GPUs beyond the world size
+INTERVAL_GAIN = 0.01  # Young/Daly interval: advise only when the model expects this much more goodput
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,8 +162,24 @@ def idle_gpus(inp: ReportInput) -> Iterable[Recommendation]:
         gpu_seconds=inp.waste("idle"))
 
 
+def checkpoint_interval(inp: ReportInput) -> Iterable[Recommendation]:
+    """Young/Daly: the interval that balances checkpoint cost against rework at the run's failure rate."""
+    advice = checkpoint_advice(dict(inp.ledger))
+    rows = {r["name"]: r for r in advice["intervals"]}
+    if "current" not in rows or "daly" not in rows:
+        return
+    gain = rows["daly"]["expected_goodput"] - rows["current"]["expected_goodput"]
+    if gain < INTERVAL_GAIN:
+        return
+    yield Recommendation(
+        code="checkpoint_interval", title="Change the checkpoint interval",
+        detail=advice["summary"][0].upper() + advice["summary"][1:] + ".",
+        gpu_seconds=gain * float(inp.ledger["allocated_gpu_seconds"]))
+
+
 DEFAULT_PROVIDERS: tuple[Provider, ...] = (
     checkpoint_blocking, hang_detection, straggler_ranks, rework_vs_checkpoint, startup_time, idle_gpus,
+    checkpoint_interval,
 )
 
 
