@@ -17,8 +17,16 @@ from typing import Any
 from sqlalchemy import Engine
 
 from services.analysis.live import LiveConfig, detect_hang
+from services.analysis.preemption import allocated_gpus, rank_preemption_candidates
 from services.pipeline import ledger_for_row
 from services.settings import ServiceSettings
+from services.storage.checkpoint_requests import (
+    CheckpointRequestRow,
+    create_request,
+    list_requests,
+    pending_requests,
+    resolve_fulfilled,
+)
 from services.storage.live import load_live_state
 from services.storage.load import RunRow, get_run, list_runs
 
@@ -73,7 +81,7 @@ def live_for_row(engine: Engine, row: RunRow, now: float, config: LiveConfig, *,
         "version": row.version, "latest_time": latest,
         "seconds_since_last_event": (now - latest) if latest is not None else None,
         "at_risk_gpu_seconds": float(ledger.get("at_risk_gpu_seconds", 0.0)),
-        "allocated_gpus": _gpus(ledger, state.world_size),
+        "allocated_gpus": max(allocated_gpus(ledger), state.world_size),
     })
     if not with_ranks and len(out["suspects"]) > MAX_FLEET_SUSPECTS:
         out["suspects_truncated"] = len(out["suspects"])
@@ -97,6 +105,54 @@ def live_for_running_runs(engine: Engine, now: float, config: LiveConfig, *, lim
     return out
 
 
-def _gpus(ledger: dict[str, Any], world: int) -> int:
-    open_allocations = [a["gpus"] for a in ledger.get("allocations", []) if a.get("open")]
-    return max(open_allocations[-1] if open_allocations else 0, world)
+# -- preemption cost and checkpoint requests -----------------------------------------------------------------
+
+
+def preemption_candidates(engine: Engine, now: float, config: LiveConfig, *, limit: int = 500) -> list[dict[str, Any]]:
+    """Running runs, cheapest to preempt now first, with the components of the cost."""
+    with engine.connect() as conn:
+        rows = list_runs(conn, status="running", limit=limit)
+    by_id = {row.run_id: row for row in rows}
+    ledgers = [recent_ledger(engine, row) for row in rows]
+    ranked = rank_preemption_candidates(ledgers)
+    with engine.begin() as conn:
+        for row in rows:
+            resolve_fulfilled(conn, row.pk)
+        pending = {r.run_pk: r.id for r in reversed(pending_requests(conn, [row.pk for row in rows]))}
+    for item in ranked:
+        row = by_id[item["run_id"]]
+        with engine.connect() as conn:
+            state = load_live_state(conn, row, now=now, lookback_s=max(60.0, 4 * config.silent_after_s))
+        item["hung"] = detect_hang(replace(state, status="running"), now, config).hung
+        item["pending_checkpoint_request"] = pending.get(row.pk)
+    return ranked
+
+
+def request_out(run_id: str, r: CheckpointRequestRow) -> dict[str, Any]:
+    return {"id": r.id, "run_id": run_id, "requested_at": r.requested_at, "reason": r.reason,
+            "requested_by": r.requested_by, "fulfilled_at": r.fulfilled_at, "fulfilled_step": r.fulfilled_step,
+            "pending": r.pending}
+
+
+def request_checkpoint(engine: Engine, run_id: str, now: float, *, reason: str | None,
+                       requested_by: str | None) -> dict[str, Any]:
+    with engine.begin() as conn:
+        row = get_run(conn, run_id)
+        return request_out(row.run_id, create_request(conn, row.pk, now=now, reason=reason,
+                                                      requested_by=requested_by))
+
+
+def checkpoint_requests_for_run(engine: Engine, run_id: str) -> list[dict[str, Any]]:
+    with engine.begin() as conn:
+        row = get_run(conn, run_id)
+        resolve_fulfilled(conn, row.pk)
+        return [request_out(row.run_id, r) for r in list_requests(conn, row.pk)]
+
+
+def signals_for_run(engine: Engine, run_id: str) -> dict[str, Any] | None:
+    """The oldest checkpoint request of the run not fulfilled yet, or None."""
+    with engine.begin() as conn:
+        row = get_run(conn, run_id)
+        resolve_fulfilled(conn, row.pk)
+        pending = pending_requests(conn, [row.pk])
+    return request_out(row.run_id, pending[0]) if pending else None

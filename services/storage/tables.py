@@ -83,4 +83,23 @@ collectives = Table(
     Index("ix_collectives_run_attempt_step", "run_pk", "attempt", "step"),
 )
 
+class CheckpointRequest(Base):
+    """A scheduler's request that a running run checkpoint now (POST /v1/runs/{run_id}/checkpoint-request).
+
+    Fulfilled by the first ok `checkpoint_end` of the run that carries its id as `request_id`.
+    """
+
+    __tablename__ = "checkpoint_requests"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_pk: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    requested_at: Mapped[float] = mapped_column(Double)  # server clock
+    reason: Mapped[str | None] = mapped_column(String(256))
+    requested_by: Mapped[str | None] = mapped_column(String(128))
+    fulfilled_at: Mapped[float | None] = mapped_column(Double)  # time of the checkpoint_end that answered it
+    fulfilled_step: Mapped[int | None] = mapped_column(BigInteger)
+
+    __table_args__ = (Index("ix_checkpoint_requests_run_fulfilled", "run_pk", "fulfilled_at"),)
+
+
 metadata = Base.metadata

@@ -1,4 +1,4 @@
-"""Live hang detection: `GET /v1/live` and `GET /v1/runs/{run_id}/live`, with the server's clock.
+"""Live status: `GET /v1/live`, `GET /v1/runs/{run_id}/live` (hang detection) and `GET /v1/preemption-candidates`.
 
 Fresh on every call (a few index lookups per running run, `services.live_pipeline`); the rules are in
 `services.analysis.live` and docs/ledger.md.
@@ -12,9 +12,9 @@ from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from services.collector.deps import EngineDep, SettingsDep
-from services.collector.live_models import LiveRun, LiveRuns
+from services.collector.live_models import LiveRun, LiveRuns, PreemptionCandidate, PreemptionCandidates
 from services.collector.schemas import ErrorResponse
-from services.live_pipeline import live_config, live_for_run, live_for_running_runs
+from services.live_pipeline import live_config, live_for_run, live_for_running_runs, preemption_candidates
 
 router = APIRouter(tags=["live"])
 
@@ -31,3 +31,11 @@ async def get_live_runs(engine: EngineDep, settings: SettingsDep) -> LiveRuns:
     now = time.time()
     runs = await run_in_threadpool(live_for_running_runs, engine, now, live_config(settings))
     return LiveRuns(server_time=now, hung=sum(1 for r in runs if r["hung"]), runs=[LiveRun(**r) for r in runs])
+
+
+@router.get("/v1/preemption-candidates", response_model=PreemptionCandidates,
+            summary="Running runs, cheapest to preempt now first: work since the last checkpoint + expected restart")
+async def get_preemption_candidates(engine: EngineDep, settings: SettingsDep) -> PreemptionCandidates:
+    now = time.time()
+    ranked = await run_in_threadpool(preemption_candidates, engine, now, live_config(settings))
+    return PreemptionCandidates(server_time=now, candidates=[PreemptionCandidate(**c) for c in ranked])
