@@ -21,6 +21,7 @@ from services.analysis.attempts import Attempt, RunStructure, build_run_structur
 from services.analysis.categories import WASTE_KEYS, RunStatus, WasteCategory
 from services.analysis.painting import paint
 from services.analysis.run_data import RunData
+from services.analysis.stragglers import rank_compute, step_straggle
 
 _STARTUP, _HANG, _CHECKPOINT, _REWORK, _KEPT = range(5)
 _CLAIM_CATEGORY = {
@@ -116,9 +117,9 @@ def build_ledger(data: RunData) -> WasteLedger:
 
     job_steps = run.job_steps.copy()
     job_steps["pos"] = job_steps["attempt"].map(position).astype(np.int64) if not job_steps.empty else []
-    job_steps["kept"] = _kept_mask(run, job_steps)
+    job_steps["kept"] = kept_mask(run, job_steps)
 
-    claims = _claims(run, job_steps, position)
+    claims = build_claims(run, job_steps, position)
     alloc_start = np.array([a.start for a in run.allocations], dtype=np.float64)
     alloc_end = np.array([a.end for a in run.allocations], dtype=np.float64)
     alloc_gpus = np.array([a.gpus for a in run.allocations], dtype=np.int64)
@@ -191,7 +192,7 @@ def _resume_points(run: RunStructure) -> list[float]:
     return points
 
 
-def _kept_mask(run: RunStructure, job_steps: pd.DataFrame) -> np.ndarray:
+def kept_mask(run: RunStructure, job_steps: pd.DataFrame) -> np.ndarray:
     """A step of attempt k is kept unless some later attempt (or, for a failed run, the last saved state)
     resumed from below it: that rollback threw the step's result away."""
     if job_steps.empty:
@@ -207,7 +208,7 @@ def _kept_mask(run: RunStructure, job_steps: pd.DataFrame) -> np.ndarray:
     return job_steps["step"].to_numpy(dtype=np.float64) <= bounds
 
 
-def _claims(run: RunStructure, job_steps: pd.DataFrame, position: dict[int, int]) -> tuple[np.ndarray, ...]:
+def build_claims(run: RunStructure, job_steps: pd.DataFrame, position: dict[int, int]) -> tuple[np.ndarray, ...]:
     n_pos = max(len(run.attempts), 1)
     starts: list[np.ndarray] = []
     ends: list[np.ndarray] = []
@@ -249,37 +250,14 @@ def _claims(run: RunStructure, job_steps: pd.DataFrame, position: dict[int, int]
 def _straggler(
     data: RunData, job_steps: pd.DataFrame, run: RunStructure, kept_gpu_s: float
 ) -> tuple[float, dict[int, float]]:
-    steps = run.steps
-    if steps.empty or job_steps.empty:
+    if run.steps.empty or job_steps.empty:
         return 0.0, {}
-    comm = _comm_seconds(data.collectives) if data.comm is None else data.comm.rename(columns={"seconds": "coll_s"})
-    frame = steps[["attempt", "rank", "step", "start", "end", "comm"]]
-    if comm is not None:
-        frame = frame.merge(comm, on=["attempt", "rank", "step"], how="left")
-        # A step's own `comm` (the client sums its collectives) wins; collective rows fill the rest.
-        frame["comm"] = frame["comm"].where(frame["comm"].notna(), frame["coll_s"])
-    frame = frame[frame["comm"].notna()]
-    if frame.empty:
-        return 0.0, {}
-    kept = job_steps.loc[job_steps["kept"], ["attempt", "step"]]
-    frame = frame.merge(kept, on=["attempt", "step"], how="inner")
-    if frame.empty:
-        return 0.0, {}
-    frame = frame.assign(compute=(frame["end"] - frame["start"] - frame["comm"]).clip(lower=0.0))
-    grouped = frame.groupby(["attempt", "step"], sort=False)["compute"]
-    stats = pd.DataFrame({"slowest": grouped.max(), "median": grouped.median(), "ranks": grouped.size()})
-    slow_rank = frame.loc[grouped.idxmax(), ["attempt", "step", "rank"]].set_index(["attempt", "step"])["rank"]
-    stats = stats.join(slow_rank)
-    stats = stats[stats["ranks"] >= 2]
+    compute = rank_compute(run, data, job_steps.loc[job_steps["kept"]])
+    stats = step_straggle(run, compute, gpus_counted(run))
     if stats.empty:
         return 0.0, {}
-    world = {a.attempt: a.world_size for a in run.attempts}
-    gpus_for_attempt = {a.attempt: _gpus_at(run, a) for a in run.attempts}
-    attempt_index = stats.index.get_level_values("attempt")
-    on_gpus = np.array([min(world[int(x)], gpus_for_attempt[int(x)]) for x in attempt_index], dtype=np.float64)
-    cost = (stats["slowest"] - stats["median"]).to_numpy() * on_gpus
-    total = float(cost.sum())
-    by_rank_series = pd.Series(cost, index=stats["rank"].to_numpy()).groupby(level=0).sum()
+    total = float(stats["cost"].sum())
+    by_rank_series = stats.groupby("rank")["cost"].sum()
     if total > kept_gpu_s > 0:  # steps overlapping in time: never carve out more than the kept time
         by_rank_series *= kept_gpu_s / total
         total = kept_gpu_s
@@ -287,13 +265,9 @@ def _straggler(
     return total, by_rank
 
 
-def _comm_seconds(collectives: pd.DataFrame) -> pd.DataFrame | None:
-    if collectives.empty:
-        return None  # no collective timings: straggler cost cannot be seen
-    unique = collectives.drop_duplicates(["attempt", "rank", "step", "op", "start"])
-    seconds = (unique["end"] - unique["start"]).groupby(
-        [unique["attempt"], unique["rank"], unique["step"]]).sum()
-    return seconds.rename("coll_s").reset_index()
+def gpus_counted(run: RunStructure) -> dict[int, int]:
+    """Per attempt, the GPUs its time counts on: min(world size, GPUs of the allocation it started in)."""
+    return {a.attempt: min(a.world_size, _gpus_at(run, a)) for a in run.attempts}
 
 
 def _gpus_at(run: RunStructure, attempt: Attempt) -> int:

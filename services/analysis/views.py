@@ -28,8 +28,8 @@ from services.analysis.attempts import build_run_structure
 from services.analysis.categories import RunStatus
 from services.analysis.ledger import (  # the ledger's own painting rules
     _CLAIM_CATEGORY,
-    _claims,
-    _kept_mask,
+    build_claims,
+    kept_mask,
 )
 from services.analysis.painting import paint
 from services.analysis.run_data import RunData
@@ -61,7 +61,7 @@ def build_run_views(
     position = {a.attempt: i for i, a in enumerate(attempts)}
     job_steps = run.job_steps.copy()
     job_steps["pos"] = job_steps["attempt"].map(position).astype(np.int64) if not job_steps.empty else []
-    job_steps["kept"] = _kept_mask(run, job_steps)
+    job_steps["kept"] = kept_mask(run, job_steps)
 
     checkpoints = _checkpoint_rows(run.checkpoints)
     hangs = [
@@ -159,7 +159,7 @@ def _segments(run: Any, job_steps: pd.DataFrame, position: dict[int, int], max_s
     """The allocated wall time painted with the ledger's claims: [{start, end, category}], one category each."""
     if not run.allocations:
         return []
-    claims = _claims(run, job_steps, position)
+    claims = build_claims(run, job_steps, position)
     painted = paint(
         np.array([a.start for a in run.allocations], dtype=np.float64),
         np.array([a.end for a in run.allocations], dtype=np.float64),

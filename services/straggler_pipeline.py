@@ -1,0 +1,28 @@
+"""Load a run and build its straggler report, kept per (run_id, version) like the dashboard's views."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine
+
+from services.analysis.straggler_report import build_straggler_report
+from services.pipeline import ledger_for_row
+from services.storage.load import get_run, load_run_data
+from services.views_pipeline import ViewsCache
+
+_CACHE = ViewsCache(capacity=16)
+
+
+def straggler_report(engine: Engine, run_id: str) -> dict[str, Any]:
+    with engine.connect() as conn:
+        run = get_run(conn, run_id)
+    cached = _CACHE.get(run.run_id, run.version)
+    if cached is not None:
+        return cached
+    ledger = ledger_for_row(engine, run)
+    with engine.connect() as conn:
+        data = load_run_data(conn, run)
+    report = build_straggler_report(data, ledger)
+    _CACHE.put(run.run_id, run.version, report)
+    return report
