@@ -29,6 +29,11 @@ Every environment variable the client reads is declared here, once:
     ``attempt_end`` reason recorded on SIGTERM: ``failed`` (default) or ``preempted``.
 ``GOODPUT_EXIT_TIMEOUT_S``
     How long interpreter exit may wait for the last events to be sent. Default 5.
+``GOODPUT_SIGNAL_POLL_S``
+    How often rank 0 asks the collector for checkpoint requests (``tracker.should_checkpoint()``); 0 turns
+    polling off. Default 2.
+``GOODPUT_POLL_ALL_RANKS``
+    ``1``: every rank polls, not only rank 0 (for scripts that reduce the flag themselves). Default off.
 
 torchrun's own variables (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``TORCHELASTIC_RESTART_COUNT``,
 ``TORCHELASTIC_RUN_ID``) are read by :mod:`ingest_client.context`.
@@ -65,6 +70,8 @@ ENV_VARS: dict[str, str] = {
     "http_timeout_s": "GOODPUT_HTTP_TIMEOUT_S",
     "sigterm_reason": "GOODPUT_SIGTERM_REASON",
     "exit_timeout_s": "GOODPUT_EXIT_TIMEOUT_S",
+    "signal_poll_s": "GOODPUT_SIGNAL_POLL_S",
+    "poll_all_ranks": "GOODPUT_POLL_ALL_RANKS",
 }
 
 DEFAULT_SPOOL_DIR = Path("~/.cache/goodput/spool")
@@ -98,6 +105,8 @@ class ClientConfig:
     max_batch_events: int = 500
     max_batch_bytes: int = 1024 * 1024
     install_handlers: bool = True
+    signal_poll_s: float = 2.0
+    poll_all_ranks: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.mode, Mode):
@@ -130,6 +139,7 @@ class ClientConfig:
             ("stats_interval_s", 0.05, 3600.0),
             ("http_timeout_s", 0.05, 300.0),
             ("exit_timeout_s", 0.0, 300.0),
+            ("signal_poll_s", 0.0, 3600.0),
         ):
             value = getattr(self, name)
             if not low <= value <= high:
@@ -144,6 +154,10 @@ class ClientConfig:
                 f"max_batch_events must be >= 1 and max_batch_bytes >= 1024, got "
                 f"{self.max_batch_events} and {self.max_batch_bytes} (set by init(...))."
             )
+
+    @property
+    def polls_signals(self) -> bool:
+        return self.mode is Mode.ONLINE and self.url is not None and self.signal_poll_s > 0
 
     @property
     def events_url(self) -> str | None:

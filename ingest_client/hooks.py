@@ -32,6 +32,9 @@ def build_ddp_comm_hook(tracker: Tracker, op: str = "all_reduce") -> Callable[[A
 
     def timed_allreduce_hook(state: Any, bucket: Any) -> Any:  # Any: torch types, imported lazily
         step = tracker._next_step
+        if tracker._coll_step != step:  # heartbeats report how many collectives of the step were started
+            tracker._coll_step, tracker._coll_started = step, 0
+        tracker._coll_started += 1
         start = _time()
         p0 = _perf()
         future = allreduce_hook(state, bucket)

@@ -31,6 +31,7 @@ from ingest_client.events import (
     RunStatus,
 )
 from ingest_client.flusher import ClientStats, Pipeline, PipelineSettings, Rows
+from ingest_client.poller import SignalPoller
 from ingest_client.spool import run_dir_name
 from ingest_client.transport.base import Transport
 from ingest_client.transport.http import HttpTransport
@@ -93,23 +94,34 @@ class CollectiveSpan:
 
 
 class CheckpointSpan:
-    """``with tracker.checkpoint(step):`` emits checkpoint_start, then checkpoint_end(ok)."""
+    """``with tracker.checkpoint(step):`` emits checkpoint_start, then checkpoint_end(ok).
 
-    __slots__ = ("_tracker", "_step")
+    When a checkpoint request is pending (``tracker.should_checkpoint()``), both events carry its id as
+    ``request_id`` and the request counts as honoured: ``should_checkpoint()`` turns false again.
+    """
+
+    __slots__ = ("_tracker", "_step", "request_id")
 
     def __init__(self, tracker: Tracker, step: int) -> None:
         self._tracker = tracker
         self._step = step
+        self.request_id: int | None = None
 
     def __enter__(self) -> CheckpointSpan:
-        self._tracker._put((ROW_EVENT, EventKind.CHECKPOINT_START, _time(), {"step": self._step}))
+        poller = self._tracker._poller
+        self.request_id = poller.take() if poller is not None else None
+        fields: dict[str, Any] = {"step": self._step}
+        if self.request_id is not None:
+            fields["request_id"] = self.request_id
+        self._tracker._put((ROW_EVENT, EventKind.CHECKPOINT_START, _time(), fields))
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self._tracker._put(
-            (ROW_EVENT, EventKind.CHECKPOINT_END, _time(), {"step": self._step, "ok": exc_type is None})
-        )
+        fields: dict[str, Any] = {"step": self._step, "ok": exc_type is None}
+        if self.request_id is not None:
+            fields["request_id"] = self.request_id
+        self._tracker._put((ROW_EVENT, EventKind.CHECKPOINT_END, _time(), fields))
 
 
 _LIVE_TRACKERS: weakref.WeakSet[Tracker] = weakref.WeakSet()
@@ -125,7 +137,21 @@ if hasattr(os, "register_at_fork"):
 
 
 class Tracker:
-    """Records one process's training events. Create it with :func:`ingest_client.init`."""
+    """Records one process's training events. Create it with :func:`ingest_client.init`.
+
+    Checkpoint requests: a scheduler posts ``POST /v1/runs/{run_id}/checkpoint-request``; rank 0's
+    ``goodput-signals`` thread polls the collector every ``signal_poll_s`` (2 s) and ``should_checkpoint()``
+    turns true (a non-blocking attribute read). Every rank of a DDP job must checkpoint at the same step, and
+    only rank 0 polls, so share the flag with one small collective, every step or every few::
+
+        flag = torch.tensor([1 if tracker.should_checkpoint() else 0])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)     # or dist.broadcast(flag, src=0)
+        if flag.item() or step % checkpoint_every == 0:
+            checkpoint(step)                            # the writer uses `with tracker.checkpoint(step):`
+
+    The checkpoint that follows carries the request's id (``request_id``) and the collector marks the request
+    fulfilled. ``GOODPUT_POLL_ALL_RANKS=1`` makes every rank poll (then all_reduce MAX of every rank's flag).
+    """
 
     def __init__(
         self,
@@ -148,6 +174,9 @@ class Tracker:
         self._last_stats: tuple[int, int, int] = (0, 0, 0)
         self._force_stats = False
         self._pipeline: Pipeline | None = None
+        self._poller: SignalPoller | None = None
+        self._coll_step = 0  # the step whose collectives _coll_started counts (set by the DDP comm hook)
+        self._coll_started = 0
         if config.mode is Mode.DISABLED:
             buffer = RowBuffer(64, 64)
             buffer.enabled = False
@@ -177,6 +206,10 @@ class Tracker:
             buffer = self._pipeline.buffer
         self._buffer = buffer
         self._put: Callable[[tuple[Any, ...]], None] = buffer.put
+        if config.polls_signals and (context.rank == 0 or config.poll_all_ranks):
+            assert config.url is not None
+            self._poller = SignalPoller(config.url, context.run_id, interval_s=config.signal_poll_s,
+                                        timeout_s=config.http_timeout_s, token=config.token)
         _LIVE_TRACKERS.add(self)
 
     @property
@@ -199,6 +232,8 @@ class Tracker:
         }))
         self._last_heartbeat_s = self._last_stats_s = _time()
         self._pipeline.start()
+        if self._poller is not None:
+            self._poller.start()
         return self
 
     # -- hot path --------------------------------------------------------------------------
@@ -223,6 +258,12 @@ class Tracker:
         """Record where training (re)starts: the last completed step loaded, 0 for a fresh start."""
         self._put((ROW_EVENT, EventKind.RESUME, _time(), {"step": step}))
         self._next_step = step + 1
+
+    def should_checkpoint(self) -> bool:
+        """True while a checkpoint request from the collector is pending (rank 0, or every rank with
+        ``poll_all_ranks``); the next ``tracker.checkpoint()`` honours it. Never blocks."""
+        poller = self._poller
+        return poller is not None and poller.pending is not None
 
     def record_collective(self, op: str, start: float, end: float, step: int | None = None) -> None:
         self._put((ROW_COLLECTIVE, self._next_step if step is None else step, op, start, end))
@@ -272,6 +313,8 @@ class Tracker:
         if self._pipeline is None or os.getpid() != self._pid:
             return False
         self._force_stats = True  # the flush cycle appends a final client_stats after draining
+        if self._poller is not None:
+            self._poller.stop(0.0)
         ok = self._pipeline.shutdown(timeout_s)
         self._buffer.enabled = False
         return ok
@@ -285,7 +328,9 @@ class Tracker:
         rows: Rows = []
         if now - self._last_heartbeat_s >= self.config.heartbeat_interval_s:
             self._last_heartbeat_s = now
-            rows.append((ROW_EVENT, EventKind.HEARTBEAT, now, None))
+            step = self._next_step
+            rows.append((ROW_EVENT, EventKind.HEARTBEAT, now, {
+                "step": step, "collectives": self._coll_started if self._coll_step == step else 0}))
         if self._force_stats:
             self._force_stats = False
             self._last_stats_s = now
@@ -310,5 +355,6 @@ class Tracker:
 
     def _after_fork_in_child(self) -> None:
         self._buffer.disable()
+        self._poller = None  # its thread is not in the child
         if self._pipeline is not None:
             self._pipeline.after_fork_in_child()

@@ -121,7 +121,8 @@ def test_heartbeats_come_from_the_background_thread(make_tracker: Any) -> None:
         time.sleep(0.02)
     beats = transport.of_kind("heartbeat")
     assert len(beats) >= 3
-    assert set(beats[0]) == {"event_id", "run_id", "kind", "time", "attempt", "rank"}
+    assert set(beats[0]) == {"event_id", "run_id", "kind", "time", "attempt", "rank", "step", "collectives"}
+    assert beats[0]["step"] == 1 and beats[0]["collectives"] == 0  # in step 1, no collective started yet
 
 
 def test_full_buffer_drops_oldest_and_drop_count_reaches_the_collector(make_tracker: Any) -> None:

@@ -1,0 +1,85 @@
+"""The ``goodput-signals`` thread: polls ``GET {url}/v1/runs/{run_id}/signals`` for checkpoint requests.
+
+The training thread never waits for it: :meth:`Tracker.should_checkpoint` reads one attribute this thread sets.
+A failed poll (collector down, timeout, 404 before the run's first events arrive) changes nothing and costs
+one rate-limited warning a minute at most; the thread never raises.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import urllib.error
+import urllib.request
+from urllib.parse import quote
+
+from ingest_client.errors import report_internal_error
+from ingest_client.ratelimit import RateLimitedLogger
+
+logger = logging.getLogger(__name__)
+
+
+class SignalPoller:
+    def __init__(self, base_url: str, run_id: str, *, interval_s: float, timeout_s: float,
+                 token: str | None = None) -> None:
+        self.url = f"{base_url.rstrip('/')}/v1/runs/{quote(run_id, safe='')}/signals"
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self._headers = {"Accept": "application/json", "User-Agent": "goodput-ingest-client/1"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self.pending: int | None = None  # id of a checkpoint request not honoured yet (read by the training thread)
+        self.pending_reason: str | None = None
+        self.polls = 0
+        self.failures = 0
+        self._honoured: set[int] = set()
+        self._stop = threading.Event()
+        self._warn = RateLimitedLogger(logger)
+        self._thread = threading.Thread(target=self._run, name="goodput-signals", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 1.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+
+    def take(self) -> int | None:
+        """The pending request's id, now honoured: later polls ignore it even while the collector still lists it."""
+        rid = self.pending
+        if rid is not None:
+            self._honoured.add(rid)
+            self.pending = None
+        return rid
+
+    def poll_once(self) -> None:
+        self.polls += 1
+        request = urllib.request.Request(self.url, headers=self._headers, method="GET")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                payload = json.loads(response.read(64 * 1024) or b"{}")
+        except urllib.error.HTTPError as exc:
+            self.failures += 1
+            if exc.code != 404:  # 404: the collector has no event of this run yet
+                self._warn.warning("signals", "goodput: polling %s for checkpoint requests: HTTP %s", self.url,
+                                   exc.code)
+            return
+        except (OSError, ValueError) as exc:
+            self.failures += 1
+            self._warn.warning("signals", "goodput: polling %s for checkpoint requests failed: %s", self.url, exc)
+            return
+        found = payload.get("checkpoint_request") if isinstance(payload, dict) else None
+        rid = found.get("id") if isinstance(found, dict) else None
+        if isinstance(rid, int) and rid not in self._honoured:
+            self.pending_reason = found.get("reason") if isinstance(found.get("reason"), str) else None
+            self.pending = rid
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.poll_once()
+            except Exception as exc:  # never let a bug here reach training
+                report_internal_error(exc)
+                self._warn.warning("signals-internal", "goodput: internal error in the signal poller: %r", exc)
