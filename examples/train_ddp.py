@@ -68,6 +68,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slow-checkpoint", type=float, default=0.0,
                    help="seconds the checkpoint write takes extra (between the data files and the manifest)")
     p.add_argument("--timeout-s", type=float, default=60.0, help="gloo collective timeout")
+    p.add_argument("--honor-checkpoint-requests", action="store_true",
+                   help="also checkpoint when a scheduler asked for it (POST /v1/runs/{id}/checkpoint-request): "
+                        "rank 0 learns of it, one all_reduce(MAX) per step makes every rank agree on the step")
     args = p.parse_args(argv)
     if args.steps < 1:
         p.error(f"--steps must be >= 1, got {args.steps}")
@@ -328,7 +331,10 @@ def main(argv: list[str] | None = None) -> int:
                     time.sleep(args.step_sleep)
                 s.loss, s.lr = loss.item(), lr  # goodput
             log.write("step", step=step, start=t0, end=time.time())
-            if args.checkpoint_every and step % args.checkpoint_every == 0:
+            requested = args.honor_checkpoint_requests and checkpoint_requested(tracker)
+            if requested:
+                log.write("checkpoint_requested", step=step)
+            if requested or (args.checkpoint_every and step % args.checkpoint_every == 0):
                 checkpoint(args, log, tracker, step, model, optimizer, sampler, rank)
     except Exception as exc:
         log.write("error", step=step, error=f"{type(exc).__name__}: {exc}"[:500])
@@ -362,6 +368,14 @@ def checkpoint(args: argparse.Namespace, log: EventLog, tracker: goodput.Tracker
         remove_unpublished(args.ckpt_dir)
         log.write("checkpoint", step=step, path=path.name)
     dist.barrier()
+
+
+def checkpoint_requested(tracker: goodput.Tracker) -> bool:
+    """Whether any rank's tracker saw a pending checkpoint request (only rank 0 polls, by default): every rank
+    calls this at the same step and gets the same answer, so they all checkpoint together."""
+    flag = torch.tensor([1 if tracker.should_checkpoint() else 0])  # goodput: a non-blocking read
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
 
 
 def hang(log: EventLog, step: int, mode: str) -> None:
