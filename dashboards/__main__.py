@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 
@@ -19,8 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = p.parse_args(argv)
     config = DashboardConfig.from_env(api_url=ns.api, refresh_s=ns.refresh)
     if config.api_url is None:
-        config = DashboardConfig(api_url="http://127.0.0.1:8000", refresh_s=config.refresh_s,
-                                 timeout_s=config.timeout_s)
+        config = dataclasses.replace(config, api_url="http://127.0.0.1:8000")
     from dashboards.app import create_app
 
     prefix = "/" + ns.prefix.strip("/") + "/" if ns.prefix.strip("/") else "/"

@@ -4,12 +4,16 @@ GOODPUT_DASHBOARD_API_URL      the collector's base URL. Unset in the embedded m
                                the server that received the browser's request (its local address).
 GOODPUT_DASHBOARD_REFRESH_S    seconds between automatic refreshes of a page (default 5, at least 1).
 GOODPUT_DASHBOARD_TIMEOUT_S    seconds the dashboard waits for one API answer (default 60).
+GOODPUT_DASHBOARD_TOKEN        read token (gpr_...) the dashboard sends to the collector when the browser sent
+                               none (standalone mode). A credential the browser sends (HTTP Basic with the
+                               token as password, or Bearer) is forwarded instead, so each user sees only
+                               their token's project.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -17,6 +21,7 @@ class DashboardConfig:
     api_url: str | None = None
     refresh_s: float = 5.0
     timeout_s: float = 60.0
+    token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.refresh_s < 1:
@@ -32,4 +37,5 @@ class DashboardConfig:
             api_url=(api_url or env.get("GOODPUT_DASHBOARD_API_URL") or None),
             refresh_s=refresh_s if refresh_s is not None else float(env.get("GOODPUT_DASHBOARD_REFRESH_S", "5")),
             timeout_s=float(env.get("GOODPUT_DASHBOARD_TIMEOUT_S", "60")),
+            token=env.get("GOODPUT_DASHBOARD_TOKEN") or None,
         )

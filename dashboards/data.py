@@ -45,18 +45,23 @@ class RunNotFound(ApiError):
 class Api:
     """A thin client of the collector's read API."""
 
-    def __init__(self, base_url: str, client: httpx.Client) -> None:
+    def __init__(self, base_url: str, client: httpx.Client, *, authorization: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self._client = client
+        self._headers = {"Authorization": authorization} if authorization else None
 
     def _get(self, path: str, params: dict[str, Any] | None = None) -> Any:
         url = f"{self.base_url}{path}"
         try:
-            response = self._client.get(url, params={k: v for k, v in (params or {}).items() if v is not None})
+            response = self._client.get(url, params={k: v for k, v in (params or {}).items() if v is not None},
+                                        headers=self._headers)
         except httpx.HTTPError as exc:
             raise CollectorUnreachable(
                 f"Cannot reach the collector at {self.base_url} ({exc.__class__.__name__}). "
                 "Is `goodput serve` running, and is the dashboard's --api URL right?") from exc
+        if response.status_code in (401, 403):
+            raise ApiError(f"The collector refused the dashboard's credential: "
+                           f"{_error_message(response, response.text[:300])}")
         if response.status_code == 404:
             raise RunNotFound(_error_message(response, f"not found: {path}"))
         if response.status_code != 200:
@@ -103,7 +108,15 @@ def api() -> Api:
         client = clients.get(base)
         if client is None:
             client = clients[base] = httpx.Client(timeout=cfg.timeout_s)
-    return Api(base, client)
+    return Api(base, client, authorization=_authorization(cfg))
+
+
+def _authorization(cfg: DashboardConfig) -> str | None:
+    """The browser's own credential (forwarded as is), else the configured GOODPUT_DASHBOARD_TOKEN."""
+    sent = flask.request.headers.get("Authorization") if flask.has_request_context() else None
+    if sent:
+        return sent
+    return f"Bearer {cfg.token}" if cfg.token else None
 
 
 def _local_base_url(environ: dict[str, Any]) -> str:

@@ -7,9 +7,12 @@ of the same server over HTTP (see dashboards.data). In production run it as its 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from a2wsgi import WSGIMiddleware
 from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
+from starlette.types import ASGIApp
 
 from dashboards.app import create_app
 from dashboards.config import DashboardConfig
@@ -17,7 +20,9 @@ from dashboards.config import DashboardConfig
 PREFIX = "/dashboard"
 
 
-def mount_dashboard(app: FastAPI, config: DashboardConfig | None = None) -> None:
+def mount_dashboard(app: FastAPI, config: DashboardConfig | None = None,
+                    guard: Callable[[ASGIApp], ASGIApp] | None = None) -> None:
+    """`guard` wraps the mounted app (the collector's access check: services.collector.auth.DashboardGuard)."""
     dash_app = create_app(config or DashboardConfig.from_env(), requests_pathname_prefix=f"{PREFIX}/")
 
     async def to_dashboard() -> RedirectResponse:
@@ -26,4 +31,5 @@ def mount_dashboard(app: FastAPI, config: DashboardConfig | None = None) -> None
     app.add_api_route(PREFIX, to_dashboard, include_in_schema=False)
     if not any(getattr(route, "path", None) == "/" for route in app.routes):
         app.add_api_route("/", to_dashboard, include_in_schema=False)
-    app.mount(f"{PREFIX}/", WSGIMiddleware(dash_app.server, workers=8))  # type: ignore[arg-type]
+    inner: ASGIApp = WSGIMiddleware(dash_app.server, workers=8)  # type: ignore[arg-type]
+    app.mount(f"{PREFIX}/", guard(inner) if guard is not None else inner)

@@ -56,6 +56,10 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--db", help=DB_HELP)
     check.set_defaults(handler=_db_check)
 
+    from services.cli_tokens import add_token_parser  # standard library only, like this module
+
+    add_token_parser(sub, DB_HELP)
+
     sim = sub.add_parser("simulate", help="simulate a training job and send its events to a collector")
     sim.add_argument("--url", help=URL_HELP)
     sim.add_argument("--token", help="write token (default GOODPUT_TOKEN)")
@@ -152,6 +156,7 @@ def _serve(ns: argparse.Namespace) -> int:
     port = ns.port or settings.port
     engine = make_engine(url)
     upgrade(engine)
+    auth = _auth_mode(engine, host)
     engine.dispose()
     if ns.workers > 1 and url.startswith("sqlite"):
         print("goodput: --workers > 1 needs PostgreSQL (SQLite has one writer); serving with 1 worker",
@@ -161,12 +166,28 @@ def _serve(ns: argparse.Namespace) -> int:
 
     metrics_dir = prepare_multiprocess_dir(ns.workers)  # several workers count into shared files: /metrics sums them
     print(f"goodput collector on http://{host}:{port}  (database: {_safe(url)}; API docs at /docs)", flush=True)
+    print(auth, flush=True)
     try:
         uvicorn.run("services.collector.app:create_app", factory=True, host=host, port=port, workers=ns.workers,
                     log_level="warning")
     finally:
         remove_multiprocess_dir(metrics_dir)
     return 0
+
+
+def _auth_mode(engine: Any, host: str) -> str:  # Any: sqlalchemy is imported lazily
+    from services.storage.tokens import has_active_tokens, list_tokens
+
+    with engine.connect() as conn:
+        if has_active_tokens(conn):
+            active = [t for t in list_tokens(conn) if t.active]
+            projects = sorted({t.project for t in active})
+            return (f"authentication on: {len(active)} active token(s) for project(s) {', '.join(projects)}; "
+                    "every request needs one (goodput token list)")
+    exposed = "" if host in ("127.0.0.1", "::1", "localhost") else (
+        f" Listening on {host}, remote clients get 403 until a token exists.")
+    return ("authentication off: no access token exists, so only localhost clients are accepted; create tokens "
+            "with `goodput token create --project P --kind write|read`." + exposed)
 
 
 def _db_upgrade(ns: argparse.Namespace) -> int:
@@ -258,6 +279,8 @@ def _epoch(value: str | None, option: str) -> float | None:
 def _report(ns: argparse.Namespace) -> int:
     import httpx
 
+    from services.cli_tokens import read_headers
+
     if ns.fleet == (ns.run_id is not None):
         print("goodput report: give a RUN_ID, or --fleet for every run", file=sys.stderr)
         return 2
@@ -274,7 +297,7 @@ def _report(ns: argparse.Namespace) -> int:
         params = {"format": ns.format or "html"}
         path, what = f"/v1/runs/{quote(ns.run_id, safe='')}/report", f"report of run {ns.run_id}"
     try:
-        response = httpx.get(_url(ns) + path, params=params, timeout=300)
+        response = httpx.get(_url(ns) + path, params=params, timeout=300, headers=read_headers())
     except httpx.HTTPError as exc:
         print(f"goodput report: cannot reach the collector at {_url(ns)}: {exc}", file=sys.stderr)
         return 1

@@ -6,6 +6,8 @@ from urllib.parse import quote
 
 import httpx
 
+from services.cli_tokens import read_headers
+
 from services.analysis.interval import (
     daly_interval,
     first_order_goodput,
@@ -16,7 +18,7 @@ from services.analysis.interval import (
 
 def print_advice(base: str, run_id: str) -> int:
     try:
-        response = httpx.get(f"{base}/v1/runs/{quote(run_id, safe='')}/advice", timeout=120)
+        response = httpx.get(f"{base}/v1/runs/{quote(run_id, safe='')}/advice", timeout=120, headers=read_headers())
     except httpx.HTTPError as exc:
         raise SystemExit(f"goodput: cannot reach the collector at {base}: {exc}. Is `goodput serve` running?") from exc
     if response.status_code != 200:

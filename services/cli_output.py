@@ -7,12 +7,14 @@ from urllib.parse import quote
 
 import httpx
 
+from services.cli_tokens import read_headers
+
 CATEGORIES = ("startup", "checkpoint", "rework", "hang", "straggler", "idle")
 
 
 def _get(url: str) -> httpx.Response:
     try:
-        return httpx.get(url, timeout=60.0)
+        return httpx.get(url, timeout=60.0, headers=read_headers())
     except httpx.HTTPError as exc:
         raise SystemExit(f"goodput: cannot reach the collector at {url}: {exc}. Is `goodput serve` running?") from exc
 

@@ -5,6 +5,9 @@ GoodputServiceError
  ├── InvalidBatch         400 / 413 / 422: the batch is rejected whole, nothing of it stored
  ├── Overloaded           503 + Retry-After: the writer is behind; send the same batch again later
  ├── StorageUnavailable   503 + Retry-After: the database refused or is down
+ ├── Unauthenticated      401: no credential, or one that is malformed, unknown or revoked
+ ├── Forbidden            403: a valid credential that may not do this (wrong kind, another project's run,
+ │                        a remote client while no token exists)
  └── ConfigurationError   bad settings, raised at start-up
 """
 
@@ -37,6 +40,17 @@ class Overloaded(GoodputServiceError):
 
 class StorageUnavailable(GoodputServiceError):
     retry_after_s = 2
+
+
+class Unauthenticated(GoodputServiceError):
+    pass
+
+
+class Forbidden(GoodputServiceError):
+    def __init__(self, message: str, *, code: str = "forbidden", **details: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.details = details
 
 
 class ConfigurationError(GoodputServiceError):

@@ -20,6 +20,9 @@ class ServiceSettings(BaseSettings):
     max_rows_per_batch: int = Field(2_000_000, description="GOODPUT_MAX_ROWS_PER_BATCH: step and collective rows per batch")
     writer_max_pending_events: int = Field(4_000_000, description=(
         "GOODPUT_WRITER_MAX_PENDING_EVENTS: rows waiting for the database before ingestion answers 503"))
+    auth_cache_ttl_s: float = Field(5.0, ge=0, description=(
+        "GOODPUT_AUTH_CACHE_TTL_S: seconds a collector process caches token lookups (a revoked token, or the first "
+        "token created, takes effect within this time)"))
     dashboard: bool = Field(True, description="GOODPUT_DASHBOARD: serve the dashboard under /dashboard/")
     hang_floor_s: float = Field(30.0, gt=0, description=(
         "GOODPUT_HANG_FLOOR_S: a running run is hung after max(this, GOODPUT_HANG_STEP_FACTOR x its recent "

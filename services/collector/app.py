@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from sqlalchemy import Engine
 
+from services.collector.auth import Authenticator, DashboardGuard
 from services.collector.errors import install_error_handlers
 from services.collector.routes import advice, health, ingest, live, metrics, reports, runs, signals, views
 from services.collector.schemas import EventBatch
@@ -28,6 +29,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        _log_auth_mode(auth)
         writer.start()
         try:
             yield
@@ -43,6 +45,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     app.state.settings = settings
     app.state.engine = engine
     app.state.writer = writer
+    app.state.auth = auth = Authenticator(engine, cache_ttl_s=settings.auth_cache_ttl_s)
     install_error_handlers(app)
     metrics.install(app)  # app.state.metrics and the request-duration middleware
     app.include_router(ingest.router)
@@ -67,7 +70,20 @@ def _mount_dashboard(app: FastAPI) -> None:
     except ImportError as exc:  # the dashboard's own dependencies are missing
         logger.warning("dashboard not served: %s (install goodput[server])", exc)
         return
-    mount_dashboard(app)
+    mount_dashboard(app, guard=lambda inner: DashboardGuard(inner, app.state.auth))
+
+
+def _log_auth_mode(auth: Authenticator) -> None:
+    try:
+        enabled = auth.enabled()
+    except Exception as exc:  # noqa: BLE001 - the database may come up later; requests will say so
+        logger.warning("could not read the access tokens (%s); requests will be checked when it answers", exc)
+        return
+    if enabled:
+        logger.warning("authentication on: every request needs a token (goodput token list)")
+    else:
+        logger.warning("authentication off: no access token exists, so only localhost clients are accepted; "
+                       "create tokens with `goodput token create` to accept others")
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from services.errors import InvalidBatch, Overloaded, RunNotFound, StorageUnavailable
+from services.errors import Forbidden, InvalidBatch, Overloaded, RunNotFound, StorageUnavailable, Unauthenticated
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +36,14 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _storage(_: Request, exc: StorageUnavailable) -> JSONResponse:
         return _error(503, "storage_unavailable", f"{exc}; retry after {exc.retry_after_s} s",
                       headers={"Retry-After": str(exc.retry_after_s)})
+
+    @app.exception_handler(Unauthenticated)
+    async def _unauthenticated(_: Request, exc: Unauthenticated) -> JSONResponse:
+        return _error(401, "unauthenticated", str(exc), headers={"WWW-Authenticate": 'Bearer realm="goodput"'})
+
+    @app.exception_handler(Forbidden)
+    async def _forbidden(_: Request, exc: Forbidden) -> JSONResponse:
+        return _error(403, exc.code, str(exc), **exc.details)
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:

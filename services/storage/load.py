@@ -48,8 +48,10 @@ def get_run(conn: Connection, run_id: str) -> RunRow:
 
 
 def list_runs(conn: Connection, *, since: float | None = None, until: float | None = None,
-              status: str | None = None, limit: int = 1000) -> list[RunRow]:
+              status: str | None = None, limit: int = 1000, project: str | None = None) -> list[RunRow]:
     query = select(*_RUN_COLUMNS)
+    if project is not None:
+        query = query.where(Run.project == project)
     if since is not None:
         query = query.where(Run.last_time >= since)
     if until is not None:

@@ -46,3 +46,4 @@ class IngestRecord:
 class IngestResult:
     accepted: int
     duplicates: int
+    forbidden_run: str | None = None  # set when the batch was refused whole: this run belongs to another project

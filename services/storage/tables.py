@@ -83,6 +83,26 @@ collectives = Table(
     Index("ix_collectives_run_attempt_step", "run_pk", "attempt", "step"),
 )
 
+
+class ApiToken(Base):
+    """An access token: `gpw_<token_id>_<secret>` (write) or `gpr_<token_id>_<secret>` (read), scoped to a project.
+
+    Only a salted SHA-256 of the secret is stored (services/storage/tokens.py); the token is shown once, at
+    creation. Project "*" (read tokens only) reads every project: for operators, /metrics and the fleet view.
+    """
+
+    __tablename__ = "api_tokens"
+
+    token_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(8))  # "write" or "read"
+    project: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str | None] = mapped_column(String(128))
+    salt: Mapped[str] = mapped_column(String(64))  # hex
+    secret_sha256: Mapped[str] = mapped_column(String(64))  # hex of sha256(salt || secret)
+    created_at: Mapped[float] = mapped_column(Double)
+    revoked_at: Mapped[float | None] = mapped_column(Double)
+
+
 class CheckpointRequest(Base):
     """A scheduler's request that a running run checkpoint now (POST /v1/runs/{run_id}/checkpoint-request).
 

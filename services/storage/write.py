@@ -20,11 +20,29 @@ from services.storage.records import IngestRecord, IngestResult
 from services.storage.tables import Event, Run, collectives, steps
 
 _INSERT_CHUNK = 2000
+DEFAULT_PROJECT = "default"
 
 
-def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]]) -> list[IngestResult]:
-    """Insert every new event of every batch; commit is the caller's. Returns one result per batch."""
-    run_pks = _ensure_runs(conn, {r.run_id for batch in batches for r in batch})
+def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
+                projects: Sequence[str | None] | None = None) -> list[IngestResult]:
+    """Insert every new event of every batch; commit is the caller's. Returns one result per batch.
+
+    `projects[b]` is the project of batch b's write token: the runs it creates get that project, and a batch
+    naming a run of another project is refused whole (its result has `forbidden_run`). None = no scoping
+    (no tokens configured): new runs go to project "default".
+    """
+    projects = list(projects) if projects is not None else [None] * len(batches)
+    forbidden = _check_projects(conn, batches, projects)
+    claims: dict[str, str] = {}
+    for batch, project, refused in zip(batches, projects, forbidden):
+        if refused is None:
+            for r in batch:
+                claims.setdefault(r.run_id, project or DEFAULT_PROJECT)
+    runs = _ensure_runs(conn, claims)
+    run_pks = {run_id: pk for run_id, (pk, _) in runs.items()}
+    for b, (batch, project) in enumerate(zip(batches, projects)):  # another process may have won a new run id
+        if project is not None and forbidden[b] is None:
+            forbidden[b] = next((r.run_id for r in batch if runs[r.run_id][1] != project), None)
     postgres = conn.dialect.name == "postgresql"
 
     seen: set[tuple[int, str]] = set()
@@ -32,6 +50,8 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]]) -> 
     owner: list[int] = []  # batch index of each candidate
     duplicates = [0] * len(batches)
     for b, batch in enumerate(batches):
+        if forbidden[b] is not None:
+            continue
         for record in batch:
             key = (run_pks[record.run_id], record.event_id)
             if key in seen:
@@ -54,23 +74,49 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]]) -> 
     _insert_steps(conn, new_records, postgres)
     _insert_collectives(conn, new_records)
     _touch_runs(conn, new_records)
-    return [IngestResult(accepted=a, duplicates=d) for a, d in zip(accepted, duplicates)]
+    return [IngestResult(accepted=a, duplicates=d, forbidden_run=f) for a, d, f in zip(accepted, duplicates, forbidden)]
 
 
-def _ensure_runs(conn: Connection, run_ids: set[str]) -> dict[str, int]:
-    if not run_ids:
+def _check_projects(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
+                    projects: Sequence[str | None]) -> list[str | None]:
+    """For each batch, the first run it names that belongs to another project (None = allowed).
+
+    A run's project never changes, so the check is a read of the existing runs, plus the runs an earlier batch
+    of this group is about to create; `write_group` checks again after creating runs, since another collector
+    process may have created one of them meanwhile (the first writer's project wins)."""
+    if not any(p is not None for p in projects):
+        return [None] * len(batches)
+    wanted = sorted({r.run_id for batch in batches for r in batch})
+    owners = {row[0]: row[1] for row in conn.execute(select(Run.run_id, Run.project).where(Run.run_id.in_(wanted)))}
+    out: list[str | None] = []
+    for batch, project in zip(batches, projects):
+        refused = None
+        if project is not None:
+            for run_id in dict.fromkeys(r.run_id for r in batch):
+                if owners.setdefault(run_id, project) != project:
+                    refused = run_id
+                    break
+        out.append(refused)
+    return out
+
+
+def _ensure_runs(conn: Connection, claims: dict[str, str]) -> dict[str, tuple[int, str]]:
+    """{run_id: (pk, project)} of every claimed run, creating the missing ones with their claimed project."""
+    if not claims:
         return {}
-    wanted = sorted(run_ids)
-    found = {r[0]: r[1] for r in conn.execute(select(Run.run_id, Run.id).where(Run.run_id.in_(wanted)))}
+    wanted = sorted(claims)
+    found = {r[0]: (r[1], r[2]) for r in conn.execute(
+        select(Run.run_id, Run.id, Run.project).where(Run.run_id.in_(wanted)))}
     missing = [r for r in wanted if r not in found]
     if missing:
         insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
         conn.execute(
             insert(Run).on_conflict_do_nothing(index_elements=["run_id"]),
-            [{"run_id": r, "project": "default", "status": "running", "version": 0, "ledger_version": -1}
+            [{"run_id": r, "project": claims[r], "status": "running", "version": 0, "ledger_version": -1}
              for r in missing],
         )
-        found.update((r[0], r[1]) for r in conn.execute(select(Run.run_id, Run.id).where(Run.run_id.in_(missing))))
+        found.update((r[0], (r[1], r[2])) for r in conn.execute(
+            select(Run.run_id, Run.id, Run.project).where(Run.run_id.in_(missing))))
     return found
 
 

@@ -17,7 +17,7 @@ from concurrent.futures import Future
 
 from sqlalchemy import Engine
 
-from services.errors import Overloaded, StorageUnavailable
+from services.errors import Forbidden, Overloaded, StorageUnavailable
 from services.storage.records import IngestRecord, IngestResult
 from services.storage.write import write_group
 
@@ -53,14 +53,15 @@ class BatchWriter:
             self._thread.join(timeout_s)
             self._thread = None
 
-    def submit(self, records: Sequence[IngestRecord]) -> Future[IngestResult]:
+    def submit(self, records: Sequence[IngestRecord], *, project: str | None = None) -> Future[IngestResult]:
+        """Queue one batch; `project` scopes it (services.storage.write.write_group); Forbidden if refused."""
         weight = _weight(records)
         with self._lock:
             if self._pending and self._pending + weight > self._max_pending:
                 raise Overloaded(f"the collector has {self._pending} events waiting to be written")
             self._pending += weight
         future: Future[IngestResult] = Future()
-        self._queue.put((records, weight, future))
+        self._queue.put((records, weight, future, project))
         return future
 
     def _run(self) -> None:
@@ -85,22 +86,29 @@ class BatchWriter:
             if stop:
                 return
 
-    def _write(self, group: list[tuple[Sequence[IngestRecord], int, Future[IngestResult]]]) -> None:
+    def _write(self, group: list[tuple[Sequence[IngestRecord], int, Future[IngestResult], str | None]]) -> None:
         try:
             with self._engine.begin() as conn:
-                results = write_group(conn, [records for records, _, _ in group])
+                results = write_group(conn, [records for records, _, _, _ in group],
+                                      [project for _, _, _, project in group])
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the waiting requests
             logger.warning("writing %d batches failed: %s", len(group), exc)
             error = StorageUnavailable(f"the database did not accept the write: {exc.__class__.__name__}: {exc}")
-            for _, _, future in group:
+            for _, _, future, _ in group:
                 future.set_exception(error)
         else:
             self.groups_written += 1
-            for (_, _, future), result in zip(group, results):
-                future.set_result(result)
+            for (_, _, future, project), result in zip(group, results):
+                if result.forbidden_run is not None:
+                    future.set_exception(Forbidden(
+                        f"run {result.forbidden_run!r} belongs to another project than this token's ({project!r}); "
+                        "the whole batch was rejected, nothing stored", code="run_of_another_project",
+                        run_id=result.forbidden_run))
+                else:
+                    future.set_result(result)
         finally:
             with self._lock:
-                self._pending -= sum(weight for _, weight, _ in group)
+                self._pending -= sum(weight for _, weight, _, _ in group)
 
 
 def _weight(records: Sequence[IngestRecord]) -> int:

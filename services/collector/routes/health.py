@@ -4,12 +4,13 @@ from fastapi import APIRouter
 from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
+from services.collector.auth import NETWORK
 from services.collector.deps import EngineDep, WriterDep
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", summary="Liveness and database reachability")
+@router.get("/healthz", summary="Liveness and database reachability", dependencies=[NETWORK])
 async def healthz(engine: EngineDep, writer: WriterDep) -> dict[str, object]:
     def ping() -> str:
         try:

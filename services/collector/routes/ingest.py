@@ -5,6 +5,7 @@ import asyncio
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
+from services.collector.auth import WritePrincipalDep
 from services.collector.batch import decompress, parse_batch
 from services.collector.deps import SettingsDep, WriterDep
 from services.collector.routes.metrics import IngestCountersDep
@@ -13,7 +14,7 @@ from services.errors import InvalidBatch
 
 router = APIRouter(tags=["ingest"])
 
-_ERRORS = {status: {"model": ErrorResponse} for status in (400, 413, 415, 422, 503)}
+_ERRORS = {status: {"model": ErrorResponse} for status in (400, 401, 403, 413, 415, 422, 503)}
 
 
 @router.post(
@@ -25,13 +26,13 @@ _ERRORS = {status: {"model": ErrorResponse} for status in (400, 413, 415, 422, 5
     summary="Ingest a batch of events (all or nothing; duplicates absorbed)",
 )
 async def ingest_events(request: Request, writer: WriterDep, settings: SettingsDep,
-                        counters: IngestCountersDep) -> IngestAck:
+                        counters: IngestCountersDep, principal: WritePrincipalDep) -> IngestAck:
     with counters.rejections():  # counts 400 / 413 / 415 / 422 by error code
         body = await _read_capped(request, settings.max_body_bytes)
         body = decompress(body, request.headers.get("content-encoding"), settings.max_body_bytes)
         records = await run_in_threadpool(parse_batch, body, max_events=settings.max_events_per_batch,
                                           max_rows=settings.max_rows_per_batch)
-    result = await asyncio.wrap_future(writer.submit(records))
+    result = await asyncio.wrap_future(writer.submit(records, project=principal.project))
     counters.ingested(result.accepted, result.duplicates)
     return IngestAck(accepted=result.accepted, duplicates=result.duplicates)
 

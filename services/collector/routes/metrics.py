@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from services.collector.auth import READ_FLEET
 from services.errors import InvalidBatch
 from services.live_pipeline import live_config
 from services.metrics import CONTENT_TYPE, CollectorInstruments, MetricsService
@@ -62,7 +63,7 @@ IngestCountersDep = Annotated[IngestCounters, Depends(_ingest_counters)]
 
 
 @router.get("/metrics", response_class=Response, summary="Prometheus metrics (text exposition format)",
-            responses={200: {"content": {CONTENT_TYPE: {}}}})
+            dependencies=[READ_FLEET], responses={200: {"content": {CONTENT_TYPE: {}}}})
 async def metrics(service: MetricsDep) -> Response:
     body = await run_in_threadpool(service.render)  # may read the database (once per cache TTL)
     return Response(body, media_type=CONTENT_TYPE)

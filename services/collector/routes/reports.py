@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Response
 from starlette.concurrency import run_in_threadpool
 
+from services.collector.auth import READ_RUN, RunScopeDep
 from services.collector.deps import EngineDep
 from services.collector.read_models import Ledger
 from services.collector.schemas import ErrorResponse
@@ -38,7 +39,7 @@ def _wire_ledger(ledger: dict[str, Any]) -> dict[str, Any]:
 
 @router.get(
     "/v1/runs/{run_id:path}/report", responses={**_404, 200: {"content": {m: {} for m in _MEDIA.values()}}},
-    response_class=Response,
+    response_class=Response, dependencies=[READ_RUN],
     summary="The run's waste report: ledger, restarts, checkpoints, stragglers, recommendations",
 )
 async def get_report(run_id: str, engine: EngineDep,
@@ -64,6 +65,7 @@ async def get_report(run_id: str, engine: EngineDep,
             summary="Every run's ledger as one CSV row (filter by time range and status)")
 async def get_fleet_csv(
     engine: EngineDep,
+    scope: RunScopeDep,
     since: Annotated[float | None, Query(description="only runs with events at or after this epoch time")] = None,
     until: Annotated[float | None, Query(description="only runs with events at or before this epoch time")] = None,
     status: Annotated[str | None, Query(pattern="^(running|finished|failed|cancelled)$")] = None,
@@ -71,7 +73,7 @@ async def get_fleet_csv(
 ) -> Response:
     def work() -> str:
         with engine.connect() as conn:
-            rows = list_runs(conn, since=since, until=until, limit=limit)
+            rows = list_runs(conn, since=since, until=until, limit=limit, project=scope.project)
         ledgers = [_wire_ledger(ledger_for_row(engine, row)) for row in rows]
         return fleet_csv(ledger for ledger in ledgers if status is None or ledger["status"] == status)
 

@@ -5,6 +5,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
+from services.collector.auth import READ_RUN, RunScopeDep
 from services.collector.deps import EngineDep
 from services.collector.read_models import Ledger, RunDetail, RunList, RunListItem
 from services.collector.schemas import ErrorResponse
@@ -18,6 +19,7 @@ _404 = {404: {"model": ErrorResponse}}
 @router.get("/v1/runs", response_model=RunList, summary="Every run with its goodput, worst first by waste")
 async def get_runs(
     engine: EngineDep,
+    scope: RunScopeDep,
     status: Annotated[str | None, Query(pattern="^(running|finished|failed|cancelled)$")] = None,
     since: Annotated[float | None, Query(description="only runs with events at or after this epoch time")] = None,
     until: Annotated[float | None, Query(description="only runs with events at or before this epoch time")] = None,
@@ -26,7 +28,7 @@ async def get_runs(
 ) -> RunList:
     def work() -> list[dict[str, Any]]:
         with engine.connect() as conn:
-            rows = list_runs(conn, since=since, until=until, limit=limit)
+            rows = list_runs(conn, since=since, until=until, limit=limit, project=scope.project)
         out = []
         for row in rows:
             if run_id and run_id not in row.run_id:
@@ -47,12 +49,12 @@ async def get_runs(
 
 
 @router.get("/v1/runs/{run_id:path}/waste", response_model=Ledger, responses=_404,  # type: ignore[arg-type]
-            summary="The run's waste ledger in GPU-seconds")
+            dependencies=[READ_RUN], summary="The run's waste ledger in GPU-seconds")
 async def get_waste(run_id: str, engine: EngineDep) -> Ledger:
     return Ledger(**await run_in_threadpool(ledger_for_run, engine, run_id))
 
 
 @router.get("/v1/runs/{run_id:path}", response_model=RunDetail, responses=_404,  # type: ignore[arg-type]
-            summary="Attempts, restarts, last step and checkpoint, status")
+            dependencies=[READ_RUN], summary="Attempts, restarts, last step and checkpoint, status")
 async def get_run(run_id: str, engine: EngineDep) -> RunDetail:
     return RunDetail(**await run_in_threadpool(run_detail, engine, run_id))

@@ -13,6 +13,7 @@ from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from services.analysis.views import live_status
+from services.collector.auth import READ_RUN
 from services.collector.deps import EngineDep
 from services.collector.schemas import ErrorResponse
 from services.views_pipeline import views_for_run
@@ -31,31 +32,31 @@ async def _section(engine: EngineDep, run_id: str, *names: str) -> dict[str, Any
     return out
 
 
-@router.get("/v1/runs/{run_id:path}/timeline", responses=_404,
+@router.get("/v1/runs/{run_id:path}/timeline", responses=_404, dependencies=[READ_RUN],
             summary="Allocations, attempts, where the time went, step progress (downsampled), failures, hangs")
 async def get_timeline(run_id: str, engine: EngineDep) -> dict[str, Any]:
     return await _section(engine, run_id, "first_time", "latest_time", "timeline", "progress")
 
 
-@router.get("/v1/runs/{run_id:path}/ranks", responses=_404,
+@router.get("/v1/runs/{run_id:path}/ranks", responses=_404, dependencies=[READ_RUN],
             summary="Per-rank compute seconds per step (median, p90, mean), straggler GPU-seconds, heat map")
 async def get_ranks(run_id: str, engine: EngineDep) -> dict[str, Any]:
     return await _section(engine, run_id, "ranks")
 
 
-@router.get("/v1/runs/{run_id:path}/checkpoints", responses=_404,
+@router.get("/v1/runs/{run_id:path}/checkpoints", responses=_404, dependencies=[READ_RUN],
             summary="Every checkpoint: attempt, step, start, end, blocking seconds, ok, torn")
 async def get_checkpoints(run_id: str, engine: EngineDep) -> dict[str, Any]:
     return await _section(engine, run_id, "checkpoints", "checkpoints_total")
 
 
-@router.get("/v1/runs/{run_id:path}/restarts", responses=_404,
+@router.get("/v1/runs/{run_id:path}/restarts", responses=_404, dependencies=[READ_RUN],
             summary="Every restart: resume step and the rework, hang and startup GPU-seconds around it")
 async def get_restarts(run_id: str, engine: EngineDep) -> dict[str, Any]:
     return await _section(engine, run_id, "restarts")
 
 
-@router.get("/v1/runs/{run_id:path}/view", responses=_404,
+@router.get("/v1/runs/{run_id:path}/view", responses=_404, dependencies=[READ_RUN],
             summary="Everything the dashboard's run page draws, in one document (timeline, ranks, tables, live)")
 async def get_view(run_id: str, engine: EngineDep) -> dict[str, Any]:
     def work() -> dict[str, Any]:
