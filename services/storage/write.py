@@ -208,7 +208,7 @@ def _touch_runs(conn: Connection, records: list[tuple[int, IngestRecord]]) -> No
             if info["end"] is None or r.time >= info["end"][0]:
                 info["end"] = (r.time, r.data["status"])
     now = time.time()
-    for run_pk, info in per_run.items():
+    for run_pk, info in sorted(per_run.items()):  # one lock order for every writer process: no deadlock
         values: dict[str, Any] = {
             "version": Run.version + 1,
             "received_at": now,
