@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 
 from services.collector.auth import Authenticator, DashboardGuard
 from services.collector.errors import install_error_handlers
-from services.collector.routes import advice, health, ingest, live, metrics, reports, runs, signals, views
+from services.collector.routes import advice, health, ingest, live, metrics, reports, runs, signals, stragglers, views
 from services.collector.schemas import EventBatch
 from services.settings import ServiceSettings
 from services.storage.db import make_engine
@@ -52,6 +52,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     app.include_router(reports.router)  # before runs, like views
     app.include_router(views.router)  # before runs: its /v1/runs/{run_id:path} would swallow .../timeline
     app.include_router(advice.router)
+    app.include_router(stragglers.router)  # before runs, like views
     app.include_router(live.router)  # before runs, like views
     app.include_router(signals.router)  # before runs, like views
     app.include_router(runs.router)

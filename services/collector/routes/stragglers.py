@@ -6,6 +6,7 @@ from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from services.collector.auth import READ_RUN
+from services.collector.auth import READ_RUN
 from services.collector.deps import EngineDep
 from services.collector.schemas import ErrorResponse
 from services.straggler_pipeline import straggler_report
