@@ -26,12 +26,13 @@ system-deps:
 demo: install
 	$(PY) scripts/demo.py --port $(PORT)
 
+# The venv's bin first on PATH: tests start `goodput`, `torchrun` and `alembic` the way a user would.
 test: install system-deps
 	@bash scripts/ensure-postgres.sh
-	$(PY) -m pytest -q
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q
 
 test-fast: install
-	$(PY) -m pytest -q -m "not torchrun"
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -m "not torchrun"
 
 bench: install
 	@bash scripts/ensure-postgres.sh
