@@ -11,7 +11,9 @@ What it shows, besides the goodput calls (marked ``# goodput``):
   rest, so a write killed half-way is never loaded.
 - Exact resume: parameters, Adam state, step, every rank's RNG state and the data position are saved, so a job
   killed and resumed ends with the same model digest as an uninterrupted one.
-- Fault injection for tests and demos: ``--straggler-rank``, ``--hang-at-step``, ``--slow-checkpoint``.
+- Fault injection for tests and demos: ``--straggler-rank``, ``--hang-at-step``, ``--slow-checkpoint``, and
+  ``--lose-on-resume optimizer|rng|data|step`` (a resume that restores only part of the state, which
+  ``--digest-every N`` digests and the collector's resume check catch).
 
 Each rank appends one JSON line per notable event to ``<log-dir>/rank<R>.jsonl`` (``start``, ``resumed``,
 ``skipped_checkpoint``, ``step``, ``checkpoint``, ``hang``, ``error``, ``done``) so that tests can compare the
@@ -68,12 +70,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slow-checkpoint", type=float, default=0.0,
                    help="seconds the checkpoint write takes extra (between the data files and the manifest)")
     p.add_argument("--timeout-s", type=float, default=60.0, help="gloo collective timeout")
+    p.add_argument("--digest-every", type=int, default=0,
+                   help="report a digest of the parameters and optimizer state every N steps (tracker.digest); "
+                        "0 = never")
+    p.add_argument("--lose-on-resume", choices=["optimizer", "rng", "data", "step"],
+                   help="fault injection: when loading a checkpoint, drop this part of it (a fresh optimizer, the "
+                        "RNG as at a fresh start, the data from its first batch, the step counter back to 0)")
     p.add_argument("--honor-checkpoint-requests", action="store_true",
                    help="also checkpoint when a scheduler asked for it (POST /v1/runs/{id}/checkpoint-request): "
                         "rank 0 learns of it, one all_reduce(MAX) per step makes every rank agree on the step")
     args = p.parse_args(argv)
     if args.steps < 1:
         p.error(f"--steps must be >= 1, got {args.steps}")
+    if args.digest_every < 0:
+        p.error(f"--digest-every must be >= 0, got {args.digest_every}")
     if args.checkpoint_every < 0 or args.keep < 1:
         p.error(f"--checkpoint-every must be >= 0 and --keep >= 1, got {args.checkpoint_every} and {args.keep}")
     return args
@@ -302,12 +312,17 @@ def main(argv: list[str] | None = None) -> int:
     start_step = 0
     if choice[0] is not None:
         state = torch.load(Path(choice[0]) / STATE_FILE, weights_only=False)
+        lose = args.lose_on_resume  # fault injection: a resume that restores only part of the state
         model.module.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        sampler.load_state_dict(state["sampler"])
-        set_rng_state(state["rng"][rank])
-        start_step = int(state["step"])
-    log.write("resumed", step=start_step, checkpoint=Path(choice[0]).name if choice[0] else None)
+        if lose != "optimizer":
+            optimizer.load_state_dict(state["optimizer"])
+        if lose != "data":
+            sampler.load_state_dict(state["sampler"])
+        if lose != "rng":
+            set_rng_state(state["rng"][rank])
+        start_step = 0 if lose == "step" else int(state["step"])
+    log.write("resumed", step=start_step, checkpoint=Path(choice[0]).name if choice[0] else None,
+              lost=args.lose_on_resume if choice[0] else None)
     tracker.resumed(start_step)  # goodput: 0 = fresh start
 
     step = start_step
@@ -330,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
                 if args.step_sleep:
                     time.sleep(args.step_sleep)
                 s.loss, s.lr = loss.item(), lr  # goodput
+            if args.digest_every and step % args.digest_every == 0:  # goodput: compared across restarts
+                tracker.digest(step, goodput.state_digest(model.module, optimizer))
             log.write("step", step=step, start=t0, end=time.time())
             requested = args.honor_checkpoint_requests and checkpoint_requested(tracker)
             if requested:

@@ -9,7 +9,7 @@
             s.loss = train_one_step()
     tracker.finish("finished")
 
-Standard library only; torch is imported lazily by ``Tracker.ddp_comm_hook``.
+Standard library only; torch is imported lazily by ``Tracker.ddp_comm_hook`` and ``state_digest``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import logging
 from ingest_client.api import get_tracker, init
 from ingest_client.config import ClientConfig, Mode
 from ingest_client.context import RunContext
+from ingest_client.digest import state_digest
 from ingest_client.errors import ConfigError, GoodputClientError, TransportError
 from ingest_client.events import SCHEMA_VERSION, AttemptEndReason, EventKind, RunStatus
 from ingest_client.flusher import ClientStats
@@ -43,5 +44,6 @@ __all__ = [
     "TransportError",
     "get_tracker",
     "init",
+    "state_digest",
     "sync_directory",
 ]

@@ -24,6 +24,7 @@ SCHEMA_VERSION = 1
 MAX_STEP = 2**53
 MAX_OP_CHARS = 64
 MAX_DETAIL_CHARS = 1000
+MAX_DIGEST_CHARS = 128
 # Rows per compact record: keeps one record well under any sane body limit.
 MAX_ROWS_PER_RECORD = 1000
 # `time` must lie between 2000-01-01 and 2100-01-01.
@@ -51,6 +52,7 @@ class EventKind(str, Enum):
     COLLECTIVE = "collective"
     COLLECTIVES = "collectives"
     HEARTBEAT = "heartbeat"
+    DIGEST = "digest"
     ATTEMPT_END = "attempt_end"
     RUN_END = "run_end"
     CLIENT_STATS = "client_stats"
@@ -96,6 +98,12 @@ def finite_or_none(value: object) -> float | None:
 
 def is_valid_step(step: object) -> bool:
     return type(step) is int and 0 <= step <= MAX_STEP
+
+
+def is_valid_digest(value: object) -> bool:
+    """1-128 printable characters (no control characters), as the collector accepts."""
+    return (isinstance(value, str) and 0 < len(value) <= MAX_DIGEST_CHARS
+            and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in value))
 
 
 def is_valid_time(t: object) -> bool:
@@ -168,6 +176,9 @@ class RecordBuilder:
             return None
         if fields and "step" in fields and not is_valid_step(fields["step"]):
             self.invalid_rows += 1
+            return None
+        if kind is EventKind.DIGEST and not is_valid_digest(fields.get("value") if fields else None):
+            self.invalid_rows += 1  # the collector would reject the whole batch for it
             return None
         record = self._common(kind.value, time_s)
         if fields:

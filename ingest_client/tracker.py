@@ -259,6 +259,13 @@ class Tracker:
         self._put((ROW_EVENT, EventKind.RESUME, _time(), {"step": step}))
         self._next_step = step + 1
 
+    def digest(self, step: int, value: str) -> None:
+        """Record a digest of the training state after ``step`` (``value``: 1-128 printable characters, e.g.
+        ``ingest_client.state_digest(model, optimizer)``). The collector compares the digests of a step computed
+        before and after a restart (``GET /v1/runs/{id}/resume-check``). Computing the digest costs a pass over
+        the state: call it every N steps, not every step. An invalid value is dropped on the flusher thread."""
+        self._put((ROW_EVENT, EventKind.DIGEST, _time(), {"step": step, "value": value}))
+
     def should_checkpoint(self) -> bool:
         """True while a checkpoint request from the collector is pending (rank 0, or every rank with
         ``poll_all_ranks``); the next ``tracker.checkpoint()`` honours it. Never blocks."""

@@ -12,6 +12,7 @@ group `relaunch_s` after that.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import statistics
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 START_TIME = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+RESUME_FAULTS = ("loss", "lr", "digest", "resume_step", "skip", "repeat")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,6 +54,13 @@ class SimConfig:
     seed: int = 0
     start_time: float = START_TIME
     records_per_rank: int = 2000  # steps per compact record
+    digest_every: int | None = None  # each rank reports a state digest every this many steps (None: never)
+    # Every attempt after a failure resumes with something wrong (None: an exact resume), as the resume check
+    # should see it: "loss" (losses + 0.5 x attempt), "lr" (1e-3 / (1 + attempt)), "digest" (other digests;
+    # needs digest_every), "resume_step" (reports resuming from checkpoint + 1 and numbers its steps from there),
+    # "skip" / "repeat" (a step number skipped / repeated after its second step). Only what is reported changes:
+    # the truth ledger is booked as for an exact resume.
+    resume_fault: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("ranks", "checkpoint_every"):
@@ -66,6 +75,11 @@ class SimConfig:
             raise ValueError(f"mtbf_s must be positive or None, got {self.mtbf_s}")
         if self.end not in ("finished", "failed", "running"):
             raise ValueError(f"end must be finished, failed or running, got {self.end!r}")
+        if self.digest_every is not None and self.digest_every < 1:
+            raise ValueError(f"digest_every must be at least 1 or None, got {self.digest_every}")
+        if self.resume_fault is not None and self.resume_fault not in RESUME_FAULTS:
+            raise ValueError(f"resume_fault must be one of {', '.join(RESUME_FAULTS)} or None, "
+                             f"got {self.resume_fault!r}")
         if self.straggler_rank is not None and not 0 <= self.straggler_rank < self.ranks:
             raise ValueError(f"straggler_rank must be in [0, {self.ranks}), got {self.straggler_rank}")
 
@@ -209,7 +223,7 @@ class _Simulation:
         for r in range(w):
             out.emit("attempt_start", t, attempt=attempt, rank=r, world_size=w, host=f"node{r // 8:03d}",
                      local_rank=r % 8)
-            out.emit("resume", t, attempt=attempt, rank=r, step=self.saved)
+            out.emit("resume", t, attempt=attempt, rank=r, step=self.saved + self._resume_shift(attempt))
         self.truth.resume_steps.append(self.saved)
         fail_at = self.next_failure(t)
         step = self.saved
@@ -302,13 +316,36 @@ class _Simulation:
             x *= c.straggler_factor
         return x
 
+    def _resume_shift(self, attempt: int) -> int:
+        return 1 if attempt > 0 and self.c.resume_fault == "resume_step" else 0
+
+    def _faulty(self, attempt: int, mine: list[tuple[int, float, float, float, float]]
+                ) -> list[tuple[int, float, float, float, float]]:
+        """The rows as a resume that lost part of the state reports them (attempts after a failure only)."""
+        fault = self.c.resume_fault
+        if attempt == 0 or fault is None:
+            return mine
+        if fault == "loss":
+            return [(s, t0, t1, loss + 0.5 * attempt, tc) for s, t0, t1, loss, tc in mine]
+        if fault in ("resume_step", "skip", "repeat"):
+            shift = {"resume_step": lambda i: 1, "skip": lambda i: 1 if i >= 2 else 0,
+                     "repeat": lambda i: -1 if i >= 2 else 0}[fault]
+            return [(s + shift(i), t0, t1, loss, tc) for i, (s, t0, t1, loss, tc) in enumerate(mine)]
+        return mine
+
+    def _digest(self, attempt: int, step: int) -> str:
+        salt = f":attempt{attempt}" if attempt > 0 and self.c.resume_fault == "digest" else ""
+        return hashlib.sha256(f"{self.c.seed}:{step}{salt}".encode()).hexdigest()[:32]
+
     def emit_rows(self, attempt: int, rows: dict[int, list[tuple[int, float, float, float, float]]]) -> None:
         n = self.c.records_per_rank
-        for r, mine in sorted(rows.items()):
+        lr = 1e-3 / (1 + attempt) if self.c.resume_fault == "lr" else 1e-3
+        for r, true_rows in sorted(rows.items()):
+            mine = self._faulty(attempt, true_rows)
             for i in range(0, len(mine), n):
                 chunk = mine[i:i + n]
                 fields = {"step": [x[0] for x in chunk], "start": [x[1] for x in chunk],
-                          "end": [x[2] for x in chunk], "loss": [x[3] for x in chunk], "lr": [1e-3] * len(chunk)}
+                          "end": [x[2] for x in chunk], "loss": [x[3] for x in chunk], "lr": [lr] * len(chunk)}
                 if self.c.collectives and self.c.comm_inline:  # as the client sends it
                     fields["comm"] = [x[2] - x[4] for x in chunk]
                 self.out.emit("steps", chunk[-1][2], attempt=attempt, rank=r, **fields)
@@ -316,3 +353,8 @@ class _Simulation:
                     self.out.emit("collectives", chunk[-1][2], attempt=attempt, rank=r,
                                   step=[x[0] for x in chunk], op=["allreduce"] * len(chunk),
                                   start=[x[4] for x in chunk], end=[x[2] for x in chunk])
+            if self.c.digest_every is not None:
+                for (true_step, *_), (step, _, end, _, _) in zip(true_rows, mine):
+                    if true_step % self.c.digest_every == 0:
+                        self.out.emit("digest", end, attempt=attempt, rank=r, step=step,
+                                      value=self._digest(attempt, true_step))

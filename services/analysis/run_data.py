@@ -1,8 +1,9 @@
 """The input of every analysis: one run's events as three DataFrames with documented columns.
 
 `events`       one row per control event (everything but steps and collectives):
-               EVENT_COLUMNS = kind, time, attempt, rank, step, gpus, world_size, host, ok, reason, status
-               (attempt/rank/step/gpus/world_size are float with NaN where the kind has no such field)
+               EVENT_COLUMNS = kind, time, attempt, rank, step, gpus, world_size, host, ok, reason, status, value
+               (attempt/rank/step/gpus/world_size are float with NaN where the kind has no such field;
+               `value` is a `digest` event's string, None elsewhere)
 `steps`        one row per completed optimizer step on one rank:
                STEP_COLUMNS = attempt, rank, step, start, end, loss, lr, comm (NaN = not reported)
 `collectives`  one row per collective call on one rank:
@@ -22,7 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-EVENT_COLUMNS = ("kind", "time", "attempt", "rank", "step", "gpus", "world_size", "host", "ok", "reason", "status")
+EVENT_COLUMNS = ("kind", "time", "attempt", "rank", "step", "gpus", "world_size", "host", "ok", "reason", "status",
+                 "value")
 STEP_COLUMNS = ("attempt", "rank", "step", "start", "end", "loss", "lr", "comm")
 COLLECTIVE_COLUMNS = ("attempt", "rank", "step", "op", "start", "end")
 COMM_COLUMNS = ("attempt", "rank", "step", "seconds")
@@ -64,6 +66,7 @@ def events_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
             "ok": pd.Series(columns["ok"], dtype=object),
             "reason": pd.Series(columns["reason"], dtype=object),
             "status": pd.Series(columns["status"], dtype=object),
+            "value": pd.Series(columns["value"], dtype=object),
         }
     )
     return frame[list(EVENT_COLUMNS)]

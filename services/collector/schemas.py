@@ -205,6 +205,15 @@ class Heartbeat(_RankEvent):
     collectives: Count | None = None  # collectives started in that step so far
 
 
+DigestValue = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=_PRINTABLE)]
+
+
+class Digest(_RankEvent):
+    kind: Literal["digest"]
+    step: StepNo  # the optimizer step after which the state was hashed
+    value: DigestValue  # e.g. a hex sha256 prefix of the model / optimizer state; compared as a string
+
+
 class AttemptEnd(_RankEvent):
     kind: Literal["attempt_end"]
     reason: Literal["completed", "failed", "preempted"]
@@ -226,13 +235,13 @@ class ClientStats(_RankEvent):
 
 AnyEvent = Annotated[
     RunSubmitted | AllocationStart | AllocationEnd | AttemptStart | Resume | Step | Steps | CheckpointStart
-    | CheckpointEnd | Collective | Collectives | Heartbeat | AttemptEnd | RunEnd | ClientStats,
+    | CheckpointEnd | Collective | Collectives | Heartbeat | Digest | AttemptEnd | RunEnd | ClientStats,
     Field(discriminator="kind"),
 ]
 EVENT_KINDS = (
     "run_submitted", "allocation_start", "allocation_end", "attempt_start", "resume", "step", "steps",
-    "checkpoint_start", "checkpoint_end", "collective", "collectives", "heartbeat", "attempt_end", "run_end",
-    "client_stats",
+    "checkpoint_start", "checkpoint_end", "collective", "collectives", "heartbeat", "digest", "attempt_end",
+    "run_end", "client_stats",
 )
 
 

@@ -25,6 +25,7 @@ KINDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "collective": ({**AR, "step": INT, "op": STR, "start": FLOAT, "end": FLOAT}, {}),
     "collectives": ({**AR, "step": "[int]", "op": "[str]", "start": "[float]", "end": "[float]"}, {}),
     "heartbeat": (AR, {"step": INT, "collectives": INT}),
+    "digest": ({**AR, "step": INT, "value": STR}, {}),
     "attempt_end": ({**AR, "reason": STR}, {"detail": STR}),
     "run_end": ({"status": STR}, {}),
     "client_stats": ({**AR, "dropped_events": INT, "spool_dropped_events": INT, "send_failures": INT}, {}),
@@ -98,4 +99,6 @@ def validate_event(event: Any) -> str | None:
         return "end < start"
     if kind == "step" and event["end"] < event["start"]:
         return "end < start"
+    if kind == "digest" and not (1 <= len(event["value"]) <= 128 and event["value"].isprintable()):
+        return f"digest value {event['value']!r} is not 1-128 printable characters"
     return None

@@ -1,0 +1,476 @@
+"""Resume correctness: did each restart continue the run it resumed, or a different one?
+
+A resume that restores the whole training state (parameters, optimizer buffers, RNG state, data position, step
+counter) recomputes the steps after its checkpoint exactly as they were first computed. So for every attempt
+k > 0 and every step it computed that an earlier attempt had computed too, per rank, we compare:
+
+- loss: relative tolerance `loss_rtol` (1e-6). Deterministic CPU runs reproduce bit for bit; GPU kernels
+  (atomics in reductions, cuDNN autotuning, NCCL's reduction order) may not: raise the tolerance, or compare
+  digests of a deterministic job (torch.use_deterministic_algorithms(True));
+- lr: equal up to float rounding (`lr_rtol`, 1e-9): schedules are functions of the step;
+- digest (`digest` events, `tracker.digest(step, value)`): equal strings.
+
+The reference for attempt k's steps is the lineage it resumed: the attempt that wrote the checkpoint at k's
+resume step (it went on computing the steps after it from exactly the saved state), then any other earlier
+attempt that resumed from that same step. A restart from step 0 is compared with the first fresh start.
+
+Findings (each with the attempt, ranks, steps and expected-versus-got rows):
+
+`loss_mismatch`, `lr_mismatch`, `digest_mismatch`  recomputed steps that differ from their first computation
+`loss_jump_at_resume`  no step was recomputed, and the mean loss of the first `jump_window` steps after the
+                       resume differs from that of the last `jump_window` before it by more than `jump_factor`
+                       times the median, and more than the largest, such change seen inside an attempt
+`resume_not_a_checkpoint`  the resume step (not 0) is no checkpoint that an earlier attempt completed ok
+`skipped_steps`, `repeated_steps`  within one attempt and rank: gaps or repeats in the step numbers (raw rows:
+                       exact replays of one report are not repeats), or a first step other than resume + 1
+
+A partial-state resume typically shows as: optimizer buffers lost -> loss (from the second recomputed step) and
+digest mismatches; RNG state lost -> loss (dropout, augmentation) and digest mismatches; data position lost ->
+loss mismatches (other batches); step counter lost -> a resume that is not a checkpoint, a restart from 0 whose
+losses differ from the fresh start's, skipped or repeated step numbers, or lr mismatches.
+
+Pure: RunData (steps with loss and lr: storage's `load_run_data(..., detail=True)`) in, ResumeCheck out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from services.analysis.attempts import RunStructure, build_run_structure
+from services.analysis.run_data import RunData
+
+FINDING_CODES = (
+    "loss_mismatch", "lr_mismatch", "digest_mismatch", "loss_jump_at_resume", "resume_not_a_checkpoint",
+    "skipped_steps", "repeated_steps",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeCheckConfig:
+    loss_rtol: float = 1e-6  # recomputed loss vs first computation, relative
+    loss_atol: float = 0.0
+    lr_rtol: float = 1e-9  # "equal up to float rounding"
+    jump_window: int = 3  # steps on each side of a resume averaged by the loss-jump test
+    jump_factor: float = 5.0  # a jump must exceed this x the run's median change (and its largest)
+    min_jump_samples: int = 5  # in-attempt changes needed before a jump is judged at all
+    max_examples: int = 10  # expected-vs-got rows kept per finding
+
+    def __post_init__(self) -> None:
+        for name in ("loss_rtol", "loss_atol", "lr_rtol"):
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+        for name in ("jump_window", "min_jump_samples", "max_examples"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not self.jump_factor >= 1:
+            raise ValueError(f"jump_factor must be at least 1, got {self.jump_factor}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvidenceRow:
+    rank: int
+    step: int
+    expected: float | int | str | None
+    got: float | int | str | None
+    expected_attempt: int | None = None  # the attempt whose value is `expected`, when it comes from one
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finding:
+    code: str  # one of FINDING_CODES
+    attempt: int
+    message: str
+    ranks: tuple[int, ...]
+    steps: tuple[int, ...]  # every step concerned, ascending
+    evidence: Mapping[str, float | int | str | bool | None | list[int]] = field(default_factory=dict)
+    examples: tuple[EvidenceRow, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeSummary:
+    attempt: int
+    resume_step: int | None
+    resume_reported: bool
+    checkpoint_attempt: int | None  # the attempt that wrote the ok checkpoint at resume_step (None: none did)
+    reference_attempts: tuple[int, ...]  # whose values the recomputed steps were compared with, in order
+    recomputed_steps: int  # distinct steps this attempt computed that a reference attempt computed too
+    compared: Mapping[str, int]  # (rank, step) pairs compared per quantity: loss, lr, digest
+    ok: bool  # no finding names this attempt
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeCheck:
+    run_id: str
+    verdict: str  # "ok" | "flagged"
+    findings: tuple[Finding, ...]
+    resumes: tuple[ResumeSummary, ...]
+    notes: tuple[str, ...]  # what could not be checked, or was checked and is worth knowing
+    config: ResumeCheckConfig
+    gpu_seconds_since_first_finding: float  # GPU-seconds of steps computed from the first flagged attempt on
+
+    @property
+    def flagged(self) -> bool:
+        return self.verdict == "flagged"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for f in out["findings"]:
+            f["ranks"], f["steps"], f["evidence"] = list(f["ranks"]), list(f["steps"]), dict(f["evidence"])
+            f["examples"] = list(f["examples"])
+        for r in out["resumes"]:
+            r["reference_attempts"], r["compared"] = list(r["reference_attempts"]), dict(r["compared"])
+        out["findings"], out["resumes"], out["notes"] = list(out["findings"]), list(out["resumes"]), list(out["notes"])
+        return out
+
+
+def build_resume_check(data: RunData, structure: RunStructure | None = None,
+                       config: ResumeCheckConfig | None = None) -> ResumeCheck:
+    """Compare every step computed twice (before and after a restart) and check the step numbering."""
+    config = config or ResumeCheckConfig()
+    structure = structure if structure is not None else build_run_structure(data)
+    steps = structure.steps  # one row per (attempt, rank, step)
+    digests = _digests(data.events)
+    ok_checkpoints = _ok_checkpoints(structure.checkpoints)
+    rank_resumes = _rank_resumes(data.events)
+    findings: list[Finding] = _step_number_findings(data.steps, rank_resumes, config)
+    notes: list[str] = []
+    summaries: list[ResumeSummary] = []
+
+    attempts = sorted(structure.attempts, key=lambda a: a.attempt)
+    for index, att in enumerate(attempts):
+        if index == 0 or att.resume_step is None:
+            continue
+        k, resume = att.attempt, att.resume_step
+        earlier = attempts[:index]
+        writers = [a for a in ok_checkpoints.get(resume, ()) if a < k]
+        if writers:
+            writer = max(writers)
+            refs = [writer, *(a.attempt for a in earlier if a.attempt > writer and a.resume_step == resume)]
+        elif resume == 0:
+            refs = [a.attempt for a in earlier if a.resume_step == 0]
+        else:
+            refs = [a.attempt for a in reversed(earlier)]
+        before_k = sorted(s for s, who in ok_checkpoints.items() if any(a < k for a in who))
+        fresh_restart = resume == 0 and not before_k  # no checkpoint to resume from yet: not a resume at all
+        if resume != 0 and not writers:
+            findings.append(_not_a_checkpoint(k, resume, rank_resumes, structure.checkpoints, before_k))
+
+        mine = steps[steps["attempt"] == k]
+        compared: dict[str, int] = {}
+        attempt_findings: list[Finding] = []
+        recomputed: set[int] = set()
+        for quantity, frame in (("loss", steps), ("lr", steps), ("digest", digests)):
+            pairs = _pairs(frame, quantity, k, refs)
+            compared[quantity] = len(pairs)
+            recomputed.update(pairs["step"].tolist())
+            finding = _mismatch(quantity, k, resume, pairs, config, before_k if resume == 0 else None)
+            if finding is not None:
+                attempt_findings.append(finding)
+        if fresh_restart and attempt_findings:
+            ranks = sorted({r for f in attempt_findings for r in f.ranks})
+            notes.append(
+                f"attempt {k} restarted from step 0 before any checkpoint existed, and its "
+                f"{', '.join(f.code.split('_')[0] for f in attempt_findings)} differ from attempt {refs[0]}'s on "
+                f"rank(s) {_list(ranks)}: the job does not reproduce from its seed (not flagged: no state was resumed)")
+            attempt_findings = []
+        findings.extend(attempt_findings)
+        if resume > 0:
+            jump = _loss_jump(steps, mine, k, resume, refs, config, notes)
+            if jump is not None:
+                findings.append(jump)
+        summaries.append(ResumeSummary(
+            attempt=k, resume_step=resume, resume_reported=att.resume_reported,
+            checkpoint_attempt=max(writers) if writers else None, reference_attempts=tuple(refs),
+            recomputed_steps=len(recomputed), compared=compared, ok=True))
+
+    findings.sort(key=lambda f: (f.attempt, FINDING_CODES.index(f.code)))
+    flagged_attempts = {f.attempt for f in findings}
+    summaries = [replace(s, ok=s.attempt not in flagged_attempts) for s in summaries]
+    for s in summaries:
+        if s.ok and s.recomputed_steps == 0 and s.resume_step:
+            notes.append(f"attempt {s.attempt} resumed from step {s.resume_step} and recomputed no step an earlier "
+                         "attempt had reported: only the step numbering and the loss jump were checked")
+    return ResumeCheck(
+        run_id=data.run_id, verdict="flagged" if findings else "ok", findings=tuple(findings),
+        resumes=tuple(summaries), notes=tuple(notes), config=config,
+        gpu_seconds_since_first_finding=_gpu_seconds_from(structure, min(flagged_attempts, default=None)))
+
+
+# -- inputs ---------------------------------------------------------------------------------------------------
+
+
+def _digests(events: pd.DataFrame) -> pd.DataFrame:
+    """attempt, rank, step, digest: the first digest reported for each (attempt, rank, step)."""
+    rows = events[(events["kind"] == "digest") & events["attempt"].notna() & events["rank"].notna()
+                  & events["step"].notna() & events["value"].notna()]
+    rows = rows.sort_values("time", kind="stable").drop_duplicates(["attempt", "rank", "step"], keep="first")
+    return pd.DataFrame({
+        "attempt": rows["attempt"].astype(np.int64).to_numpy(), "rank": rows["rank"].astype(np.int64).to_numpy(),
+        "step": rows["step"].astype(np.int64).to_numpy(), "digest": rows["value"].astype(str).to_numpy(),
+    })
+
+
+def _ok_checkpoints(checkpoints: pd.DataFrame) -> dict[int, list[int]]:
+    """step -> attempts that completed an ok checkpoint at that step."""
+    out: dict[int, list[int]] = {}
+    for row in checkpoints[checkpoints["ok"].astype(bool)].itertuples(index=False):
+        out.setdefault(int(row.step), []).append(int(row.attempt))
+    return out
+
+
+def _rank_resumes(events: pd.DataFrame) -> dict[tuple[int, int], int]:
+    """(attempt, rank) -> the step that rank reported resuming from."""
+    rows = events[(events["kind"] == "resume") & events["attempt"].notna() & events["rank"].notna()
+                  & events["step"].notna()]
+    out: dict[tuple[int, int], int] = {}
+    for a, r, s in zip(rows["attempt"].astype(np.int64), rows["rank"].astype(np.int64), rows["step"].astype(np.int64)):
+        key = (int(a), int(r))
+        out[key] = min(out.get(key, int(s)), int(s))
+    return out
+
+
+def _gpu_seconds_from(structure: RunStructure, attempt: int | None) -> float:
+    if attempt is None or structure.job_steps.empty:
+        return 0.0
+    world = {a.attempt: a.world_size for a in structure.attempts}
+    js = structure.job_steps[structure.job_steps["attempt"] >= attempt]
+    return float(sum((e - s) * world.get(int(a), 1) for a, s, e in zip(js["attempt"], js["start"], js["end"])))
+
+
+# -- recomputed steps -----------------------------------------------------------------------------------------
+
+
+def _pairs(frame: pd.DataFrame, quantity: str, attempt: int, refs: list[int]) -> pd.DataFrame:
+    """rank, step, got, expected, expected_attempt for every step of `attempt` that a reference computed."""
+    columns = ["rank", "step", "got", "expected", "expected_attempt"]
+    if frame.empty or not refs:
+        return pd.DataFrame({c: [] for c in columns})
+    present = frame[frame[quantity].notna()]
+    mine = present[present["attempt"] == attempt][["rank", "step", quantity]].rename(columns={quantity: "got"})
+    ref = present[present["attempt"].isin(refs)][["attempt", "rank", "step", quantity]]
+    if mine.empty or ref.empty:
+        return pd.DataFrame({c: [] for c in columns})
+    priority = {a: i for i, a in enumerate(refs)}
+    ref = ref.assign(priority=ref["attempt"].map(priority)).sort_values(["rank", "step", "priority"], kind="stable")
+    ref = ref.drop_duplicates(["rank", "step"], keep="first").rename(
+        columns={quantity: "expected", "attempt": "expected_attempt"})
+    pairs = mine.merge(ref[["rank", "step", "expected", "expected_attempt"]], on=["rank", "step"], how="inner")
+    return pairs.sort_values(["step", "rank"], kind="stable").reset_index(drop=True)[columns]
+
+
+def _mismatch(quantity: str, attempt: int, resume: int, pairs: pd.DataFrame, config: ResumeCheckConfig,
+              checkpoints_available: list[int] | None) -> Finding | None:
+    if pairs.empty:
+        return None
+    if quantity == "digest":
+        bad = pairs["got"].astype(str) != pairs["expected"].astype(str)
+        tolerance: float | str = "equal strings"
+    else:
+        got, expected = pairs["got"].to_numpy(np.float64), pairs["expected"].to_numpy(np.float64)
+        rtol, atol = (config.loss_rtol, config.loss_atol) if quantity == "loss" else (config.lr_rtol, 0.0)
+        bad = pd.Series(np.abs(got - expected) > rtol * np.maximum(np.abs(got), np.abs(expected)) + atol)
+        tolerance = rtol
+    wrong = pairs[bad.to_numpy()]
+    if wrong.empty:
+        return None
+    ranks = sorted({int(r) for r in wrong["rank"]})
+    steps = sorted({int(s) for s in wrong["step"]})
+    first = wrong.iloc[0]
+    what = {"loss": "losses", "lr": "learning rates", "digest": "state digests"}[quantity]
+    message = (f"attempt {attempt} resumed from step {resume}; of the {len(pairs)} (rank, step) {what} it recomputed, "
+               f"{len(wrong)} differ from their first computation, first at step {int(first['step'])} on rank "
+               f"{int(first['rank'])} ({_fmt(first['expected'])} in attempt {int(first['expected_attempt'])}, "
+               f"{_fmt(first['got'])} now)")
+    if checkpoints_available:
+        message += (f"; it restarted from step 0 although checkpoint(s) {_list(checkpoints_available)} had completed "
+                    "(a lost step counter?)")
+    evidence: dict[str, Any] = {
+        "resume_step": resume, "compared": len(pairs), "mismatched": len(wrong), "tolerance": tolerance,
+    }
+    if quantity != "digest":
+        rel = np.abs(wrong["got"].to_numpy(np.float64) - wrong["expected"].to_numpy(np.float64)) / np.maximum(
+            np.abs(wrong["expected"].to_numpy(np.float64)), 1e-300)
+        evidence["max_relative_difference"] = float(rel.max())
+    if checkpoints_available:
+        evidence["checkpoints_available"] = list(checkpoints_available)
+    examples = tuple(
+        EvidenceRow(rank=int(r.rank), step=int(r.step), expected=_value(r.expected), got=_value(r.got),
+                    expected_attempt=int(r.expected_attempt))
+        for r in wrong.head(config.max_examples).itertuples(index=False))
+    return Finding(code=f"{quantity}_mismatch", attempt=attempt, message=message, ranks=tuple(ranks),
+                   steps=tuple(steps), evidence=evidence, examples=examples)
+
+
+# -- loss jump ------------------------------------------------------------------------------------------------
+
+
+def _loss_jump(steps: pd.DataFrame, mine: pd.DataFrame, attempt: int, resume: int, refs: list[int],
+               config: ResumeCheckConfig, notes: list[str]) -> Finding | None:
+    """For ranks whose resume recomputed no step: the loss right after the resume vs right before it."""
+    w = config.jump_window
+    with_loss = steps[steps["loss"].notna() & steps["attempt"].isin([*refs, attempt])]
+    after_all = mine[(mine["step"] > resume) & mine["loss"].notna()]
+    recomputed_ranks = set(with_loss.loc[with_loss["attempt"].isin(refs) & (with_loss["step"] > resume), "rank"])
+    by_rank = {int(r): g for r, g in with_loss.groupby("rank")}
+    rows: list[EvidenceRow] = []
+    details: dict[str, Any] = {}
+    for rank, after in after_all.groupby("rank"):
+        rank = int(rank)
+        if rank in recomputed_ranks:
+            continue  # compared step by step instead
+        history = by_rank.get(rank, with_loss.iloc[:0])
+        before = _lineage_before(history[history["attempt"] != attempt], resume, refs, w)
+        if before.empty:
+            continue
+        normal = _normal_changes(history, w)
+        if len(normal) < config.min_jump_samples:
+            notes.append(f"attempt {attempt}, rank {rank}: too few steps ({len(normal)} in-attempt windows) to "
+                         "judge a loss jump at the resume")
+            continue
+        after = after.sort_values("step")
+        b, a = float(before["loss"].mean()), float(after["loss"].head(w).mean())
+        jump, median, largest = abs(a - b), float(np.median(normal)), float(np.max(normal))
+        if jump > config.jump_factor * median and jump > largest and jump > config.loss_rtol * abs(b):
+            rows.append(EvidenceRow(rank=rank, step=int(after["step"].iloc[0]), expected=b, got=a,
+                                    expected_attempt=int(before["attempt"].iloc[-1])))
+            details.setdefault("jump", jump)
+            details.setdefault("median_change", median)
+            details.setdefault("largest_change", largest)
+            details.setdefault("relative_change", jump / abs(b) if b else None)
+    if not rows:
+        return None
+    first = rows[0]
+    return Finding(
+        code="loss_jump_at_resume", attempt=attempt,
+        message=(f"attempt {attempt} resumed from step {resume} and no step was recomputed; the mean loss of the "
+                 f"first {w} steps after it is {_fmt(first.got)} against {_fmt(first.expected)} for the last {w} "
+                 f"before (rank {first.rank}): a change of {details['jump']:.3g}, more than {config.jump_factor:g}x "
+                 f"the run's median change between windows ({details['median_change']:.3g}) and more than its "
+                 f"largest inside an attempt ({details['largest_change']:.3g})"),
+        ranks=tuple(r.rank for r in rows), steps=(resume, resume + 1),
+        evidence={"resume_step": resume, "window": w, "factor": config.jump_factor, **details},
+        examples=tuple(rows[:config.max_examples]))
+
+
+def _lineage_before(history: pd.DataFrame, resume: int, refs: list[int], w: int) -> pd.DataFrame:
+    """The last `w` losses at or before the resume step (one rank's rows), from the first reference that has each."""
+    rows = history[(history["step"] <= resume) & (history["step"] > resume - w)]
+    if rows.empty:
+        return rows
+    order = {a: i for i, a in enumerate(refs)}
+    rows = rows.assign(priority=rows["attempt"].map(lambda a: order.get(int(a), len(refs))))
+    return rows.sort_values(["step", "priority"], kind="stable").drop_duplicates("step", keep="first")
+
+
+def _normal_changes(rank_steps: pd.DataFrame, w: int) -> np.ndarray:
+    """|mean of the next w losses - mean of the last w| at every point inside an attempt with w steps each side."""
+    out: list[np.ndarray] = []
+    for _, rows in rank_steps.groupby("attempt"):
+        rows = rows.sort_values("step")
+        loss, step = rows["loss"].to_numpy(np.float64), rows["step"].to_numpy(np.int64)
+        if len(loss) < 2 * w:
+            continue
+        csum = np.concatenate([[0.0], np.cumsum(loss)])
+        i = np.arange(w, len(loss) - w + 1)  # window before: [i-w, i), after: [i, i+w)
+        contiguous = step[i + w - 1] - step[i - w] == 2 * w - 1
+        before = (csum[i] - csum[i - w]) / w
+        after = (csum[i + w] - csum[i]) / w
+        out.append(np.abs(after - before)[contiguous])
+    return np.concatenate(out) if out else np.array([])
+
+
+# -- step numbers and the resume step ---------------------------------------------------------------------------
+
+
+def _step_number_findings(raw_steps: pd.DataFrame, rank_resumes: dict[tuple[int, int], int],
+                          config: ResumeCheckConfig) -> list[Finding]:
+    """Gaps and repeats in each (attempt, rank)'s step numbers; a first step other than resume + 1."""
+    if raw_steps.empty:
+        return []
+    # The same report stored twice (a replay regrouped differently) has the same start and end: not a repeat.
+    rows = raw_steps.drop_duplicates(["attempt", "rank", "step", "start", "end"])
+    skipped: dict[int, list[EvidenceRow]] = {}
+    repeated: dict[int, list[EvidenceRow]] = {}
+    for (attempt, rank), group in rows.groupby(["attempt", "rank"], sort=True):
+        a, r = int(attempt), int(rank)
+        counts = group["step"].value_counts().sort_index()
+        for s, n in counts[counts > 1].items():
+            repeated.setdefault(a, []).append(EvidenceRow(rank=r, step=int(s), expected=1, got=int(n)))
+        numbers = counts.index.to_numpy(np.int64)
+        resume = rank_resumes.get((a, r))
+        if resume is not None:
+            first = int(numbers[0])
+            if first > resume + 1:
+                skipped.setdefault(a, []).append(EvidenceRow(rank=r, step=resume + 1, expected=resume + 1, got=first))
+            elif first <= resume:
+                repeated.setdefault(a, []).append(EvidenceRow(rank=r, step=first, expected=resume + 1, got=first))
+        for i in np.flatnonzero(np.diff(numbers) > 1):
+            after = int(numbers[i])
+            skipped.setdefault(a, []).append(
+                EvidenceRow(rank=r, step=after + 1, expected=after + 1, got=int(numbers[i + 1])))
+    out = []
+    for a, found in sorted(skipped.items()):
+        missing = sorted({s for row in found for s in range(int(row.step), int(row.got))})  # type: ignore[arg-type]
+        out.append(Finding(
+            code="skipped_steps", attempt=a, ranks=tuple(sorted({row.rank for row in found})), steps=tuple(missing),
+            message=(f"attempt {a} skipped {len(missing)} step number(s) ({_list(missing)}): rank {found[0].rank} "
+                     f"went on to step {found[0].got} where step {found[0].expected} was due"),
+            evidence={"missing": len(missing)}, examples=tuple(found[:config.max_examples])))
+    for a, found in sorted(repeated.items()):
+        steps = sorted({int(row.step) for row in found})
+        first = found[0]
+        detail = (f"rank {first.rank} computed step {first.step} {first.got} times" if first.expected == 1 else
+                  f"rank {first.rank} began at step {first.got} where step {first.expected} (resume + 1) was due")
+        out.append(Finding(
+            code="repeated_steps", attempt=a, ranks=tuple(sorted({row.rank for row in found})), steps=tuple(steps),
+            message=f"attempt {a} computed step number(s) {_list(steps)} more than once: {detail}",
+            evidence={"repeated": len(steps)}, examples=tuple(found[:config.max_examples])))
+    return out
+
+
+def _not_a_checkpoint(attempt: int, resume: int, rank_resumes: dict[tuple[int, int], int],
+                      checkpoints: pd.DataFrame, ok_before: list[int]) -> Finding:
+    ranks = sorted(r for (a, r), s in rank_resumes.items() if a == attempt and s == resume)
+    at_step = checkpoints[checkpoints["step"] == resume]
+    if at_step.empty:
+        state = "no checkpoint was taken at that step"
+    elif bool(at_step["torn"].astype(bool).any()):
+        state = "the checkpoint at that step was torn (never completed)"
+    else:
+        state = "the checkpoint at that step did not complete ok"
+    latest = max(ok_before, default=None)
+    evidence: dict[str, Any] = {"resume_step": resume, "checkpoints_completed": ok_before[-20:],
+                                "latest_checkpoint": latest}
+    return Finding(
+        code="resume_not_a_checkpoint", attempt=attempt, ranks=tuple(ranks), steps=(resume,),
+        message=(f"attempt {attempt} resumed from step {resume}, but {state}; the checkpoints completed before it "
+                 f"were at step(s) {_list(ok_before) or 'none'}"),
+        evidence=evidence,
+        examples=tuple(EvidenceRow(rank=r, step=resume, expected=latest, got=resume) for r in ranks[:10]))
+
+
+# -- formatting ---------------------------------------------------------------------------------------------------
+
+
+def _value(v: Any) -> float | str | None:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return str(v) if isinstance(v, str) else float(v)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    return "n/a" if v is None else f"{float(v):.9g}"
+
+
+def _list(values: list[int], limit: int = 8) -> str:
+    shown = ", ".join(str(v) for v in values[:limit])
+    return shown + (f", ... ({len(values)} in all)" if len(values) > limit else "")

@@ -1,0 +1,37 @@
+"""`GET /v1/runs/{run_id}/resume-check`: steps computed twice (before and after a restart) compared; step numbering.
+
+Thin: services.resume_pipeline loads the run (with losses and digests) and caches the check per run version; the
+rules are in services.analysis.resume_check and docs/resume-check.md.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from starlette.concurrency import run_in_threadpool
+
+from services.analysis.resume_check import ResumeCheckConfig
+from services.collector.auth import READ_RUN
+from services.collector.deps import EngineDep
+from services.collector.resume_models import ResumeCheck
+from services.collector.schemas import ErrorResponse
+from services.resume_pipeline import DEFAULT_CONFIG, resume_check
+
+router = APIRouter(tags=["advice"])
+
+
+@router.get("/v1/runs/{run_id:path}/resume-check", response_model=ResumeCheck,
+            responses={404: {"model": ErrorResponse}},  # type: ignore[dict-item]
+            dependencies=[READ_RUN],
+            summary="Did each restart reproduce the steps it recomputed (loss, lr, digest), resume from a checkpoint, "
+                    "and number its steps without gaps or repeats?")
+async def get_resume_check(
+    run_id: str, engine: EngineDep,
+    loss_rtol: Annotated[float, Query(ge=0, le=1, description="relative tolerance on recomputed losses; raise it "
+                                      "for GPU jobs that are not bitwise deterministic")] = DEFAULT_CONFIG.loss_rtol,
+    lr_rtol: Annotated[float, Query(ge=0, le=1)] = DEFAULT_CONFIG.lr_rtol,
+) -> ResumeCheck:
+    config = ResumeCheckConfig(loss_rtol=loss_rtol, lr_rtol=lr_rtol)
+    check = await run_in_threadpool(resume_check, engine, run_id, config)
+    return ResumeCheck(**check)

@@ -1,0 +1,250 @@
+"""services.analysis.resume_check: steps computed twice are compared, and the step numbering checked."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+
+from services.analysis.resume_check import (
+    ResumeCheck,
+    ResumeCheckConfig,
+    build_resume_check,
+)
+from services.analysis.run_data import EVENT_COLUMNS, run_data_from_events
+from services.simulate import RESUME_FAULTS, SimConfig, simulate
+from tests.analysis.scenarios import ev, per_rank
+
+
+def check(events: list[dict[str, Any]], run_id: str = "s1", **config: Any) -> ResumeCheck:
+    return build_resume_check(run_data_from_events(run_id, events), config=ResumeCheckConfig(**config))
+
+
+def codes(result: ResumeCheck) -> list[tuple[str, int]]:
+    return [(f.code, f.attempt) for f in result.findings]
+
+
+def loss_at(step: int) -> float:
+    return 2.0 * math.exp(-step / 50.0) + 0.01 * math.sin(step)
+
+
+def steps(attempt: int, first: int, last: int, t0: float, world: int = 2, loss: Any = loss_at,
+          lr: float = 1e-3, numbers: list[int] | None = None) -> list[dict[str, Any]]:
+    """Compact step records (one per rank) with a loss and lr per step; `numbers` overrides the step numbers."""
+    numbers = numbers or list(range(first, last + 1))
+    starts = [t0 + i for i in range(len(numbers))]
+    return [ev("steps", t0 + len(numbers), attempt=attempt, rank=r, step=numbers, start=[1.7e9 + s for s in starts],
+               end=[1.7e9 + s + 1 for s in starts], loss=[loss(s) for s in numbers], lr=[lr] * len(numbers))
+            for r in range(world)]
+
+
+def attempt_events(attempt: int, resume: int, t: float, world: int = 2) -> list[dict[str, Any]]:
+    return ([ev("attempt_start", t, attempt=attempt, rank=r, world_size=world, host="h0") for r in range(world)]
+            + per_rank("resume", t, world, attempt=attempt, step=resume))
+
+
+def checkpoint(attempt: int, step: int, t: float, ok: bool | None = True) -> list[dict[str, Any]]:
+    out = [ev("checkpoint_start", t, attempt=attempt, rank=0, step=step)]
+    if ok is not None:
+        out.append(ev("checkpoint_end", t + 1, attempt=attempt, rank=0, step=step, ok=ok))
+    return out
+
+
+def failed(attempt: int, t: float, world: int = 2) -> list[dict[str, Any]]:
+    return per_rank("attempt_end", t, world, attempt=attempt, reason="failed")
+
+
+def one_restart(*, resume: int = 20, killed_at: int = 25, after_loss: Any = loss_at, after_lr: float = 1e-3,
+                after_numbers: list[int] | None = None, checkpoint_ok: bool | None = True) -> list[dict[str, Any]]:
+    """Attempt 0: steps 1..killed_at, checkpoints at 10 and 20; attempt 1 resumes from `resume` to step 40."""
+    out = attempt_events(0, 0, 0) + steps(0, 1, killed_at, 1) + checkpoint(0, 10, 10.5)
+    out += checkpoint(0, 20, 20.5, ok=checkpoint_ok) + failed(0, 100)
+    out += attempt_events(1, resume, 110) + steps(1, resume + 1, 40, 120, loss=after_loss, lr=after_lr,
+                                                  numbers=after_numbers)
+    return out
+
+
+# -- the simulator: exact resumes are not flagged, each fault is ----------------------------------------------
+
+
+SIM: dict[str, Any] = {"ranks": 2, "hours": 0.05, "step_s": 1.0, "mtbf_s": 90, "checkpoint_every": 20,
+                       "startup_s": 5, "detect_s": 5, "max_failures": 2, "digest_every": 5}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_an_exact_resume_of_a_simulated_run_is_not_flagged(seed: int) -> None:
+    result = simulate(SimConfig(run_id="sim", seed=seed, **SIM))
+    rc = build_resume_check(run_data_from_events("sim", result.events))
+    assert rc.verdict == "ok" and rc.findings == (), rc.findings
+    assert len(rc.resumes) == result.truth.restarts
+    assert [r.resume_step for r in rc.resumes] == result.truth.resume_steps[1:]
+    assert rc.gpu_seconds_since_first_finding == 0.0
+
+
+@pytest.mark.parametrize(("fault", "code"), [
+    ("loss", "loss_mismatch"), ("lr", "lr_mismatch"), ("digest", "digest_mismatch"),
+    ("resume_step", "resume_not_a_checkpoint"), ("skip", "skipped_steps"), ("repeat", "repeated_steps"),
+])
+def test_each_simulated_resume_fault_is_flagged_with_its_finding(fault: str, code: str) -> None:
+    assert fault in RESUME_FAULTS
+    result = simulate(SimConfig(run_id="sim", seed=9, resume_fault=fault, **SIM))
+    assert result.truth.resume_steps == [0, 20, 40], "seed 9 resumes from checkpoints 20 and 40"
+    rc = build_resume_check(run_data_from_events("sim", result.events))
+    assert rc.verdict == "flagged"
+    found = [f for f in rc.findings if f.code == code]
+    assert [f.attempt for f in found] == [1, 2], codes(rc)
+    assert found[0].ranks == (0, 1) and found[0].examples and found[0].message
+    assert rc.gpu_seconds_since_first_finding > 0
+    json.dumps(rc.to_dict())  # the API serves it as is
+
+
+def test_recomputed_values_are_compared_with_the_attempt_that_wrote_the_checkpoint() -> None:
+    result = simulate(SimConfig(run_id="sim", seed=9, resume_fault="loss", **SIM))
+    rc = build_resume_check(run_data_from_events("sim", result.events))
+    first, second = rc.resumes
+    assert (first.resume_step, first.checkpoint_attempt, first.reference_attempts) == (20, 0, (0,))
+    assert (second.resume_step, second.checkpoint_attempt, second.reference_attempts) == (40, 1, (1,))
+    mismatch = rc.findings[1]
+    assert mismatch.code == "loss_mismatch" and mismatch.attempt == 2
+    row = mismatch.examples[0]
+    assert row.expected_attempt == 1 and row.got == pytest.approx(float(row.expected) + 0.5)
+
+
+# -- hand-built runs ------------------------------------------------------------------------------------------
+
+
+def test_an_exact_resume_compares_every_recomputed_step_and_is_ok() -> None:
+    rc = check(one_restart())
+    assert rc.verdict == "ok" and not rc.findings and not rc.notes
+    (resume,) = rc.resumes
+    assert resume.recomputed_steps == 5 and resume.compared == {"loss": 10, "lr": 10, "digest": 0}
+    assert resume.checkpoint_attempt == 0 and resume.ok
+
+
+def test_a_loss_that_differs_beyond_the_tolerance_is_flagged_with_expected_and_got() -> None:
+    rc = check(one_restart(after_loss=lambda s: loss_at(s) * (1 + 1e-4)))
+    (finding,) = rc.findings
+    assert finding.code == "loss_mismatch" and finding.attempt == 1
+    assert finding.steps == (21, 22, 23, 24, 25) and finding.ranks == (0, 1)
+    assert finding.evidence["compared"] == 10 and finding.evidence["mismatched"] == 10
+    assert finding.evidence["max_relative_difference"] == pytest.approx(1e-4)
+    row = finding.examples[0]
+    assert (row.rank, row.step, row.expected_attempt) == (0, 21, 0)
+    assert row.expected == loss_at(21) and row.got == pytest.approx(loss_at(21) * (1 + 1e-4))
+
+
+def test_float_noise_within_the_tolerance_is_not_flagged_and_the_tolerance_is_configurable() -> None:
+    assert check(one_restart(after_loss=lambda s: loss_at(s) * (1 + 1e-8))).verdict == "ok"
+    noisy = one_restart(after_loss=lambda s: loss_at(s) * (1 + 1e-4))
+    assert check(noisy, loss_rtol=1e-3).verdict == "ok"
+
+
+def test_a_learning_rate_that_differs_is_flagged() -> None:
+    rc = check(one_restart(after_lr=2e-3))
+    assert codes(rc) == [("lr_mismatch", 1)]
+    assert rc.findings[0].examples[0].expected == 1e-3 and rc.findings[0].examples[0].got == 2e-3
+
+
+def test_digests_are_compared_as_strings() -> None:
+    events = one_restart()
+    events += [ev("digest", 21, attempt=0, rank=r, step=25, value="aaaa") for r in range(2)]
+    events += [ev("digest", 130, attempt=1, rank=0, step=25, value="aaaa"),
+               ev("digest", 130, attempt=1, rank=1, step=25, value="bbbb")]
+    rc = check(events)
+    (finding,) = rc.findings
+    assert finding.code == "digest_mismatch" and finding.ranks == (1,) and finding.steps == (25,)
+    assert (finding.examples[0].expected, finding.examples[0].got) == ("aaaa", "bbbb")
+    assert rc.resumes[0].compared["digest"] == 2
+
+
+def test_a_resume_from_a_step_that_is_no_checkpoint_is_flagged() -> None:
+    rc = check(one_restart(resume=15))
+    finding = next(f for f in rc.findings if f.code == "resume_not_a_checkpoint")
+    assert finding.attempt == 1 and finding.steps == (15,) and finding.ranks == (0, 1)
+    assert finding.evidence["checkpoints_completed"] == [10, 20] and finding.evidence["latest_checkpoint"] == 20
+    assert "no checkpoint was taken" in finding.message
+
+
+def test_a_resume_from_a_torn_checkpoint_is_flagged() -> None:
+    rc = check(one_restart(checkpoint_ok=None))
+    (finding,) = [f for f in rc.findings if f.code == "resume_not_a_checkpoint"]
+    assert "torn" in finding.message and finding.evidence["checkpoints_completed"] == [10]
+
+
+def test_skipped_and_repeated_step_numbers_are_flagged_per_attempt_and_rank() -> None:
+    skipped = check(one_restart(after_numbers=[21, 22, 24, 25, 26]))
+    finding = next(f for f in skipped.findings if f.code == "skipped_steps")
+    assert finding.steps == (23,) and finding.ranks == (0, 1) and finding.examples[0].got == 24
+    repeated = check(one_restart(after_numbers=[21, 22, 22, 23, 24]))
+    finding = next(f for f in repeated.findings if f.code == "repeated_steps")
+    assert finding.steps == (22,) and finding.examples[0].got == 2
+    late = check(one_restart(after_numbers=[23, 24, 25, 26]))
+    finding = next(f for f in late.findings if f.code == "skipped_steps")
+    assert finding.steps == (21, 22) and "step 21 was due" in finding.message
+    early = check(one_restart(after_numbers=[20, 21, 22]))
+    assert "repeated_steps" in {f.code for f in early.findings}
+
+
+def test_a_replayed_report_is_not_a_repeated_step() -> None:
+    events = one_restart()
+    replay = [dict(e, event_id=e["event_id"] + "-replay") for e in events if e["kind"] == "steps"]
+    assert check(events + replay).verdict == "ok"
+
+
+def test_a_loss_jump_at_a_resume_without_recomputed_steps_is_flagged() -> None:
+    # killed right after checkpoint 20: nothing to recompute, so only the loss curve can tell
+    jump = check(one_restart(killed_at=20, after_loss=lambda s: loss_at(s) + 0.5))
+    (finding,) = jump.findings
+    assert finding.code == "loss_jump_at_resume" and finding.attempt == 1 and finding.ranks == (0, 1)
+    assert finding.evidence["jump"] == pytest.approx(0.5, abs=0.1)  # the jump less the curve's own descent
+    assert finding.evidence["jump"] > 5 * finding.evidence["median_change"]  # type: ignore[operator]
+    smooth = check(one_restart(killed_at=20))
+    assert smooth.verdict == "ok"
+    assert any("recomputed no step" in note for note in smooth.notes)
+
+
+def test_a_fresh_restart_before_any_checkpoint_is_noted_not_flagged() -> None:
+    events = attempt_events(0, 0, 0) + steps(0, 1, 8, 1) + failed(0, 20)
+    events += attempt_events(1, 0, 30) + steps(1, 1, 30, 40, loss=lambda s: loss_at(s) + 0.01)
+    rc = check(events)
+    assert rc.verdict == "ok" and rc.findings == ()
+    assert "does not reproduce from its seed" in rc.notes[0]
+
+
+def test_a_restart_from_zero_despite_a_checkpoint_that_does_not_reproduce_is_flagged() -> None:
+    # the step counter was lost: the weights of step 20 were loaded, the loop began again at step 1
+    rc = check(one_restart(resume=0, after_loss=lambda s: loss_at(s + 20)))
+    finding = next(f for f in rc.findings if f.code == "loss_mismatch")
+    assert finding.evidence["checkpoints_available"] == [10, 20]
+    assert "lost step counter" in finding.message
+
+
+def test_an_attempt_that_reproduces_a_flagged_attempt_it_resumed_from_is_not_flagged_again() -> None:
+    out = attempt_events(0, 0, 0) + steps(0, 1, 25, 1) + checkpoint(0, 10, 10.5) + checkpoint(0, 20, 20.5)
+    out += failed(0, 30)
+    off = lambda s: loss_at(s) + 0.3  # attempt 1 went wrong at its resume and stayed on its own path
+    out += attempt_events(1, 20, 40) + steps(1, 21, 35, 41, loss=off) + checkpoint(1, 30, 50.5) + failed(1, 60)
+    out += attempt_events(2, 30, 70) + steps(2, 31, 40, 71, loss=off)
+    rc = check(out)
+    assert codes(rc) == [("loss_mismatch", 1)]
+    assert rc.resumes[1].reference_attempts == (1,) and rc.resumes[1].ok
+
+
+def test_config_errors_name_the_field() -> None:
+    with pytest.raises(ValueError, match="loss_rtol must be a finite number >= 0, got -1"):
+        ResumeCheckConfig(loss_rtol=-1)
+    with pytest.raises(ValueError, match="jump_window must be at least 1"):
+        ResumeCheckConfig(jump_window=0)
+
+
+def test_digest_values_reach_the_events_frame() -> None:
+    assert EVENT_COLUMNS[-1] == "value"
+    data = run_data_from_events("s1", [ev("digest", 1, attempt=0, rank=0, step=5, value="abc")])
+    assert data.events.loc[0, "value"] == "abc" and data.events.loc[0, "step"] == 5
+
+
+def test_a_run_without_restarts_or_steps_is_ok() -> None:
+    assert check(attempt_events(0, 0, 0) + steps(0, 1, 30, 1)).verdict == "ok"
+    assert check([]).verdict == "ok"
