@@ -202,12 +202,17 @@ class SpoolWriter:
         self.max_bytes = max_bytes
         self.segment_max_bytes = max(16 * 1024, max_bytes // 4)
         self.lock_path = run_dir / f"{proc_id}{LOCK_SUFFIX}"
-        lock_fd = try_lock(self.lock_path, create=True)
+        # The lock file appears under its name already flock()ed and filled in (rename is atomic): a process of
+        # the same run starting at the same moment must never see it unlocked, take this live process for a
+        # dead one and replay (or delete) its spool.
+        staging = run_dir / f".{proc_id}.lock-staging"
+        lock_fd = try_lock(staging, create=True)
         if lock_fd is None:  # impossible for a fresh uuid, unless the file system lies
-            raise OSError(f"spool lock {self.lock_path} is held by another process")
+            raise OSError(f"spool lock {staging} is held by another process")
         self._lock_fd: int | None = lock_fd
         os.ftruncate(lock_fd, 0)
         os.write(lock_fd, json.dumps(metadata).encode())
+        os.rename(staging, self.lock_path)
         self.segments: list[Segment] = []
         self._fd: int | None = None
         self._seg_no = 0
@@ -249,8 +254,19 @@ class SpoolWriter:
         data = b"".join(frames)
         assert self._fd is not None
         written = 0
-        while written < len(data):
-            written += os.write(self._fd, data[written:])
+        try:
+            while written < len(data):
+                written += os.write(self._fd, data[written:])
+        except OSError:
+            # Disk full mid-write: cut the partial frames off again, or every later frame of this segment would
+            # sit behind a torn one and never be read (the caller counts these records as dropped).
+            try:
+                os.ftruncate(self._fd, current.size)
+            except OSError:  # cannot even truncate: start a fresh segment for what comes next
+                current.size += written
+                self._close_current()
+                self._open_segment()
+            raise
         current.size += len(data)
         current.records_written += len(frames)
         self._dirty = True
