@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--postgres", action="store_true", help="the collector on PostgreSQL instead of SQLite")
     args = p.parse_args(argv)
     os.environ["GOODPUT_HANG_FLOOR_S"] = str(args.floor)  # read by the collector process
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                            check=False).stdout
     print(f"hang detection latency: {args.nproc} ranks, rank 1 SIGSTOPped; {machine()}; commit {commit.strip()}")
     print(f"collector on {'PostgreSQL' if args.postgres else 'SQLite'}, hang floor {args.floor:.0f} s, "
           f"gloo timeout {GLOO_TIMEOUT_S:.0f} s, polled every {POLL_S} s")

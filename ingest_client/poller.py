@@ -80,6 +80,6 @@ class SignalPoller:
         while not self._stop.wait(self.interval_s):
             try:
                 self.poll_once()
-            except Exception as exc:  # never let a bug here reach training
+            except Exception as exc:  # noqa: BLE001 - never let a bug here reach training
                 report_internal_error(exc)
                 self._warn.warning("signals-internal", "goodput: internal error in the signal poller: %r", exc)

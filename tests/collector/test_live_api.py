@@ -20,8 +20,8 @@ def post(client: Any, events: list[dict[str, Any]]) -> None:  # type: ignore[no-
 
 def running_sim(run_id: str, stopped_ago_s: float, **overrides: Any) -> list[dict[str, Any]]:
     """A simulated running run whose last step ended `stopped_ago_s` before now."""
-    config = {**dict(run_id=run_id, ranks=4, hours=0.05, step_s=4.0, mtbf_s=None, end="running", seed=1,
-                     checkpoint_every=20), **overrides}
+    config = {"run_id": run_id, "ranks": 4, "hours": 0.05, "step_s": 4.0, "mtbf_s": None, "end": "running",
+              "seed": 1, "checkpoint_every": 20, **overrides}
     probe = simulate(SimConfig(**config))
     last = max(max(e["end"]) for e in probe.events if e["kind"] == "steps")
     shift = time.time() - stopped_ago_s - last

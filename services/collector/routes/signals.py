@@ -14,9 +14,18 @@ from starlette.concurrency import run_in_threadpool
 
 from services.collector.auth import CLIENT_RUN, READ_RUN, WRITE_RUN
 from services.collector.deps import EngineDep
-from services.collector.live_models import CheckpointRequestIn, CheckpointRequestOut, CheckpointRequests, Signals
+from services.collector.live_models import (
+    CheckpointRequestIn,
+    CheckpointRequestOut,
+    CheckpointRequests,
+    Signals,
+)
 from services.collector.schemas import ErrorResponse
-from services.live_pipeline import checkpoint_requests_for_run, request_checkpoint, signals_for_run
+from services.live_pipeline import (
+    checkpoint_requests_for_run,
+    request_checkpoint,
+    signals_for_run,
+)
 
 router = APIRouter(tags=["signals"])
 _404: dict[int | str, dict[str, object]] = {404: {"model": ErrorResponse}}
