@@ -18,6 +18,9 @@ class ServiceSettings(BaseSettings):
     max_body_bytes: int = Field(32 << 20, description="GOODPUT_MAX_BODY_BYTES: request body cap, compressed or not")
     max_events_per_batch: int = Field(20_000, description="GOODPUT_MAX_EVENTS_PER_BATCH: events (records) per batch")
     max_rows_per_batch: int = Field(2_000_000, description="GOODPUT_MAX_ROWS_PER_BATCH: step and collective rows per batch")
+    max_inflight_body_bytes: int = Field(256 << 20, description=(
+        "GOODPUT_MAX_INFLIGHT_BODY_BYTES: request body bytes read, inflated and parsed at once across all ingest "
+        "requests; beyond it ingestion answers 503 with Retry-After"))
     writer_max_pending_events: int = Field(4_000_000, description=(
         "GOODPUT_WRITER_MAX_PENDING_EVENTS: rows waiting for the database before ingestion answers 503"))
     auth_cache_ttl_s: float = Field(5.0, ge=0, description=(

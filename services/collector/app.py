@@ -46,6 +46,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     app.state.engine = engine
     app.state.writer = writer
     app.state.auth = auth = Authenticator(engine, cache_ttl_s=settings.auth_cache_ttl_s)
+    app.state.body_budget = ingest.BodyBudget(settings.max_inflight_body_bytes)
     install_error_handlers(app)
     metrics.install(app)  # app.state.metrics and the request-duration middleware
     app.include_router(ingest.router)
