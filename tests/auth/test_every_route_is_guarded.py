@@ -1,0 +1,39 @@
+"""Every API route carries an access check, and every route of one run checks the run's project: a route added
+later without one fails here, not in production."""
+
+from __future__ import annotations
+
+from fastapi.routing import APIRoute
+
+from services.collector import auth
+from services.collector.app import create_app
+from services.settings import ServiceSettings
+
+RUN_CHECKS = {auth._readable_run, auth._writable_run, auth._client_run}
+ANY_CHECK = RUN_CHECKS | {auth._principal, auth._writer, auth._reader, auth._fleet_reader, auth._network,
+                          auth._run_scope}
+
+
+def _calls(dependant) -> set[object]:  # type: ignore[no-untyped-def]
+    out = set()
+    for dep in dependant.dependencies:
+        out.add(dep.call)
+        out |= _calls(dep)
+    return out
+
+
+def _flat(routes):  # type: ignore[no-untyped-def]
+    for route in routes:
+        inner = getattr(route, "original_router", None)  # FastAPI keeps included routers as one entry
+        yield from _flat(inner.routes) if inner is not None else (route,)
+
+
+def test_every_api_route_checks_access_and_every_run_route_checks_the_project() -> None:
+    app = create_app(ServiceSettings(database_url="sqlite://", dashboard=False))
+    routes = [r for r in _flat(app.routes) if isinstance(r, APIRoute)]
+    assert len(routes) >= 15
+    for route in routes:
+        calls = _calls(route.dependant)
+        assert calls & ANY_CHECK, f"{route.path} has no access check (services/collector/auth.py)"
+        if "{run_id" in route.path:
+            assert calls & RUN_CHECKS, f"{route.path} does not check the run's project: add dependencies=[READ_RUN]"
