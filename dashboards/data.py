@@ -85,6 +85,9 @@ class Api:
     def live(self, run_id: str) -> dict[str, Any]:
         return self._get(f"/v1/runs/{quote(run_id, safe='')}/live")  # type: ignore[no-any-return]
 
+    def resume_check(self, run_id: str) -> dict[str, Any]:
+        return self._get(f"/v1/runs/{quote(run_id, safe='')}/resume-check")  # type: ignore[no-any-return]
+
 
 def _error_message(response: httpx.Response, default: str) -> str:
     try:

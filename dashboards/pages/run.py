@@ -12,6 +12,7 @@ from dashboards import data, figures, ids
 from dashboards import format as fmt
 from dashboards.components import run_parts
 from dashboards.components.kpi import message
+from dashboards.components.resume_banner import resume_banner
 
 dash.register_page(__name__, path_template="/runs/<run_id>", name="Run",
                    title=lambda run_id=None: f"goodput: {unquote(run_id or '')}")
@@ -30,6 +31,7 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
         html.Div(className="crumbs", children=[dcc.Link("← Fleet", href=dash.get_relative_path("/"))]),
         html.Div(id=ids.RUN_HEADER, className="page-head", children=[html.H1(run_id)]),
         html.Div(id=ids.RUN_LIVE),
+        html.Div(id=ids.RUN_RESUME),
         html.Div(id=ids.RUN_MESSAGE, children=message("Loading…")),
         html.Div(id=ids.RUN_CONTENT, style={"display": "none"}, children=[
             html.Div(id=ids.RUN_KPIS, className="kpis"),
@@ -93,7 +95,16 @@ def _fetch(_n: int | None, run_id: str | None, version: int | None) -> tuple[Any
         return None, {"error": f"No run {run_id!r}: the collector has no events for it.", "not_found": True}, None
     except data.ApiError as exc:
         return None, {"error": str(exc)}, None
-    return live, {"ledger": ledger, "view": view}, view.get("version")
+    try:
+        resume = api.resume_check(run_id)
+    except data.ApiError:  # the banner is optional: the page still shows the ledger
+        resume = None
+    return live, {"ledger": ledger, "view": view, "resume": resume}, view.get("version")
+
+
+@callback(Output(ids.RUN_RESUME, "children"), Input(ids.RUN_STORE, "data"))
+def _draw_resume(store: dict[str, Any] | None) -> Any:
+    return resume_banner((store or {}).get("resume"))
 
 
 @callback(

@@ -43,9 +43,11 @@ def build_stragglers(ledger: Mapping[str, Any], views: Mapping[str, Any] | None)
 
 
 def build_report(ledger: Mapping[str, Any], views: Mapping[str, Any] | None, *, generated_at: float,
-                 providers: Sequence[Provider] = DEFAULT_PROVIDERS) -> dict[str, Any]:
+                 providers: Sequence[Provider] = DEFAULT_PROVIDERS,
+                 resume_check: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """`ledger` is the API's ledger document (GET /v1/runs/{id}/waste); `views` the run's dashboard views of the
-    same version (services.analysis.views), or None for a report from the ledger alone."""
+    same version (services.analysis.views), or None for a report from the ledger alone; `resume_check` the run's
+    GET /v1/runs/{id}/resume-check, when known (a flagged one becomes a recommendation)."""
     checkpoints: dict[str, Any] = {"summary": dict(ledger.get("checkpoints", {}))}
     if views is not None:
         checkpoints["rows"] = list(views.get("checkpoints", []))
@@ -59,5 +61,6 @@ def build_report(ledger: Mapping[str, Any], views: Mapping[str, Any] | None, *, 
         "restarts": list(views["restarts"]) if views is not None else build_restart_rows(ledger),
         "checkpoints": checkpoints,
         "stragglers": build_stragglers(ledger, views),
-        "recommendations": [r.to_dict() for r in recommend(ReportInput(ledger=ledger, views=views), providers)],
+        "recommendations": [r.to_dict() for r in recommend(
+            ReportInput(ledger=ledger, views=views, resume_check=resume_check), providers)],
     }

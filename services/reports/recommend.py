@@ -43,6 +43,7 @@ class Recommendation:
 class ReportInput:
     ledger: Mapping[str, Any]  # WasteLedger.to_dict() / GET /v1/runs/{id}/waste
     views: Mapping[str, Any] | None = None  # services.analysis.views.build_run_views(), when available
+    resume_check: Mapping[str, Any] | None = None  # GET /v1/runs/{id}/resume-check, when available
 
     def share(self, category: str) -> float:
         allocated = float(self.ledger["allocated_gpu_seconds"])
@@ -177,9 +178,25 @@ def checkpoint_interval(inp: ReportInput) -> Iterable[Recommendation]:
         gpu_seconds=gain * float(inp.ledger["allocated_gpu_seconds"]))
 
 
+def resume_correctness(inp: ReportInput) -> Iterable[Recommendation]:
+    """A restart that did not reproduce what it recomputed, or resumed or numbered its steps wrongly."""
+    check = inp.resume_check
+    if not check or check.get("verdict") != "flagged" or not check.get("findings"):
+        return
+    findings = check["findings"]
+    kinds = ", ".join(sorted({str(f["code"]) for f in findings}))
+    yield Recommendation(
+        code="resume_correctness", title="Make resumes restore the whole training state",
+        detail=f"{len(findings)} resume finding(s) ({kinds}); the first: {findings[0]['message']}. A resume that "
+               "restores only part of the state (optimizer buffers, RNG state, data position, step counter) trains "
+               "on without an error, but not on the run that was checkpointed: save and load all of it, and report "
+               "digests (tracker.digest) to catch it. GET /v1/runs/{run_id}/resume-check has the evidence.",
+        gpu_seconds=float(check.get("gpu_seconds_since_first_finding") or 0.0))
+
+
 DEFAULT_PROVIDERS: tuple[Provider, ...] = (
     checkpoint_blocking, hang_detection, straggler_ranks, rework_vs_checkpoint, startup_time, idle_gpus,
-    checkpoint_interval,
+    checkpoint_interval, resume_correctness,
 )
 
 

@@ -20,6 +20,7 @@ from services.collector.read_models import Ledger
 from services.collector.schemas import ErrorResponse
 from services.pipeline import ledger_for_row
 from services.reports import breakdown_csv, build_report, fleet_csv, report_html, report_json
+from services.resume_pipeline import resume_check
 from services.storage.load import list_runs
 from services.views_pipeline import views_for_run
 
@@ -48,7 +49,8 @@ async def get_report(run_id: str, engine: EngineDep,
                      ) -> Response:
     def work() -> str:
         views, ledger = views_for_run(engine, run_id)
-        report = build_report(_wire_ledger(ledger), views, generated_at=time.time())
+        report = build_report(_wire_ledger(ledger), views, generated_at=time.time(),
+                              resume_check=resume_check(engine, run_id))
         if format == "csv":
             return breakdown_csv(report)
         if format == "html":

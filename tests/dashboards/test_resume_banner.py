@@ -1,0 +1,45 @@
+"""The run page's resume banner and the API call behind it."""
+
+from __future__ import annotations
+
+import httpx
+
+from dashboards.components.resume_banner import resume_banner
+from dashboards.data import Api
+
+
+def flat_text(component) -> str:  # type: ignore[no-untyped-def]
+    if component is None:
+        return ""
+    if isinstance(component, str):
+        return component
+    children = getattr(component, "children", None)
+    if isinstance(children, list | tuple):
+        return "".join(flat_text(c) for c in children)
+    return flat_text(children)
+
+
+def test_no_banner_for_an_ok_or_missing_check() -> None:
+    assert resume_banner(None) is None
+    assert resume_banner({"verdict": "ok", "findings": []}) is None
+
+
+def test_a_flagged_check_names_its_findings() -> None:
+    findings = [{"code": "loss_mismatch", "message": f"attempt 1, message {i}"} for i in range(5)]
+    banner = resume_banner({"verdict": "flagged", "findings": findings})
+    assert banner is not None and banner.id == "run-resume-banner"
+    text = flat_text(banner)
+    assert "5 finding(s): loss_mismatch" in text and "message 0" in text and "message 2" in text
+    assert "message 3" not in text and "2 more" in text
+
+
+def test_the_api_client_asks_the_resume_check_endpoint() -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.raw_path.decode())
+        return httpx.Response(200, json={"verdict": "ok", "findings": []})
+
+    api = Api("http://collector", httpx.Client(transport=httpx.MockTransport(handler)))
+    assert api.resume_check("team/run 1")["verdict"] == "ok"
+    assert seen == ["/v1/runs/team%2Frun%201/resume-check"]
