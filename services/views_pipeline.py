@@ -16,9 +16,9 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from services.analysis.views import build_run_views, live_status
+from services.analysis.views import build_run_views
 from services.pipeline import ledger_for_row
-from services.storage.load import RunRow, get_run, list_runs, load_run_data
+from services.storage.load import RunRow, get_run, load_run_data
 
 logger = logging.getLogger(__name__)
 
@@ -90,21 +90,3 @@ def _build(engine: Engine, run: RunRow, ledger: dict[str, Any], cache: ViewsCach
     logger.info("views built for run %s (version %d): load %.2f s, analysis %.2f s", run.run_id, run.version,
                 loaded - started, time.perf_counter() - loaded)
     return views
-
-
-def live_for_run(engine: Engine, run_id: str, now: float, *, cache: ViewsCache = _CACHE) -> dict[str, Any]:
-    views, ledger = views_for_run(engine, run_id, cache=cache)
-    return live_status(views, ledger, now)
-
-
-def live_for_running_runs(engine: Engine, now: float, *, limit: int = 200,
-                          cache: ViewsCache = _CACHE) -> list[dict[str, Any]]:
-    """Live status of every run still running (the fleet page's "last progress" column)."""
-    with engine.connect() as conn:
-        rows = list_runs(conn, status="running", limit=limit)
-    out = []
-    for row in rows:
-        views, ledger = views_for_row(engine, row, cache=cache)
-        if ledger["status"] == "running":
-            out.append(live_status(views, ledger, now))
-    return out

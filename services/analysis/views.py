@@ -11,8 +11,7 @@ Sizes are bounded so a run of any size sends the browser a few thousand points:
   map of at most ``heat_rows`` rank groups x ``heat_cols`` step buckets (the slowest rank of a group wins,
   so a straggler stays visible).
 
-`live_status` turns the cached views, the ledger and a clock reading passed in by the caller into the
-"is it still making progress?" numbers; nothing here reads a clock.
+Whether a running run still makes progress is services.analysis.live's job (GET /v1/runs/{id}/live).
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ import numpy as np
 import pandas as pd
 
 from services.analysis.attempts import build_run_structure
-from services.analysis.categories import RunStatus
 from services.analysis.ledger import (  # the ledger's own painting rules
     _CLAIM_CATEGORY,
     build_claims,
@@ -40,8 +38,6 @@ MAX_SEGMENTS = 3000
 HEAT_ROWS = 128
 HEAT_COLS = 60
 MAX_CHECKPOINT_ROWS = 5000
-STALL_FACTOR = 10.0  # no progress for STALL_FACTOR x the usual step time ...
-STALL_MIN_S = 60.0  # ... and at least this long: possibly hung
 
 _IDLE = "idle"
 
@@ -121,35 +117,6 @@ def build_restart_rows(ledger: Mapping[str, Any]) -> list[dict[str, Any]]:
             "startup_gpu_seconds": float(cur_s.get("startup", 0.0)),
         })
     return rows
-
-
-def live_status(views: Mapping[str, Any], ledger: Mapping[str, Any], now: float) -> dict[str, Any]:
-    """Seconds since the run last made progress, and whether that is far longer than its usual step time.
-
-    `now` is the server's clock (passed in): the browser's clock never matters.
-    """
-    progress = views.get("progress", {})
-    last_progress = progress.get("last_progress_time")
-    usual = progress.get("median_step_seconds")
-    threshold = max(STALL_FACTOR * usual, STALL_MIN_S) if usual else STALL_MIN_S
-    running = ledger["status"] == RunStatus.RUNNING.value
-    since_progress = (now - last_progress) if last_progress is not None else None
-    latest = ledger.get("latest_time")
-    return {
-        "run_id": ledger["run_id"],
-        "status": ledger["status"],
-        "version": views.get("version"),
-        "server_time": now,
-        "latest_time": latest,
-        "seconds_since_last_event": (now - latest) if latest is not None else None,
-        "last_progress_time": last_progress,
-        "last_step": progress.get("last_step"),
-        "seconds_since_progress": since_progress,
-        "median_step_seconds": usual,
-        "stall_threshold_seconds": threshold,
-        "possibly_hung": bool(running and since_progress is not None and since_progress > threshold),
-        "at_risk_gpu_seconds": float(ledger.get("at_risk_gpu_seconds", 0.0)),
-    }
 
 
 # -- timeline --------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 
 from services.analysis.ledger import build_ledger
 from services.analysis.run_data import run_data_from_events
-from services.analysis.views import MAX_POINTS_PER_ATTEMPT, build_run_views, live_status
+from services.analysis.views import MAX_POINTS_PER_ATTEMPT, build_run_views
 from services.simulate import SimConfig, simulate
 
 
@@ -85,15 +85,3 @@ def test_heat_map_groups_ranks_and_keeps_the_slowest() -> None:
     assert hottest == 4
 
 
-def test_live_status_flags_a_running_run_without_progress_for_ten_steps_or_a_minute() -> None:
-    views, ledger = views_of(SimConfig(run_id="t", ranks=2, hours=0.05, mtbf_s=None, end="running"))
-    last = views["progress"]["last_progress_time"]
-    assert views["progress"]["median_step_seconds"] == pytest.approx(1.05, rel=1e-3)
-    assert live_status(views, ledger, last + 30)["possibly_hung"] is False
-    flagged = live_status(views, ledger, last + 61)
-    assert flagged["possibly_hung"] is True
-    assert flagged["seconds_since_progress"] == pytest.approx(61)
-    assert flagged["stall_threshold_seconds"] == 60.0
-    assert flagged["at_risk_gpu_seconds"] == ledger["at_risk_gpu_seconds"] > 0
-    finished = {**ledger, "status": "finished"}
-    assert live_status(views, finished, last + 10_000)["possibly_hung"] is False

@@ -12,10 +12,10 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from services.analysis.views import live_status
 from services.collector.auth import READ_RUN
-from services.collector.deps import EngineDep
+from services.collector.deps import EngineDep, SettingsDep
 from services.collector.schemas import ErrorResponse
+from services.live_pipeline import live_config, live_for_run
 from services.views_pipeline import views_for_run
 
 router = APIRouter(tags=["dashboard views"])
@@ -58,10 +58,10 @@ async def get_restarts(run_id: str, engine: EngineDep) -> dict[str, Any]:
 
 @router.get("/v1/runs/{run_id:path}/view", responses=_404, dependencies=[READ_RUN],
             summary="Everything the dashboard's run page draws, in one document (timeline, ranks, tables, live)")
-async def get_view(run_id: str, engine: EngineDep) -> dict[str, Any]:
+async def get_view(run_id: str, engine: EngineDep, settings: SettingsDep) -> dict[str, Any]:
     def work() -> dict[str, Any]:
-        views, ledger = views_for_run(engine, run_id)
-        return {**views, "live": live_status(views, ledger, time.time())}
+        views, _ = views_for_run(engine, run_id)
+        return {**views, "live": live_for_run(engine, run_id, time.time(), live_config(settings))}
 
     return await run_in_threadpool(work)
 
