@@ -100,6 +100,12 @@ def one(url: str, workdir: Path, run_id: str, nproc: int) -> dict[str, Any]:
             time.sleep(POLL_S)
         raise RuntimeError("not flagged hung before the gloo timeout")
     finally:
+        # torchrun starts each worker in a session of its own: kill them by pid, not only torchrun's group
+        worker_pids = [int(e["pid"]) for r in range(nproc) for e in rank_log(log_dir, r) if e["event"] == "start"]
+        for pid in worker_pids:
+            with contextlib.suppress(OSError):
+                if b"train_ddp.py" in Path(f"/proc/{pid}/cmdline").read_bytes():  # not a reused pid
+                    os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)

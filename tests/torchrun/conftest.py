@@ -7,6 +7,8 @@ have arrived. Expected values come from the job's logs, never from the test's gu
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import signal
@@ -110,8 +112,13 @@ class Job:
             raise AssertionError(f"job {self.run_id} still running after {timeout_s} s\n{self.tail()}") from None
 
     def terminate(self) -> None:
+        # torchrun starts each worker in a session of its own, so killing torchrun's process group leaves them
+        # running (or stopped, after a SIGSTOP): kill every worker the logs name too.
+        for start in self.events("start"):
+            kill_worker(int(start["pid"]))
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=30)
 
     def tail(self, lines: int = 40) -> str:
@@ -121,6 +128,17 @@ class Job:
     def kill(self, pid: int, sig: int = signal.SIGKILL) -> None:
         os.kill(pid, sig)
         self.killed.append(pid)
+
+
+def kill_worker(pid: int) -> None:
+    """SIGKILL a train_ddp.py worker, unless the pid has since been reused by another program."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return
+    if b"train_ddp.py" in cmdline:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def start_job(workdir: Path, url: str | None, *, run_id: str, nproc: int = 2, max_restarts: int = 0,
