@@ -129,6 +129,8 @@ def _insert_events(conn: Connection, candidates: list[tuple[int, IngestRecord]],
         .returning(Event.__table__.c.run_pk, Event.__table__.c.event_id)
     )
     inserted: set[tuple[int, str]] = set()
+    # One key order for every writer: concurrent transactions inserting the same ids wait, never deadlock.
+    candidates = sorted(candidates, key=lambda c: (c[0], c[1].event_id))
     for i in range(0, len(candidates), _INSERT_CHUNK):
         rows = [
             {"run_pk": run_pk, "event_id": r.event_id, "kind": r.kind, "time": r.time, "attempt": r.attempt,

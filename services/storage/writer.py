@@ -28,14 +28,17 @@ _STOP = object()
 
 class BatchWriter:
     def __init__(self, engine: Engine, *, max_pending_events: int = 2_000_000,
-                 max_group_events: int = 200_000) -> None:
+                 max_group_events: int = 200_000, threads: int | None = None) -> None:
         self._engine = engine
+        # PostgreSQL: two writers, so one transaction streams rows while the other commits (write_group takes
+        # row locks in one order, so they never deadlock). SQLite has a single writer.
+        self._threads_wanted = threads or (2 if engine.dialect.name == "postgresql" else 1)
+        self._threads: list[threading.Thread] = []
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._max_pending = max_pending_events
         self._max_group = max_group_events
         self._pending = 0
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
         self.groups_written = 0
 
     @property
@@ -43,15 +46,18 @@ class BatchWriter:
         return self._pending
 
     def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="goodput-writer", daemon=True)
-            self._thread.start()
+        if not self._threads:
+            self._threads = [threading.Thread(target=self._run, name=f"goodput-writer-{i}", daemon=True)
+                             for i in range(self._threads_wanted)]
+            for thread in self._threads:
+                thread.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        if self._thread is not None:
+        for _ in self._threads:
             self._queue.put(_STOP)
-            self._thread.join(timeout_s)
-            self._thread = None
+        for thread in self._threads:
+            thread.join(timeout_s)
+        self._threads = []
 
     def submit(self, records: Sequence[IngestRecord], *, project: str | None = None) -> Future[IngestResult]:
         """Queue one batch; `project` scopes it (services.storage.write.write_group); Forbidden if refused."""
