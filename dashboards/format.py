@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 
-DASH = "—"
+from services.formatting import DASH, duration, percent  # noqa: F401 - re-exported
 
 
 def gpu_hours(gpu_seconds: float | None) -> str:
@@ -18,29 +18,8 @@ def gpu_hours(gpu_seconds: float | None) -> str:
     return f"{hours:,.2f} GPU-h"
 
 
-def percent(ratio: float | None) -> str:
-    """A ratio as a percentage with one decimal: `57.7%`; `—` when undefined."""
-    if ratio is None or not math.isfinite(ratio):
-        return DASH
-    return f"{ratio:.1%}"
-
-
 def share(part: float, whole: float) -> str:
     return percent(part / whole) if whole else DASH
-
-
-def duration(seconds: float | None) -> str:
-    """Human wall time: `45 s`, `12 min 05 s`, `3 h 20 min`, `2 d 4 h`."""
-    if seconds is None or not math.isfinite(seconds):
-        return DASH
-    s = max(seconds, 0.0)
-    if s < 60:
-        return f"{s:.0f} s" if s >= 10 else f"{s:.1f} s"
-    if s < 3600:
-        return f"{int(s // 60)} min {int(s % 60):02d} s"
-    if s < 86400:
-        return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
-    return f"{int(s // 86400)} d {int(s % 86400 // 3600)} h"
 
 
 def seconds(value: float | None) -> str:

@@ -1,12 +1,14 @@
-"""How reports write numbers and colour categories: the same conventions as the dashboard (dashboards/format.py,
-dashboards/theme.py), repeated here because services never import the dashboard package."""
+"""How reports write numbers and colour categories: the dashboard's conventions (numbers from
+services/formatting.py, which both use; colours as in dashboards/theme.py, since services never import the
+dashboard package)."""
 
 from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
 
-DASH = "—"
+from services.formatting import DASH, duration, percent  # noqa: F401 - re-exported
+
 CATEGORY_ORDER: tuple[str, ...] = ("productive", "startup", "checkpoint", "rework", "hang", "straggler", "idle")
 COLORS: dict[str, str] = {  # Okabe-Ito, colour-blind safe
     "productive": "#009E73",
@@ -40,25 +42,6 @@ def gpu_hours(gpu_seconds: float | None) -> str:
 
 def gpu_seconds(value: float | None) -> str:
     return DASH if value is None or not math.isfinite(value) else f"{value:,.0f}"
-
-
-def percent(ratio: float | None) -> str:
-    if ratio is None or not math.isfinite(ratio):
-        return DASH
-    return f"{ratio:.1%}"
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return DASH
-    s = max(seconds, 0.0)
-    if s < 60:
-        return f"{s:.0f} s" if s >= 10 else f"{s:.1f} s"
-    if s < 3600:
-        return f"{int(s // 60)} min {int(s % 60):02d} s"
-    if s < 86400:
-        return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
-    return f"{int(s // 86400)} d {int(s % 86400 // 3600)} h"
 
 
 def timestamp(epoch_s: float | None) -> str:
