@@ -84,7 +84,7 @@ def create_token(conn: Connection, *, kind: str, project: str, name: str | None 
     if name is not None and len(name) > 128:
         raise ValueError(f"name must be at most 128 characters, got {len(name)}")
     token_id = secrets.token_hex(6)
-    secret = secrets.token_urlsafe(32)
+    secret = secrets.token_hex(24)  # hex: no '_' or '-', so a double-click selects the whole token
     salt = secrets.token_bytes(16)
     created = time.time() if now is None else now
     conn.execute(ApiToken.__table__.insert().values(

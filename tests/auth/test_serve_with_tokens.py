@@ -67,7 +67,8 @@ def test_serve_says_whether_auth_is_on_and_enforces_it_for_remote_clients(tmp_pa
         assert write.startswith("gpw_") and "shown only now" in created.stderr
         read = _cli("token", "create", "--project", "alpha", "--kind", "read", "--db", db, cwd=tmp_path).stdout.strip()
         listing = _cli("token", "list", "--db", db, cwd=tmp_path).stdout
-        assert "trainer" in listing and write.split("_")[1] in listing and write.split("_")[2] not in listing
+        _, token_id, secret = write.split("_", 2)
+        assert "trainer" in listing and token_id in listing and secret and secret not in listing
 
         # tokens exist: everyone needs one, localhost included
         assert httpx.get(f"{local}/v1/runs", timeout=30).status_code == 401

@@ -52,7 +52,9 @@ def test_exact_resume_is_not_flagged(tmp_path: Path, collector: Collector, jobs:
     (resume,) = check["resumes"]
     assert resume["attempt"] == 1 and resume["resume_step"] == 10 and resume["checkpoint_attempt"] == 0
     assert resume["recomputed_steps"] >= 5, resume  # steps 11-15 at least, on both ranks
-    assert resume["compared"]["loss"] >= 10 and resume["compared"]["lr"] >= 10, resume
+    # Rank 0 is torn down by torchrun (SIGTERM, flushed): its steps 11-16 all compare. The SIGKILLed rank loses its
+    # last fraction of a second, so it adds anywhere from none to all of its own.
+    assert resume["compared"]["loss"] >= 6 and resume["compared"]["lr"] >= 6, resume
     assert resume["compared"]["digest"] >= 1, resume  # step 15 (the killed rank may not have sent its own)
 
 
