@@ -50,7 +50,7 @@ class Api:
         self._client = client
         self._headers = {"Authorization": authorization} if authorization else None
 
-    def _get(self, path: str, params: dict[str, Any] | None = None) -> Any:
+    def _get(self, path: str, params: dict[str, Any] | None = None, *, pending_ok: bool = False) -> Any:
         url = f"{self.base_url}{path}"
         try:
             response = self._client.get(url, params={k: v for k, v in (params or {}).items() if v is not None},
@@ -64,6 +64,8 @@ class Api:
                            f"{_error_message(response, response.text[:300])}")
         if response.status_code == 404:
             raise RunNotFound(_error_message(response, f"not found: {path}"))
+        if response.status_code == 202 and pending_ok:
+            return None
         if response.status_code != 200:
             raise ApiError(f"The collector answered {response.status_code} to {path}: "
                            f"{_error_message(response, response.text[:300])}")
@@ -80,13 +82,17 @@ class Api:
         return self._get(f"/v1/runs/{quote(run_id, safe='')}/waste")  # type: ignore[no-any-return]
 
     def view(self, run_id: str) -> dict[str, Any]:
-        return self._get(f"/v1/runs/{quote(run_id, safe='')}/view")  # type: ignore[no-any-return]
+        """The run page's document: views and ledger of one version; possibly an older one (`stale`) while a
+        big run's newest version is being analysed."""
+        return self._get(f"/v1/runs/{quote(run_id, safe='')}/view", {"stale_ok": "true"})  # type: ignore[no-any-return]
 
     def live(self, run_id: str) -> dict[str, Any]:
         return self._get(f"/v1/runs/{quote(run_id, safe='')}/live")  # type: ignore[no-any-return]
 
-    def resume_check(self, run_id: str) -> dict[str, Any]:
-        return self._get(f"/v1/runs/{quote(run_id, safe='')}/resume-check")  # type: ignore[no-any-return]
+    def resume_check(self, run_id: str) -> dict[str, Any] | None:
+        """The run's resume check, possibly stale; None while its first check is still being computed."""
+        return self._get(f"/v1/runs/{quote(run_id, safe='')}/resume-check",  # type: ignore[no-any-return]
+                         {"stale_ok": "true"}, pending_ok=True)
 
 
 def _error_message(response: httpx.Response, default: str) -> str:

@@ -30,6 +30,7 @@ RUN_MESSAGE = "run-message"
 RUN_CONTENT = "run-content"
 RUN_HEADER = "run-header"
 RUN_LIVE = "run-live"
+RUN_FRESHNESS = "run-freshness"
 RUN_RESUME = "run-resume"  # banner: the resume check flagged the run
 RUN_KPIS = "run-kpis"
 RUN_TIMELINE_GRAPH = "run-timeline-graph"

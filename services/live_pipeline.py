@@ -1,16 +1,14 @@
 """Where storage and live hang detection meet: a few index lookups per running run, the server's clock.
 
 The hang verdict comes from `services.storage.live` (fresh on every call: no cache, no full load of the run).
-The at-risk GPU-seconds come from the run's ledger, which needs the whole run: it is served from the ledger
-cached in the database and recomputed at most every `LEDGER_REFRESH_S` per run and process while the run
-keeps receiving events, so polling `/v1/runs/{id}/live` every 0.2 s never analyses the run 5 times a second.
+The at-risk GPU-seconds come from the run's ledger, which needs the whole run: a fresh one when it is built
+within `LEDGER_BUDGET_S`, else the one stored in the database while a single, paced background build
+catches up (services.pipeline.recent_ledger), so polling `/v1/runs/{id}/live` every 0.2 s never analyses
+the run 5 times a second.
 """
 
 from __future__ import annotations
 
-import json
-import threading
-import time
 from dataclasses import replace
 from typing import Any
 
@@ -18,7 +16,7 @@ from sqlalchemy import Engine
 
 from services.analysis.live import LiveConfig, detect_hang
 from services.analysis.preemption import allocated_gpus, rank_preemption_candidates
-from services.pipeline import ledger_for_row
+from services import pipeline
 from services.settings import ServiceSettings
 from services.storage.checkpoint_requests import (
     CheckpointRequestRow,
@@ -30,7 +28,7 @@ from services.storage.checkpoint_requests import (
 from services.storage.live import load_live_state
 from services.storage.load import RunRow, get_run, list_runs
 
-LEDGER_REFRESH_S = 10.0
+LEDGER_BUDGET_S = 0.5
 MAX_FLEET_SUSPECTS = 16  # suspects listed per run in /v1/live (the per-run endpoint lists them all)
 
 
@@ -39,32 +37,10 @@ def live_config(settings: ServiceSettings) -> LiveConfig:
                       heartbeat_interval_s=settings.heartbeat_interval_s)
 
 
-class _LedgerClock:
-    """When this process last recomputed each run's ledger (monotonic seconds)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._at: dict[int, float] = {}
-
-    def due(self, run_pk: int, now: float) -> bool:
-        with self._lock:
-            if now - self._at.get(run_pk, -1e18) < LEDGER_REFRESH_S:
-                return False
-            self._at[run_pk] = now
-            if len(self._at) > 10_000:
-                self._at.clear()
-            return True
-
-
-_LEDGERS = _LedgerClock()
-
-
 def recent_ledger(engine: Engine, row: RunRow) -> dict[str, Any]:
-    """The run's ledger: the stored one when current or recomputed less than LEDGER_REFRESH_S ago."""
-    fresh = row.ledger_json is not None and row.ledger_version == row.version
-    if fresh or row.ledger_json is None or _LEDGERS.due(row.pk, time.monotonic()):
-        return ledger_for_row(engine, row)
-    return json.loads(row.ledger_json)  # type: ignore[no-any-return]
+    """The run's ledger, fresh when it is built within LEDGER_BUDGET_S, else the stored one (refreshed in
+    the background): polling a big live run never waits for a full analysis."""
+    return pipeline.recent_ledger(engine, row, budget_s=LEDGER_BUDGET_S)[0]
 
 
 def live_for_row(engine: Engine, row: RunRow, now: float, config: LiveConfig, *,

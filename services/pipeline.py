@@ -1,15 +1,31 @@
-"""The one place storage and analysis meet: load a run, build its ledger, keep it while the run is unchanged."""
+"""The one place storage and analysis meet for the ledger: load a run, build its ledger, keep it in `runs`.
+
+`ledger_for_row` answers for the run's current version (the API's /waste, reports, advice): it builds the
+ledger when the stored one is stale, sharing the build with every concurrent request for the same run.
+`recent_ledger` is for pages that poll (the fleet list, live status): it waits at most `budget_s` for a
+fresh ledger and otherwise answers with the stored one, flagged stale, while the build finishes in the
+background and stores its result for the next request.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
+import time
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from sqlalchemy import Engine, update
 
 from services.analysis.ledger import build_ledger
-from services.storage.load import RunRow, get_run, last_ok_checkpoint, list_runs, load_run_data
+from services.single_flight import Pace, SingleFlight, run_key
+from services.storage.load import RunRow, get_run, get_run_by_pk, last_ok_checkpoint, list_runs, load_run_data
 from services.storage.tables import Run
+
+logger = logging.getLogger(__name__)
+
+_BUILDS: SingleFlight[tuple[int, dict[str, Any]]] = SingleFlight("ledger")
+_PACE = Pace()
 
 
 def ledger_for_run(engine: Engine, run_id: str) -> dict[str, Any]:
@@ -20,17 +36,61 @@ def ledger_for_run(engine: Engine, run_id: str) -> dict[str, Any]:
 
 
 def ledger_for_row(engine: Engine, run: RunRow) -> dict[str, Any]:
-    if run.ledger_json is not None and run.ledger_version == run.version:
-        return json.loads(run.ledger_json)  # type: ignore[no-any-return]
+    """The ledger of at least the version `run` was read at."""
+    if _is_fresh(run):
+        return json.loads(run.ledger_json)  # type: ignore[arg-type, no-any-return]
+    while True:
+        version, ledger = _BUILDS.submit(run_key(engine, run.pk), lambda: _build(engine, run.pk)).result()
+        if version >= run.version:
+            return ledger
+        # we joined a build that started before `run` was read: the next one reads the run again
+
+
+def recent_ledger(engine: Engine, run: RunRow, *, budget_s: float) -> tuple[dict[str, Any], bool]:
+    """(ledger, stale): the current ledger if it is stored or built within `budget_s`, else the stored one."""
+    if _is_fresh(run):
+        return json.loads(run.ledger_json), False  # type: ignore[arg-type]
+    if run.ledger_json is None:
+        return ledger_for_row(engine, run), False  # nothing to show meanwhile
+    future = _BUILDS.running(run_key(engine, run.pk))
+    if future is None and _PACE.due(run_key(engine, run.pk), time.monotonic()):
+        future = _BUILDS.submit(run_key(engine, run.pk), lambda: _build(engine, run.pk))
+    if future is not None:
+        try:
+            version, ledger = future.result(timeout=budget_s)
+            if version >= run.version:
+                return ledger, False
+        except FutureTimeout:
+            pass
+    return json.loads(run.ledger_json), True
+
+
+def _is_fresh(run: RunRow) -> bool:
+    return run.ledger_json is not None and run.ledger_version == run.version
+
+
+def _build(engine: Engine, run_pk: int) -> tuple[int, dict[str, Any]]:
+    started = time.monotonic()
     with engine.connect() as conn:
+        run = get_run_by_pk(conn, run_pk)  # read again: the newest version when the build starts
+        if _is_fresh(run):
+            return run.version, json.loads(run.ledger_json)  # type: ignore[arg-type]
         data = load_run_data(conn, run)
     ledger = build_ledger(data).to_dict()
+    store_ledger(engine, run, ledger)
+    finished = time.monotonic()
+    _PACE.record(run_key(engine, run_pk), finished, finished - started)
+    if finished - started > 1.0:
+        logger.info("ledger of run %s (version %d) built in %.1f s", run.run_id, run.version, finished - started)
+    return run.version, ledger
+
+
+def store_ledger(engine: Engine, run: RunRow, ledger: dict[str, Any]) -> None:
     with engine.begin() as conn:  # only if no event arrived meanwhile
         conn.execute(
             update(Run).where(Run.id == run.pk, Run.version == run.version)
             .values(ledger_json=json.dumps(ledger), ledger_version=run.version, status=ledger["status"])
         )
-    return ledger
 
 
 def run_detail(engine: Engine, run_id: str) -> dict[str, Any]:

@@ -9,9 +9,9 @@ from sqlalchemy import Engine
 from services.analysis.straggler_report import build_straggler_report
 from services.pipeline import ledger_for_row
 from services.storage.load import get_run, load_run_data
-from services.views_pipeline import ViewsCache
+from services.version_cache import VersionCache
 
-_CACHE = ViewsCache(capacity=16)
+_CACHE = VersionCache(capacity=16)
 
 
 def straggler_report(engine: Engine, run_id: str) -> dict[str, Any]:

@@ -1,92 +1,144 @@
-"""Where storage and the dashboard's read models meet: load a run, build its views, keep them while unchanged.
+"""Where storage and the dashboard's read models meet: build a run's views, keep the last build, serve it.
 
-The ledger is cached in the database by `services.pipeline`; the views are bigger and only the dashboard reads
-them, so they live in a small in-process LRU keyed by (run_id, version) instead of a column: no migration,
-and a new event (a new version) makes the entry stale exactly as it does for the ledger. Each process of
-`goodput serve --workers N` has its own cache.
+One build loads the run once and makes both its ledger and its views from one structure of it; the result is
+stored in `run_views` with the version it describes (shared by every collector process, kept across
+restarts).
+
+- `views_for_row`: the views of the run's current version (the API's default): built here when stale.
+- `recent_views`: for the run page, which must draw in well under 2 s even for a run of ten million steps
+  that keeps receiving events. It waits at most `budget_s` for a fresh build; otherwise it answers with the
+  stored build, flagged stale, while the build goes on in the background (one per run; paced, so a polled
+  big run costs at most about a quarter of a core) and stores its result for the next poll.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import threading
 import time
-from collections import OrderedDict
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
+from services.analysis.attempts import build_run_structure
+from services.analysis.ledger import build_ledger
 from services.analysis.views import build_run_views
-from services.pipeline import ledger_for_row
-from services.storage.load import RunRow, get_run, load_run_data
+from services.pipeline import store_ledger
+from services.single_flight import Pace, SingleFlight, run_key
+from services.storage.load import RunRow, get_run, get_run_by_pk, load_run_data
+from services.storage.tables import RunViews
 
 logger = logging.getLogger(__name__)
 
 
-class ViewsCache:
-    """A thread-safe LRU of view dicts keyed by (run_id, version)."""
-
-    def __init__(self, capacity: int = 32) -> None:
-        self._capacity = capacity
-        self._items: OrderedDict[str, tuple[int, dict[str, Any]]] = OrderedDict()
-        self._lock = threading.Lock()
-        self._building: dict[str, threading.Lock] = {}
-
-    def build_lock(self, run_id: str) -> threading.Lock:
-        """One builder per run at a time: concurrent requests for a changed run wait for the first one."""
-        with self._lock:
-            return self._building.setdefault(run_id, threading.Lock())
-
-    def get(self, run_id: str, version: int) -> dict[str, Any] | None:
-        with self._lock:
-            item = self._items.get(run_id)
-            if item is None or item[0] != version:
-                return None
-            self._items.move_to_end(run_id)
-            return item[1]
-
-    def put(self, run_id: str, version: int, views: dict[str, Any]) -> None:
-        with self._lock:
-            self._items[run_id] = (version, views)
-            self._items.move_to_end(run_id)
-            while len(self._items) > self._capacity:
-                self._items.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredViews:
+    version: int
+    analysed_at: float  # server clock
+    analysis_seconds: float
+    ledger: dict[str, Any]
+    views: dict[str, Any]
 
 
-_CACHE = ViewsCache()
+_BUILDS: SingleFlight[StoredViews] = SingleFlight("views")
+_PACE = Pace()
 
 
-def views_for_run(engine: Engine, run_id: str, *, cache: ViewsCache = _CACHE) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(views, ledger) of the run; both describe the same stored version of the run."""
+def views_for_run(engine: Engine, run_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(views, ledger) of the run's current version; both describe the same version."""
     with engine.connect() as conn:
         run = get_run(conn, run_id)
-    return views_for_row(engine, run, cache=cache)
+    return views_for_row(engine, run)
 
 
-def views_for_row(engine: Engine, run: RunRow, *, cache: ViewsCache = _CACHE) -> tuple[dict[str, Any], dict[str, Any]]:
-    ledger = ledger_for_row(engine, run)
-    cached = cache.get(run.run_id, run.version)
-    if cached is not None:
-        return cached, ledger
-    with cache.build_lock(run.run_id):
-        cached = cache.get(run.run_id, run.version)  # built by the request we waited for
-        if cached is not None:
-            return cached, ledger
-        return _build(engine, run, ledger, cache), ledger
+def views_for_row(engine: Engine, run: RunRow) -> tuple[dict[str, Any], dict[str, Any]]:
+    current = current_views(engine, run)
+    return current.views, current.ledger
 
 
-def _build(engine: Engine, run: RunRow, ledger: dict[str, Any], cache: ViewsCache) -> dict[str, Any]:
+def current_views(engine: Engine, run: RunRow) -> StoredViews:
+    """The build of at least the version `run` was read at."""
+    return _current(engine, run, _stored(engine, run.pk))
+
+
+def _current(engine: Engine, run: RunRow, stored: StoredViews | None) -> StoredViews:
+    while stored is None or stored.version < run.version:
+        stored = _BUILDS.submit(run_key(engine, run.pk), lambda: _build(engine, run.pk)).result()
+    return stored
+
+
+def recent_views(engine: Engine, run: RunRow, *, budget_s: float) -> tuple[StoredViews, bool]:
+    """(the newest build of the run's views that is ready within `budget_s`, whether it is stale)."""
+    stored = _stored(engine, run.pk)
+    if stored is not None and stored.version >= run.version:
+        return stored, False
+    if stored is None:  # never built: nothing to show meanwhile
+        return _current(engine, run, None), False
+    future = _BUILDS.running(run_key(engine, run.pk))
+    if future is None and _PACE.due(run_key(engine, run.pk), time.monotonic()):
+        future = _BUILDS.submit(run_key(engine, run.pk), lambda: _build(engine, run.pk))
+    if future is not None:
+        try:
+            built = future.result(timeout=budget_s)
+            if built.version >= run.version:
+                return built, False
+            stored = built if built.version > stored.version else stored
+        except FutureTimeout:
+            pass
+    return stored, True
+
+
+def _stored(engine: Engine, run_pk: int) -> StoredViews | None:
+    with engine.connect() as conn:
+        row = conn.execute(select(RunViews.version, RunViews.analysed_at, RunViews.analysis_seconds,
+                                  RunViews.ledger_json, RunViews.views_json).where(RunViews.run_pk == run_pk)).first()
+    if row is None:
+        return None
+    return StoredViews(version=row[0], analysed_at=row[1], analysis_seconds=row[2], ledger=json.loads(row[3]),
+                       views=json.loads(row[4]))
+
+
+def _build(engine: Engine, run_pk: int) -> StoredViews:
     started = time.perf_counter()
     with engine.connect() as conn:
+        run = get_run_by_pk(conn, run_pk)  # read again: the newest version when the build starts
         data = load_run_data(conn, run)
     loaded = time.perf_counter()
-    views = build_run_views(data, ledger)
+    structure = build_run_structure(data)
+    if run.ledger_json is not None and run.ledger_version == run.version:
+        ledger = json.loads(run.ledger_json)
+    else:
+        ledger = build_ledger(data, structure).to_dict()
+        store_ledger(engine, run, ledger)
+    views = build_run_views(data, ledger, run=structure)
     views["version"] = run.version
-    cache.put(run.run_id, run.version, views)
-    logger.info("views built for run %s (version %d): load %.2f s, analysis %.2f s", run.run_id, run.version,
-                loaded - started, time.perf_counter() - loaded)
-    return views
+    finished = time.perf_counter()
+    built = StoredViews(version=run.version, analysed_at=time.time(), analysis_seconds=finished - started,
+                        ledger=ledger, views=views)
+    _store(engine, run_pk, built)
+    _PACE.record(run_key(engine, run_pk), time.monotonic(), finished - started)
+    logger.info("views built for run %s (version %d): load %.2f s, ledger and views %.2f s", run.run_id,
+                run.version, loaded - started, finished - loaded)
+    return built
+
+
+def _store(engine: Engine, run_pk: int, built: StoredViews) -> None:
+    """Keep the newest build: an older one (a slower concurrent build in another process) never replaces it."""
+    values = {"version": built.version, "analysed_at": built.analysed_at, "analysis_seconds": built.analysis_seconds,
+              "ledger_json": json.dumps(built.ledger), "views_json": json.dumps(built.views)}
+    with engine.begin() as conn:
+        replaced = conn.execute(update(RunViews).where(RunViews.run_pk == run_pk, RunViews.version < built.version)
+                                .values(**values)).rowcount
+        if replaced:
+            return
+        exists = conn.execute(select(RunViews.version).where(RunViews.run_pk == run_pk)).first()
+        if exists is not None:
+            return
+    try:
+        with engine.begin() as conn:
+            conn.execute(insert(RunViews).values(run_pk=run_pk, **values))
+    except IntegrityError:
+        pass  # another process stored its build first

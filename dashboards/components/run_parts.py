@@ -123,3 +123,15 @@ def suspects_text(live: dict[str, Any] | None) -> str | None:
     more = total - len(parts)
     label = "Suspect rank" if total == 1 else "Suspect ranks"
     return f"{label} {', '.join(parts)}" + (f" and {more} more" if more > 0 else "") + "."
+
+
+def freshness_note(view: dict[str, Any]) -> html.Div | None:
+    """Shown while the figures below describe an older version of the run than the collector has."""
+    if not view.get("stale"):
+        return None
+    took = view.get("analysis_seconds")
+    return html.Div(className="freshness", id="run-freshness-note", children=[
+        html.B("Updating. "),
+        f"The figures below are as of {fmt.timestamp(view.get('analysed_at'))} UTC: the run has received events "
+        f"since, and analysing all of it takes about {fmt.seconds(took) if took else 'a while'} here. They are "
+        "redrawn when the new analysis is ready; the status line above is current."])

@@ -31,6 +31,7 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
         html.Div(className="crumbs", children=[dcc.Link("← Fleet", href=dash.get_relative_path("/"))]),
         html.Div(id=ids.RUN_HEADER, className="page-head", children=[html.H1(run_id)]),
         html.Div(id=ids.RUN_LIVE),
+        html.Div(id=ids.RUN_FRESHNESS),
         html.Div(id=ids.RUN_RESUME),
         html.Div(id=ids.RUN_MESSAGE, children=message("Loading…")),
         html.Div(id=ids.RUN_CONTENT, style={"display": "none"}, children=[
@@ -77,29 +78,39 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
     Output(ids.RUN_LIVE_STORE, "data"),
     Output(ids.RUN_STORE, "data"),
     Output(ids.RUN_VERSION_STORE, "data"),
+    Output(ids.RUN_FRESHNESS, "children"),
     Input(ids.APP_INTERVAL, "n_intervals"),
     Input(ids.RUN_ID_STORE, "data"),
     State(ids.RUN_VERSION_STORE, "data"),
 )
-def _fetch(_n: int | None, run_id: str | None, version: int | None) -> tuple[Any, Any, Any]:
-    """Every tick: the small live document. The ledger and the views only when the run's version changed."""
+def _fetch(_n: int | None, run_id: str | None, fetched: dict[str, Any] | None) -> tuple[Any, ...]:
+    """Every tick: the small live document. The views only when the run changed, and then the newest build
+    the collector has ready within about a second: a big run's rebuild goes on in the background and is
+    drawn on a later tick, so the page never waits for it."""
     if not run_id:
-        return no_update, {"error": "No run id in the address."}, None
+        return no_update, {"error": "No run id in the address."}, None, None
+    fetched = fetched or {}
     api = data.api()
     try:
         live = api.live(run_id)
-        if live.get("version") is not None and live["version"] == version:
-            return live, no_update, no_update
-        ledger, view = api.ledger(run_id), api.view(run_id)
+        if live.get("version") == fetched.get("version") and not fetched.get("resume_pending"):
+            return live, no_update, no_update, no_update
+        view = api.view(run_id)
+        note = run_parts.freshness_note(view)
+        if view.get("version") == fetched.get("version") and not fetched.get("resume_pending"):
+            return live, no_update, no_update, note  # the rebuild is not ready yet: keep what is drawn
     except data.RunNotFound:
-        return None, {"error": f"No run {run_id!r}: the collector has no events for it.", "not_found": True}, None
+        return None, {"error": f"No run {run_id!r}: the collector has no events for it.", "not_found": True}, None, None
     except data.ApiError as exc:
-        return None, {"error": str(exc)}, None
+        return None, {"error": str(exc)}, None, None
     try:
         resume = api.resume_check(run_id)
+        pending = resume is None
     except data.ApiError:  # the banner is optional: the page still shows the ledger
-        resume = None
-    return live, {"ledger": ledger, "view": view, "resume": resume}, view.get("version")
+        resume, pending = None, False
+    ledger = view.pop("ledger")
+    return live, {"ledger": ledger, "view": view, "resume": resume}, {"version": view.get("version"),
+                                                                      "resume_pending": pending}, note
 
 
 @callback(Output(ids.RUN_RESUME, "children"), Input(ids.RUN_STORE, "data"))
@@ -176,8 +187,8 @@ def _draw_live(live: dict[str, Any] | None) -> Any:
 )
 def _move_stall_band(live: dict[str, Any] | None, drawn: int | None) -> Any:
     """Every refresh of a running run: stretch the timeline's "no progress" band to the server's now."""
-    if not live or live.get("status") != "running" or drawn is None or live.get("version") != drawn:
-        return no_update  # no timeline of this version on the page yet: the full redraw carries the band
+    if not live or live.get("status") != "running" or drawn is None:
+        return no_update  # no timeline with a band on the page yet: the full redraw carries the band
     x, y, text = figures.stall_band(live)
     patch = Patch()
     patch["data"][0]["x"] = x

@@ -108,9 +108,11 @@ class WasteLedger:
         }
 
 
-def build_ledger(data: RunData) -> WasteLedger:
-    """Attribute every allocated GPU-second of the run to productive time or exactly one waste category."""
-    run = build_run_structure(data)
+def build_ledger(data: RunData, run: RunStructure | None = None) -> WasteLedger:
+    """Attribute every allocated GPU-second of the run to productive time or exactly one waste category.
+
+    `run`: the data's structure when the caller already built it (the views read the same one)."""
+    run = build_run_structure(data) if run is None else run
     attempts = run.attempts
     position = {a.attempt: i for i, a in enumerate(attempts)}
     n_pos = max(len(attempts), 1)

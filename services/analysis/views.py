@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from services.analysis.attempts import build_run_structure
+from services.analysis.attempts import RunStructure, build_run_structure
 from services.analysis.ledger import (  # the ledger's own painting rules
     _CLAIM_CATEGORY,
     build_claims,
@@ -50,9 +50,12 @@ def build_run_views(
     max_segments: int = MAX_SEGMENTS,
     heat_rows: int = HEAT_ROWS,
     heat_cols: int = HEAT_COLS,
+    run: RunStructure | None = None,
 ) -> dict[str, Any]:
-    """Everything the run page draws besides the ledger's numbers, as one JSON-able dict."""
-    run = build_run_structure(data)
+    """Everything the run page draws besides the ledger's numbers, as one JSON-able dict.
+
+    `run`: the data's structure when the caller already built it for the ledger."""
+    run = build_run_structure(data) if run is None else run
     attempts = run.attempts
     position = {a.attempt: i for i, a in enumerate(attempts)}
     job_steps = run.job_steps.copy()
@@ -89,7 +92,7 @@ def build_run_views(
             "progress": _progress(run, job_steps, max_points),
         },
         "progress": _progress_stats(job_steps, run.checkpoints),
-        "ranks": _rank_compute(data, ledger, heat_rows, heat_cols),
+        "ranks": _rank_compute(data, run.steps, ledger, heat_rows, heat_cols),
         "checkpoints": checkpoints[-MAX_CHECKPOINT_ROWS:],
         "checkpoints_total": len(checkpoints),
         "restarts": build_restart_rows(ledger),
@@ -246,14 +249,15 @@ def _checkpoint_rows(checkpoints: pd.DataFrame) -> list[dict[str, Any]]:
 # -- per-rank compute ------------------------------------------------------------------------------------
 
 
-def _rank_compute(data: RunData, ledger: Mapping[str, Any], heat_rows: int, heat_cols: int) -> dict[str, Any]:
-    """Per rank: compute seconds per step (duration minus time in collectives), median / p90 / mean."""
+def _rank_compute(data: RunData, steps: pd.DataFrame, ledger: Mapping[str, Any], heat_rows: int,
+                  heat_cols: int) -> dict[str, Any]:
+    """Per rank: compute seconds per step (duration minus time in collectives), median / p90 / mean.
+
+    `steps`: the run's steps, one row per (attempt, rank, step) (RunStructure.steps)."""
     by_rank_cost = {int(k): float(v) for k, v in ledger.get("straggler_gpu_seconds_by_rank", {}).items()}
-    steps = data.steps
     empty = {"rows": [], "heatmap": None, "compute_source": None, "straggler_ranks": []}
     if steps.empty:
         return empty
-    steps = steps[~steps.duplicated(["attempt", "rank", "step"])]
     attempt = steps["attempt"].to_numpy(np.int64)
     rank = steps["rank"].to_numpy(np.int64)
     step = steps["step"].to_numpy(np.int64)

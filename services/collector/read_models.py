@@ -90,6 +90,8 @@ class RunListItem(BaseModel):
     goodput: float | None
     waste_gpu_seconds: WasteBreakdown
     restarts: int
+    stale: bool = Field(False, description="the run received events since these figures were computed; a "
+                                           "newer ledger is being built (GET /v1/runs/{run_id}/waste waits for it)")
 
 
 class RunList(BaseModel):

@@ -53,6 +53,8 @@ class Tolerances(BaseModel):
 class ResumeCheck(BaseModel):
     run_id: str
     version: int = Field(description="the run version checked (changes with every write)")
+    stale: bool = Field(False, description="with stale_ok=true: the run received events since this check; a newer "
+                                           "one is being computed")
     verdict: Literal["ok", "flagged"]
     findings: list[Finding]
     resumes: list[ResumeSummary] = Field(description="one per attempt after the first")

@@ -47,6 +47,13 @@ def get_run(conn: Connection, run_id: str) -> RunRow:
     return _run_row(row)
 
 
+def get_run_by_pk(conn: Connection, run_pk: int) -> RunRow:
+    row = conn.execute(select(*_RUN_COLUMNS).where(Run.id == run_pk)).first()
+    if row is None:
+        raise RunNotFound(str(run_pk))
+    return _run_row(row)
+
+
 def list_runs(conn: Connection, *, since: float | None = None, until: float | None = None,
               status: str | None = None, limit: int = 1000, project: str | None = None) -> list[RunRow]:
     query = select(*_RUN_COLUMNS)

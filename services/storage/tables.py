@@ -38,6 +38,23 @@ class Run(Base):
     ledger_json: Mapped[str | None] = mapped_column(Text)
 
 
+class RunViews(Base):
+    """The dashboard's read models of one version of a run, with the ledger of that same version.
+
+    Building them reads every step of the run, so the last build is kept here (shared by every collector
+    process, kept across restarts) and served while a newer one is built: services/views_pipeline.py.
+    """
+
+    __tablename__ = "run_views"
+
+    run_pk: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger)  # the run's version the views describe
+    analysed_at: Mapped[float] = mapped_column(Double)  # server clock when the build finished
+    analysis_seconds: Mapped[float] = mapped_column(Double)  # what the build took (load + ledger + views)
+    ledger_json: Mapped[str] = mapped_column(Text)
+    views_json: Mapped[str] = mapped_column(Text)
+
+
 class Event(Base):
     """Every event as received (compact records as one row, without their arrays); the idempotency key."""
 

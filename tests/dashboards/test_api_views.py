@@ -5,20 +5,12 @@ from __future__ import annotations
 import pytest
 
 from services.simulate import SimConfig, simulate
-from services.views_pipeline import _CACHE
 
 
 def send(client, config: SimConfig) -> None:  # type: ignore[no-untyped-def]
     events = simulate(config).events
     for i in range(0, len(events), 500):
         assert client.post("/v1/events", json={"events": events[i:i + 500]}).status_code == 200
-
-
-@pytest.fixture(autouse=True)
-def _fresh_views_cache():  # type: ignore[no-untyped-def]
-    _CACHE.clear()
-    yield
-    _CACHE.clear()
 
 
 def test_view_endpoints_serve_one_version_of_the_run(client) -> None:  # type: ignore[no-untyped-def]

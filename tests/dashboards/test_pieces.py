@@ -91,3 +91,13 @@ def test_run_kpis_use_the_ledgers_numbers() -> None:
     assert cards["run-kpi-goodput"] == "76.9%"
     assert cards["run-kpi-allocated"] == "2.60 GPU-h"
     assert cards["run-kpi-waste-hang"] == "0.10 GPU-h"
+
+
+def test_a_stale_build_says_when_it_is_from_and_that_it_is_being_redrawn() -> None:
+    from tests.dashboards.test_resume_banner import flat_text
+
+    assert run_parts.freshness_note({"stale": False, "analysed_at": 0.0}) is None
+    note = run_parts.freshness_note({"stale": True, "analysed_at": 1_767_225_600.0, "analysis_seconds": 21.4})
+    assert note is not None and note.id == "run-freshness-note"
+    text = flat_text(note)
+    assert "as of 2026-01-01 00:00:00 UTC" in text and "about 21.4 s" in text and "redrawn" in text

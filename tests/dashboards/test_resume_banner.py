@@ -33,13 +33,17 @@ def test_a_flagged_check_names_its_findings() -> None:
     assert "message 3" not in text and "2 more" in text
 
 
-def test_the_api_client_asks_the_resume_check_endpoint() -> None:
+def test_the_api_client_asks_the_resume_check_endpoint_without_waiting_for_it() -> None:
     seen: list[str] = []
+    pending = {"error": {"code": "resume_check_pending", "message": "being computed"}}
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request.url.raw_path.decode())
+        if len(seen) == 1:
+            return httpx.Response(202, json=pending)
         return httpx.Response(200, json={"verdict": "ok", "findings": []})
 
     api = Api("http://collector", httpx.Client(transport=httpx.MockTransport(handler)))
+    assert api.resume_check("team/run 1") is None  # the first check of a big run is still running
     assert api.resume_check("team/run 1")["verdict"] == "ok"
-    assert seen == ["/v1/runs/team%2Frun%201/resume-check"]
+    assert seen == ["/v1/runs/team%2Frun%201/resume-check?stale_ok=true"] * 2

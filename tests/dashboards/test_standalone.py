@@ -32,9 +32,10 @@ def test_standalone_dashboard_serves_pages_and_reads_the_collector(seeded_server
         layout = httpx.get(f"{base}/_dash-layout", timeout=10)
         assert layout.status_code == 200 and "app-interval" in layout.text
         # the run page's data callback, as the browser calls it: it reads the collector's API
-        body = {"output": "..run-live-store.data...run-store.data...run-version-store.data..",
+        body = {"output": "..run-live-store.data...run-store.data...run-version-store.data...run-freshness.children..",
                 "outputs": [{"id": "run-live-store", "property": "data"}, {"id": "run-store", "property": "data"},
-                            {"id": "run-version-store", "property": "data"}],
+                            {"id": "run-version-store", "property": "data"},
+                            {"id": "run-freshness", "property": "children"}],
                 "inputs": [{"id": "app-interval", "property": "n_intervals", "value": 0},
                            {"id": "run-id-store", "property": "data", "value": "gpt-small-hang"}],
                 "state": [{"id": "run-version-store", "property": "data", "value": None}],

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
+from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from services.analysis.resume_check import ResumeCheckConfig
@@ -16,13 +17,17 @@ from services.collector.auth import READ_RUN
 from services.collector.deps import EngineDep
 from services.collector.resume_models import ResumeCheck
 from services.collector.schemas import ErrorResponse
-from services.resume_pipeline import DEFAULT_CONFIG, resume_check
+from services.resume_pipeline import DEFAULT_CONFIG, ResumeCheckPending, recent_resume_check, resume_check
 
 router = APIRouter(tags=["advice"])
 
+STALE_OK_BUDGET_S = 1.0
+
 
 @router.get("/v1/runs/{run_id:path}/resume-check", response_model=ResumeCheck,
-            responses={404: {"model": ErrorResponse}},  # type: ignore[dict-item]
+            responses={404: {"model": ErrorResponse},  # type: ignore[dict-item]
+                       202: {"model": ErrorResponse, "description": "stale_ok=true and the run's first check "
+                                                                    "is still being computed: retry shortly"}},
             dependencies=[READ_RUN],
             summary="Did each restart reproduce the steps it recomputed (loss, lr, digest), resume from a checkpoint, "
                     "and number its steps without gaps or repeats?")
@@ -31,7 +36,20 @@ async def get_resume_check(
     loss_rtol: Annotated[float, Query(ge=0, le=1, description="relative tolerance on recomputed losses; raise it "
                                       "for GPU jobs that are not bitwise deterministic")] = DEFAULT_CONFIG.loss_rtol,
     lr_rtol: Annotated[float, Query(ge=0, le=1)] = DEFAULT_CONFIG.lr_rtol,
-) -> ResumeCheck:
+    stale_ok: Annotated[bool, Query(description=(
+        "answer within about a second (default tolerances only): when the run changed and the check takes "
+        "longer (a run of millions of steps), serve the last check (`stale: true`), or 202 when there is none "
+        "yet, while the check goes on in the background"))] = False,
+) -> ResumeCheck | JSONResponse:
     config = ResumeCheckConfig(loss_rtol=loss_rtol, lr_rtol=lr_rtol)
+    if stale_ok and config == DEFAULT_CONFIG:
+        try:
+            check, stale = await run_in_threadpool(
+                lambda: recent_resume_check(engine, run_id, budget_s=STALE_OK_BUDGET_S))
+        except ResumeCheckPending:
+            return JSONResponse(status_code=202, headers={"Retry-After": "5"}, content={"error": {
+                "code": "resume_check_pending",
+                "message": f"the resume check of run {run_id!r} is being computed; retry in a few seconds"}})
+        return ResumeCheck(**check, stale=stale)
     check = await run_in_threadpool(resume_check, engine, run_id, config)
     return ResumeCheck(**check)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -9,10 +10,14 @@ from services.collector.auth import READ_RUN, RunScopeDep
 from services.collector.deps import EngineDep
 from services.collector.read_models import Ledger, RunDetail, RunList, RunListItem
 from services.collector.schemas import ErrorResponse
-from services.pipeline import ledger_for_row, ledger_for_run, run_detail
+from services.pipeline import ledger_for_run, recent_ledger, run_detail
 from services.storage.load import list_runs
 
 router = APIRouter(tags=["runs"])
+
+# How long one /v1/runs request waits, over all its runs, for ledgers made stale by new events; after that
+# a run shows its last ledger (`stale: true`) while a background build catches up.
+LIST_BUDGET_S = 1.0
 _404 = {404: {"model": ErrorResponse}}
 
 
@@ -29,18 +34,19 @@ async def get_runs(
     def work() -> list[dict[str, Any]]:
         with engine.connect() as conn:
             rows = list_runs(conn, since=since, until=until, limit=limit, project=scope.project)
+        deadline = time.monotonic() + LIST_BUDGET_S
         out = []
         for row in rows:
             if run_id and run_id not in row.run_id:
                 continue
-            ledger = ledger_for_row(engine, row)
+            ledger, stale = recent_ledger(engine, row, budget_s=max(deadline - time.monotonic(), 0.0))
             if status and ledger["status"] != status:
                 continue
             out.append({
                 "run_id": row.run_id, "status": ledger["status"], "first_time": ledger["first_time"],
                 "last_time": ledger["latest_time"], "allocated_gpu_seconds": ledger["allocated_gpu_seconds"],
                 "productive_gpu_seconds": ledger["productive_gpu_seconds"], "goodput": ledger["goodput"],
-                "waste_gpu_seconds": ledger["waste_gpu_seconds"], "restarts": ledger["restarts"],
+                "waste_gpu_seconds": ledger["waste_gpu_seconds"], "restarts": ledger["restarts"], "stale": stale,
             })
         return out
 

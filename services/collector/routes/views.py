@@ -7,16 +7,20 @@ GPU-second numbers themselves stay in `/v1/runs/{run_id}/waste`; these say when 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
 from services.collector.auth import READ_RUN
 from services.collector.deps import EngineDep, SettingsDep
 from services.collector.schemas import ErrorResponse
 from services.live_pipeline import live_config, live_for_run
-from services.views_pipeline import views_for_run
+from services.storage.load import get_run
+from services.views_pipeline import current_views, recent_views, views_for_row
+
+# How long /view?stale_ok=true waits for a fresh build before it answers with the stored one.
+STALE_OK_BUDGET_S = 1.0
 
 router = APIRouter(tags=["dashboard views"])
 _404: dict[int | str, dict[str, Any]] = {404: {"model": ErrorResponse}}
@@ -26,7 +30,12 @@ _404: dict[int | str, dict[str, Any]] = {404: {"model": ErrorResponse}}
 
 
 async def _section(engine: EngineDep, run_id: str, *names: str) -> dict[str, Any]:
-    views, _ = await run_in_threadpool(views_for_run, engine, run_id)
+    def work() -> dict[str, Any]:
+        with engine.connect() as conn:
+            run = get_run(conn, run_id)
+        return views_for_row(engine, run)[0]
+
+    views = await run_in_threadpool(work)
     out: dict[str, Any] = {"run_id": views["run_id"], "status": views["status"], "version": views["version"]}
     out.update({name: views[name] for name in names})
     return out
@@ -57,11 +66,26 @@ async def get_restarts(run_id: str, engine: EngineDep) -> dict[str, Any]:
 
 
 @router.get("/v1/runs/{run_id:path}/view", responses=_404, dependencies=[READ_RUN],
-            summary="Everything the dashboard's run page draws, in one document (timeline, ranks, tables, live)")
-async def get_view(run_id: str, engine: EngineDep, settings: SettingsDep) -> dict[str, Any]:
+            summary="Everything the dashboard's run page draws, in one document (timeline, ranks, tables, the "
+                    "ledger of the same version, live)")
+async def get_view(
+    run_id: str, engine: EngineDep, settings: SettingsDep,
+    stale_ok: Annotated[bool, Query(description=(
+        "answer within about a second: when the run changed and its views take longer to rebuild (a run of "
+        "millions of steps), serve the last build (`stale: true`, `version` < `run_version`) while the "
+        "rebuild goes on in the background"))] = False,
+) -> dict[str, Any]:
     def work() -> dict[str, Any]:
-        views, _ = views_for_run(engine, run_id)
-        return {**views, "live": live_for_run(engine, run_id, time.time(), live_config(settings))}
+        with engine.connect() as conn:
+            run = get_run(conn, run_id)
+        if stale_ok:
+            built, stale = recent_views(engine, run, budget_s=STALE_OK_BUDGET_S)
+        else:
+            built, stale = current_views(engine, run), False
+        return {**built.views, "ledger": built.ledger, "stale": stale,
+                "run_version": max(run.version, built.version), "analysed_at": built.analysed_at,
+                "analysis_seconds": built.analysis_seconds,
+                "live": live_for_run(engine, run_id, time.time(), live_config(settings))}
 
     return await run_in_threadpool(work)
 
