@@ -37,15 +37,15 @@ def live_config(settings: ServiceSettings) -> LiveConfig:
                       heartbeat_interval_s=settings.heartbeat_interval_s)
 
 
-def recent_ledger(engine: Engine, row: RunRow) -> dict[str, Any]:
-    """The run's ledger, fresh when it is built within LEDGER_BUDGET_S, else the stored one (refreshed in
-    the background): polling a big live run never waits for a full analysis."""
-    return pipeline.recent_ledger(engine, row, budget_s=LEDGER_BUDGET_S)[0]
+def recent_ledger(engine: Engine, row: RunRow, budget_s: float = LEDGER_BUDGET_S) -> dict[str, Any]:
+    """The run's ledger, fresh when it is built within `budget_s`, else the stored one (refreshed in the
+    background): polling a big live run never waits for a full analysis."""
+    return pipeline.recent_ledger(engine, row, budget_s=budget_s)[0]
 
 
 def live_for_row(engine: Engine, row: RunRow, now: float, config: LiveConfig, *,
-                 with_ranks: bool = True) -> dict[str, Any]:
-    ledger = recent_ledger(engine, row)
+                 with_ranks: bool = True, ledger_budget_s: float = LEDGER_BUDGET_S) -> dict[str, Any]:
+    ledger = recent_ledger(engine, row, ledger_budget_s)
     with engine.connect() as conn:
         state = load_live_state(conn, row, now=now, lookback_s=max(60.0, 4 * config.silent_after_s),
                                 recent_steps=config.recent_steps)
@@ -65,10 +65,11 @@ def live_for_row(engine: Engine, row: RunRow, now: float, config: LiveConfig, *,
     return out
 
 
-def live_for_run(engine: Engine, run_id: str, now: float, config: LiveConfig) -> dict[str, Any]:
+def live_for_run(engine: Engine, run_id: str, now: float, config: LiveConfig, *,
+                 ledger_budget_s: float = LEDGER_BUDGET_S) -> dict[str, Any]:
     with engine.connect() as conn:
         row = get_run(conn, run_id)
-    return live_for_row(engine, row, now, config)
+    return live_for_row(engine, row, now, config, ledger_budget_s=ledger_budget_s)
 
 
 def live_for_running_runs(engine: Engine, now: float, config: LiveConfig, *, limit: int = 500) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, update
@@ -24,8 +25,18 @@ from services.storage.tables import Run
 
 logger = logging.getLogger(__name__)
 
-_BUILDS: SingleFlight[tuple[int, dict[str, Any]]] = SingleFlight("ledger")
-_PACE = Pace()
+
+@dataclass(frozen=True, slots=True)
+class LedgerBuild:
+    version: int
+    ledger: dict[str, Any]
+
+
+# One analysis of a run at a time in this process, whether it builds the ledger alone (here) or the ledger
+# and the views (services.views_pipeline): a ledger request joins a running views build, whose ledger is the
+# same. One pace for both, so background builds of a big run cost at most about a quarter of a core.
+ANALYSES: SingleFlight[Any] = SingleFlight("analysis")
+ANALYSIS_PACE = Pace()
 
 
 def ledger_for_run(engine: Engine, run_id: str) -> dict[str, Any]:
@@ -40,9 +51,9 @@ def ledger_for_row(engine: Engine, run: RunRow) -> dict[str, Any]:
     if _is_fresh(run):
         return json.loads(run.ledger_json)  # type: ignore[arg-type, no-any-return]
     while True:
-        version, ledger = _BUILDS.submit(run_key(engine, run.pk), lambda: _build(engine, run.pk)).result()
-        if version >= run.version:
-            return ledger
+        built = ANALYSES.submit(run_key(engine, run.pk), lambda: _build(engine, run.pk)).result()
+        if built.version >= run.version:
+            return built.ledger  # type: ignore[no-any-return]
         # we joined a build that started before `run` was read: the next one reads the run again
 
 
@@ -52,14 +63,15 @@ def recent_ledger(engine: Engine, run: RunRow, *, budget_s: float) -> tuple[dict
         return json.loads(run.ledger_json), False  # type: ignore[arg-type]
     if run.ledger_json is None:
         return ledger_for_row(engine, run), False  # nothing to show meanwhile
-    future = _BUILDS.running(run_key(engine, run.pk))
-    if future is None and _PACE.due(run_key(engine, run.pk), time.monotonic()):
-        future = _BUILDS.submit(run_key(engine, run.pk), lambda: _build(engine, run.pk))
+    key = run_key(engine, run.pk)
+    future = ANALYSES.running(key)
+    if future is None and ANALYSIS_PACE.due(key, time.monotonic()):
+        future = ANALYSES.submit(key, lambda: _build(engine, run.pk))
     if future is not None:
         try:
-            version, ledger = future.result(timeout=budget_s)
-            if version >= run.version:
-                return ledger, False
+            built = future.result(timeout=budget_s)
+            if built.version >= run.version:
+                return built.ledger, False
         except FutureTimeout:
             pass
     return json.loads(run.ledger_json), True
@@ -69,20 +81,20 @@ def _is_fresh(run: RunRow) -> bool:
     return run.ledger_json is not None and run.ledger_version == run.version
 
 
-def _build(engine: Engine, run_pk: int) -> tuple[int, dict[str, Any]]:
+def _build(engine: Engine, run_pk: int) -> LedgerBuild:
     started = time.monotonic()
     with engine.connect() as conn:
         run = get_run_by_pk(conn, run_pk)  # read again: the newest version when the build starts
         if _is_fresh(run):
-            return run.version, json.loads(run.ledger_json)  # type: ignore[arg-type]
+            return LedgerBuild(run.version, json.loads(run.ledger_json))  # type: ignore[arg-type]
         data = load_run_data(conn, run)
     ledger = build_ledger(data).to_dict()
     store_ledger(engine, run, ledger)
     finished = time.monotonic()
-    _PACE.record(run_key(engine, run_pk), finished, finished - started)
+    ANALYSIS_PACE.record(run_key(engine, run_pk), finished, finished - started)
     if finished - started > 1.0:
         logger.info("ledger of run %s (version %d) built in %.1f s", run.run_id, run.version, finished - started)
-    return run.version, ledger
+    return LedgerBuild(run.version, ledger)
 
 
 def store_ledger(engine: Engine, run: RunRow, ledger: dict[str, Any]) -> None:

@@ -26,8 +26,8 @@ from sqlalchemy.exc import IntegrityError
 from services.analysis.attempts import build_run_structure
 from services.analysis.ledger import build_ledger
 from services.analysis.views import build_run_views
-from services.pipeline import store_ledger
-from services.single_flight import Pace, SingleFlight, run_key
+from services.pipeline import ANALYSES, ANALYSIS_PACE, store_ledger
+from services.single_flight import run_key
 from services.storage.load import RunRow, get_run, get_run_by_pk, load_run_data
 from services.storage.tables import RunViews
 
@@ -43,8 +43,6 @@ class StoredViews:
     views: dict[str, Any]
 
 
-_BUILDS: SingleFlight[StoredViews] = SingleFlight("views")
-_PACE = Pace()
 
 
 def views_for_run(engine: Engine, run_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -66,7 +64,10 @@ def current_views(engine: Engine, run: RunRow) -> StoredViews:
 
 def _current(engine: Engine, run: RunRow, stored: StoredViews | None) -> StoredViews:
     while stored is None or stored.version < run.version:
-        stored = _BUILDS.submit(run_key(engine, run.pk), lambda: _build(engine, run.pk)).result()
+        built = ANALYSES.submit(run_key(engine, run.pk), lambda: _build(engine, run.pk)).result()
+        if isinstance(built, StoredViews):
+            stored = built
+        # else we joined a build of the ledger alone: the next round builds the views (with that ledger)
     return stored
 
 
@@ -77,15 +78,17 @@ def recent_views(engine: Engine, run: RunRow, *, budget_s: float) -> tuple[Store
         return stored, False
     if stored is None:  # never built: nothing to show meanwhile
         return _current(engine, run, None), False
-    future = _BUILDS.running(run_key(engine, run.pk))
-    if future is None and _PACE.due(run_key(engine, run.pk), time.monotonic()):
-        future = _BUILDS.submit(run_key(engine, run.pk), lambda: _build(engine, run.pk))
+    key = run_key(engine, run.pk)
+    future = ANALYSES.running(key)
+    if future is None and ANALYSIS_PACE.due(key, time.monotonic()):
+        future = ANALYSES.submit(key, lambda: _build(engine, run.pk))
     if future is not None:
         try:
             built = future.result(timeout=budget_s)
-            if built.version >= run.version:
-                return built, False
-            stored = built if built.version > stored.version else stored
+            if isinstance(built, StoredViews):
+                if built.version >= run.version:
+                    return built, False
+                stored = built if built.version > stored.version else stored
         except FutureTimeout:
             pass
     return stored, True
@@ -119,7 +122,7 @@ def _build(engine: Engine, run_pk: int) -> StoredViews:
     built = StoredViews(version=run.version, analysed_at=time.time(), analysis_seconds=finished - started,
                         ledger=ledger, views=views)
     _store(engine, run_pk, built)
-    _PACE.record(run_key(engine, run_pk), time.monotonic(), finished - started)
+    ANALYSIS_PACE.record(run_key(engine, run_pk), time.monotonic(), finished - started)
     logger.info("views built for run %s (version %d): load %.2f s, ledger and views %.2f s", run.run_id,
                 run.version, loaded - started, finished - loaded)
     return built

@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from services.collector.auth import READ_RUN
 from services.collector.deps import EngineDep, SettingsDep
 from services.collector.schemas import ErrorResponse
-from services.live_pipeline import live_config, live_for_run
+from services.live_pipeline import LEDGER_BUDGET_S, live_config, live_for_run
 from services.storage.load import get_run
 from services.views_pipeline import current_views, recent_views, views_for_row
 
@@ -85,7 +85,9 @@ async def get_view(
         return {**built.views, "ledger": built.ledger, "stale": stale,
                 "run_version": max(run.version, built.version), "analysed_at": built.analysed_at,
                 "analysis_seconds": built.analysis_seconds,
-                "live": live_for_run(engine, run_id, time.time(), live_config(settings))}
+                # the views were waited for already: the live part takes the ledger it finds
+                "live": live_for_run(engine, run_id, time.time(), live_config(settings),
+                                     ledger_budget_s=0.0 if stale_ok else LEDGER_BUDGET_S)}
 
     return await run_in_threadpool(work)
 
