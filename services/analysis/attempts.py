@@ -77,11 +77,32 @@ def _extreme(data: RunData, pick: Any, columns: tuple[str, str, str]) -> float |
 
 
 def dedupe_steps(steps: pd.DataFrame) -> pd.DataFrame:
-    """One row per (attempt, rank, step), whatever order or how often it arrived (replays regroup steps)."""
+    """One row per (attempt, rank, step), whatever order or how often it arrived (replays regroup steps):
+    sorted by (attempt, rank, step); of copies of one step, the one with the earliest (start, end) counts."""
     if steps.empty:
         return steps
+    key = step_key(steps)
+    if key is not None:  # the usual case, done in numpy: storage hands the rows over sorted and unique
+        if len(key) < 2 or bool((key[1:] > key[:-1]).all()):
+            return steps.reset_index(drop=True)
+        order = np.argsort(key, kind="stable")
+        ordered_key = key[order]
+        if not (ordered_key[1:] == ordered_key[:-1]).any():
+            return steps.take(order).reset_index(drop=True)
     ordered = steps.sort_values(["attempt", "rank", "step", "start", "end"], kind="stable")
     return ordered.drop_duplicates(["attempt", "rank", "step"], keep="first").reset_index(drop=True)
+
+
+def step_key(steps: pd.DataFrame) -> np.ndarray | None:
+    """(attempt, rank, step) packed in one int64 that sorts like the triple, or None when a value does not fit
+    (attempt < 2**15, rank < 2**21, step < 2**27: every real run; the caller then takes the slow path)."""
+    attempt = steps["attempt"].to_numpy(np.int64)
+    rank = steps["rank"].to_numpy(np.int64)
+    step = steps["step"].to_numpy(np.int64)
+    for values, bits in ((attempt, 15), (rank, 21), (step, 27)):
+        if values.min() < 0 or values.max() >= 1 << bits:
+            return None
+    return (attempt << 48) | (rank << 27) | step
 
 
 def build_job_steps(steps: pd.DataFrame) -> pd.DataFrame:

@@ -116,7 +116,9 @@ def _load_steps(conn: Connection, run_pk: int, *, detail: bool) -> pd.DataFrame:
     else:
         # SQLite: NULL becomes -1 (never a valid value: comm >= 0) or, for loss / lr, goes through objects.
         select_list = ", ".join(f"ifnull({n}, -1.0)" if n == "comm" else n for n in names)
-        fetched = _fetch_tuples(conn, f"SELECT {select_list} FROM steps WHERE run_pk = ?", int(run_pk))
+        # in index order: the analysis finds the rows sorted and skips its own sort
+        fetched = _fetch_tuples(conn, f"SELECT {select_list} FROM steps WHERE run_pk = ? ORDER BY attempt, rank, step",
+                                int(run_pk))
         if not fetched:
             return steps_frame()
         if detail:
@@ -181,7 +183,10 @@ def _steps_as_arrays(conn: Connection, run_pk: int, names: list[str], columns: d
     # Every array of a group is built over the same rows in the same order, so they line up; the ledger sorts.
     select_list = ", ".join(
         f"array_agg(coalesce({n}, 'NaN'))" if n in ("loss", "lr", "comm") else f"array_agg({n})" for n in aggregated)
-    sql = f"SELECT attempt, rank, count(*), {select_list} FROM steps WHERE run_pk = %s GROUP BY attempt, rank"
+    # Groups in (attempt, rank) order and, within one, rows in the order they were written (a rank's steps
+    # ascending, as the client sends them): the analysis then usually finds the rows sorted.
+    sql = (f"SELECT attempt, rank, count(*), {select_list} FROM steps WHERE run_pk = %s GROUP BY attempt, rank "
+           "ORDER BY attempt, rank")
     raw = conn.connection.driver_connection
     with raw.cursor(binary=True) as cursor:  # type: ignore[union-attr]
         cursor.execute("SET LOCAL work_mem = '256MB'")  # hash the groups in memory (this transaction only)
