@@ -219,6 +219,9 @@ def _through_the_api(big: BigRun, db: str, repeats: int, build_in_memory: float)
         t_store = _store(engine, big)
         print(f"\n## through the collector's API on {db} ({len(big.steps['step']):,} step rows stored in "
               f"{t_store:.0f} s)")
+        t_load, loaded = _load(engine)
+        assert loaded == len(big.steps["step"]), f"stored {loaded:,} of {len(big.steps['step']):,} step rows"
+        print(f"loading the run for analysis (what each build starts with): {t_load:.2f} s")
         with TestClient(create_app(ServiceSettings(database_url=url, dashboard=False), engine=engine)) as client:
             first, view = timed(lambda: _get(client, "/v1/runs/big/view", stale_ok="true"))
             assert view["stale"] is False
@@ -256,6 +259,16 @@ def _through_the_api(big: BigRun, db: str, repeats: int, build_in_memory: float)
           f"the first open of a never-analysed run takes {first:.1f} s")
 
 
+def _load(engine: Any) -> tuple[float, int]:
+    from services.storage.load import get_run, load_run_data
+
+    with engine.connect() as conn:
+        run = get_run(conn, "big")
+        started = time.perf_counter()
+        data = load_run_data(conn, run)
+        return time.perf_counter() - started, len(data.steps)
+
+
 def _get(client: Any, path: str, **params: str) -> dict[str, Any]:
     response = client.get(path, params=params)
     assert response.status_code == 200, response.text[:500]
@@ -281,20 +294,22 @@ def _store(engine: Any, big: BigRun) -> float:
         order = np.lexsort((c["step"], c["rank"], c["attempt"]))
         cols = {k: v[order] for k, v in c.items()}
         nan = np.full(1000, np.nan)
+        group_starts = np.flatnonzero(np.diff(cols["attempt"] * (1 << 32) + cols["rank"], prepend=-1) != 0)
+        bounds = np.append(group_starts, len(order))
         batch: list[IngestRecord] = []
-        for i in range(0, len(order), 1000):
-            sl = slice(i, i + 1000)
-            attempt, rank = int(cols["attempt"][i]), int(cols["rank"][i])
-            keep = (cols["attempt"][sl] == attempt) & (cols["rank"][sl] == rank)  # a chunk never spans two ranks
-            step = cols["step"][sl][keep]
-            rows = StepRows(step=step, start=cols["start"][sl][keep], end=cols["end"][sl][keep],
-                            loss=nan[: len(step)], lr=nan[: len(step)], comm=cols["comm"][sl][keep])
-            batch.append(IngestRecord(run_id="big", event_id=f"s{i}", kind="steps", time=float(rows.end[-1]),
-                                      attempt=attempt, rank=rank, step=int(step.max()), data={"n": len(step)},
-                                      step_rows=rows))
-            if len(batch) == 50:
-                writer.submit(batch).result(timeout=600)
-                batch = []
+        for lo, hi in zip(bounds[:-1], bounds[1:]):  # one (attempt, rank): records of at most 1,000 steps
+            attempt, rank = int(cols["attempt"][lo]), int(cols["rank"][lo])
+            for i in range(lo, hi, 1000):
+                sl = slice(i, min(i + 1000, hi))
+                step = cols["step"][sl]
+                rows = StepRows(step=step, start=cols["start"][sl], end=cols["end"][sl], loss=nan[: len(step)],
+                                lr=nan[: len(step)], comm=cols["comm"][sl])
+                batch.append(IngestRecord(run_id="big", event_id=f"s{i}", kind="steps", time=float(rows.end[-1]),
+                                          attempt=attempt, rank=rank, step=int(step.max()), data={"n": len(step)},
+                                          step_rows=rows))
+                if len(batch) == 50:
+                    writer.submit(batch).result(timeout=600)
+                    batch = []
         if batch:
             writer.submit(batch).result(timeout=600)
     finally:

@@ -87,7 +87,8 @@ def steps_frame(
             "loss": _optional_floats(loss, n),
             "lr": _optional_floats(lr, n),
             "comm": _optional_floats(comm, n),
-        }
+        },
+        copy=False,  # one block per column: no 1.5 s copy into a 2-D block for a run of ten million steps
     )
 
 
@@ -110,6 +111,8 @@ def collectives_frame(
 def _optional_floats(values: Any, n: int) -> np.ndarray:
     if values is None:
         return np.full(n, np.nan)
+    if isinstance(values, np.ndarray) and values.dtype.kind == "f":
+        return values.astype(np.float64, copy=False).reshape(n)  # NaN already stands for "not reported"
     return np.array([np.nan if v is None else v for v in values], dtype=np.float64).reshape(n)
 
 

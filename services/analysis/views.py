@@ -348,7 +348,7 @@ def _heatmap(frame: pd.DataFrame, heat_rows: int, heat_cols: int) -> dict[str, A
     n_groups = int(np.ceil(len(ranks) / group))
     padded = np.full((n_groups * group, n_cols), np.nan)
     padded[: len(ranks)] = mean
-    grid = np.nanmax(padded.reshape(n_groups, group, n_cols), axis=1) if group > 1 else padded
+    grid = np.fmax.reduce(padded.reshape(n_groups, group, n_cols), axis=1) if group > 1 else padded  # NaN: no data
     labels = [
         str(int(ranks[i * group])) if group == 1
         else f"{int(ranks[i * group])}-{int(ranks[min((i + 1) * group, len(ranks)) - 1])}"
