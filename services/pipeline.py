@@ -20,7 +20,14 @@ from sqlalchemy import Engine, update
 
 from services.analysis.ledger import build_ledger
 from services.single_flight import Pace, SingleFlight, run_key
-from services.storage.load import RunRow, get_run, get_run_by_pk, last_ok_checkpoint, list_runs, load_run_data
+from services.storage.load import (
+    RunRow,
+    get_run,
+    get_run_by_pk,
+    last_ok_checkpoint,
+    list_runs,
+    load_run_data,
+)
 from services.storage.tables import Run
 
 logger = logging.getLogger(__name__)

@@ -27,6 +27,10 @@ class ServiceSettings(BaseSettings):
         "GOODPUT_AUTH_CACHE_TTL_S: seconds a collector process caches token lookups (a revoked token, or the first "
         "token created, takes effect within this time)"))
     dashboard: bool = Field(True, description="GOODPUT_DASHBOARD: serve the dashboard under /dashboard/")
+    warm_analyses_s: float = Field(15.0, ge=0, description=(
+        "GOODPUT_WARM_ANALYSES_S: every this many seconds one background thread re-analyses the runs that changed "
+        "(those opened on the dashboard first), using at most a quarter of that time, so run pages open on a "
+        "stored analysis; 0 turns it off (pages then build an analysis the first time they need it)"))
     hang_floor_s: float = Field(30.0, gt=0, description=(
         "GOODPUT_HANG_FLOOR_S: a running run is hung after max(this, GOODPUT_HANG_STEP_FACTOR x its recent "
         "median step time) without progress"))

@@ -72,7 +72,8 @@ def engine(database_url: str):  # type: ignore[no-untyped-def]
 def settings(database_url: str):  # type: ignore[no-untyped-def]
     from services.settings import ServiceSettings
 
-    return ServiceSettings(database_url=database_url, dashboard=False)
+    # no background analyses: tests that count builds see only their own (tests/collector/test_warm_analyses.py)
+    return ServiceSettings(database_url=database_url, dashboard=False, warm_analyses_s=0)
 
 
 @pytest.fixture

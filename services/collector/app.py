@@ -18,6 +18,7 @@ from services.collector.schemas import EventBatch
 from services.settings import ServiceSettings
 from services.storage.db import make_engine
 from services.storage.writer import BatchWriter
+from services.warm_analyses import WarmAnalyses
 
 logger = logging.getLogger(__name__)
 
@@ -26,14 +27,17 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     settings = settings or ServiceSettings()
     engine = engine or make_engine(settings.database_url)
     writer = BatchWriter(engine, max_pending_events=settings.writer_max_pending_events)
+    warm = WarmAnalyses(engine, interval_s=settings.warm_analyses_s)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         _log_auth_mode(auth)
         writer.start()
+        warm.start()
         try:
             yield
         finally:
+            warm.stop()
             writer.stop()
 
     app = FastAPI(

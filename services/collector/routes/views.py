@@ -18,6 +18,7 @@ from services.collector.schemas import ErrorResponse
 from services.live_pipeline import LEDGER_BUDGET_S, live_config, live_for_run
 from services.storage.load import get_run
 from services.views_pipeline import current_views, recent_views, views_for_row
+from services.warm_analyses import INTEREST
 
 # How long /view?stale_ok=true waits for a fresh build before it answers with the stored one.
 STALE_OK_BUDGET_S = 1.0
@@ -78,6 +79,7 @@ async def get_view(
     def work() -> dict[str, Any]:
         with engine.connect() as conn:
             run = get_run(conn, run_id)
+        INTEREST.note(engine, run.pk)  # someone watches this run: background analysis takes it first
         if stale_ok:
             built, stale = recent_views(engine, run, budget_s=STALE_OK_BUDGET_S)
         else:

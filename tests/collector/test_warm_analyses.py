@@ -1,0 +1,71 @@
+"""The background analyst keeps changed runs analysed, watched runs first, within its share of time."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from services import views_pipeline
+from services.simulate import SimConfig, simulate
+from services.storage.load import get_run
+from services.warm_analyses import INTEREST, WarmAnalyses
+
+
+def post(client: Any, run_id: str, seed: int) -> None:
+    events = simulate(SimConfig(run_id=run_id, ranks=2, hours=0.02, mtbf_s=None, seed=seed)).events
+    assert client.post("/v1/events", json={"events": events}).status_code == 200
+
+
+def stored_version(engine: Any, run_id: str) -> int | None:
+    with engine.connect() as conn:
+        run = get_run(conn, run_id)
+    stored = views_pipeline._stored(engine, run.pk)
+    return stored.version if stored is not None else None
+
+
+def test_changed_runs_are_analysed_in_the_background_watched_ones_first(client: Any, engine: Any) -> None:
+    for i, run_id in enumerate(("quiet", "watched", "other")):
+        post(client, run_id, seed=i)
+    warm = WarmAnalyses(engine, interval_s=60.0)
+    with engine.connect() as conn:
+        pks = {run_id: get_run(conn, run_id).pk for run_id in ("quiet", "watched", "other")}
+    INTEREST.note(engine, pks["watched"])
+    order = warm.candidates()
+    assert order[0] == pks["watched"] and set(order) == set(pks.values())
+
+    assert warm.run_once() == 3
+    assert warm.candidates() == []  # nothing changed since
+    for run_id in pks:
+        with engine.connect() as conn:
+            assert stored_version(engine, run_id) == get_run(conn, run_id).version
+        fresh = client.get(f"/v1/runs/{run_id}/view", params={"stale_ok": "true"}).json()
+        assert fresh["stale"] is False and fresh["ledger"] == client.get(f"/v1/runs/{run_id}/waste").json()
+
+
+def test_a_round_stops_when_its_share_of_time_is_spent(client: Any, engine: Any) -> None:
+    for i in range(3):
+        post(client, f"run-{i}", seed=i)
+    # zero share: the deadline has passed before the first build
+    assert WarmAnalyses(engine, interval_s=60.0, share=0.0).run_once() == 0
+    assert len(WarmAnalyses(engine, interval_s=60.0).candidates()) == 3
+
+
+def test_serve_analyses_in_the_background_by_default(database_url: str) -> None:
+    from fastapi.testclient import TestClient
+
+    from services.collector.app import create_app
+    from services.settings import ServiceSettings
+    from services.storage.db import make_engine
+    from services.storage.migrate import upgrade
+
+    assert ServiceSettings().warm_analyses_s == 15.0
+    engine = make_engine(database_url)
+    upgrade(engine)
+    settings = ServiceSettings(database_url=database_url, dashboard=False, warm_analyses_s=0.2)
+    with TestClient(create_app(settings, engine=engine)) as client:
+        post(client, "bg", seed=5)
+        deadline = time.monotonic() + 30
+        while stored_version(engine, "bg") is None:
+            assert time.monotonic() < deadline, "the run was never analysed in the background"
+            time.sleep(0.1)
+    engine.dispose()
