@@ -110,9 +110,7 @@ def _load_steps(conn: Connection, run_pk: int, *, detail: bool) -> pd.DataFrame:
     columns = _STEP_DETAIL_COLUMNS if detail else _STEP_COLUMNS
     names = [_SQL_NAMES.get(c, c) for c in columns]
     if conn.dialect.name == "postgresql":
-        # Binary COPY decoded by numpy in one call: about 20x a row fetch. NaN stands for "not reported".
-        select_list = ", ".join(f"coalesce({n}, 'NaN')" if n in ("loss", "lr", "comm") else n for n in names)
-        values = _steps_as_arrays(conn, run_pk, names, columns)
+        values = _steps_as_arrays(conn, run_pk, names, columns)  # NaN stands for "not reported"
     else:
         # SQLite: NULL becomes -1 (never a valid value: comm >= 0) or, for loss / lr, goes through objects.
         select_list = ", ".join(f"ifnull({n}, -1.0)" if n == "comm" else n for n in names)
@@ -176,18 +174,23 @@ def _fetch_tuples(conn: Connection, sql: str, run_pk: int) -> list[tuple[Any, ..
 
 
 _INDEX_ORDER_PLAN = ("enable_seqscan", "enable_bitmapscan", "enable_sort", "enable_hashagg")
+_PY_NAMES = {"start_time": "start", "end_time": "end"}
+_NAN = "'NaN'::float8"
 
 
 def _steps_as_arrays(conn: Connection, run_pk: int, names: list[str], columns: dict[str, str]
                      ) -> dict[str, np.ndarray]:
-    """PostgreSQL: one row per (attempt, rank) holding each column as a float8 / int8 array, read with a
-    numpy loader. A row per step costs a protocol message and a Python iteration each; this costs one per rank."""
+    """PostgreSQL: one row per (attempt, rank) holding each column as the concatenated binary values of its
+    steps (big-endian int8 / float8, no per-value header), turned into numpy arrays without a Python object per
+    value. A row per step costs a protocol message and a Python iteration each; this costs one per rank, and
+    half the bytes of a float8[] (which frames every value with its length)."""
     aggregated = [n for n in names if n not in ("attempt", "rank")]
-    # Every array of a group is built over the same rows in the same order, so they line up.
+    # Every column of a group is built over the same rows in the same order, so they line up.
     select_list = ", ".join(
-        f"array_agg(coalesce({n}, 'NaN'))" if n in ("loss", "lr", "comm") else f"array_agg({n})" for n in aggregated)
+        f"string_agg({'int8send' if columns[_PY_NAMES.get(n, n)] == '>i8' else 'float8send'}"
+        f"({f'coalesce({n}, {_NAN})' if n in ('loss', 'lr', 'comm') else n}), ''::bytea)" for n in aggregated)
     # Read along the (run_pk, attempt, rank, step) index and aggregate as the rows stream by: no hash table, no
-    # sort, and each group's arrays come in step order, so the analysis finds the rows sorted. Left to itself the
+    # sort, and each group's values come in step order, so the analysis finds the rows sorted. Left to itself the
     # planner may hash or sort millions of rows instead (3x slower, spilling to disk), so for this one query
     # the other plans are priced out.
     sql = (f"SELECT attempt, rank, count(*), {select_list} FROM steps WHERE run_pk = %s GROUP BY attempt, rank "
@@ -196,8 +199,6 @@ def _steps_as_arrays(conn: Connection, run_pk: int, names: list[str], columns: d
     with raw.cursor(binary=True) as cursor:  # type: ignore[union-attr]
         for setting in _INDEX_ORDER_PLAN:
             cursor.execute(f"SET LOCAL {setting} = off")
-        cursor.adapters.register_loader(pgcopy.FLOAT8_ARRAY_OID, pgcopy.Float8ArrayLoader)
-        cursor.adapters.register_loader(pgcopy.INT8_ARRAY_OID, pgcopy.Int8ArrayLoader)
         try:
             rows = cursor.execute(sql, (int(run_pk),)).fetchall()
         finally:
@@ -208,8 +209,9 @@ def _steps_as_arrays(conn: Connection, run_pk: int, names: list[str], columns: d
     counts = np.array([r[2] for r in rows], dtype=np.int64)
     out = {"attempt": np.repeat([r[0] for r in rows], counts), "rank": np.repeat([r[1] for r in rows], counts)}
     for k, name in enumerate(aggregated):
-        key = {"start_time": "start", "end_time": "end"}.get(name, name)
-        out[key] = np.concatenate([r[3 + k] for r in rows])
+        key = _PY_NAMES.get(name, name)
+        wire = np.dtype(columns[key])
+        out[key] = np.frombuffer(b"".join(r[3 + k] for r in rows), dtype=wire).astype(wire.newbyteorder("="))
     return out
 
 

@@ -6,9 +6,6 @@ Every column is fixed width and never NULL (missing loss / lr / comm are NaN), s
 from __future__ import annotations
 
 import numpy as np
-from psycopg.abc import Buffer
-from psycopg.adapt import Loader
-from psycopg.pq import Format
 
 HEADER = b"PGCOPY\n\xff\r\n\x00" + (0).to_bytes(4, "big") + (0).to_bytes(4, "big")
 TRAILER = (-1).to_bytes(2, "big", signed=True)
@@ -58,34 +55,3 @@ def decode_rows(payload: bytes, dtype: np.dtype) -> np.ndarray:
     if len(body) % dtype.itemsize:
         raise ValueError("binary COPY rows are not fixed width: a NULL or variable-width value slipped in")
     return np.frombuffer(body, dtype=dtype)
-
-
-FLOAT8_ARRAY_OID = 1022  # float8[] (pg_type.oid, fixed in every PostgreSQL)
-INT8_ARRAY_OID = 1016  # int8[]
-
-
-class _ArrayLoader(Loader):
-    """A one-dimensional PostgreSQL array without NULLs in binary format -> a numpy array, without building a
-    Python object per element (psycopg's own loader makes a list of floats)."""
-
-    format = Format.BINARY
-    element = np.dtype([("length", ">i4"), ("value", ">f8")])
-
-    def load(self, data: Buffer) -> np.ndarray:
-        view = memoryview(data)
-        ndim = int.from_bytes(view[0:4], "big")
-        if ndim == 0:
-            return np.zeros(0, dtype=self.element["value"].newbyteorder("="))
-        if ndim != 1 or int.from_bytes(view[4:8], "big") != 0:
-            raise ValueError("expected a one-dimensional array without NULLs")
-        n = int.from_bytes(view[12:16], "big")
-        items = np.frombuffer(view[20:], dtype=self.element, count=n)
-        return items["value"].astype(self.element["value"].newbyteorder("="))
-
-
-class Float8ArrayLoader(_ArrayLoader):
-    element = np.dtype([("length", ">i4"), ("value", ">f8")])
-
-
-class Int8ArrayLoader(_ArrayLoader):
-    element = np.dtype([("length", ">i4"), ("value", ">i8")])
