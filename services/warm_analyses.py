@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 
-from sqlalchemy import Engine, outerjoin, select
+from sqlalchemy import Connection, Engine, outerjoin, select, text
 
 from services.pipeline import ANALYSES, ANALYSIS_PACE
 from services.single_flight import run_key
@@ -26,6 +26,23 @@ from services.views_pipeline import current_views
 logger = logging.getLogger(__name__)
 
 MAX_CANDIDATES = 500
+
+
+_ROUND_LOCK = 0x676F6F64  # pg advisory lock key of the analyst's round ("good")
+
+
+def _take_round_lock(conn: Connection) -> bool:
+    if conn.dialect.name != "postgresql":
+        return True  # SQLite deployments run one collector process
+    taken = bool(conn.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": _ROUND_LOCK}).scalar())
+    conn.commit()
+    return taken
+
+
+def _release_round_lock(conn: Connection) -> None:
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _ROUND_LOCK})
+        conn.commit()
 
 
 class RunInterest:
@@ -81,7 +98,17 @@ class WarmAnalyses:
                 logger.exception("background analysis round failed; pages build their analyses on demand")
 
     def run_once(self) -> int:
-        """One round: rebuild the stale runs that are due, until this round's time share is spent."""
+        """One round: rebuild the stale runs that are due, until this round's time share is spent. On PostgreSQL
+        one collector process at a time does it (`goodput serve --workers N` runs one analyst per process)."""
+        with self._engine.connect() as conn:
+            if not _take_round_lock(conn):
+                return 0
+            try:
+                return self._round()
+            finally:
+                _release_round_lock(conn)
+
+    def _round(self) -> int:
         deadline = time.monotonic() + self._share * max(self._interval_s, 1.0)
         built = 0
         for run_pk in self.candidates():

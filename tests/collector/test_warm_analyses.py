@@ -69,3 +69,20 @@ def test_serve_analyses_in_the_background_by_default(database_url: str) -> None:
             assert time.monotonic() < deadline, "the run was never analysed in the background"
             time.sleep(0.1)
     engine.dispose()
+
+
+def test_one_collector_process_at_a_time_runs_a_round(client: Any, engine: Any) -> None:
+    from sqlalchemy import text
+
+    from services.warm_analyses import _ROUND_LOCK
+
+    post(client, "locked", seed=7)
+    warm = WarmAnalyses(engine, interval_s=60.0)
+    if engine.dialect.name != "postgresql":
+        assert warm.run_once() == 1  # SQLite: one process, no lock
+        return
+    with engine.connect() as other:  # another collector process's analyst is mid-round
+        assert other.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": _ROUND_LOCK}).scalar()
+        assert warm.run_once() == 0 and stored_version(engine, "locked") is None
+        other.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _ROUND_LOCK})
+    assert warm.run_once() == 1 and stored_version(engine, "locked") is not None
