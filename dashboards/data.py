@@ -146,7 +146,7 @@ def runs_frame(runs: list[dict[str, Any]], live: list[dict[str, Any]] | None = N
     """/v1/runs rows -> one row per run with waste_<category> columns, worst (most wasted GPU-seconds) first."""
     columns = ["run_id", "status", "first_time", "last_time", "allocated_gpu_seconds", "productive_gpu_seconds",
                "goodput", "restarts", "wasted_gpu_seconds", *(f"waste_{c}" for c in CATEGORIES),
-               "seconds_since_progress", "possibly_hung", "at_risk_gpu_seconds", "suspect_ranks"]
+               "seconds_since_progress", "possibly_hung", "at_risk_gpu_seconds", "suspect_ranks", "stale"]
     if not runs:
         return pd.DataFrame({c: [] for c in columns})
     rows = []
@@ -164,6 +164,7 @@ def runs_frame(runs: list[dict[str, Any]], live: list[dict[str, Any]] | None = N
             "possibly_hung": bool(lv.get("possibly_hung", False)),
             "at_risk_gpu_seconds": lv.get("at_risk_gpu_seconds"),
             "suspect_ranks": tuple(lv.get("suspect_ranks") or ()),
+            "stale": bool(run.get("stale", False)),  # figures of an older version while a newer one is built
         })
     frame = pd.DataFrame(rows, columns=columns)
     return frame.sort_values(["wasted_gpu_seconds", "run_id"], ascending=[False, True], kind="stable").reset_index(

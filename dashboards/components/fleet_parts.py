@@ -53,7 +53,10 @@ def runs_table(frame: Any) -> html.Table:
         rows.append(html.Tr(**{"data-run-id": row.run_id}, className="hung" if row.possibly_hung else "", children=[
             html.Td(dcc.Link(row.run_id, href=run_href(row.run_id),
                              className="run-link")),
-            html.Td(status_badge(row.status)),
+            html.Td([status_badge(row.status), *([html.Span(
+                " updating", className="muted stale-mark",
+                title="This run received events since these figures were computed; newer ones are being built.")]
+                if row.stale else [])]),
             html.Td(fmt.percent(row.goodput), className="num cell-goodput"),
             html.Td(fmt.gpu_hours(row.allocated_gpu_seconds), className="num cell-allocated"),
             html.Td(stacked_bar(row)),

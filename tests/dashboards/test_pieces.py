@@ -101,3 +101,14 @@ def test_a_stale_build_says_when_it_is_from_and_that_it_is_being_redrawn() -> No
     assert note is not None and note.id == "run-freshness-note"
     text = flat_text(note)
     assert "as of 2026-01-01 00:00:00 UTC" in text and "about 21.4 s" in text and "redrawn" in text
+
+
+def test_a_stale_fleet_row_says_it_is_updating() -> None:
+    from tests.dashboards.test_resume_banner import flat_text
+
+    fresh, stale = run_row("fresh", 100.0), {**run_row("busy", 50.0, status="running"), "stale": True}
+    frame = data.runs_frame([fresh, stale])
+    assert frame.set_index("run_id")["stale"].to_dict() == {"fresh": False, "busy": True}
+    rows = {r.children[0].children.children: flat_text(r.children[1]) for r in
+            fleet_parts.runs_table(frame).children[-1].children}
+    assert "updating" in rows["busy"] and "updating" not in rows["fresh"]
