@@ -16,9 +16,10 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, update
+from sqlalchemy import Engine, select, update
 
 from services.analysis.ledger import build_ledger
+from services.errors import RunNotFound
 from services.single_flight import Pace, SingleFlight, run_key
 from services.storage.load import (
     RunRow,
@@ -131,8 +132,17 @@ def run_detail(engine: Engine, run_id: str) -> dict[str, Any]:
     }
 
 
-def fleet_ledgers(engine: Engine, *, limit: int = 2000) -> list[dict[str, Any]]:
-    """The ledgers of the most recent runs (cached per run), for fleet-wide estimates."""
+def fleet_ledgers(engine: Engine, *, project: str | None = None, limit: int = 2000) -> list[dict[str, Any]]:
+    """The ledgers of the most recent runs of `project` (all projects: None), for fleet-wide estimates. Stored
+    ledgers are taken as they are (an estimate over many runs does not wait for one that is being re-analysed)."""
     with engine.connect() as conn:
-        rows = list_runs(conn, limit=limit)
-    return [ledger_for_row(engine, row) for row in rows]
+        rows = list_runs(conn, limit=limit, project=project)
+    return [recent_ledger(engine, row, budget_s=0.0)[0] for row in rows]
+
+
+def run_project(engine: Engine, run_id: str) -> str:
+    with engine.connect() as conn:
+        project = conn.execute(select(Run.project).where(Run.run_id == run_id)).scalar()
+    if project is None:
+        raise RunNotFound(run_id)
+    return str(project)

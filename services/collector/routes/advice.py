@@ -9,7 +9,7 @@ from services.analysis.advice import checkpoint_advice
 from services.collector.auth import READ_RUN
 from services.collector.deps import EngineDep
 from services.collector.schemas import ErrorResponse
-from services.pipeline import fleet_ledgers, ledger_for_run
+from services.pipeline import fleet_ledgers, ledger_for_run, run_project
 
 router = APIRouter(tags=["advice"])
 
@@ -19,6 +19,8 @@ router = APIRouter(tags=["advice"])
 async def get_advice(run_id: str, engine: EngineDep) -> dict[str, Any]:
     def work() -> dict[str, Any]:
         ledger = ledger_for_run(engine, run_id)
-        return {"run_id": ledger["run_id"], "checkpoint_interval": checkpoint_advice(ledger, fleet_ledgers(engine))}
+        # similar runs of the run's own project: other teams' runs say nothing here, and are not theirs to read
+        fleet = fleet_ledgers(engine, project=run_project(engine, run_id))
+        return {"run_id": ledger["run_id"], "checkpoint_interval": checkpoint_advice(ledger, fleet)}
 
     return await run_in_threadpool(work)
