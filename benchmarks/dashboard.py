@@ -1,6 +1,6 @@
 """How fast the run page of a big run draws: 1,000 ranks x 10,000 steps (10,000,000 step rows).
 
-    python benchmarks/dashboard.py [--ranks 1000] [--steps 10000] [--db postgresql|sqlite|none]
+    python -m benchmarks.dashboard [--ranks 1000] [--steps 10000] [--db postgresql|sqlite|none]
 
 The run is generated with numpy (not the simulator, for speed): one 1,000-GPU allocation, an attempt that
 fails at step 5,500 after checkpoints every 500 steps, a restart from step 5,000 that runs to 9,500 (10,000
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import platform
@@ -158,8 +159,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=10_000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--db", choices=("postgresql", "sqlite", "none"), default="postgresql",
-                    help="also store the run there and time the page through the collector's API (default: the "
-                         "local PostgreSQL, $GOODPUT_BENCH_POSTGRES or postgresql://postgres@127.0.0.1:5432/postgres)")
+                    help="also store the run there and time the page through the collector's API (default: a throwaway "
+                         "database on the local PostgreSQL, $GOODPUT_TEST_POSTGRES or "
+                         "postgresql://postgres@127.0.0.1:5432/postgres)")
     ns = ap.parse_args()
 
     print(f"# dashboard run page, {ns.ranks:,} ranks x {ns.steps:,} steps")
@@ -317,7 +319,7 @@ def _store(engine: Any, big: BigRun) -> float:
         group_starts = np.flatnonzero(np.diff(cols["attempt"] * (1 << 32) + cols["rank"], prepend=-1) != 0)
         bounds = np.append(group_starts, len(order))
         batch: list[IngestRecord] = []
-        for lo, hi in zip(bounds[:-1], bounds[1:]):  # one (attempt, rank): records of at most 1,000 steps
+        for lo, hi in itertools.pairwise(bounds):  # one (attempt, rank): records of at most 1,000 steps
             attempt, rank = int(cols["attempt"][lo]), int(cols["rank"][lo])
             for i in range(lo, hi, 1000):
                 sl = slice(i, min(i + 1000, hi))
@@ -343,18 +345,10 @@ def _database(db: str) -> Iterator[str]:
         with tempfile.TemporaryDirectory() as tmp:
             yield f"sqlite:///{tmp}/bench.db"
         return
-    import psycopg
-    from sqlalchemy.engine import make_url
+    from benchmarks._common import postgres_database
 
-    admin = os.environ.get("GOODPUT_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
-    name = f"goodput_bench_{os.getpid()}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield make_url(admin).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with postgres_database() as url:
+        yield url
 
 
 if __name__ == "__main__":

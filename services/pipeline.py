@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
@@ -71,18 +72,25 @@ def recent_ledger(engine: Engine, run: RunRow, *, budget_s: float) -> tuple[dict
         return json.loads(run.ledger_json), False  # type: ignore[arg-type]
     if run.ledger_json is None:
         return ledger_for_row(engine, run), False  # nothing to show meanwhile
-    key = run_key(engine, run.pk)
+    built = build_within(engine, run.pk, lambda: _build(engine, run.pk), budget_s)
+    if built is not None and built.version >= run.version:
+        return built.ledger, False
+    return json.loads(run.ledger_json), True
+
+
+def build_within(engine: Engine, run_pk: int, build: Callable[[], Any], budget_s: float) -> Any | None:
+    """What the run's analysis in progress returns, or one started now if its pace allows, when that is ready
+    within `budget_s`; None otherwise (the build goes on in the background and stores its result)."""
+    key = run_key(engine, run_pk)
     future = ANALYSES.running(key)
     if future is None and ANALYSIS_PACE.due(key, time.monotonic()):
-        future = ANALYSES.submit(key, lambda: _build(engine, run.pk))
-    if future is not None:
-        try:
-            built = future.result(timeout=budget_s)
-            if built.version >= run.version:
-                return built.ledger, False
-        except FutureTimeout:
-            pass
-    return json.loads(run.ledger_json), True
+        future = ANALYSES.submit(key, build)
+    if future is None:
+        return None
+    try:
+        return future.result(timeout=budget_s)
+    except FutureTimeout:
+        return None
 
 
 def _is_fresh(run: RunRow) -> bool:

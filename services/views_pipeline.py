@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +25,7 @@ from sqlalchemy.exc import IntegrityError
 from services.analysis.attempts import build_run_structure
 from services.analysis.ledger import build_ledger
 from services.analysis.views import build_run_views
-from services.pipeline import ANALYSES, ANALYSIS_PACE, store_ledger
+from services.pipeline import ANALYSES, ANALYSIS_PACE, build_within, store_ledger
 from services.single_flight import run_key
 from services.storage.load import RunRow, get_run, get_run_by_pk, load_run_data
 from services.storage.tables import RunViews
@@ -78,19 +77,11 @@ def recent_views(engine: Engine, run: RunRow, *, budget_s: float) -> tuple[Store
         return stored, False
     if stored is None:  # never built: nothing to show meanwhile
         return _current(engine, run, None), False
-    key = run_key(engine, run.pk)
-    future = ANALYSES.running(key)
-    if future is None and ANALYSIS_PACE.due(key, time.monotonic()):
-        future = ANALYSES.submit(key, lambda: _build(engine, run.pk))
-    if future is not None:
-        try:
-            built = future.result(timeout=budget_s)
-            if isinstance(built, StoredViews):
-                if built.version >= run.version:
-                    return built, False
-                stored = built if built.version > stored.version else stored
-        except FutureTimeout:
-            pass
+    built = build_within(engine, run.pk, lambda: _build(engine, run.pk), budget_s)
+    if isinstance(built, StoredViews):  # (a build of the ledger alone has no views)
+        if built.version >= run.version:
+            return built, False
+        stored = built if built.version > stored.version else stored
     return stored, True
 
 
