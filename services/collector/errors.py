@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from services.errors import Forbidden, InvalidBatch, Overloaded, RunNotFound, StorageUnavailable, Unauthenticated
+from services.storage.db import UNREACHABLE_ERRORS
 
 logger = logging.getLogger(__name__)
+_UNREACHABLE_LOG_EVERY_S = 10.0
 
 
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None, **details: object) -> JSONResponse:
@@ -36,6 +39,23 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _storage(_: Request, exc: StorageUnavailable) -> JSONResponse:
         return _error(503, "storage_unavailable", f"{exc}; retry after {exc.retry_after_s} s",
                       headers={"Retry-After": str(exc.retry_after_s)})
+
+    last_logged = [0.0]
+
+    async def _database_unreachable(request: Request, exc: Exception) -> JSONResponse:
+        # Once per interval, not per request: a fleet of clients retries every second while the database is down.
+        if time.monotonic() - last_logged[0] >= _UNREACHABLE_LOG_EVERY_S:
+            last_logged[0] = time.monotonic()
+            logger.warning("the database is not answering (%s on %s %s): %s", exc.__class__.__name__,
+                           request.method, request.url.path, str(exc).splitlines()[0] if str(exc) else "")
+        retry_after_s = StorageUnavailable.retry_after_s
+        return _error(503, "storage_unavailable",
+                      f"the collector's database is not answering ({exc.__class__.__name__}); nothing of this "
+                      f"request was stored; retry after {retry_after_s} s",
+                      headers={"Retry-After": str(retry_after_s)})
+
+    for error_class in UNREACHABLE_ERRORS:
+        app.add_exception_handler(error_class, _database_unreachable)
 
     @app.exception_handler(Unauthenticated)
     async def _unauthenticated(_: Request, exc: Unauthenticated) -> JSONResponse:

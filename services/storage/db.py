@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import NullPool
+
+# The database did not answer now (down, restarting, renamed, out of connections, locked): a retry can succeed.
+# The collector answers these 503 + Retry-After wherever they are raised (services.collector.errors).
+UNREACHABLE_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)
 
 
 def normalize_url(url: str) -> str:
