@@ -25,6 +25,7 @@ MAX_STEP = 2**53
 MAX_OP_CHARS = 64
 MAX_DETAIL_CHARS = 1000
 MAX_DIGEST_CHARS = 128
+MAX_CHECKPOINT_CHARS = 256  # a resume's `checkpoint` (path or id)
 # Rows per compact record: keeps one record well under any sane body limit.
 MAX_ROWS_PER_RECORD = 1000
 # `time` must lie between 2000-01-01 and 2100-01-01.
@@ -106,6 +107,18 @@ def is_valid_digest(value: object) -> bool:
             and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in value))
 
 
+def _valid_resume_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """A resume's fields without an invalid ``checkpoint``/``checkpoint_step`` (the step itself still counts)."""
+    out = dict(fields)
+    if "checkpoint_step" in out and not is_valid_step(out["checkpoint_step"]):
+        del out["checkpoint_step"]
+    name = out.get("checkpoint")
+    if name is not None and not (isinstance(name, str) and 0 < len(name) <= MAX_CHECKPOINT_CHARS
+                                 and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in name)):
+        del out["checkpoint"]
+    return out
+
+
 def is_valid_time(t: object) -> bool:
     return isinstance(t, float | int) and MIN_TIME_S < t < MAX_TIME_S
 
@@ -180,6 +193,8 @@ class RecordBuilder:
         if kind is EventKind.DIGEST and not is_valid_digest(fields.get("value") if fields else None):
             self.invalid_rows += 1  # the collector would reject the whole batch for it
             return None
+        if kind is EventKind.RESUME and fields:
+            fields = _valid_resume_fields(fields)
         record = self._common(kind.value, time_s)
         if fields:
             record.update(fields)

@@ -6,6 +6,12 @@ then sends what the collector has not acknowledged yet, oldest first: the spools
 processes of the same run (claimed at start), then this process's own. Transient failures back
 off exponentially with jitter (``Retry-After`` wins); permanent rejections are logged once,
 counted and acknowledged so they are not replayed forever.
+
+State-defining events (attempt start and end, resume, checkpoint start and end, run end) do not wait for the
+flusher: :meth:`Pipeline.write_durable` writes them to the spool from the calling thread before the tracker call
+returns, together with every row buffered before them (so the spool keeps the order the rows were recorded in).
+One lock (``_spool_lock``) serialises the record builder and every spool read, write, rotation and ack between
+that caller and the flusher; HTTP sends happen outside it. The step hot path never takes it.
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ logger = logging.getLogger(__name__)
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
 SEND_BUDGET_S = 1.0  # longest a regular cycle spends sending before draining the buffer again
+# Longest a durable write waits for the flusher to let go of the spool (it holds it for one build-and-append, one
+# batch read or one fsync); past it, the rows go through the buffer like any other.
+DURABLE_LOCK_TIMEOUT_S = 2.0
 
 Rows = list[tuple[Any, ...]]
 
@@ -80,6 +89,8 @@ class Pipeline:
             max_bytes=settings.spool_max_bytes, metadata=settings.spool_metadata,
         )
         self._tick = tick
+        self._spool_lock = threading.Lock()
+        self._spool_lock_owner: int | None = None  # thread ident of the holder (a signal handler may re-enter)
         self._orphans: list[OrphanSpool] = []
         self._warn = RateLimitedLogger(logger)
         self._cond = threading.Condition()
@@ -117,6 +128,35 @@ class Pipeline:
             sent_events=self.sent_events,
             replayed_events=self.replayed_events,
         )
+
+    def write_durable(self, rows: Rows, *, sync: bool = False) -> bool:
+        """Write ``rows`` (after everything buffered before them) to the spool now, from the calling thread.
+
+        True when they reached the OS (``write(2)``: they survive the process being killed; ``sync`` also
+        fsyncs, for a machine crash). False when they could not be written here: the spool is closed, this is a
+        forked child, the spool lock is held by this very thread (a signal handler interrupted a durable
+        write) or by the flusher for longer than DURABLE_LOCK_TIMEOUT_S; the rows then go through the buffer.
+        """
+        if self._forked or not self.buffer.enabled:
+            return False
+        me = threading.get_ident()
+        if self._spool_lock_owner == me or not self._spool_lock.acquire(timeout=DURABLE_LOCK_TIMEOUT_S):
+            for row in rows:
+                self.buffer.put(row)
+            return False
+        try:
+            self._spool_lock_owner = me
+            if self._closed:
+                return False
+            before = self.buffer.drain()
+            before.extend(rows)
+            written = self._spool_records(self.builder.build(before))
+            if written and sync:
+                self.spool.fsync()
+            return written
+        finally:
+            self._spool_lock_owner = None
+            self._spool_lock.release()
 
     def flush(self, timeout_s: float) -> bool:
         """Spool everything buffered now and send it; True when all of it was acknowledged
@@ -187,12 +227,13 @@ class Pipeline:
             gen = self._flush_gen
             deadline = self._flush_deadline
         flushing = gen > self._done_gen
-        rows = self.buffer.drain()
-        if self._tick is not None:
-            rows.extend(self._tick(time.time()))
-        if rows:
-            self._spool_records(self.builder.build(rows))
-        self.spool.fsync()  # a no-op unless something was written since the last one
+        ticked = self._tick(time.time()) if self._tick is not None else []
+        with self._spool_lock:
+            rows = self.buffer.drain()
+            rows.extend(ticked)
+            if rows:
+                self._spool_records(self.builder.build(rows))
+            self.spool.fsync()  # a no-op unless something was written since the last one
         all_sent = True
         if self.transport is not None and not stopping:
             now = time.monotonic()
@@ -206,10 +247,12 @@ class Pipeline:
                 self._flush_ok = all_sent
                 self._cond.notify_all()
 
-    def _spool_records(self, records: list[Record]) -> None:
+    def _spool_records(self, records: list[Record]) -> bool:
+        """Append to the spool (caller holds ``_spool_lock``); True when written there."""
         payloads = [encode_record(r) for r in records]
         try:
             self.spool.append(payloads)
+            return True
         except OSError as exc:  # disk full or gone: try the network directly, count the rest
             self.spool.write_errors += 1
             self._warn.warning("spool", "goodput: cannot write the spool in %s: %s",
@@ -220,8 +263,13 @@ class Pipeline:
                 self.unspooled_dropped += sum(rows_in_record(r) for r in records)
             else:
                 self.sent_events += len(payloads)
+            return False
 
     def _pending(self) -> tuple[Segment, OrphanSpool | SpoolWriter] | None:
+        with self._spool_lock:
+            return self._pending_locked()
+
+    def _pending_locked(self) -> tuple[Segment, OrphanSpool | SpoolWriter] | None:
         while self._orphans:
             orphan = self._orphans[0]
             for segment in orphan.segments:
@@ -245,9 +293,10 @@ class Pipeline:
             if remaining <= 0:
                 return False
             segment, owner = found
-            batch = segment.read_batch(
-                max_events=self.settings.max_batch_events, max_bytes=self.settings.max_batch_bytes
-            )
+            with self._spool_lock:
+                batch = segment.read_batch(
+                    max_events=self.settings.max_batch_events, max_bytes=self.settings.max_batch_bytes
+                )
             if not batch.payloads:
                 continue  # torn tail: read_batch ended the segment
             result = self.transport.send(batch.payloads, timeout_s=min(remaining, self.settings.http_timeout_s))
@@ -269,7 +318,8 @@ class Pipeline:
                     "goodput: the collector rejected %d events with HTTP %s: %s; they will not be resent",
                     n, result.http_status, result.message,
                 )
-            owner.record_ack(segment, batch.end_offset, n)
+            with self._spool_lock:
+                owner.record_ack(segment, batch.end_offset, n)
 
     def _schedule_retry(self, result: SendResult) -> None:
         self.send_failures += 1
@@ -291,6 +341,10 @@ class Pipeline:
     def _close(self) -> None:
         if self._closed or self._forked:
             return
+        with self._spool_lock:
+            self._close_locked()
+
+    def _close_locked(self) -> None:
         self._closed = True
         try:
             self.spool.close()

@@ -286,6 +286,8 @@ class SpoolWriter:
             self._dirty = False
 
     def record_ack(self, segment: Segment, end_offset: int, n_records: int) -> None:
+        if segment not in self.segments:  # trimmed (deleted) while its batch was being sent: no ack file to write
+            return
         segment.record_ack(end_offset, n_records)
         if segment.is_done and segment in self.segments and segment is not self.segments[-1]:
             self.segments.remove(segment)

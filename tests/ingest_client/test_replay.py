@@ -56,7 +56,8 @@ def test_sync_directory_sends_offline_spools_once(make_tracker: Any, collector: 
     live.flush(1.0)
 
     result = sync_directory(tmp_path / "spool", collector.url)
-    assert result.sent == 2 * 4  # per rank: attempt_start, steps, attempt_end, client_stats
+    # per rank: attempt_start, steps, attempt_end, client_stats; rank 0 also run_end (finish() without the launcher)
+    assert result.sent == 2 * 4 + 1
     assert (result.failed, result.rejected, result.live_processes) == (0, 0, 1)
     assert sorted(e["rank"] for e in collector.of_kind("steps")) == [0, 1]
     assert all(e["step"] == list(range(1, 21)) for e in collector.of_kind("steps"))

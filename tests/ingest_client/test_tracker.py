@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -258,3 +263,94 @@ def test_without_any_collective_timing_steps_carry_no_comm(make_tracker: Any) ->
     tracker.record_step(1, time.time() - 0.1, time.time())
     tracker.flush(5.0)
     assert "comm" not in transport.of_kind("steps")[0]
+
+
+def test_finish_without_a_status_ends_the_run_unless_the_launcher_does(make_tracker: Any,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    plain, launched, other_rank = InMemoryTransport(), InMemoryTransport(), InMemoryTransport()
+    assert make_tracker(transport=plain, rank=0, run_id="plain").finish()
+    assert make_tracker(transport=other_rank, rank=1, run_id="plain").finish()
+    monkeypatch.setenv("GOODPUT_LAUNCHED", "1")
+    assert make_tracker(transport=launched, rank=0, run_id="launched").finish()
+    assert [e["status"] for e in plain.of_kind("run_end")] == ["finished"]
+    assert other_rank.of_kind("run_end") == [] and launched.of_kind("run_end") == []
+    assert [e["reason"] for e in launched.of_kind("attempt_end")] == ["completed"]
+
+
+def test_resumed_names_the_checkpoint_it_loaded(make_tracker: Any) -> None:
+    transport = InMemoryTransport()
+    tracker = make_tracker(transport=transport)
+    tracker.resumed(250, checkpoint="/ckpt/step-250")
+    tracker.resumed(0, checkpoint_step=250, checkpoint="x" * 300)  # a lost step counter, a long path
+    tracker.resumed(0)
+    tracker.resumed(7, checkpoint_step=-1)  # invalid: dropped, the resume itself still counts
+    assert tracker.flush(5.0)
+    got = [(e["step"], e.get("checkpoint_step"), e.get("checkpoint")) for e in transport.of_kind("resume")]
+    assert got == [(250, 250, "/ckpt/step-250"), (0, 250, "x" * 256), (0, None, None), (7, None, None)]
+    assert all(validate_event(e) is None for e in transport.events)
+
+
+def test_state_defining_events_are_in_the_spool_when_the_call_returns(make_tracker: Any, tmp_path: Path) -> None:
+    tracker = make_tracker(mode="offline", flush_interval_s=10.0)  # the flusher sleeps through the test
+    tracker.resumed(0)
+    for step in range(1, 4):
+        tracker.record_step(step, time.time() - 0.01, time.time())
+    with tracker.checkpoint(3):
+        assert sorted(r["kind"] for r in spooled_records(tmp_path / "spool")) == [
+            "attempt_start", "checkpoint_start", "resume", "steps"]
+    tracker.record_step(4, time.time() - 0.01, time.time())
+    spooled = spooled_records(tmp_path / "spool")
+    assert [r["kind"] for r in spooled][-1] == "checkpoint_end" and spooled[-1]["ok"] is True
+    assert [r["kind"] for r in spooled].count("steps") == 1, "step 4 waits for the flusher"
+    assert tracker.end_attempt("failed")
+    assert sorted(r["kind"] for r in spooled_records(tmp_path / "spool"))[-3:] == ["resume", "steps", "steps"]
+    assert "attempt_end" in [r["kind"] for r in spooled_records(tmp_path / "spool")]
+
+
+def test_durable_writes_from_many_threads_and_the_flusher_keep_every_record_once(make_tracker: Any) -> None:
+    transport = InMemoryTransport()
+    tracker = make_tracker(transport=transport, flush_interval_s=0.01)
+    per_thread = 200
+
+    def writer(offset: int) -> None:
+        for i in range(per_thread):
+            with tracker.checkpoint(offset + i):
+                tracker.record_step(offset + i, time.time() - 0.001, time.time())
+
+    threads = [threading.Thread(target=writer, args=(k * 1000,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert tracker.flush(10.0)
+    ids = [e["event_id"] for e in transport.events]
+    assert len(ids) == len(set(ids))
+    ends = sorted(e["step"] for e in transport.of_kind("checkpoint_end"))
+    assert ends == sorted(k * 1000 + i for k in range(4) for i in range(per_thread))
+    steps = sorted(s for e in transport.of_kind("steps") for s in e["step"])
+    assert steps == ends
+    assert tracker.stats().dropped_events == 0
+
+
+def test_a_process_killed_right_after_a_checkpoint_keeps_its_checkpoint_end(tmp_path: Path) -> None:
+    code = textwrap.dedent("""
+        import os, time, ingest_client as goodput
+        tracker = goodput.init()   # default flush interval
+        tracker.resumed(0)
+        for step in range(1, 251):
+            with tracker.step(step) as s:
+                s.loss = 1.0 / step
+        with tracker.checkpoint(250):
+            time.sleep(0.01)
+        os._exit(137)
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GOODPUT_")}
+    env.update(GOODPUT_SPOOL_DIR=str(tmp_path / "spool"), GOODPUT_RUN_ID="killed", GOODPUT_MODE="offline",
+               PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    done = subprocess.run([sys.executable, "-c", code], env=env, timeout=60)
+    assert done.returncode == 137
+    records = spooled_records(tmp_path / "spool")
+    (end,) = [r for r in records if r["kind"] == "checkpoint_end"]
+    assert end["step"] == 250 and end["ok"] is True
+    steps = sorted(s for r in records if r["kind"] == "steps" for s in r["step"])
+    assert steps == list(range(1, 251)), "the steps before a checkpoint are written with it"

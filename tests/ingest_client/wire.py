@@ -16,7 +16,7 @@ KINDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "allocation_start": ({"gpus": INT}, {"job_id": STR, "hosts": STR_LIST}),
     "allocation_end": ({}, {"job_id": STR}),
     "attempt_start": ({**AR, "world_size": INT, "host": STR}, {"local_rank": INT, "pid": INT}),
-    "resume": ({**AR, "step": INT}, {}),
+    "resume": ({**AR, "step": INT}, {"checkpoint_step": INT, "checkpoint": STR}),
     "step": ({**AR, "step": INT, "start": FLOAT, "end": FLOAT}, {"loss": FLOAT, "lr": FLOAT, "comm": FLOAT}),
     "steps": ({**AR, "step": "[int]", "start": "[float]", "end": "[float]"},
               {"loss": "[float?]", "lr": "[float?]", "comm": "[float?]"}),
