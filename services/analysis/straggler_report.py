@@ -12,7 +12,7 @@ from services.analysis.attempts import build_run_structure
 from services.analysis.ledger import gpus_counted, kept_mask
 from services.analysis.run_data import RunData
 from services.analysis.stragglers import (
-    FLAG_SHARE,
+    DEFAULT_FLAG_RULE,
     PERSISTENT_SHARE,
     SLOW_FACTOR,
     culprits,
@@ -47,5 +47,6 @@ def build_straggler_report(data: RunData, ledger: Mapping[str, Any]) -> dict[str
         "world_size": world, **found,
         "projection": projection(found["slow_step_probability"], found["slowdown"],
                                  sorted({8, 64, 512, 4096, 16384, world} - {0})),
-        "thresholds": {"slow_factor": SLOW_FACTOR, "persistent_share": PERSISTENT_SHARE, "flag_share": FLAG_SHARE},
+        "thresholds": {"slow_factor": SLOW_FACTOR, "persistent_share": PERSISTENT_SHARE,
+                       **DEFAULT_FLAG_RULE.as_dict()},
     }

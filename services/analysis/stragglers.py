@@ -2,11 +2,26 @@
 
 compute = a rank's step duration minus its time inside collectives (the step's own `comm`, else the sum of its
 collective rows). Only kept steps count, and only steps where at least two ranks reported compute.
+
+Who is *flagged* (docs/ledger.md, "Straggler"): a rank that is consistently slower than the others, not merely
+the one charged with most of the straggler cost (with two ranks, one of them always carries over half of it):
+
+1. it reported compute in at least ``min_steps`` kept steps with collective timings;
+2. its compute exceeds the median of the *other* ranks' compute in at least ``consistent_share`` of them;
+3. that many slower steps are not chance: under "no rank is special" each rank is above the others' median with
+   probability 1/2 per step, and P(Binomial(n, 1/2) >= slower steps) must be below ``family_alpha`` divided by
+   the number of ranks (Bonferroni over the ranks tested);
+4. its median excess over the others' median is material: at least ``material_excess`` of the median compute;
+5. it carries at least ``flag_share`` of the straggler GPU-seconds, and some.
+
+A host is flagged when one of its ranks is.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,7 +32,34 @@ from services.analysis.run_data import RunData
 
 SLOW_FACTOR = 1.10  # a rank is slow in a step when its compute exceeds the step's median by this factor
 PERSISTENT_SHARE = 0.5  # slow in at least this share of steps: persistent; otherwise sporadic
-FLAG_SHARE = 0.10  # flag a rank or host that caused at least this share of the straggler GPU-seconds
+FLAG_SHARE = 0.10  # a flagged rank caused at least this share of the straggler GPU-seconds (and more, below)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlagRule:
+    """When a rank is flagged as a straggler (module docstring); the defaults are the documented rule."""
+
+    min_steps: int = 20  # kept steps with collective timings the rank must have reported
+    consistent_share: float = 0.75  # slower than the others' median in at least this share of those steps
+    family_alpha: float = 0.01  # chance of flagging any rank of a run with no special rank, at most
+    material_excess: float = 0.05  # median excess over the others' median, as a share of the median compute
+    flag_share: float = FLAG_SHARE  # share of the straggler GPU-seconds the rank carries, at least
+
+    def __post_init__(self) -> None:
+        if self.min_steps < 1:
+            raise ValueError(f"FlagRule.min_steps must be at least 1, got {self.min_steps}")
+        for name in ("consistent_share", "family_alpha", "material_excess", "flag_share"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"FlagRule.{name} must be between 0 and 1, got {value}")
+
+    def as_dict(self) -> dict[str, float]:
+        return {"min_steps": self.min_steps, "consistent_share": self.consistent_share,
+                "family_alpha": self.family_alpha, "material_excess": self.material_excess,
+                "flag_share": self.flag_share}
+
+
+DEFAULT_FLAG_RULE = FlagRule()
 
 
 def rank_compute(run: RunStructure, data: RunData, kept: pd.DataFrame) -> pd.DataFrame:
@@ -61,9 +103,156 @@ def _comm_seconds(collectives: pd.DataFrame) -> pd.DataFrame | None:
     return seconds.rename("coll_s").reset_index()
 
 
+def others_median(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """For each element, the median of the *other* elements of its group (NaN when it is alone).
+
+    `group`: one integer key per element (e.g. one per (attempt, step)); vectorised, O(n log n)."""
+    n = len(values)
+    out = np.full(n, np.nan)
+    if n == 0:
+        return out
+    by_value = np.argsort(values, kind="quicksort")
+    order = by_value[np.argsort(group[by_value], kind="stable")]  # by group, then value; faster than lexsort
+    g, v = group[order], values[order].astype(np.float64)
+    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    sizes = np.diff(np.r_[first, n])
+    start = np.repeat(first, sizes)
+    others = np.repeat(sizes, sizes) - 1
+    pos = np.arange(n) - start
+
+    def other_at(q: np.ndarray) -> np.ndarray:  # the q-th smallest of the others, as an index into v
+        return start + q + (q >= pos)
+
+    lo_q = np.maximum((others - 1) // 2, 0)
+    hi_q = np.maximum(others // 2, 0)
+    alone = others == 0
+    lo = v[np.where(alone, start, other_at(lo_q))]
+    hi = v[np.where(alone, start, other_at(hi_q))]
+    out[order] = np.where(alone, np.nan, (lo + hi) / 2.0)
+    return out
+
+
+def binomial_tail_half(k: int, n: int) -> float:
+    """P(X >= k) for X ~ Binomial(n, 1/2), in floating point (relative error ~1e-12), in O(terms that matter)."""
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    if 2 * k <= n:  # the tail is at least 1/2: its complement is the short upper tail, by symmetry
+        return 1.0 - binomial_tail_half(n - k + 1, n)
+    term = math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) - n * math.log(2.0))
+    total, i = 0.0, k
+    while i <= n and term > 0.0:  # terms fall at least geometrically above the mean
+        total += term
+        if term < total * 1e-17:
+            break
+        term *= (n - i) / (i + 1)
+        i += 1
+    return min(total, 1.0)
+
+
+def others_median_by_step(matrix: np.ndarray) -> np.ndarray:
+    """`others_median` for a (steps x ranks) matrix where every rank reported every step: O(n) per step.
+
+    In a step sorted v[0..n-1], the median of the others of x is, for n even, v[n/2] when x <= v[n/2-1], else
+    v[n/2-1]; for n odd (middle c), (v[c]+v[c+1])/2 when x < v[c], (v[c-1]+v[c])/2 when x > v[c], and
+    (v[c-1]+v[c+1])/2 when x == v[c] (ties give the same value whichever copy x is)."""
+    steps, n = matrix.shape
+    if n < 2:
+        return np.full(matrix.shape, np.nan)
+    if n % 2 == 0:
+        h = n // 2
+        part = np.partition(matrix, (h - 1, h), axis=1)
+        lo, hi = part[:, h - 1 : h], part[:, h : h + 1]
+        return np.where(matrix <= lo, hi, lo)
+    c = n // 2
+    if n == 3:
+        part = np.sort(matrix, axis=1)
+    else:
+        part = np.partition(matrix, (c - 1, c, c + 1), axis=1)
+    below, mid, above = part[:, c - 1 : c], part[:, c : c + 1], part[:, c + 1 : c + 2]
+    return np.where(matrix < mid, (mid + above) / 2.0, np.where(matrix > mid, (below + mid) / 2.0,
+                                                                 (below + above) / 2.0))
+
+
+def rank_consistency(compute: pd.DataFrame) -> tuple[pd.DataFrame, float]:
+    """Per rank: steps compared, steps slower than the others' median, median excess over it (seconds);
+    and the median compute of all (rank, step) rows, the yardstick of "material".
+
+    `compute`: (attempt, rank, step, compute) as from `rank_compute`. Rows sorted by rank with every rank
+    reporting the same (attempt, step) sequence (the usual shape) take a fast path without a sort."""
+    columns = ["steps", "slower_steps", "median_excess"]
+    if compute.empty:
+        return pd.DataFrame(columns=columns, index=pd.Index([], name="rank")), 0.0
+    values = compute["compute"].to_numpy(np.float64)
+    matrix = _as_step_by_rank(compute)
+    if matrix is not None:
+        ranks, grid = matrix
+        excess = grid - others_median_by_step(grid)
+        if grid.shape[1] < 2:
+            return pd.DataFrame(columns=columns, index=pd.Index([], name="rank")), float(np.median(values))
+        by_rank = pd.DataFrame({"steps": np.full(len(ranks), grid.shape[0]),
+                                "slower_steps": (excess > 0).sum(axis=0),
+                                "median_excess": np.median(excess, axis=0)}, index=pd.Index(ranks, name="rank"))
+        return by_rank, float(np.median(values))
+    group = compute.groupby(["attempt", "step"], sort=False).ngroup().to_numpy(np.int64)
+    median_others = others_median(group, values)
+    compared = ~np.isnan(median_others)
+    excess = values[compared] - median_others[compared]
+    frame = pd.DataFrame({"rank": compute["rank"].to_numpy(np.int64)[compared], "excess": excess,
+                          "slower": excess > 0})
+    by_rank = frame.groupby("rank").agg(steps=("slower", "size"), slower_steps=("slower", "sum"),
+                                        median_excess=("excess", "median"))
+    return by_rank[columns], float(np.median(values))
+
+
+def _as_step_by_rank(compute: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """(ranks, steps x ranks matrix) when rows are sorted by rank and each rank has the same steps in the same
+    order; else None."""
+    rank = compute["rank"].to_numpy(np.int64)
+    if len(rank) > 1 and not bool(np.all(rank[:-1] <= rank[1:])):
+        return None
+    ranks, counts = np.unique(rank, return_counts=True)
+    if not bool(np.all(counts == counts[0])):
+        return None
+    shape = (len(ranks), int(counts[0]))
+    for column in ("attempt", "step"):
+        block = compute[column].to_numpy(np.int64).reshape(shape)
+        if not bool(np.all(block == block[0])):
+            return None
+    return ranks, compute["compute"].to_numpy(np.float64).reshape(shape).T
+
+
+def flagged_ranks(compute: pd.DataFrame, cost_share: Mapping[int, float] | None = None,
+                  rule: FlagRule = DEFAULT_FLAG_RULE) -> dict[int, dict[str, Any]]:
+    """Per rank: the evidence of the flag rule (module docstring) and whether the rank is flagged.
+
+    `cost_share`: each rank's share of the straggler GPU-seconds; None skips condition 5 (a caller that has no
+    ledger at hand, e.g. a view drawn from compute alone)."""
+    by_rank, reference = rank_consistency(compute)
+    alpha = rule.family_alpha / max(len(by_rank), 1)
+    out: dict[int, dict[str, Any]] = {}
+    for rank, row in by_rank.iterrows():
+        steps, slower = int(row["steps"]), int(row["slower_steps"])
+        chance = binomial_tail_half(slower, steps)
+        median_excess = float(row["median_excess"])
+        share = None if cost_share is None else float(cost_share.get(int(rank), 0.0))
+        flagged = (steps >= rule.min_steps and slower >= rule.consistent_share * steps and chance < alpha
+                   and median_excess > 0 and median_excess >= rule.material_excess * reference
+                   and (share is None or (share >= rule.flag_share and share > 0)))
+        out[int(rank)] = {"compared_steps": steps, "slower_steps": slower,
+                          "slower_step_share": slower / steps if steps else 0.0, "chance_p": chance,
+                          "median_excess_seconds": median_excess,
+                          "median_excess_share": median_excess / reference if reference > 0 else None,
+                          "flagged": bool(flagged)}
+    return out
+
+
 def culprits(compute: pd.DataFrame, straggle: pd.DataFrame, hosts: Mapping[int, str], *,
-             straggler_gpu_seconds: float, slow_factor: float = SLOW_FACTOR) -> dict[str, Any]:
-    """Per rank and per host: GPU-seconds caused, how often slow / slowest, persistent or sporadic, flagged."""
+             straggler_gpu_seconds: float, slow_factor: float = SLOW_FACTOR,
+             rule: FlagRule = DEFAULT_FLAG_RULE) -> dict[str, Any]:
+    """Per rank and per host: GPU-seconds caused, how often slow / slowest / slower than the others,
+    persistent or sporadic, flagged (module docstring)."""
     if compute.empty or straggle.empty:
         return {"ranks": [], "hosts": [], "slow_step_probability": None, "slowdown": None,
                 "steps": 0, "slow_factor": slow_factor}
@@ -77,16 +266,20 @@ def culprits(compute: pd.DataFrame, straggle: pd.DataFrame, hosts: Mapping[int, 
     by_rank = by_rank.join(slowest, how="left").fillna({"slowest_steps": 0, "cost": 0.0})
     # the ledger may scale straggler cost down (overlapping steps): rank shares follow it
     scale = straggler_gpu_seconds / float(straggle["cost"].sum()) if float(straggle["cost"].sum()) > 0 else 0.0
+    costs = {int(rank): float(row["cost"]) * scale for rank, row in by_rank.iterrows()}
+    shares = {r: c / straggler_gpu_seconds if straggler_gpu_seconds > 0 else 0.0 for r, c in costs.items()}
+    evidence = flagged_ranks(frame[["attempt", "rank", "step", "compute"]], shares, rule)
     ranks = []
     for rank, row in by_rank.iterrows():
-        cost = float(row["cost"]) * scale
-        share = cost / straggler_gpu_seconds if straggler_gpu_seconds > 0 else 0.0
+        cost, share = costs[int(rank)], shares[int(rank)]
         slow_share = float(row["slow_steps"]) / float(row["steps"]) if row["steps"] else 0.0
         ranks.append({
             "rank": int(rank), "host": hosts.get(int(rank)), "straggler_gpu_seconds": cost, "share": share,
             "slowest_steps": int(row["slowest_steps"]), "slow_steps": int(row["slow_steps"]),
-            "steps": int(row["steps"]), "slow_step_share": slow_share,
-            "pattern": _pattern(slow_share), "flagged": share >= FLAG_SHARE and cost > 0,
+            "steps": int(row["steps"]), "slow_step_share": slow_share, "pattern": _pattern(slow_share),
+            **evidence.get(int(rank), {"compared_steps": 0, "slower_steps": 0, "slower_step_share": 0.0,
+                                       "chance_p": 1.0, "median_excess_seconds": 0.0,
+                                       "median_excess_share": None, "flagged": False}),
         })
     ranks.sort(key=lambda r: -r["straggler_gpu_seconds"])
     slow = frame[frame["slow"]]
@@ -107,15 +300,19 @@ def _hosts_table(ranks: Iterable[dict[str, Any]], total: float) -> list[dict[str
     hosts: dict[str, dict[str, Any]] = {}
     for r in ranks:
         host = r["host"] or "unknown"
-        h = hosts.setdefault(host, {"host": host, "ranks": [], "straggler_gpu_seconds": 0.0, "slowest_steps": 0})
+        h = hosts.setdefault(host, {"host": host, "ranks": [], "straggler_gpu_seconds": 0.0, "slowest_steps": 0,
+                                    "flagged_ranks": []})
         h["ranks"].append(r["rank"])
+        if r["flagged"]:
+            h["flagged_ranks"].append(r["rank"])
         h["straggler_gpu_seconds"] += r["straggler_gpu_seconds"]
         h["slowest_steps"] += r["slowest_steps"]
     out = sorted(hosts.values(), key=lambda h: -h["straggler_gpu_seconds"])
     for h in out:
         h["share"] = h["straggler_gpu_seconds"] / total if total > 0 else 0.0
-        h["flagged"] = h["share"] >= FLAG_SHARE and h["straggler_gpu_seconds"] > 0
+        h["flagged"] = bool(h["flagged_ranks"])  # a host is flagged when one of its ranks is
         h["ranks"].sort()
+        h["flagged_ranks"].sort()
     return out
 
 

@@ -31,6 +31,7 @@ from services.analysis.ledger import (  # the ledger's own painting rules
 )
 from services.analysis.painting import paint
 from services.analysis.run_data import RunData
+from services.analysis.stragglers import flagged_ranks
 
 MAX_POINTS_PER_ATTEMPT = 2000
 MAX_POINTS = 20_000
@@ -300,7 +301,12 @@ def _rank_compute(data: RunData, steps: pd.DataFrame, ledger: Mapping[str, Any],
     hosts = _hosts(data.events)
     overall = float(stats["median_s"].median())
     total_cost = sum(by_rank_cost.values())
-    stragglers = _straggler_ranks(stats, by_rank_cost, overall, total_cost)
+    known = np.isfinite(comm)  # the flag rule of /stragglers, over the steps with collective timings
+    evidence = flagged_ranks(
+        pd.DataFrame({"attempt": attempt[known], "rank": rank[known], "step": step[known],
+                      "compute": compute[known]}),
+        {r: v / total_cost for r, v in by_rank_cost.items()} if total_cost > 0 else {})
+    stragglers = {r for r, e in evidence.items() if e["flagged"]}
     rows = [
         {"rank": int(r), "host": hosts.get(int(r)), "steps": int(n), "median_compute_s": float(med),
          "p90_compute_s": float(p90), "mean_compute_s": float(mean),
@@ -321,14 +327,6 @@ def _key(attempt: np.ndarray, rank: np.ndarray, step: np.ndarray) -> np.ndarray:
     # attempt < 2**15, rank < 2**21 (world_size <= 2**20), step < 2**27 covers every real run; larger steps
     # still sort uniquely as long as attempt and rank stay small
     return (attempt << 48) | (rank << 27) | step
-
-
-def _straggler_ranks(stats: pd.DataFrame, cost: dict[int, float], overall: float, total: float) -> set[int]:
-    """Ranks the ledger charged for most of the straggler time, or whose median compute is 10 % above the rest."""
-    out = {r for r, v in cost.items() if total > 0 and v >= 0.2 * total}
-    if overall > 0:
-        out |= {int(r) for r in stats.index[stats["median_s"] > 1.1 * overall]}
-    return out
 
 
 def _heatmap(frame: pd.DataFrame, heat_rows: int, heat_cols: int) -> dict[str, Any]:

@@ -20,7 +20,6 @@ from services.analysis.advice import checkpoint_advice
 CHECKPOINT_SHARE = 0.05  # checkpoint blocking above this share of allocated: checkpoint less often / async
 HANG_SHARE = 0.02  # hang above this: lower the timeout / detect hangs
 STRAGGLER_SHARE = 0.02  # straggler above this: look at the slow rank(s)
-STRAGGLER_CONCENTRATION = 0.5  # one rank carrying this much of the straggler time is "the" straggler
 REWORK_SHARE = 0.05  # rework above this while ...
 CHEAP_CHECKPOINT_SHARE = 0.02  # ... checkpoints cost less than this: checkpoint more often
 STARTUP_SHARE = 0.05  # startup above this: look at restart time
@@ -97,29 +96,38 @@ def hang_detection(inp: ReportInput) -> Iterable[Recommendation]:
 
 
 def straggler_ranks(inp: ReportInput) -> Iterable[Recommendation]:
+    """Name a rank only when the flag rule (docs/ledger.md, "Straggler") found it consistently slower; the
+    ledger's cost per rank alone cannot tell (with two ranks one of them always carries most of it)."""
     share = inp.share("straggler")
     if share < STRAGGLER_SHARE:
         return
     by_rank = {int(k): float(v) for k, v in inp.ledger.get("straggler_gpu_seconds_by_rank", {}).items()}
     total = sum(by_rank.values())
-    if total > 0:
-        rank, cost = max(by_rank.items(), key=lambda kv: kv[1])
-        if cost / total >= STRAGGLER_CONCENTRATION:
-            host = inp.host_of(rank)
-            where = f"rank {rank}" + (f" on host {host}" if host else "")
-            yield Recommendation(
-                code="straggler_rank", title=f"Look at {where}",
-                detail=f"Waiting for the slowest rank cost {share:.1%} of the allocation "
-                       f"({_hours(inp.waste('straggler'))}); {where} accounts for {cost / total:.0%} of it. Check "
-                       "that host: thermal or power throttling, a degraded link or NIC, another process on the GPU; "
-                       "exclude it from the next allocation if it stays slow.",
-                gpu_seconds=inp.waste("straggler"))
-            return
+    flagged = (inp.views or {}).get("ranks", {}).get("straggler_ranks")
+    if flagged and total > 0:
+        rank = max(flagged, key=lambda r: by_rank.get(int(r), 0.0))
+        cost = by_rank.get(int(rank), 0.0)
+        host = inp.host_of(rank)
+        where = f"rank {rank}" + (f" on host {host}" if host else "")
+        others = f" (also flagged: {', '.join(f'rank {r}' for r in sorted(flagged) if r != rank)})" \
+            if len(flagged) > 1 else ""
+        yield Recommendation(
+            code="straggler_rank", title=f"Look at {where}",
+            detail=f"Waiting for the slowest rank cost {share:.1%} of the allocation "
+                   f"({_hours(inp.waste('straggler'))}); {where} was consistently slower than the others and "
+                   f"accounts for {cost / total:.0%} of it{others}. Check that host: thermal or power throttling, "
+                   "a degraded link or NIC, another process on the GPU; exclude it from the next allocation if it "
+                   "stays slow.",
+            gpu_seconds=inp.waste("straggler"))
+        return
+    spread = ("no rank was consistently slower than the others" if flagged is not None
+              else "the ledger alone does not say whether one rank was consistently slower "
+                   "(GET /v1/runs/{id}/stragglers does)")
     yield Recommendation(
         code="straggler_spread", title="Even out the work per rank",
         detail=f"Waiting for the slowest rank cost {share:.1%} of the allocation ({_hours(inp.waste('straggler'))}), "
-               "spread over many ranks rather than one: look at uneven batches (variable sequence lengths), data "
-               "loading stalls and per-rank work outside the model.",
+               f"and {spread}: look at uneven batches (variable sequence lengths), data loading stalls and "
+               "per-rank work outside the model.",
         gpu_seconds=inp.waste("straggler"))
 
 

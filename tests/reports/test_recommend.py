@@ -36,10 +36,21 @@ def test_each_rule_fires_on_its_share_of_the_allocation(waste: dict[str, float],
 def test_a_concentrated_straggler_is_named_with_its_host() -> None:
     lg = ledger(straggler=5_000)
     lg["straggler_gpu_seconds_by_rank"] = {"7": 4_000.0, "1": 1_000.0}
-    views = {"ranks": {"rows": [{"rank": 7, "host": "gpu-node-12"}, {"rank": 1, "host": "gpu-node-01"}]}}
+    views = {"ranks": {"rows": [{"rank": 7, "host": "gpu-node-12"}, {"rank": 1, "host": "gpu-node-01"}],
+                       "straggler_ranks": [7]}}
     (rec,) = recommend(ReportInput(ledger=lg, views=views))
     assert rec.code == "straggler_rank"
     assert "rank 7 on host gpu-node-12" in rec.title and "80%" in rec.detail
+
+
+def test_a_rank_carrying_most_of_the_cost_is_not_named_unless_it_was_flagged() -> None:
+    lg = ledger(straggler=5_000)
+    lg["straggler_gpu_seconds_by_rank"] = {"0": 2_950.0, "1": 2_050.0}  # two healthy ranks: 59% / 41%
+    views = {"ranks": {"rows": [{"rank": 0}, {"rank": 1}], "straggler_ranks": []}}
+    (rec,) = recommend(ReportInput(ledger=lg, views=views))
+    assert rec.code == "straggler_spread" and "no rank was consistently slower" in rec.detail
+    (rec,) = recommend(ReportInput(ledger=lg))
+    assert rec.code == "straggler_spread" and "/stragglers" in rec.detail
 
 
 def test_straggling_spread_over_ranks_gets_general_advice() -> None:
