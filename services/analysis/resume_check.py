@@ -139,7 +139,11 @@ def build_resume_check(data: RunData, structure: RunStructure | None = None,
     digests = _digests(data.events)
     ok_checkpoints = _ok_checkpoints(structure.checkpoints)
     rank_resumes = _rank_resumes(data.events)
+    loaded = _loaded_checkpoints(data.events)
+    known = _known_through(data.events, data.steps)
+    writer_ranks = _checkpoint_ranks(data.events)
     findings: list[Finding] = _step_number_findings(data.steps, rank_resumes, config)
+    findings.extend(_counter_not_the_checkpoint(rank_resumes, loaded))
     notes: list[str] = []
     summaries: list[ResumeSummary] = []
 
@@ -150,6 +154,13 @@ def build_resume_check(data: RunData, structure: RunStructure | None = None,
         k, resume = att.attempt, att.resume_step
         earlier = attempts[:index]
         writers = [a for a in ok_checkpoints.get(resume, ()) if a < k]
+        # Ranks of earlier attempts killed before their record passed the resume step: whether they wrote a
+        # checkpoint there is unknown (their last flush interval died with them), so its absence is no evidence.
+        blind = [] if writers or resume == 0 else _blind_to(resume, earlier, known, writer_ranks)
+        if blind:
+            writers = [max(a for a, _, _ in blind)]
+            named = any(loaded.get((k, r)) == resume for (a, r) in rank_resumes if a == k)
+            notes.append(_unknown_checkpoint_note(k, resume, blind, named))
         if writers:
             writer = max(writers)
             refs = [writer, *(a.attempt for a in earlier if a.attempt > writer and a.resume_step == resume)]
@@ -233,6 +244,91 @@ def _rank_resumes(events: pd.DataFrame) -> dict[tuple[int, int], int]:
     for a, r, s in zip(rows["attempt"].astype(np.int64), rows["rank"].astype(np.int64), rows["step"].astype(np.int64)):
         key = (int(a), int(r))
         out[key] = min(out.get(key, int(s)), int(s))
+    return out
+
+
+def _loaded_checkpoints(events: pd.DataFrame) -> dict[tuple[int, int], int]:
+    """(attempt, rank) -> the step of the checkpoint its `resume` says it loaded (`checkpoint_step`)."""
+    if "checkpoint_step" not in events.columns:
+        return {}
+    rows = events[(events["kind"] == "resume") & events["attempt"].notna() & events["rank"].notna()
+                  & events["checkpoint_step"].notna()]
+    return {(int(a), int(r)): int(c) for a, r, c in
+            zip(rows["attempt"], rows["rank"], rows["checkpoint_step"])}
+
+
+def _known_through(events: pd.DataFrame, raw_steps: pd.DataFrame) -> dict[tuple[int, int], float]:
+    """(attempt, rank) -> the last step up to which its record is complete: infinite when it reported the end of
+    its attempt (the client flushes then), else the furthest step its reports reached (a process killed without
+    warning loses the steps it recorded in its last flush interval; anything recorded before a report that did
+    arrive was spooled before it)."""
+    out: dict[tuple[int, int], float] = {}
+    if not raw_steps.empty:
+        last = raw_steps.groupby(["attempt", "rank"])["step"].max()
+        out.update({(int(a), int(r)): float(s) for (a, r), s in last.items()})
+    ranked = events[events["attempt"].notna() & events["rank"].notna()]
+    stepped = ranked[ranked["step"].notna() & ranked["kind"].isin(["checkpoint_start", "checkpoint_end", "digest"])]
+    for a, r, s in zip(stepped["attempt"], stepped["rank"], stepped["step"]):
+        key = (int(a), int(r))
+        out[key] = max(out.get(key, -1.0), float(s))
+    for a, r in zip(*(ranked.loc[ranked["kind"] == "attempt_end", c] for c in ("attempt", "rank"))):
+        out[(int(a), int(r))] = math.inf
+    for a, r in zip(ranked["attempt"], ranked["rank"]):
+        out.setdefault((int(a), int(r)), -1.0)
+    return out
+
+
+def _checkpoint_ranks(events: pd.DataFrame) -> frozenset[int]:
+    """The ranks that reported checkpoints anywhere in the run (the writers; often rank 0 alone)."""
+    rows = events[events["kind"].isin(["checkpoint_start", "checkpoint_end"]) & events["rank"].notna()]
+    return frozenset(int(r) for r in rows["rank"])
+
+
+def _blind_to(step: int, earlier: list[Any], known: Mapping[tuple[int, int], float],
+              writer_ranks: frozenset[int]) -> list[tuple[int, int, float]]:
+    """(attempt, rank, known through) of earlier attempts' writer ranks whose record stops at or before `step`
+    without an attempt end: they may have completed a checkpoint at `step` that never reached us."""
+    out = []
+    for att in earlier:
+        if att.resume_step is not None and att.resume_step >= step:
+            continue  # it started past `step`: it cannot have written that checkpoint
+        ranks = writer_ranks or frozenset(r for (a, r) in known if a == att.attempt)
+        for rank in sorted(ranks):
+            through = known.get((att.attempt, rank), -1.0)
+            if through <= step:
+                out.append((att.attempt, rank, through))
+    return out
+
+
+def _unknown_checkpoint_note(attempt: int, resume: int, blind: list[tuple[int, int, float]], named: bool) -> str:
+    a, r, through = blind[-1]
+    last = "nothing" if through < 0 else f"step {int(through)}"
+    said = (" Its resume names the checkpoint of that step: taken as written by attempt " f"{a}." if named else
+            f" Not flagged as a resume that is no checkpoint; compared with attempt {a}.")
+    return (f"attempt {attempt} resumed from step {resume}; no completed checkpoint at that step reached the collector, "
+            f"but attempt {a}'s rank {r} was last heard of at {last} without ending its attempt (killed: what it "
+            f"recorded in its last flush interval is lost), so whether it wrote one is unknown.{said}")
+
+
+def _counter_not_the_checkpoint(rank_resumes: Mapping[tuple[int, int], int],
+                                loaded: Mapping[tuple[int, int], int]) -> list[Finding]:
+    """A resume whose step differs from the step of the checkpoint it says it loaded (a lost step counter)."""
+    wrong: dict[int, list[EvidenceRow]] = {}
+    for (a, r), step in sorted(rank_resumes.items()):
+        c = loaded.get((a, r))
+        if c is not None and c != step:
+            wrong.setdefault(a, []).append(EvidenceRow(rank=r, step=step, expected=c, got=step))
+    out = []
+    for a, rows in sorted(wrong.items()):
+        first = rows[0]
+        out.append(Finding(
+            code="resume_not_a_checkpoint", attempt=a, ranks=tuple(row.rank for row in rows),
+            steps=tuple(sorted({int(row.step) for row in rows})),  # type: ignore[arg-type]
+            message=(f"attempt {a} loaded the checkpoint of step {first.expected} but resumed counting from step "
+                     f"{first.got} (rank {first.rank}): the step counter (and what follows it: the learning-rate "
+                     "schedule, the step numbers) was not restored"),
+            evidence={"resume_step": int(first.got), "checkpoint_step": int(first.expected)},  # type: ignore[arg-type]
+            examples=tuple(rows[:10])))
     return out
 
 

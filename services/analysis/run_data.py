@@ -1,9 +1,11 @@
 """The input of every analysis: one run's events as three DataFrames with documented columns.
 
 `events`       one row per control event (everything but steps and collectives):
-               EVENT_COLUMNS = kind, time, attempt, rank, step, gpus, world_size, host, ok, reason, status, value
-               (attempt/rank/step/gpus/world_size are float with NaN where the kind has no such field;
-               `value` is a `digest` event's string, None elsewhere)
+               EVENT_COLUMNS = kind, time, attempt, rank, step, gpus, world_size, host, ok, reason, status, value,
+               checkpoint_step
+               (attempt/rank/step/gpus/world_size/checkpoint_step are float with NaN where the kind has no such
+               field; `value` is a `digest` event's string, None elsewhere; `checkpoint_step` is the step of the
+               checkpoint a `resume` says it loaded)
 `steps`        one row per completed optimizer step on one rank:
                STEP_COLUMNS = attempt, rank, step, start, end, loss, lr, comm (NaN = not reported)
 `collectives`  one row per collective call on one rank:
@@ -24,12 +26,12 @@ import numpy as np
 import pandas as pd
 
 EVENT_COLUMNS = ("kind", "time", "attempt", "rank", "step", "gpus", "world_size", "host", "ok", "reason", "status",
-                 "value")
+                 "value", "checkpoint_step")
 STEP_COLUMNS = ("attempt", "rank", "step", "start", "end", "loss", "lr", "comm")
 COLLECTIVE_COLUMNS = ("attempt", "rank", "step", "op", "start", "end")
 COMM_COLUMNS = ("attempt", "rank", "step", "seconds")
 
-_NUMERIC_EVENT_FIELDS = ("attempt", "rank", "step", "gpus", "world_size")
+_NUMERIC_EVENT_FIELDS = ("attempt", "rank", "step", "gpus", "world_size", "checkpoint_step")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

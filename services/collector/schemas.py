@@ -90,6 +90,8 @@ class AttemptStart(_RankEvent):
 class Resume(_RankEvent):
     kind: Literal["resume"]
     step: StepNo
+    checkpoint_step: StepNo | None = None  # the step of the checkpoint it loaded (it existed, whatever else arrived)
+    checkpoint: ShortText | None = None  # that checkpoint's path or id
 
 
 class Step(_RankEvent):

@@ -240,7 +240,7 @@ def test_config_errors_name_the_field() -> None:
 
 
 def test_digest_values_reach_the_events_frame() -> None:
-    assert EVENT_COLUMNS[-1] == "value"
+    assert "value" in EVENT_COLUMNS
     data = run_data_from_events("s1", [ev("digest", 1, attempt=0, rank=0, step=5, value="abc")])
     assert data.events.loc[0, "value"] == "abc" and data.events.loc[0, "step"] == 5
 
@@ -248,3 +248,71 @@ def test_digest_values_reach_the_events_frame() -> None:
 def test_a_run_without_restarts_or_steps_is_ok() -> None:
     assert check(attempt_events(0, 0, 0) + steps(0, 1, 30, 1)).verdict == "ok"
     assert check([]).verdict == "ok"
+
+
+# -- a killed attempt's lost tail is unknown, never evidence -------------------------------------------------------
+
+
+def killed_before_its_tail_arrived(*, resume_fields: dict[str, Any] | None = None,
+                                   torn_at_resume: bool = False) -> list[dict[str, Any]]:
+    """Attempt 0 (one rank) computed steps 1-275 with checkpoints every 50 and was killed at 275; only steps 1-220
+    and the checkpoints up to 200 reached the collector. Attempt 1 resumes from 250 and runs to 300."""
+    out = attempt_events(0, 0, 0, world=1) + steps(0, 1, 220, 1, world=1)
+    for step in (50, 100, 150, 200):
+        out += checkpoint(0, step, step + 0.5)
+    if torn_at_resume:
+        out += [ev("checkpoint_start", 250.5, attempt=0, rank=0, step=250)]
+    out += [ev("attempt_start", 400, attempt=1, rank=0, world_size=1, host="h0"),
+            ev("resume", 400, attempt=1, rank=0, step=250, **(resume_fields or {}))]
+    return out + steps(1, 251, 300, 410, world=1)
+
+
+def test_a_resume_from_a_checkpoint_lost_with_a_killed_attempt_is_not_flagged() -> None:
+    rc = check(killed_before_its_tail_arrived())
+    assert rc.verdict == "ok", rc.findings
+    assert any("last heard of at step 220" in n and "unknown" in n for n in rc.notes), rc.notes
+    assert rc.resumes[0].reference_attempts == (0,)
+
+
+def test_a_checkpoint_whose_end_may_have_died_with_its_writer_is_not_torn_evidence() -> None:
+    rc = check(killed_before_its_tail_arrived(torn_at_resume=True))
+    assert rc.verdict == "ok", rc.findings
+
+
+def test_a_resume_that_names_its_checkpoint_is_compared_with_the_attempt_that_wrote_it() -> None:
+    rc = check(killed_before_its_tail_arrived(resume_fields={"checkpoint_step": 250, "checkpoint": "ckpt-250"}))
+    assert rc.verdict == "ok", rc.findings
+    assert any("names the checkpoint" in n for n in rc.notes), rc.notes
+    assert rc.resumes[0].checkpoint_attempt == 0
+
+
+def test_a_resume_that_is_no_checkpoint_is_still_flagged_when_the_earlier_attempt_ended_cleanly() -> None:
+    events = killed_before_its_tail_arrived() + [ev("attempt_end", 300, attempt=0, rank=0, reason="failed")]
+    assert ("resume_not_a_checkpoint", 1) in codes(check(events))
+
+
+def test_a_resume_whose_step_is_not_the_checkpoint_it_loaded_is_flagged() -> None:
+    out = attempt_events(0, 0, 0, world=1) + steps(0, 1, 60, 1, world=1) + checkpoint(0, 50, 50.5)
+    out += failed(0, 100, world=1)
+    out += [ev("attempt_start", 110, attempt=1, rank=0, world_size=1, host="h0"),
+            ev("resume", 110, attempt=1, rank=0, step=0, checkpoint_step=50)]
+    out += steps(1, 1, 30, 120, world=1, loss=lambda s: loss_at(s + 50))
+    rc = check(out)
+    finding = next(f for f in rc.findings if f.code == "resume_not_a_checkpoint")
+    assert finding.attempt == 1 and finding.evidence == {"resume_step": 0, "checkpoint_step": 50}
+    assert "loaded the checkpoint of step 50 but resumed counting from step 0" in finding.message
+
+
+def test_the_wire_schema_takes_resumes_with_and_without_the_checkpoint_they_loaded() -> None:
+    from pydantic import TypeAdapter, ValidationError
+
+    from services.collector.schemas import AnyEvent
+
+    adapter = TypeAdapter(AnyEvent)
+    base = {"event_id": "e1", "run_id": "r", "kind": "resume", "time": 1.7e9, "attempt": 1, "rank": 0, "step": 250}
+    assert adapter.validate_python(base).to_record().data is None  # an old client's resume
+    record = adapter.validate_python({**base, "checkpoint_step": 250, "checkpoint": "/ckpt/step-250"}).to_record()
+    assert record.data == {"checkpoint_step": 250, "checkpoint": "/ckpt/step-250"}
+    for bad in ({"checkpoint_step": -1}, {"checkpoint": ""}, {"checkpoint_step": "250"}):
+        with pytest.raises(ValidationError):
+            adapter.validate_python({**base, **bad})
