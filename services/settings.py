@@ -21,6 +21,13 @@ class ServiceSettings(BaseSettings):
     max_inflight_body_bytes: int = Field(256 << 20, description=(
         "GOODPUT_MAX_INFLIGHT_BODY_BYTES: request body bytes read, inflated and parsed at once across all ingest "
         "requests; beyond it ingestion answers 503 with Retry-After"))
+    max_inflight_body_bytes_per_client: int = Field(64 << 20, gt=0, description=(
+        "GOODPUT_MAX_INFLIGHT_BODY_BYTES_PER_CLIENT: the share of GOODPUT_MAX_INFLIGHT_BODY_BYTES one client (one "
+        "token; without tokens, one address) may hold at once, so that one client's uploads never starve the "
+        "others; a client's single request always fits"))
+    body_timeout_s: float = Field(30.0, gt=0, description=(
+        "GOODPUT_BODY_TIMEOUT_S: seconds a client has to send a request's whole body once the request has started; "
+        "a slower upload gets 408 and frees what it held (the client resends it)"))
     writer_max_pending_events: int = Field(4_000_000, description=(
         "GOODPUT_WRITER_MAX_PENDING_EVENTS: rows waiting for the database before ingestion answers 503"))
     auth_cache_ttl_s: float = Field(5.0, ge=0, description=(

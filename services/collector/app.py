@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -32,6 +33,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         _log_auth_mode(auth)
+        app.state.inflater = ThreadPoolExecutor(max_workers=1, thread_name_prefix="goodput-inflate")
         writer.start()
         warm.start()
         try:
@@ -39,6 +41,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
         finally:
             warm.stop()
             writer.stop()
+            app.state.inflater.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(
         title="goodput collector",
@@ -50,7 +53,8 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     app.state.engine = engine
     app.state.writer = writer
     app.state.auth = auth = Authenticator(engine, cache_ttl_s=settings.auth_cache_ttl_s)
-    app.state.body_budget = ingest.BodyBudget(settings.max_inflight_body_bytes)
+    app.state.body_budget = ingest.BodyBudget(settings.max_inflight_body_bytes,
+                                              settings.max_inflight_body_bytes_per_client)
     install_error_handlers(app)
     metrics.install(app)  # app.state.metrics and the request-duration middleware
     app.include_router(ingest.router)

@@ -13,8 +13,13 @@ from services.errors import InvalidBatch
 from services.storage.records import IngestRecord
 
 
-def decompress(body: bytes, encoding: str | None, max_bytes: int) -> bytes:
-    """Undo Content-Encoding gzip/deflate, refusing to inflate past max_bytes (a zip bomb costs nothing)."""
+def decompress(body: bytes | bytearray, encoding: str | None, max_bytes: int) -> bytes | bytearray:
+    """Undo Content-Encoding gzip/deflate, refusing to inflate past max_bytes (a zip bomb costs nothing).
+
+    The stream must be whole and alone: a truncated stream (no CRC trailer), a wrong CRC, trailing bytes or a
+    second gzip member are refused, since any of them means the batch is not the one the client wrote.
+    CPU-bound (zlib releases the GIL): call it from a worker thread, never on the event loop.
+    """
     encoding = (encoding or "identity").strip().lower()
     if encoding in ("", "identity"):
         return body
@@ -29,10 +34,17 @@ def decompress(body: bytes, encoding: str | None, max_bytes: int) -> bytes:
     if len(out) > max_bytes or inflater.unconsumed_tail:
         raise InvalidBatch(f"the decompressed body is larger than the {max_bytes}-byte limit; send smaller batches",
                            status=413, code="body_too_large")
+    if not inflater.eof:
+        raise InvalidBatch(f"the {encoding} stream is truncated (it ends before its checksum); nothing was stored, "
+                           "send the batch again", status=400, code="bad_encoding")
+    if inflater.unused_data:
+        raise InvalidBatch(f"the body has {len(inflater.unused_data)} bytes after the end of its {encoding} stream "
+                           "(trailing data or a second member); send one stream per request",
+                           status=400, code="bad_encoding")
     return out
 
 
-def parse_batch(body: bytes, *, max_events: int, max_rows: int) -> list[IngestRecord]:
+def parse_batch(body: bytes | bytearray, *, max_events: int, max_rows: int) -> list[IngestRecord]:
     if not body.strip():
         raise InvalidBatch('the body is empty; send {"events": [...]}', status=400, code="malformed_json")
     try:
@@ -54,7 +66,7 @@ def parse_batch(body: bytes, *, max_events: int, max_rows: int) -> list[IngestRe
     return records
 
 
-def _explain(exc: ValidationError, body: bytes) -> InvalidBatch:
+def _explain(exc: ValidationError, body: bytes | bytearray) -> InvalidBatch:
     first = exc.errors(include_url=False)[0]
     loc = tuple(first.get("loc", ()))
     kind = first.get("type", "")
@@ -90,7 +102,7 @@ def _explain(exc: ValidationError, body: bytes) -> InvalidBatch:
                         status=422, code="invalid_event", index=index, event_id=event_id, field=field)
 
 
-def _raw_event(body: bytes, index: int) -> Any:
+def _raw_event(body: bytes | bytearray, index: int) -> Any:
     try:
         events = json.loads(body).get("events")
         return events[index]

@@ -145,3 +145,24 @@ def test_a_body_that_is_not_gzip_is_rejected(client) -> None:  # type: ignore[no
     response = client.post("/v1/events", content=b"not gzip", headers={"Content-Encoding": "gzip"})
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "bad_encoding"
+
+
+@pytest.mark.parametrize("damage", ["truncated (no CRC trailer)", "trailing garbage", "a second gzip member",
+                                    "a wrong CRC"])
+def test_a_damaged_gzip_stream_is_rejected_whole(client, damage: str) -> None:  # type: ignore[no-untyped-def]
+    import json
+    import struct
+
+    stream = gzip.compress(json.dumps({"events": [good(1)]}).encode())
+    damaged = {
+        "truncated (no CRC trailer)": stream[:-8],
+        "trailing garbage": stream + b"garbage",
+        "a second gzip member": stream + gzip.compress(json.dumps({"events": [good(2)]}).encode()),
+        "a wrong CRC": stream[:-8] + struct.pack("<I", (struct.unpack("<I", stream[-8:-4])[0] + 1) % 2**32)
+        + stream[-4:],
+    }[damage]
+    response = client.post("/v1/events", content=damaged, headers={"Content-Encoding": "gzip"})
+    assert response.status_code == 400, (damage, response.text)
+    assert response.json()["error"]["code"] == "bad_encoding", response.text
+    _assert_nothing_stored(client)
+    assert client.post("/v1/events", content=stream, headers={"Content-Encoding": "gzip"}).status_code == 200

@@ -1,22 +1,25 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from services.collector.auth import WritePrincipalDep
+from services.collector.auth import Principal, WritePrincipalDep
 from services.collector.batch import decompress, parse_batch
 from services.collector.deps import SettingsDep, WriterDep
 from services.collector.routes.metrics import IngestCountersDep
 from services.collector.schemas import ErrorResponse, EventBatch, IngestAck
 from services.errors import InvalidBatch, Overloaded
+from services.settings import ServiceSettings
 
 router = APIRouter(tags=["ingest"])
 
-_ERRORS = {status: {"model": ErrorResponse} for status in (400, 401, 403, 413, 415, 422, 503)}
+_ERRORS = {status: {"model": ErrorResponse} for status in (400, 401, 403, 408, 413, 415, 422, 503)}
 
 
 @router.post(
@@ -30,11 +33,9 @@ _ERRORS = {status: {"model": ErrorResponse} for status in (400, 401, 403, 413, 4
 async def ingest_events(request: Request, writer: WriterDep, settings: SettingsDep,
                         counters: IngestCountersDep, principal: WritePrincipalDep) -> IngestAck:
     budget: BodyBudget = request.app.state.body_budget
-    with counters.rejections(), budget.hold() as take:  # counts 400 / 413 / 415 / 422 by error code
-        raw = await _read_capped(request, settings.max_body_bytes, take)
-        body = decompress(raw, request.headers.get("content-encoding"), settings.max_body_bytes)
-        if body is not raw:
-            take(len(body))  # the inflated copy counts too
+    with counters.rejections(), budget.hold(_client_key(principal, request)) as take:  # counts 4xx by code
+        raw = await _read_capped(request, settings.max_body_bytes, take, settings.body_timeout_s)
+        body = await _inflate(request, raw, settings, take)
         records = await run_in_threadpool(parse_batch, body, max_events=settings.max_events_per_batch,
                                           max_rows=settings.max_rows_per_batch)
     result = await asyncio.wrap_future(writer.submit(records, project=principal.project))
@@ -42,49 +43,90 @@ async def ingest_events(request: Request, writer: WriterDep, settings: SettingsD
     return IngestAck(accepted=result.accepted, duplicates=result.duplicates)
 
 
-class BodyBudget:
-    """Bytes of request bodies being read, inflated and parsed at the same time, across all requests: bounded
-    (GOODPUT_MAX_INFLIGHT_BODY_BYTES), so memory stays bounded however many clients post at once. A request
-    that would go over it gets 503 + Retry-After (Overloaded) at once; one request alone always fits.
-    Used from the event loop only, so no lock."""
+async def _inflate(request: Request, raw: bytearray, settings: ServiceSettings,
+                   take: Callable[[int], None]) -> bytes | bytearray:
+    """Undo Content-Encoding on the app's one inflating thread (zlib releases the GIL): neither the event loop
+    nor more than one core is ever spent inflating, however many clients post bombs at once."""
+    encoding = request.headers.get("content-encoding")
+    if encoding is None or encoding.strip().lower() in ("", "identity"):
+        return raw
+    inflater: ThreadPoolExecutor = request.app.state.inflater
+    body = await asyncio.get_running_loop().run_in_executor(inflater, decompress, raw, encoding,
+                                                            settings.max_body_bytes)
+    take(len(body))  # the inflated copy counts too
+    return body
 
-    def __init__(self, limit_bytes: int) -> None:
+
+def _client_key(principal: Principal, request: Request) -> str:
+    if principal.token_id is not None:
+        return f"token:{principal.token_id}"
+    return f"address:{request.client.host if request.client else '?'}"
+
+
+class BodyBudget:
+    """Bytes of request bodies being read, inflated and parsed at the same time: bounded across all requests
+    (GOODPUT_MAX_INFLIGHT_BODY_BYTES), so memory stays bounded however many clients post at once, and per client
+    (GOODPUT_MAX_INFLIGHT_BODY_BYTES_PER_CLIENT), so one client's stalled or huge uploads leave room for the
+    others. A request that would go over either gets 503 + Retry-After (Overloaded) at once; a request with
+    nothing else in flight for its client always fits its client's share, and one alone always fits."""
+
+    def __init__(self, limit_bytes: int, per_client_bytes: int | None = None) -> None:
         self.limit_bytes = limit_bytes
+        self.per_client_bytes = per_client_bytes if per_client_bytes is not None else limit_bytes
         self.used_bytes = 0
+        self.used_by_client: dict[str, int] = {}
+        self._lock = threading.Lock()  # take() runs on the event loop and in the decoding thread
 
     @contextmanager
-    def hold(self) -> Iterator[Callable[[int], None]]:
+    def hold(self, client: str = "") -> Iterator[Callable[[int], None]]:
         held = 0
 
         def take(n: int) -> None:
             nonlocal held
-            if self.used_bytes > held and self.used_bytes + n > self.limit_bytes:
-                raise Overloaded(f"the collector is reading {self.used_bytes} bytes of other requests' bodies "
-                                 f"(limit {self.limit_bytes})")
-            self.used_bytes += n
-            held += n
+            with self._lock:
+                mine = self.used_by_client.get(client, 0)
+                if mine > held and mine + n > self.per_client_bytes:
+                    raise Overloaded(f"this client's uploads in progress hold {mine} bytes (limit "
+                                     f"{self.per_client_bytes} per client)")
+                if self.used_bytes > held and self.used_bytes + n > self.limit_bytes:
+                    raise Overloaded(f"the collector is reading {self.used_bytes} bytes of other requests' bodies "
+                                     f"(limit {self.limit_bytes})")
+                self.used_bytes += n
+                self.used_by_client[client] = mine + n
+                held += n
 
         try:
             yield take
         finally:
-            self.used_bytes -= held
+            with self._lock:
+                self.used_bytes -= held
+                left = self.used_by_client.get(client, 0) - held
+                if left > 0:
+                    self.used_by_client[client] = left
+                else:
+                    self.used_by_client.pop(client, None)
 
 
-async def _read_capped(request: Request, max_bytes: int, take: Callable[[int], None]) -> bytes:
+async def _read_capped(request: Request, max_bytes: int, take: Callable[[int], None],
+                       timeout_s: float) -> bytearray:
+    """The body, read into one buffer (no list of chunks and joined copy: memory is the body, once)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise InvalidBatch(f"the body is {declared} bytes, more than the {max_bytes}-byte limit; send smaller batches",
                            status=413, code="body_too_large")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        take(len(chunk))
-        if size > max_bytes:
-            raise InvalidBatch(f"the body is larger than the {max_bytes}-byte limit; send smaller batches",
-                               status=413, code="body_too_large")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    body = bytearray()
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                take(len(chunk))
+                if len(body) + len(chunk) > max_bytes:
+                    raise InvalidBatch(f"the body is larger than the {max_bytes}-byte limit; send smaller batches",
+                                       status=413, code="body_too_large")
+                body += chunk
+    except TimeoutError:
+        raise InvalidBatch(f"the body did not arrive within {timeout_s:g} s ({len(body)} bytes came); nothing was "
+                           "stored, send it again (GOODPUT_BODY_TIMEOUT_S)", status=408, code="body_timeout") from None
+    return body
 
 
 # Referenced by the OpenAPI request body above.
