@@ -347,6 +347,8 @@ class Tracker:
         """Send what was recorded so far; True if all of it was acknowledged (offline: spooled)."""
         if self._pipeline is None or os.getpid() != self._pid:
             return False
+        for timer in self.__dict__.get("_timers", ()):  # CUDA-event timings still on the GPU (timing.py)
+            timer.drain(timeout_s)
         return self._pipeline.flush(timeout_s)
 
     def shutdown(self, timeout_s: float = 5.0) -> bool:
@@ -354,6 +356,8 @@ class Tracker:
         if self._pipeline is None or os.getpid() != self._pid:
             return False
         self._force_stats = True  # the flush cycle appends a final client_stats after draining
+        for timer in self.__dict__.get("_timers", ()):  # CUDA-event timings still on the GPU (timing.py)
+            timer.drain(timeout_s)
         if self._poller is not None:
             self._poller.stop(0.0)
         ok = self._pipeline.shutdown(timeout_s)

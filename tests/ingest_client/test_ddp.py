@@ -53,3 +53,57 @@ def test_ddp_comm_hook_records_allreduce_rows_per_rank(tmp_path: Path) -> None:
         assert all(b >= a for a, b in ends)
     steps = [s for r in records if r["kind"] == "steps" for s in r["step"]]
     assert sorted(steps) == [1, 1, 2, 2, 3, 3]
+
+
+def test_cpu_timer_reports_at_once_with_the_wall_start_and_the_perf_counter_duration() -> None:
+    import time
+
+    from ingest_client.timing import CpuTimer, timer_for
+
+    timer = timer_for(torch.zeros(1))
+    assert isinstance(timer, CpuTimer) and timer.kind == "cpu"
+    rows: list[tuple[float, float]] = []
+    before = time.time()
+    token = timer.start()
+    time.sleep(0.05)
+    timer.stop(token, lambda start, end: rows.append((start, end)))
+    ((start, end),) = rows
+    assert before <= start <= before + 0.01 and end - start == pytest.approx(0.05, abs=0.02)
+    assert timer.drain(0.0)
+    with pytest.raises(ValueError, match="clock must be 'auto', 'cpu' or 'cuda', got 'gpu'"):
+        timer_for(torch.zeros(1), "gpu")
+
+
+class _FakeEvent:
+    """A CUDA event as the resolver sees it: done or not, and a GPU time in ms."""
+
+    def __init__(self, gpu_ms: float, done: bool = True) -> None:
+        self.gpu_ms, self.done = gpu_ms, done
+
+    def query(self) -> bool:
+        return self.done
+
+    def elapsed_time(self, end: _FakeEvent) -> float:
+        return end.gpu_ms - self.gpu_ms
+
+
+def test_cuda_timer_resolves_in_order_once_complete_and_anchors_gpu_times_to_wall_time() -> None:
+    """The resolver's bookkeeping without a GPU: events stand in for torch.cuda.Event."""
+    import collections
+    import threading
+
+    from ingest_client.timing import CudaTimer
+
+    timer = object.__new__(CudaTimer)  # no CUDA here: set the state __init__ would
+    timer._pending, timer._free, timer._lock = collections.deque(), [], threading.Lock()
+    timer.resolved = timer.failed = 0
+    anchor = (_FakeEvent(1_000.0), 1_700_000_000.0)  # GPU time 1 s <-> wall 1.7e9
+    rows: list[tuple[float, float]] = []
+    emit = lambda start, end: rows.append((start, end))  # noqa: E731
+    late = _FakeEvent(1_700.0, done=False)
+    timer._pending.extend([(anchor, _FakeEvent(1_250.0), _FakeEvent(1_500.0), emit),
+                           (anchor, _FakeEvent(1_600.0), late, emit)])
+    assert not timer.resolve_ready() and rows == [(1_700_000_000.25, 1_700_000_000.5)]
+    late.done = True
+    assert timer.drain(1.0) and rows[1] == pytest.approx((1_700_000_000.6, 1_700_000_000.7))
+    assert timer.resolved == 2 and len(timer._free) == 4, "events are reused"

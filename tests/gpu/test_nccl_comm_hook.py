@@ -1,0 +1,75 @@
+"""The DDP comm hook on a 2-GPU NCCL job under torchrun: the fast rank's collective time shows the wait.
+
+Rank 1 spins on its GPU (torch.cuda._sleep) before each backward; rank 0 reaches the all-reduce early and waits
+inside it. With CPU clocks on NCCL the callback fires before the collective has run, so the wait would read as
+near zero (pytorch/pytorch#48305); with CUDA events it is the sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_cli import REPO, env_with, free_port
+
+pytestmark = pytest.mark.gpu(devices=2)
+
+SLEEP_S = 0.2
+STEPS = 6
+
+WORKER = r'''
+import json, os, sys, time
+import torch, torch.distributed as dist
+import ingest_client as goodput
+
+rank = int(os.environ["RANK"])
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+dist.init_process_group("nccl")
+tracker = goodput.init(run_id="nccl-hook", mode="offline", spool_dir=sys.argv[1], install_handlers=False)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(1024, 1024).cuda(), bucket_cap_mb=1000)
+model.register_comm_hook(None, tracker.ddp_comm_hook())
+sleep_s, steps = float(sys.argv[2]), int(sys.argv[3])
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+start.record(); torch.cuda._sleep(50_000_000); end.record(); end.synchronize()
+cycles = int(sleep_s * 50_000_000 / (start.elapsed_time(end) / 1000.0))
+x = torch.randn(64, 1024, device="cuda")
+for step in range(1, steps + 1):
+    with tracker.step(step):
+        loss = model(x).pow(2).mean()
+        if rank == 1:
+            torch.cuda._sleep(cycles)  # the slow rank: its gradients are ready sleep_s later on the GPU
+        loss.backward()
+        torch.cuda.synchronize()
+tracker.finish()
+dist.destroy_process_group()
+'''
+
+
+def test_the_fast_ranks_allreduce_time_includes_waiting_for_the_slow_rank(tmp_path: Path) -> None:
+    from tests.ingest_client.conftest import spooled_records
+
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    spool = tmp_path / "spool"
+    env = env_with(PYTHONPATH=str(REPO))
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "--master-port", str(free_port()), str(script), str(spool), str(SLEEP_S), str(STEPS)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+    records = spooled_records(tmp_path)
+    by_rank: dict[int, dict[int, float]] = {0: {}, 1: {}}
+    for r in records:
+        if r["kind"] == "collectives":
+            for step, start, end in zip(r["step"], r["start"], r["end"]):
+                by_rank[r["rank"]][step] = by_rank[r["rank"]].get(step, 0.0) + (end - start)
+    assert sorted(by_rank[0]) == sorted(by_rank[1]) == list(range(1, STEPS + 1)), json.dumps(by_rank)
+    for step in range(2, STEPS + 1):  # step 1 includes NCCL's warm-up
+        assert by_rank[0][step] >= 0.8 * SLEEP_S, (step, by_rank)  # the fast rank waited for the slow one
+        assert by_rank[1][step] < 0.5 * SLEEP_S, (step, by_rank)  # the slow rank found its peer waiting
