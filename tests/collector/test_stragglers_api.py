@@ -9,5 +9,9 @@ def test_stragglers_endpoint_names_the_slow_rank(client) -> None:  # type: ignor
     report = client.get("/v1/runs/strag-api/stragglers").json()
     ledger = client.get("/v1/runs/strag-api/waste").json()
     assert report["ranks"][0]["rank"] == 3 and report["ranks"][0]["flagged"]
+    assert [r["rank"] for r in report["ranks"] if r["flagged"]] == [3]
+    top = report["ranks"][0]
+    assert top["slower_steps"] >= report["thresholds"]["consistent_share"] * top["compared_steps"]
+    assert top["compared_steps"] >= report["thresholds"]["min_steps"] and top["chance_p"] < 0.01 / 8
     assert report["straggler_gpu_seconds"] == ledger["waste_gpu_seconds"]["straggler"]
     assert client.get("/v1/runs/nope/stragglers").status_code == 404
