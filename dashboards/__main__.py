@@ -21,10 +21,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = DashboardConfig.from_env(api_url=ns.api, refresh_s=ns.refresh)
     if config.api_url is None:
         config = dataclasses.replace(config, api_url="http://127.0.0.1:8000")
+    from dashboards.access import require_sign_in
     from dashboards.app import create_app
 
     prefix = "/" + ns.prefix.strip("/") + "/" if ns.prefix.strip("/") else "/"
     app = create_app(config, requests_pathname_prefix=prefix, routes_pathname_prefix=prefix)
+    require_sign_in(app.server, config)  # browsers sign in with a read token (dashboards.access)
     print(f"goodput dashboard on http://{ns.host}:{ns.port}{prefix} reading {config.api_url}", flush=True)
     try:
         from waitress import serve  # optional: a production WSGI server when installed

@@ -4,10 +4,10 @@ GOODPUT_DASHBOARD_API_URL      the collector's base URL. Unset in the embedded m
                                the server that received the browser's request (its local address).
 GOODPUT_DASHBOARD_REFRESH_S    seconds between automatic refreshes of a page (default 5, at least 1).
 GOODPUT_DASHBOARD_TIMEOUT_S    seconds the dashboard waits for one API answer (default 60).
-GOODPUT_DASHBOARD_TOKEN        read token (gpr_...) the dashboard sends to the collector when the browser sent
-                               none (standalone mode). A credential the browser sends (HTTP Basic with the
-                               token as password, or Bearer) is forwarded instead, so each user sees only
-                               their token's project.
+GOODPUT_DASHBOARD_TOKEN        read token (gpr_...) the dashboard sends to the collector for a browser on the
+                               dashboard's own host that sent none (standalone mode; dashboards.access). Every
+                               other browser signs in (HTTP Basic, the token as password) and its credential
+                               is forwarded instead, so each user sees only their token's project.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from sqlalchemy import Engine
 
 from services.collector.auth import Authenticator, DashboardGuard
 from services.collector.errors import install_error_handlers
-from services.collector.routes import advice, health, ingest, live, metrics, reports, resume, runs, signals, stragglers, views
+from services.collector.routes import (advice, health, ingest, live, metrics, reports, resume, runs, signals, stragglers,
+                                      views, whoami)
 from services.collector.schemas import EventBatch
 from services.settings import ServiceSettings
 from services.storage.db import make_engine
@@ -67,6 +68,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     app.include_router(resume.router)  # before runs, like views
     app.include_router(runs.router)
     app.include_router(health.router)
+    app.include_router(whoami.router)
     app.include_router(metrics.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     if settings.dashboard:

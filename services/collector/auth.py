@@ -275,6 +275,7 @@ async def _run_scope(request: Request, principal: Annotated[Principal, Depends(_
     return RunScope(principal.project, lambda run_id: principal.sees(auth.project_of(run_id)))
 
 
+PrincipalDep = Annotated[Principal, Depends(_principal)]
 WritePrincipalDep = Annotated[Principal, Depends(_writer)]
 ReadPrincipalDep = Annotated[Principal, Depends(_reader)]
 RunScopeDep = Annotated[RunScope, Depends(_run_scope)]
