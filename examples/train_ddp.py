@@ -11,7 +11,8 @@ What it shows, besides the goodput calls (marked ``# goodput``):
   rest, so a write killed half-way is never loaded.
 - Exact resume: parameters, Adam state, step, every rank's RNG state and the data position are saved, so a job
   killed and resumed ends with the same model digest as an uninterrupted one.
-- Fault injection for tests and demos: ``--straggler-rank``, ``--hang-at-step``, ``--slow-checkpoint``, and
+- Fault injection for tests and demos: ``--straggler-rank``, ``--hang-at-step``, ``--slow-checkpoint``,
+  ``--kill-after-checkpoint`` (a rank SIGKILLed a moment after a checkpoint completed), and
   ``--lose-on-resume optimizer|rng|data|step`` (a resume that restores only part of the state, which
   ``--digest-every N`` digests and the collector's resume check catch).
 
@@ -19,8 +20,8 @@ Each rank appends one JSON line per notable event to ``<log-dir>/rank<R>.jsonl``
 ``skipped_checkpoint``, ``step``, ``checkpoint``, ``hang``, ``error``, ``done``) so that tests can compare the
 goodput ledger with what the job itself saw.
 
-Run end: under ``goodput launch`` the launcher reports ``run_end`` from torchrun's exit code (it sees every
-restart and the final outcome); run under plain torchrun, rank 0 reports the run finished when it completes.
+Run end: ``tracker.finish()``. Under ``goodput launch`` the launcher reports ``run_end`` from torchrun's exit code
+(it sees every restart and the final outcome); under plain torchrun ``finish()`` on rank 0 reports the run finished.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import random
 import shutil
 import signal
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -76,6 +78,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lose-on-resume", choices=["optimizer", "rng", "data", "step"],
                    help="fault injection: when loading a checkpoint, drop this part of it (a fresh optimizer, the "
                         "RNG as at a fresh start, the data from its first batch, the step counter back to 0)")
+    p.add_argument("--kill-after-checkpoint", type=int,
+                   help="fault injection: --kill-rank SIGKILLs itself --kill-delay-s after the checkpoint of this step "
+                        "completed (first attempt only)")
+    p.add_argument("--kill-rank", type=int, default=0)
+    p.add_argument("--kill-delay-s", type=float, default=0.0)
     p.add_argument("--honor-checkpoint-requests", action="store_true",
                    help="also checkpoint when a scheduler asked for it (POST /v1/runs/{id}/checkpoint-request): "
                         "rank 0 learns of it, one all_reduce(MAX) per step makes every rank agree on the step")
@@ -310,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         choice[0] = str(found) if found is not None else None
     dist.broadcast_object_list(choice, src=0)
     start_step = 0
+    loaded_step: int | None = None
     if choice[0] is not None:
         state = torch.load(Path(choice[0]) / STATE_FILE, weights_only=False)
         lose = args.lose_on_resume  # fault injection: a resume that restores only part of the state
@@ -320,10 +328,12 @@ def main(argv: list[str] | None = None) -> int:
             sampler.load_state_dict(state["sampler"])
         if lose != "rng":
             set_rng_state(state["rng"][rank])
-        start_step = 0 if lose == "step" else int(state["step"])
-    log.write("resumed", step=start_step, checkpoint=Path(choice[0]).name if choice[0] else None,
-              lost=args.lose_on_resume if choice[0] else None)
-    tracker.resumed(start_step)  # goodput: 0 = fresh start
+        loaded_step = int(state["step"])
+        start_step = 0 if lose == "step" else loaded_step
+    checkpoint_name = Path(choice[0]).name if choice[0] else None
+    log.write("resumed", step=start_step, checkpoint=checkpoint_name, lost=args.lose_on_resume if choice[0] else None)
+    # goodput: 0 = fresh start; name the checkpoint loaded, so the collector knows it existed whatever else arrived
+    tracker.resumed(start_step, checkpoint_step=loaded_step, checkpoint=checkpoint_name)
 
     step = start_step
     try:
@@ -359,8 +369,8 @@ def main(argv: list[str] | None = None) -> int:
 
     digest = model_digest(model.module)
     log.write("done", final_step=step, digest=digest)
-    # goodput: under `goodput launch` the launcher reports run_end (it knows torchrun's exit code)
-    tracker.finish("finished" if os.environ.get("GOODPUT_LAUNCHED") != "1" else None)
+    # goodput: rank 0 reports the run finished, unless `goodput launch` does (it knows torchrun's exit code)
+    tracker.finish()
     dist.barrier()  # no rank tears gloo down while a peer still uses it
     dist.destroy_process_group()
     log.write("exit")
@@ -384,7 +394,16 @@ def checkpoint(args: argparse.Namespace, log: EventLog, tracker: goodput.Tracker
             path = save_checkpoint(args.ckpt_dir, step, state, keep=args.keep, slow_s=args.slow_checkpoint)
         remove_unpublished(args.ckpt_dir)
         log.write("checkpoint", step=step, path=path.name)
+    if step == args.kill_after_checkpoint and rank == args.kill_rank and attempt_number() == 0:
+        # The checkpoint is complete (its files and manifest published, tracker.checkpoint returned): die a moment
+        # later from another thread, wherever the training loop is by then.
+        log.write("kill_scheduled", step=step, delay_s=args.kill_delay_s, pid=os.getpid())
+        threading.Timer(args.kill_delay_s, os.kill, (os.getpid(), signal.SIGKILL)).start()
     dist.barrier()
+
+
+def attempt_number() -> int:
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
 def checkpoint_requested(tracker: goodput.Tracker) -> bool:
