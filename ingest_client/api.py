@@ -5,11 +5,15 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
+from dataclasses import fields, replace
 from pathlib import Path
 
-from ingest_client.config import ClientConfig
+from ingest_client.config import ClientConfig, Mode
 from ingest_client.context import context_from_env
+from ingest_client.generation import claim_generation, inherited_generation, is_torchrun_worker
 from ingest_client.signals import ExitHooks
+from ingest_client.spool import run_dir_name
 from ingest_client.tracker import Tracker
 from ingest_client.transport.base import Transport
 
@@ -18,6 +22,7 @@ logger = logging.getLogger("ingest_client")
 _lock = threading.Lock()
 _tracker: Tracker | None = None
 _hooks: ExitHooks | None = None
+_joinable = False  # the running tracker was started by the bootstrap and no init() of the script joined it yet
 
 
 def init(
@@ -35,23 +40,96 @@ def init(
     Each argument falls back to its ``GOODPUT_*`` variable, then to its default (see
     :mod:`ingest_client.config`); ``options`` are the other ClientConfig fields
     (``queue_capacity``, ``spool_max_bytes``, ``sigterm_reason``, ``install_handlers``, ...).
-    A second call in the same process returns the running tracker.
+    A second call in the same process returns the running tracker. Under ``goodput launch`` the bootstrap
+    started the tracker as the interpreter started (:mod:`ingest_client.bootstrap`): the script's first call
+    joins it without a warning, unless its arguments contradict the running configuration.
     """
-    global _tracker, _hooks
+    global _joinable
     with _lock:
-        if _tracker is not None and _tracker._pid == os.getpid() and _tracker.enabled:
-            logger.warning("goodput.init() called again; returning the running tracker")
-            return _tracker
+        running = _tracker
+        if running is not None and running._pid == os.getpid() and running.enabled:
+            if _joinable:
+                wanted = ClientConfig.from_env(
+                    run_id=run_id, url=url, token=token, mode=mode, spool_dir=spool_dir, **options
+                )
+                _joinable = False
+                _join_bootstrapped(running, wanted, transport)
+            else:
+                logger.warning("goodput.init() called again; returning the running tracker")
+            return running
         config = ClientConfig.from_env(
             run_id=run_id, url=url, token=token, mode=mode, spool_dir=spool_dir, **options
         )
-        context = context_from_env(run_id=config.run_id, attempt_base=config.attempt_base)
-        tracker = Tracker(config, context, transport=transport).start()
-        if config.install_handlers and tracker.enabled:
+        return _start(config, transport)
+
+
+def init_from_bootstrap() -> Tracker:
+    """``init()`` as the interpreter starts (:mod:`ingest_client.bootstrap`); the script's ``init()`` joins it."""
+    global _joinable
+    with _lock:
+        if _tracker is not None and _tracker._pid == os.getpid() and _tracker.enabled:
+            return _tracker
+        tracker = _start(ClientConfig.from_env(), None)
+        _joinable = tracker.enabled
+        return tracker
+
+
+def _start(config: ClientConfig, transport: Transport | None) -> Tracker:
+    global _tracker, _hooks
+    context = context_from_env(run_id=config.run_id, attempt_base=config.attempt_base,
+                               generation_of=_generation_counter(config))
+    tracker = Tracker(config, context, transport=transport).start()
+    if config.install_handlers and tracker.enabled:
+        _hooks = ExitHooks(tracker)
+        _hooks.install()
+    _tracker = tracker
+    return tracker
+
+
+def _generation_counter(config: ClientConfig) -> Callable[[str], int | None]:
+    """This worker's generation (ingest_client.generation): inherited, else claimed once per worker process."""
+
+    def generation_of(run_id: str) -> int | None:
+        inherited = inherited_generation(os.environ)
+        if inherited is not None or config.mode is Mode.DISABLED or not is_torchrun_worker(os.environ):
+            return inherited
+        try:
+            return claim_generation(config.spool_dir / run_dir_name(run_id), os.environ)
+        except OSError as exc:
+            logger.warning("goodput: cannot count worker generations in %s (%s); the attempt number is "
+                           "torchrun's restart count, which is per node", config.spool_dir, exc)
+            return None
+
+    return generation_of
+
+
+# Settings the running tracker reads when it uses them: the script's init() may change them after the bootstrap.
+_ADOPTABLE = ("sigterm_reason", "exit_timeout_s", "install_handlers")
+
+
+def _join_bootstrapped(tracker: Tracker, wanted: ClientConfig, transport: Transport | None) -> None:
+    global _hooks
+    running = tracker.config
+    differing = [f.name for f in fields(ClientConfig) if getattr(wanted, f.name) != getattr(running, f.name)]
+    adopted = {name: getattr(wanted, name) for name in differing if name in _ADOPTABLE}
+    if adopted:
+        tracker.config = replace(running, **adopted)
+        if not tracker.config.install_handlers and _hooks is not None:
+            _hooks.uninstall()
+            _hooks = None
+        elif tracker.config.install_handlers and _hooks is None:
             _hooks = ExitHooks(tracker)
             _hooks.install()
-        _tracker = tracker
-        return tracker
+    ignored = [f"{name}={getattr(wanted, name)!r} (running: {getattr(running, name)!r})"
+               for name in differing if name not in _ADOPTABLE]
+    if transport is not None:
+        ignored.append("transport=... (running: its own)")
+    if ignored:
+        logger.warning(
+            "goodput.init(): %s contradict the tracker that goodput launch started as this worker's interpreter "
+            "started (attempt %d, whose attempt_start is recorded); keeping the running one. Give goodput launch "
+            "the same settings (GOODPUT_* variables or its options), or set GOODPUT_BOOTSTRAP=0 to let init() "
+            "decide.", ", ".join(ignored), tracker.context.attempt)
 
 
 def get_tracker() -> Tracker | None:
@@ -61,8 +139,9 @@ def get_tracker() -> Tracker | None:
 
 def reset_for_tests(timeout_s: float = 1.0) -> None:
     """Shut the global tracker down and uninstall its hooks (test isolation)."""
-    global _tracker, _hooks
+    global _tracker, _hooks, _joinable
     with _lock:
+        _joinable = False
         if _hooks is not None:
             _hooks.uninstall()
             _hooks = None

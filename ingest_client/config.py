@@ -14,7 +14,17 @@ Every environment variable the client reads is declared here, once:
 ``GOODPUT_RUN_ID``
     Run id; takes precedence over torchrun's ``TORCHELASTIC_RUN_ID``.
 ``GOODPUT_ATTEMPT_BASE``
-    Integer added to ``TORCHELASTIC_RESTART_COUNT`` (set by ``goodput launch`` for requeued jobs).
+    Integer added to the attempt number, ``max(TORCHELASTIC_RESTART_COUNT, generation)`` (set by
+    ``goodput launch`` for requeued jobs).
+``GOODPUT_BOOTSTRAP``
+    ``0``: ``goodput launch`` does not start the workers' trackers as their interpreters start
+    (:mod:`ingest_client.bootstrap`); same as ``goodput launch --no-bootstrap``. Default on.
+``GOODPUT_LAUNCH_ID``
+    Set by ``goodput launch``, one per launch: names the node's torchrun agent in the count of worker
+    generations (:mod:`ingest_client.generation`).
+``GOODPUT_GENERATION``, ``GOODPUT_WORKER_PID``
+    Set by the client in a worker process when it claims its generation, so that the worker's subprocesses
+    and a second ``init()`` reuse it; not for users to set.
 ``GOODPUT_QUEUE_CAPACITY``
     Rows held in memory before the oldest are dropped (and counted). Default 100000.
 ``GOODPUT_SPOOL_MAX_BYTES``

@@ -3,6 +3,10 @@
 torchrun sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``TORCHELASTIC_RESTART_COUNT`` and
 ``TORCHELASTIC_RUN_ID`` in every worker. The run id given to ``init()`` or ``GOODPUT_RUN_ID``
 (see :mod:`ingest_client.config`) wins over ``TORCHELASTIC_RUN_ID``.
+
+Attempt number: ``GOODPUT_ATTEMPT_BASE + max(TORCHELASTIC_RESTART_COUNT, generation)``, where the generation
+is this worker's round as counted on its node (:mod:`ingest_client.generation`). The restart count alone is
+per node: a node restarted for another node's failure keeps its count.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ingest_client.errors import ConfigError
@@ -29,12 +33,29 @@ class RunContext:
     world_size: int
     host: str
     pid: int
+    restart_count: int = 0  # torchrun's TORCHELASTIC_RESTART_COUNT as this worker saw it (local to its node)
+    generation: int | None = None  # worker processes this agent started for this local rank before this one
+
+    def attempt_start_fields(self) -> dict[str, object]:
+        """The fields of this process's ``attempt_start`` event (docs/events.md)."""
+        fields: dict[str, object] = {
+            "attempt": self.attempt, "rank": self.rank, "world_size": self.world_size, "host": self.host,
+            "local_rank": self.local_rank, "pid": self.pid, "restart_count": self.restart_count,
+        }
+        if self.generation is not None:
+            fields["generation"] = self.generation
+        return fields
 
 
 def context_from_env(
-    *, run_id: str | None, attempt_base: int, environ: Mapping[str, str] | None = None
+    *, run_id: str | None, attempt_base: int, environ: Mapping[str, str] | None = None,
+    generation_of: Callable[[str], int | None] | None = None,
 ) -> RunContext:
-    """Build the RunContext; ``run_id`` is the already-resolved argument/GOODPUT_RUN_ID, if any."""
+    """Build the RunContext; ``run_id`` is the already-resolved argument/GOODPUT_RUN_ID, if any.
+
+    ``generation_of(run_id)`` gives this worker's generation (None: unknown); without it the attempt is the
+    restart count (plus the base).
+    """
     env = os.environ if environ is None else environ
     rank = _int_env(env, "RANK", 0, low=0)
     world_size = _int_env(env, "WORLD_SIZE", 1, low=1)
@@ -56,14 +77,17 @@ def context_from_env(
         resolved = f"local-{uuid.uuid4().hex}"
     if not (1 <= len(resolved) <= 256 and resolved.isprintable()):
         raise ConfigError(f"TORCHELASTIC_RUN_ID must be 1-256 printable characters, got {resolved!r}.")
+    generation = generation_of(resolved) if generation_of is not None else None
     return RunContext(
         run_id=resolved,
-        attempt=restart_count + attempt_base,
+        attempt=max(restart_count, generation or 0) + attempt_base,
         rank=rank,
         local_rank=local_rank,
         world_size=world_size,
         host=socket.gethostname() or "unknown",
         pid=os.getpid(),
+        restart_count=restart_count,
+        generation=generation,
     )
 
 

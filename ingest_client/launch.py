@@ -6,6 +6,12 @@ forwarded to it. It also exports ``GOODPUT_LAUNCHED=1``, so that workers can lea
 the launcher, which alone sees torchrun's exit code. Node rank 0 (or a node whose rank is unknown) sends ``run_submitted`` (when
 the submission time is known), ``allocation_start``, then ``allocation_end`` and ``run_end``.
 
+Every attempt is seen: the launcher prepends ``ingest_client/_bootstrap`` to the command's ``PYTHONPATH`` (the
+user's entries stay after it), whose ``sitecustomize`` starts each torchrun worker's tracker as its interpreter
+starts (:mod:`ingest_client.bootstrap`), and exports ``GOODPUT_LAUNCH_ID`` (new for every launch), which names
+this node's agent in the count of worker generations (:mod:`ingest_client.generation`). ``--no-bootstrap`` or
+``GOODPUT_BOOTSTRAP=0`` leaves ``PYTHONPATH`` alone.
+
 Run id, in order: ``--run-id``, ``GOODPUT_RUN_ID``, SLURM (``SLURM_ARRAY_JOB_ID``_
 ``SLURM_ARRAY_TASK_ID`` or ``SLURM_JOB_ID``), the Kubernetes job name (``JOB_NAME`` when
 ``KUBERNETES_SERVICE_HOST`` is set; expose it with the downward API), else a generated id.
@@ -24,6 +30,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -31,6 +38,7 @@ from ingest_client.config import ClientConfig, Mode
 from ingest_client.errors import ConfigError
 from ingest_client.events import ROW_EVENT, EventKind, RecordBuilder, RecordContext, RunStatus
 from ingest_client.flusher import Pipeline, PipelineSettings
+from ingest_client.generation import GENERATION_ENV, LAUNCH_ID_ENV, WORKER_PID_ENV
 from ingest_client.spool import run_dir_name
 from ingest_client.transport.http import HttpTransport
 
@@ -104,6 +112,24 @@ def attempt_base_for(args: Sequence[str], env: Mapping[str, str]) -> int | None:
     return int(restarts) * (int(max_restarts) + 1 if max_restarts.isdigit() else 1)
 
 
+BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
+
+
+def worker_environment(env: Mapping[str, str], *, run_id: str, bootstrap: bool) -> dict[str, str]:
+    """The command's environment: the run id, a new launch id and, unless turned off, the bootstrap's path."""
+    child = {name: value for name, value in env.items() if name not in (GENERATION_ENV, WORKER_PID_ENV)}
+    child.update(GOODPUT_RUN_ID=run_id, GOODPUT_LAUNCHED="1")
+    child[LAUNCH_ID_ENV] = f"launch{uuid.uuid4().hex[:16]}"
+    if env.get("GOODPUT_BOOTSTRAP", "").strip() == "0":
+        bootstrap = False
+    if bootstrap:
+        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(BOOTSTRAP_DIR)]
+        child["PYTHONPATH"] = os.pathsep.join([str(BOOTSTRAP_DIR), *paths])
+    else:
+        child["GOODPUT_BOOTSTRAP"] = "0"
+    return child
+
+
 class RunEventSender:
     """Run-level events through the same spool-first pipeline as the workers use."""
 
@@ -148,12 +174,15 @@ def launch_main(argv: list[str]) -> int:
     parser.add_argument("--job-id")
     parser.add_argument("--spool-dir")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the last events")
+    parser.add_argument("--no-bootstrap", action="store_true",
+                        help="do not start the workers' trackers as their interpreters start (GOODPUT_BOOTSTRAP=0): "
+                             "an attempt that fails before the script calls goodput.init() is then not seen")
     args = parser.parse_args(own)
     if not command:
         parser.error("no command given: goodput launch [options] -- torchrun ...")
     env = dict(os.environ)
     run_id = resolve_run_id(args.run_id, env)
-    child_env = dict(env, GOODPUT_RUN_ID=run_id, GOODPUT_LAUNCHED="1")
+    child_env = worker_environment(env, run_id=run_id, bootstrap=not args.no_bootstrap)
     for name, value in (("GOODPUT_URL", args.url), ("GOODPUT_TOKEN", args.token), ("GOODPUT_SPOOL_DIR", args.spool_dir)):
         if value:
             child_env[name] = value

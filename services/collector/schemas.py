@@ -79,6 +79,8 @@ class AttemptStart(_RankEvent):
     host: ShortText
     local_rank: RankNo | None = None
     pid: Annotated[int, Field(ge=0, le=2**31)] | None = None
+    restart_count: AttemptNo | None = None  # torchrun's TORCHELASTIC_RESTART_COUNT (per node), for audit
+    generation: AttemptNo | None = None  # the worker's round as counted on its node (docs/events.md)
 
     @model_validator(mode="after")
     def _rank_inside_world(self) -> AttemptStart:

@@ -1,12 +1,24 @@
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from ingest_client.launch import gpus_from_torchrun_args, launch_main, node_rank_of, resolve_run_id
+from ingest_client.launch import (
+    BOOTSTRAP_DIR,
+    gpus_from_torchrun_args,
+    launch_main,
+    node_rank_of,
+    resolve_run_id,
+    worker_environment,
+)
+from tests.ingest_client.conftest import CLIENT_ENV, spooled_records
 from tests.ingest_client.fake_collector import FakeCollector
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_launch_exports_the_run_id_and_sends_run_level_events(tmp_path: Path, collector: FakeCollector) -> None:
@@ -64,3 +76,100 @@ def test_gpu_count_and_node_rank_from_the_torchrun_command_line() -> None:
     assert node_rank_of(["torchrun", "--node-rank", "2"], {}) == 2
     assert node_rank_of(["torchrun"], {"NODE_RANK": "0"}) == 0
     assert node_rank_of(["torchrun"], {}) is None
+
+
+# -- the bootstrap: a worker's tracker starts with its interpreter ---------------------------------------------
+
+PROBE = ("import ingest_client as g, os; t = g.get_tracker(); "
+         "print('tracker' if t else 'none', t.context.attempt if t else '', os.environ.get('GOODPUT_GENERATION'))")
+
+
+def _python(env: dict[str, str], code: str = PROBE) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
+
+
+def _launched_env(tmp_path: Path, *, worker: bool = True, **extra: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("GOODPUT_") and k not in CLIENT_ENV}
+    env = worker_environment({**base, "PYTHONPATH": str(REPO)}, run_id="boot", bootstrap=True)
+    env.update(GOODPUT_MODE="offline", GOODPUT_SPOOL_DIR=str(tmp_path / "spool"), **extra)
+    if worker:
+        env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", TORCHELASTIC_RESTART_COUNT="0")
+    return env
+
+
+def test_launch_prepends_the_bootstrap_to_the_users_pythonpath_and_names_the_launch() -> None:
+    env = worker_environment({"PYTHONPATH": "/mine:/theirs", "GOODPUT_GENERATION": "3"}, run_id="r", bootstrap=True)
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(BOOTSTRAP_DIR), "/mine", "/theirs"]
+    assert (BOOTSTRAP_DIR / "sitecustomize.py").is_file()
+    assert env["GOODPUT_LAUNCH_ID"].startswith("launch") and "GOODPUT_GENERATION" not in env
+    assert env["GOODPUT_LAUNCH_ID"] != worker_environment({}, run_id="r", bootstrap=True)["GOODPUT_LAUNCH_ID"]
+    off = worker_environment({"PYTHONPATH": "/mine"}, run_id="r", bootstrap=False)
+    assert off["PYTHONPATH"] == "/mine" and off["GOODPUT_BOOTSTRAP"] == "0"
+    assert "PYTHONPATH" not in worker_environment({"GOODPUT_BOOTSTRAP": "0"}, run_id="r", bootstrap=True)
+
+
+def test_bootstrap_starts_a_worker_tracker_that_the_scripts_init_joins_without_a_warning(tmp_path: Path) -> None:
+    code = ("import logging, ingest_client as g; logging.basicConfig(level=logging.WARNING); "
+            "t = g.get_tracker(); assert t is not None and t.context.generation == 0, t; "
+            "assert g.init(run_id='boot') is t; print('joined', t.context.attempt)")
+    done = _python(_launched_env(tmp_path), code)
+    assert done.returncode == 0 and done.stdout.split() == ["joined", "0"], done.stderr
+    assert done.stderr == "", "joining the bootstrapped tracker with the same settings warns nothing"
+    records = spooled_records(tmp_path / "spool")
+    (start,) = [r for r in records if r.get("kind") == "attempt_start"]
+    assert start["run_id"] == "boot" and start["attempt"] == 0
+    assert [r["reason"] for r in records if r.get("kind") == "attempt_end"] == ["completed"]
+
+
+def test_a_script_init_that_contradicts_the_bootstrap_warns_and_keeps_the_running_tracker(tmp_path: Path) -> None:
+    code = ("import logging, ingest_client as g; logging.basicConfig(level=logging.WARNING); "
+            "t = g.get_tracker(); u = g.init(run_id='another', sigterm_reason='preempted'); "
+            "print(u is t, u.context.run_id, u.config.sigterm_reason)")
+    done = _python(_launched_env(tmp_path), code)
+    assert done.stdout.split() == ["True", "boot", "preempted"], done.stderr
+    assert "run_id='another'" in done.stderr and "GOODPUT_BOOTSTRAP=0" in done.stderr
+    assert "sigterm_reason" not in done.stderr, "a setting the tracker reads when used is adopted silently"
+
+
+@pytest.mark.parametrize(("case", "extra", "worker"), [
+    ("the agent or the launcher (no RANK)", {}, False),
+    ("a subprocess of a worker", {"GOODPUT_WORKER_PID": "1"}, True),
+    ("GOODPUT_BOOTSTRAP=0", {"GOODPUT_BOOTSTRAP": "0"}, True),
+])
+def test_bootstrap_starts_nothing_outside_a_torchrun_worker(tmp_path: Path, case: str, extra: dict[str, str],
+                                                           worker: bool) -> None:
+    done = _python(_launched_env(tmp_path, worker=worker, **extra))
+    assert done.returncode == 0 and done.stdout.split()[0] == "none", (case, done.stderr)
+    assert not (tmp_path / "spool").exists(), case
+
+
+def test_a_worker_subprocess_inherits_the_generation_and_starts_no_tracker(tmp_path: Path) -> None:
+    code = ("import subprocess, sys, ingest_client as g; assert g.get_tracker() is not None; "
+            f"sys.exit(subprocess.run([sys.executable, '-c', {PROBE!r}]).returncode)")
+    done = _python(_launched_env(tmp_path), code)
+    assert done.returncode == 0 and done.stdout.split() == ["none", "0"], done.stderr
+
+
+def test_a_broken_bootstrap_never_breaks_the_worker_and_says_so_once(tmp_path: Path) -> None:
+    done = _python(_launched_env(tmp_path, GOODPUT_QUEUE_CAPACITY="lots"), "print('ran')")
+    assert done.returncode == 0 and done.stdout.strip() == "ran"
+    assert done.stderr.count("goodput:") == 1 and "GOODPUT_QUEUE_CAPACITY" in done.stderr, done.stderr
+
+
+def test_bootstrap_runs_the_next_sitecustomize_on_the_path(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text("import os\nos.environ['THEIR_SITECUSTOMIZE'] = 'ran'\n")
+    env = _launched_env(tmp_path)
+    env["PYTHONPATH"] += os.pathsep + str(theirs)
+    done = _python(env, "import os, ingest_client as g; print(os.environ.get('THEIR_SITECUSTOMIZE'), "
+                        "g.get_tracker() is not None)")
+    assert done.stdout.split() == ["ran", "True"], done.stderr
+
+
+def test_an_exception_before_the_script_calls_init_ends_the_attempt_failed(tmp_path: Path) -> None:
+    done = _python(_launched_env(tmp_path), "raise RuntimeError('rendezvous timed out')")
+    assert done.returncode == 1
+    ends = [r for r in spooled_records(tmp_path / "spool") if r.get("kind") == "attempt_end"]
+    assert [(e["reason"], e["detail"]) for e in ends] == [("failed", "RuntimeError: rendezvous timed out")]

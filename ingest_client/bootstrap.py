@@ -1,0 +1,41 @@
+"""Start a torchrun worker's tracker as its interpreter starts, before the training script runs.
+
+``goodput launch`` prepends ``ingest_client/_bootstrap`` to the command's ``PYTHONPATH``; the ``sitecustomize``
+there calls :func:`start_worker` in torchrun workers only (``RANK`` and ``TORCHELASTIC_RESTART_COUNT`` set, and
+not a process that inherited a worker's environment). It runs the normal ``init()`` path: the worker claims its
+generation (:mod:`ingest_client.generation`), ``attempt_start`` is recorded and the exit hooks are installed, so an
+attempt that dies in rendezvous, ``init_process_group`` or an import is counted and ends ``failed`` on an
+exception or SIGTERM. The script's own ``goodput.init()`` later joins this tracker.
+
+It never breaks the worker: an error is swallowed and reported once on stderr (logging is not configured yet at
+interpreter start). ``GOODPUT_BOOTSTRAP=0`` or ``goodput launch --no-bootstrap`` turns it off.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+_cost_ms: float | None = None
+
+
+def start_worker() -> None:
+    """``init()`` for this worker; errors are reported once and swallowed."""
+    global _cost_ms
+    started = time.perf_counter()
+    try:
+        from ingest_client.api import init_from_bootstrap
+
+        init_from_bootstrap()
+    except Exception as exc:
+        sys.stderr.write(
+            "goodput: the bootstrap could not start this worker's tracker, so an attempt that fails before the "
+            f"script calls goodput.init() is not recorded ({type(exc).__name__}: {exc})\n"
+        )
+    finally:
+        _cost_ms = (time.perf_counter() - started) * 1000.0
+
+
+def cost_ms() -> float | None:
+    """How long :func:`start_worker` took in this process (milliseconds), or None if it did not run."""
+    return _cost_ms
