@@ -238,10 +238,7 @@ class Tracker:
             return self
         self._started = True
         ctx = self.context
-        self._durable((ROW_EVENT, EventKind.ATTEMPT_START, _time(), {
-            "attempt": ctx.attempt, "rank": ctx.rank, "world_size": ctx.world_size, "host": ctx.host,
-            "local_rank": ctx.local_rank, "pid": ctx.pid,
-        }))
+        self._durable((ROW_EVENT, EventKind.ATTEMPT_START, _time(), ctx.attempt_start_fields()))
         self._last_heartbeat_s = self._last_stats_s = _time()
         self._pipeline.start()
         if self._poller is not None:
