@@ -132,3 +132,16 @@ def test_acknowledged_closed_segments_are_deleted(tmp_path: Path) -> None:
         writer.record_ack(seg, seg.size, seg.records_written)
     writer.close()
     assert not last.path.exists() and not list(tmp_path.iterdir()), "all acknowledged: nothing left"
+
+
+def test_an_ack_for_a_segment_trimmed_while_it_was_being_sent_writes_no_ack_file(tmp_path: Path) -> None:
+    writer = SpoolWriter(tmp_path, "proc", max_bytes=64 * 1024, metadata={"pid": os.getpid()})
+    writer.append([b"x" * 1000])
+    sending = writer.segments[0]
+    batch = sending.read_batch(max_events=10, max_bytes=1 << 20)
+    for _ in range(300):  # another thread's durable writes rotate and trim the spool meanwhile
+        writer.append([b"y" * 1000])
+    assert sending not in writer.segments and not sending.path.exists()
+    writer.record_ack(sending, batch.end_offset, len(batch.payloads))
+    assert not sending.ack_path.exists()
+    writer.close()

@@ -354,3 +354,27 @@ def test_a_process_killed_right_after_a_checkpoint_keeps_its_checkpoint_end(tmp_
     assert end["step"] == 250 and end["ok"] is True
     steps = sorted(s for r in records if r["kind"] == "steps" for s in r["step"])
     assert steps == list(range(1, 251)), "the steps before a checkpoint are written with it"
+
+
+def test_a_durable_write_interrupted_by_another_on_the_same_thread_goes_through_the_buffer(make_tracker: Any) -> None:
+    """A SIGTERM handler (end_attempt) may interrupt tracker.checkpoint on the main thread while it holds the spool
+    lock: the inner write must neither deadlock nor interleave with the outer one."""
+    transport = InMemoryTransport()
+    tracker = make_tracker(transport=transport)
+    pipeline = tracker._pipeline
+    real_build = pipeline.builder.build
+    interrupted: list[bool] = []
+
+    def build_interrupted_once(rows: Any) -> Any:
+        if not interrupted:
+            interrupted.append(tracker.end_attempt("failed", detail="SIGTERM"))
+        return real_build(rows)
+
+    pipeline.builder.build = build_interrupted_once  # type: ignore[method-assign]
+    with tracker.checkpoint(5):
+        pass
+    pipeline.builder.build = real_build  # type: ignore[method-assign]
+    assert interrupted == [True]
+    assert tracker.flush(5.0)
+    assert [e["reason"] for e in transport.of_kind("attempt_end")] == ["failed"]
+    assert [e["step"] for e in transport.of_kind("checkpoint_end")] == [5]
