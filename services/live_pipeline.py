@@ -14,7 +14,8 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from services.analysis.live import LiveConfig, detect_hang
+from services.analysis.live import LiveConfig, LiveStatus, detect_hang
+from services.analysis.provisional import LiveHang, provisional_ledger
 from services.analysis.preemption import allocated_gpus, rank_preemption_candidates
 from services import pipeline
 from services.settings import ServiceSettings
@@ -35,6 +36,44 @@ MAX_FLEET_SUSPECTS = 16  # suspects listed per run in /v1/live (the per-run endp
 def live_config(settings: ServiceSettings) -> LiveConfig:
     return LiveConfig(floor_s=settings.hang_floor_s, step_factor=settings.hang_step_factor,
                       heartbeat_interval_s=settings.heartbeat_interval_s)
+
+
+def live_status(engine: Engine, row: RunRow, now: float, config: LiveConfig) -> LiveStatus:
+    """The run's hang verdict judged as running (a few index lookups; the caller knows it is running)."""
+    with engine.connect() as conn:
+        state = load_live_state(conn, row, now=now, lookback_s=max(60.0, 4 * config.silent_after_s),
+                                recent_steps=config.recent_steps)
+    return detect_hang(replace(state, status="running"), now, config)
+
+
+def live_hang_of(status: LiveStatus) -> LiveHang | None:
+    """The provisional hang's input when live detection calls the run hung."""
+    if not status.hung or status.last_progress_time is None:
+        return None
+    return LiveHang(since=status.last_progress_time)
+
+
+def live_hang_of_answer(live: dict[str, Any]) -> LiveHang | None:
+    """The same, from a `live_for_row` answer (the run page has one already)."""
+    if not live.get("hung") or live.get("last_progress_time") is None:
+        return None
+    return LiveHang(since=float(live["last_progress_time"]))
+
+
+def with_live_hang(engine: Engine, row: RunRow, ledger: dict[str, Any], now: float,
+                   config: LiveConfig) -> dict[str, Any]:
+    """`ledger` with the provisional hang of a hung running run booked up to `now` (services.analysis.provisional);
+    the ledger itself for a run that is not running (no lookups)."""
+    if ledger.get("status") != "running":
+        return ledger
+    return provisional_ledger(ledger, live_hang_of(live_status(engine, row, now, config)), now)
+
+
+def ledger_now(engine: Engine, run_id: str, now: float, config: LiveConfig) -> dict[str, Any]:
+    """GET /v1/runs/{run_id}/waste: the ledger of the run's current version, with a live hang provisionally."""
+    with engine.connect() as conn:
+        row = get_run(conn, run_id)
+    return with_live_hang(engine, row, pipeline.ledger_for_row(engine, row), now, config)
 
 
 def recent_ledger(engine: Engine, row: RunRow, budget_s: float = LEDGER_BUDGET_S) -> dict[str, Any]:

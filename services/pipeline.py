@@ -121,22 +121,29 @@ def store_ledger(engine: Engine, run: RunRow, ledger: dict[str, Any]) -> None:
         )
 
 
-def run_detail(engine: Engine, run_id: str) -> dict[str, Any]:
-    """GET /v1/runs/{run_id}: the run's structure, from its ledger."""
-    ledger = ledger_for_run(engine, run_id)
+def run_detail(engine: Engine, run_id: str,
+               overlay: Callable[[RunRow, dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """GET /v1/runs/{run_id}: the run's structure, from its ledger (passed through `overlay`, e.g. a live
+    hang's provisional booking, when given)."""
+    with engine.connect() as conn:
+        row = get_run(conn, run_id)
+    ledger = ledger_for_row(engine, row)
+    if overlay is not None:
+        ledger = overlay(row, ledger)
     attempts = ledger["attempts"]
     last_steps = [a["last_step"] for a in attempts if a["last_step"] is not None]
     last_ok = ledger["checkpoints"]["last_ok_step"]
     last_checkpoint = None
     if last_ok is not None:
         with engine.connect() as conn:
-            last_checkpoint = last_ok_checkpoint(conn, get_run(conn, run_id).pk)
+            last_checkpoint = last_ok_checkpoint(conn, row.pk)
     return {
         "run_id": ledger["run_id"], "status": ledger["status"], "first_time": ledger["first_time"],
         "last_time": ledger["latest_time"], "attempts": attempts,
         "world_sizes": sorted({a["world_size"] for a in attempts}), "restarts": ledger["restarts"],
         "last_step": max(last_steps) if last_steps else None, "last_checkpoint": last_checkpoint,
         "allocated_gpu_seconds": ledger["allocated_gpu_seconds"], "goodput": ledger["goodput"],
+        "provisional": ledger.get("provisional"),
     }
 
 

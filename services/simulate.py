@@ -7,7 +7,8 @@ its category as it goes, by construction and independently of services.analysis.
 Conventions that match the ledger specification: a failure aborts the step in progress (it is never
 reported); a failure during a checkpoint write leaves it torn; the survivors report `attempt_end failed`
 when the failure has been detected (`detect_s` later, or `hang_s` for a hang), and torchrun restarts the
-group `relaunch_s` after that.
+group `relaunch_s` after that. After the last failure of a run that fails for good, the allocation is held
+`tail_s` longer (the teardown): hang, as the ledger books it.
 """
 
 from __future__ import annotations
@@ -214,7 +215,10 @@ class _Simulation:
     def close(self, t: float, status: str) -> SimResult:
         alloc_end = t + self.c.tail_s
         self.out.emit("allocation_end", alloc_end)
-        self.book_idle(alloc_end - t)
+        if status == "failed":  # the failed job holds the GPUs until it is torn down: failure cost
+            self.book("hang", alloc_end - t)
+        else:
+            self.book_idle(alloc_end - t)
         self.truth.status = status
         return SimResult(config=self.c, events=self.out.events, truth=self.truth)
 

@@ -4,6 +4,8 @@ Rules (docs/ledger.md explains them with the reference scenario):
 - allocated: sum over allocations of (end - start) x gpus; with no allocation events, attempt spans x world size.
 - wall time inside the allocations is painted by claims, strongest first:
   kept step > reworked step > checkpoint write > hang > startup; what no claim covers is idle.
+- hang: a failed attempt's last step end to its end, and its teardown (its end to its allocation's end) when
+  no attempt follows in that allocation; a following attempt's startup claims the time after a failure.
 - a claim of an attempt counts on min(world size, allocated GPUs) GPUs; the other allocated GPUs are idle.
 - straggler is carved out of kept-step time: per kept step, (slowest rank's compute - median rank's compute)
   x world size, compute = step duration - time inside collectives.
@@ -73,6 +75,10 @@ class WasteLedger:
     first_time: float | None
     latest_time: float | None
     allocations: tuple[dict[str, Any], ...] = field(default=())
+    # A running run's trailing stretch that no claim covers (idle so far; services.analysis.provisional books
+    # it as hang while live detection calls the run hung): since, until (the ledger's end), gpus (the last
+    # attempt's claims count on), allocated_gpus, grows (the allocation extends with time: open or derived).
+    running_tail: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -105,6 +111,7 @@ class WasteLedger:
             "allocations": [dict(a) for a in self.allocations],
             "first_time": self.first_time,
             "latest_time": self.latest_time,
+            "running_tail": dict(self.running_tail) if self.running_tail is not None else None,
         }
 
 
@@ -178,6 +185,7 @@ def build_ledger(data: RunData, run: RunStructure | None = None) -> WasteLedger:
         latest_time=run.latest_time,
         allocations=tuple({"start": a.start, "end": a.end, "gpus": a.gpus, "open": a.open,
                            "reported": run.allocations_reported} for a in run.allocations),
+        running_tail=_running_tail(run, painted),
     )
 
 
@@ -235,6 +243,8 @@ def build_claims(run: RunStructure, job_steps: pd.DataFrame, position: dict[int,
     for i, a in enumerate(run.attempts):
         if a.failed and a.last_step_end is not None and a.end > a.last_step_end:
             add(a.last_step_end, a.end, _HANG, i)
+        if a.failed and (teardown_end := _teardown_end(run, i)) is not None:
+            add(a.end, teardown_end, _HANG, i)  # detected, torn down, no attempt follows: still failure cost
         # Startup: from the allocation start, or the previous attempt's end, to this attempt's first step.
         begin_candidates = [t for t in alloc_starts if t <= a.start]
         begin = begin_candidates[-1] if begin_candidates else a.start
@@ -247,6 +257,20 @@ def build_claims(run: RunStructure, job_steps: pd.DataFrame, position: dict[int,
         empty = np.zeros(0)
         return empty, empty, np.zeros(0, dtype=np.int64)
     return np.concatenate(starts), np.concatenate(ends), np.concatenate(keys)
+
+
+def _teardown_end(run: RunStructure, i: int) -> float | None:
+    """Where the teardown of failed attempt `i` ends when no attempt follows it in its allocation: that
+    allocation's end (None when the next attempt starts inside it: its startup claims the time)."""
+    end = run.attempts[i].end
+    holding = [alloc for alloc in run.allocations if alloc.start <= end < alloc.end]
+    if not holding:
+        return None
+    alloc_end = max(alloc.end for alloc in holding)
+    following = run.attempts[i + 1].start if i + 1 < len(run.attempts) else None
+    if following is not None and following < alloc_end:
+        return None
+    return alloc_end
 
 
 def _straggler(
@@ -298,6 +322,21 @@ def _at_risk(run: RunStructure, job_steps: pd.DataFrame, painted: Any, prio: np.
     t0 = float(unsaved["start"].min())
     sel = (prio == _KEPT) & (pos == last_pos) & (painted.bounds[:-1] >= t0)
     return float(claimed_gpu_s[sel].sum())
+
+
+def _running_tail(run: RunStructure, painted: Any) -> dict[str, Any] | None:
+    """Of a running run: the stretch at the end of its last allocation that no claim covers."""
+    if run.status is not RunStatus.RUNNING or not run.allocations:
+        return None
+    last = max(run.allocations, key=lambda a: (a.end, a.start))
+    bounds = painted.bounds
+    lo = int(np.searchsorted(bounds, last.start, side="left"))
+    hi = int(np.searchsorted(bounds, last.end, side="left"))
+    claimed = np.flatnonzero(painted.key[lo:hi] >= 0)
+    since = float(bounds[lo + int(claimed[-1]) + 1]) if len(claimed) else float(last.start)
+    gpus = min(run.attempts[-1].world_size, last.gpus) if run.attempts else last.gpus
+    return {"since": min(since, float(last.end)), "until": float(last.end), "gpus": int(gpus),
+            "allocated_gpus": int(last.gpus), "grows": bool(last.open or not run.allocations_reported)}
 
 
 def _queue_seconds(run: RunStructure) -> float:

@@ -10,7 +10,8 @@ Rules (docs/ledger.md, "Live hang detection"):
 - threshold = max(floor_s, step_factor x the recent median seconds between step ends of the leading rank)
   (floor_s alone before there are two steps); at least startup_floor_s before the attempt's first step and
   checkpoint_floor_s while a checkpoint write is in progress, so a slow load or save is not called a hang;
-- hung = the run is running and now - progress > threshold;
+- hung = the run is running, now - progress > threshold, and not every rank that reported in the current
+  attempt ended it `completed` (a finished job waiting for its run_end is not hung);
 - suspects (named only when hung): ranks that have not reached the point the furthest rank reached (the step
   in progress, then the number of collectives started or completed in it), ranks whose latest heartbeat is
   older than silent_after_heartbeats x heartbeat_interval_s while other ranks do heart-beat (a SIGSTOPped or
@@ -184,7 +185,7 @@ def detect_hang(state: LiveState, now: float, config: LiveConfig | None = None) 
     threshold, basis = hang_threshold(state, config)
     progress = last_progress_time(state)
     since = (now - progress) if progress is not None else None
-    hung = bool(state.status == RUNNING and since is not None and since > threshold)
+    hung = bool(state.status == RUNNING and since is not None and since > threshold and not _completed(state))
     steps = [r.last_step for r in state.ranks if r.last_step is not None]
     last_step = max(steps) if steps else None
     positions = {r.rank: _position(r, state) for r in state.ranks if r.reported}
@@ -258,6 +259,13 @@ def _suspects(state: LiveState, rows: tuple[dict[str, Any], ...]) -> tuple[Suspe
 
 def _has_step(state: LiveState) -> bool:
     return any(r.last_step_end is not None for r in state.ranks)
+
+
+def _completed(state: LiveState) -> bool:
+    """Every rank that reported in the current attempt ended it `completed`: the job finished its work (a
+    missing run_end is the launcher's or the script's to send), it is not hung."""
+    reported = [r for r in state.ranks if r.reported]
+    return bool(reported) and all(r.ended == "completed" for r in reported)
 
 
 def _between_attempts(state: LiveState) -> bool:

@@ -58,6 +58,23 @@ class AllocationOut(BaseModel):
     reported: bool
 
 
+class RunningTail(BaseModel):
+    since: float = Field(description="start of the trailing time no claim covers (idle so far)")
+    until: float = Field(description="the ledger's end (the run's latest event, or now with a provisional hang)")
+    gpus: int = Field(description="GPUs the last attempt's claims count on")
+    allocated_gpus: int
+    grows: bool = Field(description="the allocation extends with time (open, or derived from the attempts)")
+
+
+class ProvisionalHang(BaseModel):
+    hang_gpu_seconds: float = Field(description="hang GPU-seconds booked provisionally (included in "
+                                    "waste_gpu_seconds.hang): the run is flagged hung and its attempt has not ended")
+    since: float = Field(description="the run's last progress (epoch seconds)")
+    as_of: float = Field(description="the collector's clock when it was booked; the figure grows with it")
+    from_idle_gpu_seconds: float = Field(description="of it, time the stored ledger had booked as idle")
+    added_allocated_gpu_seconds: float = Field(description="allocated GPU-seconds added from the ledger's end to as_of")
+
+
 class Ledger(BaseModel):
     run_id: str
     status: str
@@ -78,6 +95,9 @@ class Ledger(BaseModel):
     allocations: list[AllocationOut]
     first_time: float | None
     latest_time: float | None
+    running_tail: RunningTail | None = Field(None, description="a running run's trailing unclaimed time")
+    provisional: ProvisionalHang | None = Field(None, description="present while the run is flagged hung: "
+                                                "the hang so far, booked provisionally until the attempt ends")
 
 
 class RunListItem(BaseModel):
@@ -92,6 +112,8 @@ class RunListItem(BaseModel):
     restarts: int
     stale: bool = Field(False, description="the run received events since these figures were computed; a "
                                            "newer ledger is being built (GET /v1/runs/{run_id}/waste waits for it)")
+    provisional: ProvisionalHang | None = Field(None, description="present while the run is flagged hung: its "
+                                                "hang so far is in the figures, provisionally")
 
 
 class RunList(BaseModel):
@@ -117,3 +139,5 @@ class RunDetail(BaseModel):
     last_checkpoint: LastCheckpoint | None
     allocated_gpu_seconds: float
     goodput: float | None
+    provisional: ProvisionalHang | None = Field(None, description="present while the run is flagged hung: its "
+                                                "hang so far is in allocated and goodput, provisionally")

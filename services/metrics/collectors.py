@@ -31,8 +31,9 @@ class RunMetricsCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         snap = self._snapshot()
-        yield from _run_families(snap.labelled_runs, self._now())
-        yield from _fleet_families(snap)
+        now = self._now()
+        yield from _run_families(snap.labelled_runs, now)
+        yield from _fleet_families(snap, now)
 
 
 def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
@@ -49,7 +50,11 @@ def _run_families(runs: Iterable[RunSample], now: float) -> Iterator[Metric]:
     allocated = _gauge("run_allocated_gpu_seconds", "GPU-seconds allocated to the run so far", run)
     productive = _gauge("run_productive_gpu_seconds", "GPU-seconds of kept optimizer steps, net of stragglers", run)
     waste = _gauge("run_waste_gpu_seconds", "GPU-seconds of the run lost, by waste category (the ledger; a "
-                   "category can shrink when a later restart reclassifies work)", ["run_id", "category"])
+                   "category can shrink when a later restart reclassifies work; while the run is hung, hang "
+                   "includes its time since the last progress, provisionally)", ["run_id", "category"])
+    provisional = _gauge("run_provisional_hang_gpu_seconds", "Hang GPU-seconds booked provisionally while the "
+                         "running run is flagged hung (included in run_waste_gpu_seconds{category=\"hang\"}); "
+                         "0 otherwise; running runs only", run)
     at_risk = _gauge("run_at_risk_gpu_seconds",
                      "GPU-seconds of work since the run's last good checkpoint (lost if it fails now)", run)
     restarts = _counter("run_restarts", "Restarts of the run (attempts - 1)", run)
@@ -69,7 +74,7 @@ def _run_families(runs: Iterable[RunSample], now: float) -> Iterator[Metric]:
                        "from a full in-memory buffer, spool = dropped from a full spool, rejected = refused by "
                        "the collector", ["run_id", "reason"])
     for sample in runs:
-        ledger, rid = sample.ledger, sample.run_id
+        ledger, rid = sample.ledger_at(now), sample.run_id  # a hung run's hang so far, provisionally
         if ledger.get("goodput") is not None:
             ratio.add_metric([rid], float(ledger["goodput"]))
         allocated.add_metric([rid], float(ledger["allocated_gpu_seconds"]))
@@ -88,19 +93,21 @@ def _run_families(runs: Iterable[RunSample], now: float) -> Iterator[Metric]:
             since.add_metric([rid], max(0.0, now - sample.last_progress_time))
         if sample.running and sample.hung is not None:
             hung.add_metric([rid], 1.0 if sample.hung else 0.0)
+            provisional.add_metric([rid], float((ledger.get("provisional") or {}).get("hang_gpu_seconds", 0.0)))
             suspects.add_metric([rid], float(sample.hang_suspects))
         if ledger.get("latest_time") is not None:
             latest.add_metric([rid], float(ledger["latest_time"]))
         for reason, value in sample.client_dropped.items():
             dropped.add_metric([rid, reason], float(value))
     yield from (ratio, allocated, productive, waste, at_risk, restarts, checkpoints, blocking, since, running,
-                hung, suspects, latest, dropped)
+                hung, suspects, provisional, latest, dropped)
 
 
-def _fleet_families(snap: Snapshot) -> Iterator[Metric]:
+def _fleet_families(snap: Snapshot, now: float) -> Iterator[Metric]:
     runs = snap.runs
-    alloc = sum(float(s.ledger["allocated_gpu_seconds"]) for s in runs)
-    prod = sum(float(s.ledger["productive_gpu_seconds"]) for s in runs)
+    ledgers = [s.ledger_at(now) for s in runs]
+    alloc = sum(float(ledger["allocated_gpu_seconds"]) for ledger in ledgers)
+    prod = sum(float(ledger["productive_gpu_seconds"]) for ledger in ledgers)
     scope = " of the runs running or active within the window"
     ratio = _gauge("fleet_goodput_ratio", "Productive / allocated GPU-seconds" + scope)
     if alloc > 0:
@@ -110,7 +117,7 @@ def _fleet_families(snap: Snapshot) -> Iterator[Metric]:
     yield GaugeMetricFamily(f"{PREFIX}_fleet_productive_gpu_seconds", "Productive GPU-seconds" + scope, value=prod)
     waste = _gauge("fleet_waste_gpu_seconds", "Waste GPU-seconds by category" + scope, ["category"])
     for category in WASTE_KEYS:
-        waste.add_metric([category], sum(float(s.ledger["waste_gpu_seconds"].get(category, 0.0)) for s in runs))
+        waste.add_metric([category], sum(float(ledger["waste_gpu_seconds"].get(category, 0.0)) for ledger in ledgers))
     yield waste
     yield GaugeMetricFamily(f"{PREFIX}_fleet_hung_runs", "Running runs flagged hung (of those with a run_id label)",
                             value=float(sum(1 for s in runs if s.hung)))

@@ -25,6 +25,7 @@ from sqlalchemy import Connection, Engine, bindparam, text
 
 from services.analysis.categories import RunStatus
 from services.analysis.live import LiveConfig, detect_hang
+from services.analysis.provisional import LiveHang, provisional_ledger
 from services.metrics.config import MetricsConfig
 from services.pipeline import ledger_for_row
 from services.storage.live import load_live_state
@@ -47,10 +48,17 @@ class RunSample:
     stale: bool  # the ledger predates the run's latest events (refresh budget spent)
     hung: bool | None = None  # live hang detection (services.analysis.live); None for runs not running
     hang_suspects: int = 0  # ranks named as suspects while hung
+    live_hang: LiveHang | None = None  # while hung: its last progress (the provisional hang runs from there)
 
     @property
     def running(self) -> bool:
         return bool(self.ledger["status"] == RunStatus.RUNNING.value)
+
+    def ledger_at(self, now: float) -> dict[str, Any]:
+        """The ledger with a hung run's hang up to `now` booked provisionally (services.analysis.provisional)."""
+        if self.live_hang is None:
+            return self.ledger
+        return provisional_ledger(self.ledger, self.live_hang, now)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,6 +122,7 @@ def build_snapshot(engine: Engine, config: MetricsConfig, now: float,
             client_send_failures=int(counts.get("send_failures", 0)), stale=stale,
             hung=hangs[row.pk][0] if row.pk in hangs else None,
             hang_suspects=hangs[row.pk][1] if row.pk in hangs else 0,
+            live_hang=hangs[row.pk][2] if row.pk in hangs else None,
         ))
     return Snapshot(taken_at=now, runs=tuple(samples), labelled=labelled, window_runs_without_ledger=missing,
                     duration_s=clock() - started, stale_ledgers=sum(1 for s in samples if s.stale))
@@ -161,9 +170,11 @@ def _last_progress(conn: Connection, rows: list[RunRow]) -> dict[int, float]:
     return out
 
 
-def _hangs(conn: Connection, rows: list[RunRow], now: float, config: LiveConfig) -> dict[int, tuple[bool, int]]:
-    """(hung, suspects) of each running run: a few index lookups per run (services.storage.live)."""
-    out: dict[int, tuple[bool, int]] = {}
+def _hangs(conn: Connection, rows: list[RunRow], now: float, config: LiveConfig
+           ) -> dict[int, tuple[bool, int, LiveHang | None]]:
+    """(hung, suspects, last progress while hung) of each running run: a few index lookups per run
+    (services.storage.live)."""
+    out: dict[int, tuple[bool, int, LiveHang | None]] = {}
     for row in rows:
         try:
             state = load_live_state(conn, row, now=now, lookback_s=max(60.0, 4 * config.silent_after_s))
@@ -171,7 +182,9 @@ def _hangs(conn: Connection, rows: list[RunRow], now: float, config: LiveConfig)
         except Exception:  # noqa: BLE001 - one bad run must not take the whole scrape down
             logger.exception("metrics: live status of run %s failed", row.run_id)
             continue
-        out[row.pk] = (status.hung, len(status.suspects))
+        hang = LiveHang(since=status.last_progress_time) \
+            if status.hung and status.last_progress_time is not None else None
+        out[row.pk] = (status.hung, len(status.suspects), hang)
     return out
 
 

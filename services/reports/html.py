@@ -208,6 +208,15 @@ def _recommendations(recs: Sequence[Mapping[str, Any]]) -> str:
     return f'<ul class="recs">{items}</ul>'
 
 
+def _provisional_note(provisional: Mapping[str, Any] | None) -> str:
+    if not provisional:
+        return ""
+    return (f'<p class="note provisional"><strong>Hung now (provisional):</strong> no progress since '
+            f'{_e(timestamp(provisional["since"]))}; {_e(gpu_hours(provisional["hang_gpu_seconds"]))} GPU-h of hang '
+            f'up to {_e(timestamp(provisional["as_of"]))} are counted in these figures and replaced by the final '
+            "ledger once the attempt ends.</p>")
+
+
 def report_html(report: Mapping[str, Any]) -> str:
     ledger = report["ledger"]
     breakdown = report["breakdown"]
@@ -223,6 +232,7 @@ def report_html(report: Mapping[str, Any]) -> str:
         f'<p class="meta">{_e(timestamp(ledger.get("first_time")))} to {_e(timestamp(ledger.get("latest_time")))}'
         f' · {_e(duration(ledger.get("allocated_wall_seconds")))} allocated wall time'
         f' · report written {_e(timestamp(report["generated_at"]))}</p></header>'),
+        _provisional_note(ledger.get("provisional")),
         '<section class="kpis">',
         _kpi("goodput", percent(ledger.get("goodput")), "productive / allocated"),
         _kpi("allocated", f"{gpu_hours(allocated)} GPU-h", f"{gpu_seconds(allocated)} GPU-s"),

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from services.analysis.advice import checkpoint_advice
+from services.reports.style import timestamp
 
 CHECKPOINT_SHARE = 0.05  # checkpoint blocking above this share of allocated: checkpoint less often / async
 HANG_SHARE = 0.02  # hang above this: lower the timeout / detect hangs
@@ -82,6 +83,17 @@ def checkpoint_blocking(inp: ReportInput) -> Iterable[Recommendation]:
 
 
 def hang_detection(inp: ReportInput) -> Iterable[Recommendation]:
+    provisional = inp.ledger.get("provisional")
+    if provisional:  # flagged hung now: the most urgent advice whatever its share so far
+        yield Recommendation(
+            code="hung_now", title="The run is hung now",
+            detail=f"No progress since {timestamp(provisional['since'])} ({_hours(provisional['hang_gpu_seconds'])} so "
+                   "far, booked as provisional hang; it grows until the attempt ends). Look at the suspect ranks "
+                   "(GET /v1/runs/{id}/live, or py-spy dump on their processes), then stop the job or let the "
+                   "collective timeout end it; lower that timeout (init_process_group(timeout=...)) so the next "
+                   "hang costs less.",
+            gpu_seconds=inp.waste("hang"))
+        return
     share = inp.share("hang")
     if share < HANG_SHARE:
         return

@@ -150,3 +150,22 @@ def test_a_simulated_running_run_is_flagged_after_its_threshold_and_not_before()
     assert result.hung is False
     assert detect_hang(s, last + result.threshold_seconds - 0.01).hung is False
     assert detect_hang(s, last + result.threshold_seconds + 0.01).hung is True
+
+
+def test_a_running_run_whose_attempt_completed_on_every_rank_is_never_hung() -> None:
+    """The README's snippet without `goodput launch` may end the attempt but not the run: never a hang alarm."""
+    events = events_of(2, 20, 1.0)
+    events += [{"event_id": f"end{r}", "run_id": "r", "kind": "attempt_end", "time": last_end(20) + 1,
+                "attempt": 0, "rank": r, "reason": "completed"} for r in range(2)]
+    live = live_state_from_run_data(run_data_from_events("r", events))
+    for later_s in (60.0, 400.0, 86_400.0):
+        assert not detect_hang(live, last_end(20) + later_s).hung
+
+
+def test_a_running_run_whose_attempt_failed_on_every_rank_is_hung_after_the_restart_floor() -> None:
+    events = events_of(2, 20, 1.0)
+    events += [{"event_id": f"end{r}", "run_id": "r", "kind": "attempt_end", "time": last_end(20) + 1,
+                "attempt": 0, "rank": r, "reason": "failed"} for r in range(2)]
+    live = live_state_from_run_data(run_data_from_events("r", events))
+    assert not detect_hang(live, last_end(20) + 60).hung  # torchrun may still be restarting it
+    assert detect_hang(live, last_end(20) + 400).hung

@@ -66,7 +66,7 @@ def send_sim(client: Any, run_id: str, *, end: str = "finished", ago_s: float = 
 def test_run_series_equal_the_api_ledger(make_client) -> None:  # type: ignore[no-untyped-def]
     client = make_client()
     send_sim(client, "done", straggler_rank=1)
-    send_sim(client, "live", end="running", ago_s=30.0)
+    send_sim(client, "live", end="running", ago_s=10.0)  # not hung (threshold 30 s): no provisional hang
     samples = scrape(client)
     for run_id in ("done", "live"):
         ledger = client.get(f"/v1/runs/{run_id}/waste").json()
@@ -84,7 +84,7 @@ def test_run_series_equal_the_api_ledger(make_client) -> None:  # type: ignore[n
     assert value(samples, "goodput_run_running", run_id="live") == 1.0
     assert value(samples, "goodput_run_running", run_id="done") == 0.0
     since = value(samples, "goodput_run_seconds_since_progress", run_id="live")
-    assert 25.0 < since < 300.0  # the simulated last step ended about 30 s ago
+    assert 5.0 < since < 300.0  # the simulated last step ended about 10 s ago
     assert ("goodput_run_seconds_since_progress", frozenset({("run_id", "done")})) not in samples
 
     ledgers = [client.get(f"/v1/runs/{r}/waste").json() for r in ("done", "live")]
@@ -94,6 +94,34 @@ def test_run_series_equal_the_api_ledger(make_client) -> None:  # type: ignore[n
     assert value(samples, "goodput_fleet_goodput_ratio") == pytest.approx(productive / allocated, rel=1e-12)
     assert value(samples, "goodput_fleet_runs", status="running") == 1.0
     assert value(samples, "goodput_fleet_runs", status="finished") == 1.0
+
+
+def test_a_hung_runs_hang_so_far_is_in_its_series_and_the_fleets_and_grows_between_scrapes(make_client) -> None:  # type: ignore[no-untyped-def]
+    client = make_client(cache_ttl_s="60")  # the second scrape reuses the snapshot: the hang grows all the same
+    send_sim(client, "stuck", end="running", ago_s=120.0)  # last step 120 s ago; threshold 30 s: hung
+    first = scrape(client)
+    waste = client.get("/v1/runs/stuck/waste").json()
+    time.sleep(1.0)
+    second = scrape(client)
+    assert value(first, "goodput_run_hung", run_id="stuck") == 1.0
+    p1 = value(first, "goodput_run_provisional_hang_gpu_seconds", run_id="stuck")
+    p2 = value(second, "goodput_run_provisional_hang_gpu_seconds", run_id="stuck")
+    gpus = 4  # send_sim: 4 ranks on 4 GPUs
+    assert p1 == pytest.approx(120.0 * gpus, abs=10.0 * gpus)  # from the last step to the scrape
+    assert p2 - p1 >= 1.0 * gpus  # a second later, on every GPU of the job
+    assert p1 <= waste["provisional"]["hang_gpu_seconds"] <= p2  # /waste, read between the two scrapes
+    for samples, provisional in ((first, p1), (second, p2)):
+        hang = value(samples, "goodput_run_waste_gpu_seconds", run_id="stuck", category="hang")
+        assert hang >= provisional
+        assert value(samples, "goodput_fleet_waste_gpu_seconds", category="hang") == hang
+        allocated = value(samples, "goodput_run_allocated_gpu_seconds", run_id="stuck")
+        parts = value(samples, "goodput_run_productive_gpu_seconds", run_id="stuck") + sum(
+            value(samples, "goodput_run_waste_gpu_seconds", run_id="stuck", category=c)
+            for c in ("startup", "checkpoint", "rework", "hang", "straggler", "idle"))
+        assert parts == pytest.approx(allocated, rel=1e-9)
+        assert value(samples, "goodput_fleet_allocated_gpu_seconds") == allocated
+    assert value(second, "goodput_run_allocated_gpu_seconds", run_id="stuck") - value(
+        first, "goodput_run_allocated_gpu_seconds", run_id="stuck") == pytest.approx(p2 - p1, rel=1e-6)
 
 
 def test_collector_counts_accepted_duplicate_and_rejected_events(make_client) -> None:  # type: ignore[no-untyped-def]

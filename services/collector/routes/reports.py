@@ -15,14 +15,15 @@ from fastapi import APIRouter, Query, Response
 from starlette.concurrency import run_in_threadpool
 
 from services.collector.auth import READ_RUN, RunScopeDep
-from services.collector.deps import EngineDep
+from services.collector.deps import EngineDep, SettingsDep
 from services.collector.read_models import Ledger
 from services.collector.schemas import ErrorResponse
+from services.live_pipeline import live_config, with_live_hang
 from services.pipeline import ledger_for_row
 from services.reports import breakdown_csv, build_report, fleet_csv, report_html, report_json
 from services.resume_pipeline import resume_check
-from services.storage.load import list_runs
-from services.views_pipeline import views_for_run
+from services.storage.load import get_run, list_runs
+from services.views_pipeline import views_for_row
 
 router = APIRouter(tags=["reports"])
 _404: dict[int | str, dict[str, Any]] = {404: {"model": ErrorResponse}}
@@ -43,13 +44,17 @@ def _wire_ledger(ledger: dict[str, Any]) -> dict[str, Any]:
     response_class=Response, dependencies=[READ_RUN],
     summary="The run's waste report: ledger, restarts, checkpoints, stragglers, recommendations",
 )
-async def get_report(run_id: str, engine: EngineDep,
+async def get_report(run_id: str, engine: EngineDep, settings: SettingsDep,
                      format: Annotated[ReportFormat, Query(description="json, csv (one row per category) "
                                                            "or html (self-contained, prints well)")] = "json",
                      ) -> Response:
     def work() -> str:
-        views, ledger = views_for_run(engine, run_id)
-        report = build_report(_wire_ledger(ledger), views, generated_at=time.time(),
+        with engine.connect() as conn:
+            row = get_run(conn, run_id)
+        views, ledger = views_for_row(engine, row)
+        now = time.time()
+        ledger = with_live_hang(engine, row, ledger, now, live_config(settings))  # a hung run's hang so far
+        report = build_report(_wire_ledger(ledger), views, generated_at=now,
                               resume_check=resume_check(engine, run_id))
         if format == "csv":
             return breakdown_csv(report)
@@ -67,6 +72,7 @@ async def get_report(run_id: str, engine: EngineDep,
             summary="Every run's ledger as one CSV row (filter by time range and status)")
 async def get_fleet_csv(
     engine: EngineDep,
+    settings: SettingsDep,
     scope: RunScopeDep,
     since: Annotated[float | None, Query(description="only runs with events at or after this epoch time")] = None,
     until: Annotated[float | None, Query(description="only runs with events at or before this epoch time")] = None,
@@ -76,7 +82,9 @@ async def get_fleet_csv(
     def work() -> str:
         with engine.connect() as conn:
             rows = list_runs(conn, since=since, until=until, limit=limit, project=scope.project)
-        ledgers = [_wire_ledger(ledger_for_row(engine, row)) for row in rows]
+        now, config = time.time(), live_config(settings)
+        ledgers = [_wire_ledger(with_live_hang(engine, row, ledger_for_row(engine, row), now, config))
+                   for row in rows]
         return fleet_csv(ledger for ledger in ledgers if status is None or ledger["status"] == status)
 
     body = await run_in_threadpool(work)

@@ -7,10 +7,11 @@ from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
 from services.collector.auth import READ_RUN, RunScopeDep
-from services.collector.deps import EngineDep
+from services.collector.deps import EngineDep, SettingsDep
 from services.collector.read_models import Ledger, RunDetail, RunList, RunListItem
 from services.collector.schemas import ErrorResponse
-from services.pipeline import ledger_for_run, recent_ledger, run_detail
+from services.live_pipeline import ledger_now, live_config, with_live_hang
+from services.pipeline import recent_ledger, run_detail
 from services.storage.load import list_runs
 
 router = APIRouter(tags=["runs"])
@@ -24,6 +25,7 @@ _404 = {404: {"model": ErrorResponse}}
 @router.get("/v1/runs", response_model=RunList, summary="Every run with its goodput, worst first by waste")
 async def get_runs(
     engine: EngineDep,
+    settings: SettingsDep,
     scope: RunScopeDep,
     status: Annotated[str | None, Query(pattern="^(running|finished|failed|cancelled)$")] = None,
     since: Annotated[float | None, Query(description="only runs with events at or after this epoch time")] = None,
@@ -35,6 +37,7 @@ async def get_runs(
         with engine.connect() as conn:
             rows = list_runs(conn, since=since, until=until, limit=limit, project=scope.project)
         deadline = time.monotonic() + LIST_BUDGET_S
+        now, config = time.time(), live_config(settings)
         out = []
         for row in rows:
             if run_id and run_id not in row.run_id:
@@ -42,11 +45,13 @@ async def get_runs(
             ledger, stale = recent_ledger(engine, row, budget_s=max(deadline - time.monotonic(), 0.0))
             if status and ledger["status"] != status:
                 continue
+            ledger = with_live_hang(engine, row, ledger, now, config)  # a hung run's hang so far, provisionally
             out.append({
                 "run_id": row.run_id, "status": ledger["status"], "first_time": ledger["first_time"],
                 "last_time": ledger["latest_time"], "allocated_gpu_seconds": ledger["allocated_gpu_seconds"],
                 "productive_gpu_seconds": ledger["productive_gpu_seconds"], "goodput": ledger["goodput"],
                 "waste_gpu_seconds": ledger["waste_gpu_seconds"], "restarts": ledger["restarts"], "stale": stale,
+                "provisional": ledger.get("provisional"),
             })
         return out
 
@@ -56,11 +61,13 @@ async def get_runs(
 
 @router.get("/v1/runs/{run_id:path}/waste", response_model=Ledger, responses=_404,  # type: ignore[arg-type]
             dependencies=[READ_RUN], summary="The run's waste ledger in GPU-seconds")
-async def get_waste(run_id: str, engine: EngineDep) -> Ledger:
-    return Ledger(**await run_in_threadpool(ledger_for_run, engine, run_id))
+async def get_waste(run_id: str, engine: EngineDep, settings: SettingsDep) -> Ledger:
+    return Ledger(**await run_in_threadpool(ledger_now, engine, run_id, time.time(), live_config(settings)))
 
 
 @router.get("/v1/runs/{run_id:path}", response_model=RunDetail, responses=_404,  # type: ignore[arg-type]
             dependencies=[READ_RUN], summary="Attempts, restarts, last step and checkpoint, status")
-async def get_run(run_id: str, engine: EngineDep) -> RunDetail:
-    return RunDetail(**await run_in_threadpool(run_detail, engine, run_id))
+async def get_run(run_id: str, engine: EngineDep, settings: SettingsDep) -> RunDetail:
+    now, config = time.time(), live_config(settings)
+    return RunDetail(**await run_in_threadpool(
+        run_detail, engine, run_id, lambda row, ledger: with_live_hang(engine, row, ledger, now, config)))

@@ -15,7 +15,8 @@ from starlette.concurrency import run_in_threadpool
 from services.collector.auth import READ_RUN
 from services.collector.deps import EngineDep, SettingsDep
 from services.collector.schemas import ErrorResponse
-from services.live_pipeline import LEDGER_BUDGET_S, live_config, live_for_run
+from services.analysis.provisional import provisional_ledger
+from services.live_pipeline import LEDGER_BUDGET_S, live_config, live_for_run, live_hang_of_answer
 from services.storage.load import get_run
 from services.views_pipeline import current_views, recent_views, views_for_row
 from services.warm_analyses import INTEREST
@@ -84,12 +85,13 @@ async def get_view(
             built, stale = recent_views(engine, run, budget_s=STALE_OK_BUDGET_S)
         else:
             built, stale = current_views(engine, run), False
-        return {**built.views, "ledger": built.ledger, "stale": stale,
+        # the views were waited for already: the live part takes the ledger it finds
+        live = live_for_run(engine, run_id, time.time(), live_config(settings),
+                            ledger_budget_s=0.0 if stale_ok else LEDGER_BUDGET_S)
+        hang = live_hang_of_answer(live) if built.ledger.get("status") == "running" else None
+        return {**built.views, "ledger": provisional_ledger(built.ledger, hang, live["server_time"]), "stale": stale,
                 "run_version": max(run.version, built.version), "analysed_at": built.analysed_at,
-                "analysis_seconds": built.analysis_seconds,
-                # the views were waited for already: the live part takes the ledger it finds
-                "live": live_for_run(engine, run_id, time.time(), live_config(settings),
-                                     ledger_budget_s=0.0 if stale_ok else LEDGER_BUDGET_S)}
+                "analysis_seconds": built.analysis_seconds, "live": live}
 
     return await run_in_threadpool(work)
 

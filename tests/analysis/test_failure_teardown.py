@@ -1,0 +1,119 @@
+"""Failure teardown is failure cost: the time from a failure's detection to the next attempt's start (startup)
+or, when no attempt follows, to the allocation's end (hang) is never idle. Ledgers worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.analysis.ledger import build_ledger
+from services.analysis.run_data import run_data_from_events
+from tests.analysis.scenarios import ev, per_rank, steps
+from tests.ledger_checks import assert_partition
+
+
+def ledger_of(events: list[dict]) -> dict:  # type: ignore[type-arg]
+    ledger = build_ledger(run_data_from_events("s1", events)).to_dict()
+    assert_partition(ledger)
+    return ledger
+
+
+def expect(ledger: dict, productive: float, **waste: float) -> None:  # type: ignore[type-arg]
+    want = {"startup": 0.0, "checkpoint": 0.0, "rework": 0.0, "hang": 0.0, "straggler": 0.0, "idle": 0.0, **waste}
+    assert ledger["productive_gpu_seconds"] == pytest.approx(productive)
+    assert ledger["waste_gpu_seconds"] == pytest.approx(want)
+
+
+def failed_for_good(gpus: int = 4) -> list[dict]:  # type: ignore[type-arg]
+    """World 4. Allocated 0-130. Steps 1-50 from 10 to 60; the hang is detected at 100 (attempt_end failed,
+    run_end failed); torchrun and the launcher tear the job down until 130 (allocation_end)."""
+    w = 4
+    out = [ev("allocation_start", 0, gpus=gpus), ev("allocation_end", 130)]
+    out += [ev("attempt_start", 0, attempt=0, rank=r, world_size=w) for r in range(w)]
+    out += per_rank("resume", 0, w, attempt=0, step=0)
+    out += steps(0, w, 1, 50, 10)
+    out += per_rank("attempt_end", 100, w, attempt=0, reason="failed")
+    out.append(ev("run_end", 100, status="failed"))
+    return out
+
+
+def test_teardown_of_a_run_that_failed_for_good_is_hang_not_idle() -> None:
+    ledger = ledger_of(failed_for_good())
+    # startup 0-10, the 50 steps thrown away (nothing saved), hang 60-100 and the teardown 100-130
+    expect(ledger, 0.0, startup=10 * 4, rework=50 * 4, hang=(40 + 30) * 4)
+    assert ledger["attempts"][0]["gpu_seconds"]["hang"] == pytest.approx(70 * 4)
+
+
+def test_teardown_counts_on_the_worlds_gpus_and_the_allocations_other_gpus_stay_idle() -> None:
+    ledger = ledger_of(failed_for_good(gpus=8))
+    expect(ledger, 0.0, startup=10 * 4, rework=50 * 4, hang=(40 + 30) * 4, idle=130 * 4)
+
+
+def test_teardown_of_an_attempt_that_never_stepped_is_hang_after_its_startup() -> None:
+    w = 2
+    events = [ev("allocation_start", 0, gpus=w), ev("allocation_end", 70)]
+    events += [ev("attempt_start", 0, attempt=0, rank=r, world_size=w) for r in range(w)]
+    events += per_rank("attempt_end", 40, w, attempt=0, reason="failed")  # died in init_process_group
+    events.append(ev("run_end", 40, status="failed"))
+    expect(ledger_of(events), 0.0, startup=40 * w, hang=30 * w)
+
+
+def test_a_killed_attempt_without_attempt_end_leaves_no_idle_before_the_next_attempt() -> None:
+    """No attempt_end (SIGKILLed): the attempt ends where the next starts; hang to there, then startup."""
+    w = 2
+    events = [ev("allocation_start", 0, gpus=w), ev("allocation_end", 100)]
+    events += [ev("attempt_start", 0, attempt=0, rank=r, world_size=w) for r in range(w)]
+    events += per_rank("resume", 0, w, attempt=0, step=0)
+    events += steps(0, w, 1, 20, 5)  # 5-25
+    events += [ev("attempt_start", 40, attempt=1, rank=r, world_size=w) for r in range(w)]
+    events += per_rank("resume", 40, w, attempt=1, step=0)
+    events += steps(1, w, 1, 30, 50)  # 50-80
+    events += per_rank("attempt_end", 80, w, attempt=1, reason="completed")
+    events.append(ev("run_end", 80, status="finished"))
+    ledger = ledger_of(events)
+    # idle only after the run completed (80-100): nothing between the failure and the next attempt
+    expect(ledger, 30 * w, startup=(5 + 10) * w, rework=20 * w, hang=15 * w, idle=20 * w)
+    assert ledger["attempts"][0]["failed"] and not ledger["attempts"][0]["end_reported"]
+
+
+def test_after_a_failure_the_next_attempt_in_the_same_allocation_books_the_teardown_as_startup() -> None:
+    w = 2
+    events = [ev("allocation_start", 0, gpus=w), ev("allocation_end", 100)]
+    events += [ev("attempt_start", 0, attempt=0, rank=r, world_size=w) for r in range(w)]
+    events += steps(0, w, 1, 20, 5)  # 5-25, resumed from 0 (inferred)
+    events += per_rank("attempt_end", 30, w, attempt=0, reason="failed")
+    events += [ev("attempt_start", 60, attempt=1, rank=r, world_size=w) for r in range(w)]
+    events += per_rank("resume", 60, w, attempt=1, step=0)
+    events += steps(1, w, 1, 30, 65)  # 65-95
+    events += per_rank("attempt_end", 95, w, attempt=1, reason="completed")
+    events.append(ev("run_end", 95, status="finished"))
+    # detection at 30 -> first step of attempt 1 at 65: startup (restart cost), as in the reference scenario
+    expect(ledger_of(events), 30 * w, startup=(5 + 35) * w, rework=20 * w, hang=5 * w, idle=5 * w)
+
+
+def test_a_failure_whose_restart_comes_in_a_new_allocation_books_the_old_allocations_tail_as_hang() -> None:
+    w = 2
+    events = [ev("run_submitted", 0), ev("allocation_start", 0, gpus=w), ev("allocation_end", 50),
+              ev("allocation_start", 80, gpus=w), ev("allocation_end", 130)]
+    events += [ev("attempt_start", 0, attempt=0, rank=r, world_size=w) for r in range(w)]
+    events += steps(0, w, 1, 20, 5)  # 5-25
+    events += per_rank("attempt_end", 35, w, attempt=0, reason="failed")
+    events += [ev("attempt_start", 90, attempt=1, rank=r, world_size=w) for r in range(w)]
+    events += per_rank("resume", 90, w, attempt=1, step=0)
+    events += steps(1, w, 1, 30, 95)  # 95-125
+    events += per_rank("attempt_end", 125, w, attempt=1, reason="completed")
+    events.append(ev("run_end", 125, status="finished"))
+    ledger = ledger_of(events)
+    # allocation 1: startup 0-5, rework 5-25, hang 25-35 and 35-50 (torn down, requeued); allocation 2: startup
+    # 80-95, kept 95-125, idle 125-130
+    expect(ledger, 30 * w, startup=(5 + 15) * w, rework=20 * w, hang=(10 + 15) * w, idle=5 * w)
+    assert ledger["queue_seconds"] == pytest.approx(30)
+
+
+def test_a_completed_run_keeps_its_allocation_tail_idle() -> None:
+    w = 2
+    events = [ev("allocation_start", 0, gpus=w), ev("allocation_end", 50)]
+    events += [ev("attempt_start", 0, attempt=0, rank=r, world_size=w) for r in range(w)]
+    events += steps(0, w, 1, 30, 5)
+    events += per_rank("attempt_end", 35, w, attempt=0, reason="completed")
+    events.append(ev("run_end", 35, status="finished"))
+    expect(ledger_of(events), 30 * w, startup=5 * w, idle=15 * w)
