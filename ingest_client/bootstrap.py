@@ -13,8 +13,11 @@ interpreter start). ``GOODPUT_BOOTSTRAP=0`` or ``goodput launch --no-bootstrap``
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+
+from ingest_client.generation import WORKER_PID_ENV
 
 _cost_ms: float | None = None
 
@@ -23,6 +26,8 @@ def start_worker() -> None:
     """``init()`` for this worker; errors are reported once and swallowed."""
     global _cost_ms
     started = time.perf_counter()
+    # Subprocesses of this worker skip the bootstrap even if no generation gets claimed (GOODPUT_MODE=disabled).
+    os.environ.setdefault(WORKER_PID_ENV, str(os.getpid()))
     try:
         from ingest_client.api import init_from_bootstrap
 

@@ -92,7 +92,7 @@ def _python(env: dict[str, str], code: str = PROBE) -> subprocess.CompletedProce
 def _launched_env(tmp_path: Path, *, worker: bool = True, **extra: str) -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("GOODPUT_") and k not in CLIENT_ENV}
     env = worker_environment({**base, "PYTHONPATH": str(REPO)}, run_id="boot", bootstrap=True)
-    env.update(GOODPUT_MODE="offline", GOODPUT_SPOOL_DIR=str(tmp_path / "spool"), **extra)
+    env.update({"GOODPUT_MODE": "offline", "GOODPUT_SPOOL_DIR": str(tmp_path / "spool"), **extra})
     if worker:
         env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", TORCHELASTIC_RESTART_COUNT="0")
     return env
@@ -173,3 +173,11 @@ def test_an_exception_before_the_script_calls_init_ends_the_attempt_failed(tmp_p
     assert done.returncode == 1
     ends = [r for r in spooled_records(tmp_path / "spool") if r.get("kind") == "attempt_end"]
     assert [(e["reason"], e["detail"]) for e in ends] == [("failed", "RuntimeError: rendezvous timed out")]
+
+
+def test_a_disabled_worker_still_marks_its_subprocesses_as_not_workers(tmp_path: Path) -> None:
+    code = ("import os, subprocess, sys; "
+            f"sys.exit(subprocess.run([sys.executable, '-X', 'importtime', '-c', 'pass'], "
+            "capture_output=True, text=True).stderr.count('ingest_client.api'))")
+    done = _python(_launched_env(tmp_path, GOODPUT_MODE="disabled"), code)
+    assert done.returncode == 0, "the worker's subprocess imported the client"
