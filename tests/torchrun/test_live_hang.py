@@ -1,7 +1,10 @@
 """Live hang detection and checkpoint requests on real torchrun jobs (examples/train_ddp.py, CPU, gloo).
 
 A rank is SIGSTOPped from outside at a known time, with the gloo timeout long (120 s): the collector must flag
-the run hung, naming that rank, within its threshold plus a few seconds, long before the timeout would.
+the run hung, naming that rank, within its threshold plus a few seconds, long before the timeout would. And,
+under `goodput launch` with a shorter timeout: while hung, the run's hang so far is in /waste, /v1/runs and
+/metrics (provisional, growing); once the job has failed, the final ledger's hang runs from the last step to the
+end of the allocation (the timeout, then torchrun's teardown), as the job's own logs say.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from tests.torchrun.conftest import Collector, Job, start_job, wait_for
+from tests.ledger_checks import assert_partition
+from tests.torchrun.conftest import Collector, Job, fetch_ledger, start_job, wait_for
 
 pytestmark = pytest.mark.torchrun
 
@@ -91,3 +96,82 @@ def test_a_checkpoint_request_reaches_a_ddp_job_and_its_checkpoint_is_linked(
     assert done["fulfilled_step"] == written["step"]
     assert len(job.events("checkpoint_requested", rank=0)) == 1, "one request, one checkpoint"
     job.terminate()
+
+
+# Long enough for the hang to be flagged (30 s floor) and read twice before rank 0's all-reduce gives up.
+SHORT_GLOO_TIMEOUT_S = 45.0
+TORCHRUN_TEARDOWN_S = 30.0  # torchrun's SIGTERM-to-SIGKILL wait when it stops a worker group (a stopped rank)
+
+
+def provisional_everywhere(url: str, run_id: str) -> dict[str, float]:
+    """The run's provisional hang GPU-seconds as /waste, /v1/runs and /metrics say it now (and /waste's hang)."""
+    waste = httpx.get(f"{url}/v1/runs/{run_id}/waste", timeout=30).json()
+    assert_partition(waste)
+    (listed,) = [r for r in httpx.get(f"{url}/v1/runs", timeout=30).json()["runs"] if r["run_id"] == run_id]
+    samples = {(s.name, s.labels.get("run_id", ""), s.labels.get("category", "")): s.value
+               for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=30).text)
+               for s in family.samples}
+    return {
+        "waste": waste["provisional"]["hang_gpu_seconds"] if waste["provisional"] else 0.0,
+        "waste_hang": waste["waste_gpu_seconds"]["hang"],
+        "runs": listed["provisional"]["hang_gpu_seconds"] if listed["provisional"] else 0.0,
+        "runs_hang": listed["waste_gpu_seconds"]["hang"],
+        "metrics": samples.get(("goodput_run_provisional_hang_gpu_seconds", run_id, ""), 0.0),
+        "metrics_hang": samples[("goodput_run_waste_gpu_seconds", run_id, "hang")],
+        "fleet_hang": samples[("goodput_fleet_waste_gpu_seconds", "", "hang")],
+    }
+
+
+def test_a_hang_is_provisional_hang_everywhere_while_it_lasts_and_its_final_hang_is_the_jobs_log(
+    tmp_path: Path, collector: Collector, jobs: list[Job]
+) -> None:
+    world = 2
+    job = start_job(tmp_path / "job", collector.url, run_id="hang-ledger", launch=True, max_restarts=0, args=(
+        "--steps", "100000", "--checkpoint-every", "0", "--step-sleep", "0.05",
+        "--timeout-s", str(SHORT_GLOO_TIMEOUT_S)))
+    jobs.append(job)
+    wait_for(lambda: len(job.events("step", rank=1)) >= 30, 90, "30 steps", job)
+    wait_for(lambda: (lv := live(collector.url, job.run_id)) and lv["median_step_seconds"], 30, "step times")
+    stopped_at = time.time()
+    os.kill(job.pid(1, 0), signal.SIGSTOP)
+    try:
+        wait_for(lambda: (lv := live(collector.url, job.run_id)) and lv["hung"], 45, "the hung flag", job)
+        first = provisional_everywhere(collector.url, job.run_id)
+        time.sleep(2.0)
+        second = provisional_everywhere(collector.url, job.run_id)
+        read_at = time.time()
+        assert read_at - stopped_at < SHORT_GLOO_TIMEOUT_S - 3, "both reads happened while the job was hung"
+        for where in ("waste", "runs", "metrics"):
+            # from the last step (about when the rank stopped) to the read, on both GPUs; 2 s later, 4 GPU-s more
+            assert first[where] >= 25.0 * world, (where, first)
+            assert second[where] - first[where] >= 1.5 * world, (where, first, second)
+        for read in (first, second):
+            assert read["waste_hang"] >= read["waste"] and read["runs_hang"] >= read["runs"]
+            assert read["fleet_hang"] == read["metrics_hang"] >= read["metrics"]
+        # Nobody intervenes: rank 0's all-reduce times out, torchrun tears the group down (SIGTERM; the stopped
+        # rank gets SIGKILL 30 s later) and the launcher ends the allocation and the run.
+        code = job.proc.wait(timeout=SHORT_GLOO_TIMEOUT_S + TORCHRUN_TEARDOWN_S + 60)
+        exited_at = time.time()
+    finally:
+        job.terminate()
+    assert code != 0, job.tail()
+
+    ledger = fetch_ledger(collector.url, job.run_id, lambda lg: lg["status"] == "failed")
+    assert_partition(ledger)
+    assert ledger["provisional"] is None and ledger["restarts"] == 0 and ledger["failures"] == 1
+    last_step_end = max(e["end"] for e in job.events("step", attempt=0))
+    (error,) = job.events("error", rank=0, attempt=0)
+    assert error["time"] - last_step_end >= 0.9 * SHORT_GLOO_TIMEOUT_S, "the job's log shows the timeout"
+    (attempt,) = ledger["attempts"]
+    assert attempt["end"] == pytest.approx(error["time"], abs=0.5)  # rank 0's attempt_end(failed)
+    (allocation,) = ledger["allocations"]
+    teardown_s = allocation["end"] - attempt["end"]
+    assert teardown_s >= 0.8 * TORCHRUN_TEARDOWN_S, teardown_s
+    # Hang plus teardown = the last logged step end to the allocation's end. The launcher stamps
+    # allocation_end as torchrun exits, then sends its last events and exits itself (`exited_at`, seen here):
+    # that flush to a local collector takes well under a second. The last step on the collector is rank 0's
+    # (the stopped rank's last events die with it), within one step (0.06 s) of the logs' latest.
+    expected_s = exited_at - last_step_end
+    hang_s = ledger["waste_gpu_seconds"]["hang"] / world
+    assert expected_s - 1.5 <= hang_s <= expected_s + 0.1, (hang_s, expected_s, teardown_s)
+    assert allocation["end"] <= exited_at
