@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import zlib
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from services.collector.schemas import EVENT_KINDS, EventBatch
 from services.errors import InvalidBatch
@@ -102,9 +101,22 @@ def _explain(exc: ValidationError, body: bytes | bytearray) -> InvalidBatch:
                         status=422, code="invalid_event", index=index, event_id=event_id, field=field)
 
 
+class _EventIdentity(BaseModel):
+    """Only what names an event in an error message; every other field is skipped by the parser, not built."""
+
+    model_config = ConfigDict(extra="ignore")
+    event_id: Any = None
+    kind: Any = None
+
+
+class _BatchIdentities(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    events: list[_EventIdentity | Any]
+
+
 def _raw_event(body: bytes | bytearray, index: int) -> Any:
     try:
-        events = json.loads(body).get("events")
-        return events[index]
+        event = _BatchIdentities.model_validate_json(body).events[index]
     except Exception:  # noqa: BLE001 - best effort, only to name the event in the message
         return None
+    return event.model_dump() if isinstance(event, _EventIdentity) else event

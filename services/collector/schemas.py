@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic_core import PydanticCustomError
 
 from services.storage.records import CollectiveRows, IngestRecord, StepRows
@@ -30,6 +30,26 @@ Gpus = Annotated[int, Field(ge=1, le=MAX_WORLD)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 Seconds = Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0, le=2**62)]
+
+
+# A compact record's columns become NumPy arrays as soon as each is validated, so a large batch never holds
+# all of its values as Python objects at once (one list at a time): memory per request stays near the body's.
+def _int64_array(values: list[int]) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
+
+
+def _float64_array(values: list[float]) -> np.ndarray:
+    return np.asarray(values, dtype=np.float64)
+
+
+def _float64_array_with_nans(values: list[float | None] | None) -> np.ndarray | None:
+    if values is None:
+        return None
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+
+StepColumn = Annotated[list[StepNo], Field(min_length=1, max_length=MAX_SERIES), AfterValidator(_int64_array)]
+TimeColumn = Annotated[list[Time], AfterValidator(_float64_array)]
 
 
 class _Event(BaseModel):
@@ -122,12 +142,12 @@ class Step(_RankEvent):
 
 class Steps(_RankEvent):
     kind: Literal["steps"]
-    step: Annotated[list[StepNo], Field(min_length=1, max_length=MAX_SERIES)]
-    start: list[Time]
-    end: list[Time]
-    loss: list[Finite | None] | None = None
-    lr: list[Finite | None] | None = None
-    comm: list[Seconds | None] | None = None
+    step: StepColumn
+    start: TimeColumn
+    end: TimeColumn
+    loss: Annotated[list[Finite | None] | None, AfterValidator(_float64_array_with_nans)] = None
+    lr: Annotated[list[Finite | None] | None, AfterValidator(_float64_array_with_nans)] = None
+    comm: Annotated[list[Seconds | None] | None, AfterValidator(_float64_array_with_nans)] = None
 
     @model_validator(mode="after")
     def _columns_agree(self) -> Steps:
@@ -142,7 +162,7 @@ class Steps(_RankEvent):
             comm=_nans(self.comm, n),
         )
         return IngestRecord(run_id=self.run_id, event_id=self.event_id, kind=self.kind, time=self.time,
-                            attempt=self.attempt, rank=self.rank, step=max(self.step), data={"n": n},
+                            attempt=self.attempt, rank=self.rank, step=int(rows.step.max()), data={"n": n},
                             step_rows=rows)
 
 
@@ -184,10 +204,10 @@ class Collective(_RankEvent):
 
 class Collectives(_RankEvent):
     kind: Literal["collectives"]
-    step: Annotated[list[StepNo], Field(min_length=1, max_length=MAX_SERIES)]
+    step: StepColumn
     op: list[OpName]
-    start: list[Time]
-    end: list[Time]
+    start: TimeColumn
+    end: TimeColumn
 
     @model_validator(mode="after")
     def _columns_agree(self) -> Collectives:
@@ -199,7 +219,7 @@ class Collectives(_RankEvent):
                               start=np.asarray(self.start, dtype=np.float64),
                               end=np.asarray(self.end, dtype=np.float64))
         return IngestRecord(run_id=self.run_id, event_id=self.event_id, kind=self.kind, time=self.time,
-                            attempt=self.attempt, rank=self.rank, step=max(self.step),
+                            attempt=self.attempt, rank=self.rank, step=int(rows.step.max()),
                             data={"n": len(self.step)}, collective_rows=rows)
 
 
@@ -277,10 +297,8 @@ def _nan(value: float | None) -> float:
     return float("nan") if value is None else value
 
 
-def _nans(values: list[Any] | None, n: int) -> np.ndarray:
-    if values is None:
-        return np.full(n, np.nan)
-    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+def _nans(values: np.ndarray | None, n: int) -> np.ndarray:
+    return np.full(n, np.nan) if values is None else values
 
 
 def _check_columns(record: BaseModel, names: tuple[str, ...]) -> None:

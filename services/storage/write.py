@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -146,38 +146,47 @@ def _insert_steps(conn: Connection, records: list[tuple[int, IngestRecord]], pos
     parts = [(run_pk, r) for run_pk, r in records if r.step_rows is not None]
     if not parts:
         return
-    def column(get: Any, dtype: Any) -> np.ndarray:
-        return np.concatenate([np.asarray(get(run_pk, r), dtype=dtype) for run_pk, r in parts])
-    lengths = [len(r.step_rows.step) for _, r in parts]  # type: ignore[union-attr]
-    cols = {
-        "run_pk": np.repeat([p for p, _ in parts], lengths).astype(np.int32),
-        "attempt": np.repeat([r.attempt for _, r in parts], lengths).astype(np.int32),
-        "rank": np.repeat([r.rank for _, r in parts], lengths).astype(np.int32),
-        "step": column(lambda p, r: r.step_rows.step, np.int64),
-        "start_time": column(lambda p, r: r.step_rows.start, np.float64),
-        "end_time": column(lambda p, r: r.step_rows.end, np.float64),
-        "loss": column(lambda p, r: r.step_rows.loss, np.float64),
-        "lr": column(lambda p, r: r.step_rows.lr, np.float64),
-        "comm": column(lambda p, r: r.step_rows.comm, np.float64),
-    }
-    if postgres:
-        copy_steps(conn, cols)
+    if postgres:  # one COPY, fed record by record: no concatenated copy of the batch's columns
+        copy_step_columns(conn, (_step_columns(run_pk, r) for run_pk, r in parts))
         return
-    rows = [
-        {k: (None if isinstance(v, float) and v != v else v) for k, v in zip(cols, values)}
-        for values in zip(*(cols[k].tolist() for k in cols))
-    ]
-    conn.execute(steps.insert(), rows)
+    for run_pk, r in parts:  # rows as Python objects one chunk at a time
+        cols = _step_columns(run_pk, r)
+        names = list(cols)
+        for i in range(0, len(cols["step"]), _INSERT_CHUNK):
+            rows = [
+                {k: (None if isinstance(v, float) and v != v else v) for k, v in zip(names, values)}
+                for values in zip(*(cols[k][i:i + _INSERT_CHUNK].tolist() for k in names))
+            ]
+            conn.execute(steps.insert(), rows)
+
+
+def _step_columns(run_pk: int, r: IngestRecord) -> dict[str, np.ndarray]:
+    rows = r.step_rows
+    assert rows is not None
+    n = len(rows.step)
+    return {"run_pk": np.full(n, run_pk, dtype=np.int32), "attempt": np.full(n, r.attempt, dtype=np.int32),
+            "rank": np.full(n, r.rank, dtype=np.int32), "step": rows.step, "start_time": rows.start,
+            "end_time": rows.end, "loss": rows.loss, "lr": rows.lr, "comm": rows.comm}
+
+
+_COPY_CHUNK_ROWS = 50_000  # ~5 MB of encoded rows at a time
 
 
 def copy_steps(conn: Connection, cols: dict[str, np.ndarray]) -> None:
     """Binary COPY of step rows into PostgreSQL (also the benchmark's raw-COPY baseline)."""
-    body = pgcopy.encode_step_rows(*(cols[c] for c in pgcopy.STEP_COPY_COLUMNS))
+    copy_step_columns(conn, [cols])
+
+
+def copy_step_columns(conn: Connection, parts: Iterable[dict[str, np.ndarray]]) -> None:
+    """One binary COPY of several column sets, encoded a chunk at a time (memory: one chunk, not the batch)."""
     raw = conn.connection.driver_connection
     sql = f"COPY steps ({', '.join(pgcopy.STEP_COPY_COLUMNS)}) FROM STDIN (FORMAT binary)"
     with raw.cursor() as cursor, cursor.copy(sql) as copy:  # type: ignore[union-attr]
         copy.write(pgcopy.HEADER)
-        copy.write(body)
+        for cols in parts:
+            for i in range(0, len(cols["step"]), _COPY_CHUNK_ROWS):
+                copy.write(pgcopy.encode_step_rows(*(cols[c][i:i + _COPY_CHUNK_ROWS]
+                                                     for c in pgcopy.STEP_COPY_COLUMNS)))
         copy.write(pgcopy.TRAILER)
 
 
@@ -190,6 +199,9 @@ def _insert_collectives(conn: Connection, records: list[tuple[int, IngestRecord]
         for step, op, start, end in zip(c.step.tolist(), c.op, c.start.tolist(), c.end.tolist()):
             rows.append({"run_pk": run_pk, "attempt": r.attempt, "rank": r.rank, "step": step, "op": op,
                          "start_time": start, "end_time": end})
+            if len(rows) >= _INSERT_CHUNK:  # rows as Python objects one chunk at a time
+                conn.execute(collectives.insert(), rows)
+                rows = []
     if rows:
         conn.execute(collectives.insert(), rows)
 
