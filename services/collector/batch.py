@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import zlib
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from services.collector.schemas import EVENT_KINDS, EventBatch
+from services.collector.event_spans import find_event_spans
+from services.collector.schemas import EVENT_ADAPTER, EVENT_KINDS, SCHEMA_VERSION, EventBatch
 from services.errors import InvalidBatch
 from services.storage.records import IngestRecord
 
@@ -43,20 +45,26 @@ def decompress(body: bytes | bytearray, encoding: str | None, max_bytes: int) ->
     return out
 
 
+# Above this size a batch is validated one event at a time (services.collector.event_spans): memory stays near
+# the body's size instead of a parse tree of the whole body on top of it.
+SLICED_PARSE_MIN_BYTES = 1 << 20
+_BLANK = re.compile(rb"\s*")
+
+
 def parse_batch(body: bytes | bytearray, *, max_events: int, max_rows: int) -> list[IngestRecord]:
-    if not body.strip():
+    if _BLANK.fullmatch(body):  # (body.strip() would copy the whole body)
         raise InvalidBatch('the body is empty; send {"events": [...]}', status=400, code="malformed_json")
-    try:
-        batch = EventBatch.model_validate_json(body)
-    except ValidationError as exc:
-        raise _explain(exc, body) from None
-    n = len(batch.events)
-    if n == 0:
-        raise InvalidBatch("the batch has no events; send at least one", status=422, code="empty_batch", field="events")
-    if n > max_events:
-        raise InvalidBatch(f"the batch has {n} events, more than the limit of {max_events}; split it",
-                           status=413, code="batch_too_large", field="events")
-    records = [event.to_record() for event in batch.events]
+    layout = find_event_spans(body) if len(body) >= SLICED_PARSE_MIN_BYTES else None
+    if layout is not None and (layout.schema_version is None or 1 <= layout.schema_version <= SCHEMA_VERSION):
+        _check_count(len(layout.events), max_events)
+        records = [_event_record(body, i, start, end) for i, (start, end) in enumerate(layout.events)]
+    else:
+        try:
+            batch = EventBatch.model_validate_json(body)
+        except ValidationError as exc:
+            raise _explain(exc, body) from None
+        _check_count(len(batch.events), max_events)
+        records = [event.to_record() for event in batch.events]
     rows = sum(len(r.step_rows.step) if r.step_rows is not None else
                len(r.collective_rows.step) if r.collective_rows is not None else 0 for r in records)
     if rows > max_rows:
@@ -65,9 +73,29 @@ def parse_batch(body: bytes | bytearray, *, max_events: int, max_rows: int) -> l
     return records
 
 
-def _explain(exc: ValidationError, body: bytes | bytearray) -> InvalidBatch:
+def _check_count(n: int, max_events: int) -> None:
+    if n == 0:
+        raise InvalidBatch("the batch has no events; send at least one", status=422, code="empty_batch", field="events")
+    if n > max_events:
+        raise InvalidBatch(f"the batch has {n} events, more than the limit of {max_events}; split it",
+                           status=413, code="batch_too_large", field="events")
+
+
+def _event_record(body: bytes | bytearray, index: int, start: int, end: int) -> IngestRecord:
+    raw = body[start:end]
+    try:
+        event = EVENT_ADAPTER.validate_json(raw, strict=True)
+    except ValidationError as exc:
+        raise _explain(exc, raw, at_index=index) from None
+    return event.to_record()
+
+
+def _explain(exc: ValidationError, body: bytes | bytearray, *, at_index: int | None = None) -> InvalidBatch:
+    """`at_index`: `body` is that one event of the batch (the sliced parse), not the whole batch."""
     first = exc.errors(include_url=False)[0]
     loc = tuple(first.get("loc", ()))
+    if at_index is not None:
+        loc = ("events", at_index, *loc)
     kind = first.get("type", "")
     if kind == "json_invalid":
         return InvalidBatch(f"the body is not valid JSON: {first.get('msg')}", status=400, code="malformed_json")
@@ -76,7 +104,7 @@ def _explain(exc: ValidationError, body: bytes | bytearray) -> InvalidBatch:
         status = 400 if kind in ("model_type", "model_attributes_type", "dict_type") else 422
         return InvalidBatch(f"{where}: {first.get('msg')}", status=status, code="invalid_batch", field=where)
     index = loc[1]
-    event = _raw_event(body, index)
+    event = _raw_event(body, index) if at_index is None else _raw_single_event(body)
     event_id = event.get("event_id") if isinstance(event, dict) else None
     event_id = event_id if isinstance(event_id, str) else None
     if kind in ("union_tag_invalid", "union_tag_not_found"):
@@ -112,6 +140,13 @@ class _EventIdentity(BaseModel):
 class _BatchIdentities(BaseModel):
     model_config = ConfigDict(extra="ignore")
     events: list[_EventIdentity | Any]
+
+
+def _raw_single_event(body: bytes | bytearray) -> Any:
+    try:
+        return _EventIdentity.model_validate_json(body).model_dump()
+    except Exception:  # noqa: BLE001 - best effort, only to name the event in the message
+        return None
 
 
 def _raw_event(body: bytes | bytearray, index: int) -> Any:

@@ -109,23 +109,48 @@ class BodyBudget:
 
 async def _read_capped(request: Request, max_bytes: int, take: Callable[[int], None],
                        timeout_s: float) -> bytearray:
-    """The body, read into one buffer (no list of chunks and joined copy: memory is the body, once)."""
+    """The body, read into one buffer: with a Content-Length, one buffer of exactly that size, reserved in the
+    budget up front (no growing, no copies: memory is the body, once); without one, a buffer grown as it comes."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+    size = int(declared) if declared is not None and declared.isdigit() else None
+    if size is not None and size > max_bytes:
         raise InvalidBatch(f"the body is {declared} bytes, more than the {max_bytes}-byte limit; send smaller batches",
                            status=413, code="body_too_large")
-    body = bytearray()
     try:
         async with asyncio.timeout(timeout_s):
-            async for chunk in request.stream():
-                take(len(chunk))
-                if len(body) + len(chunk) > max_bytes:
-                    raise InvalidBatch(f"the body is larger than the {max_bytes}-byte limit; send smaller batches",
-                                       status=413, code="body_too_large")
-                body += chunk
+            if size is not None:
+                return await _read_sized(request, size, take)
+            return await _read_growing(request, max_bytes, take)
     except TimeoutError:
-        raise InvalidBatch(f"the body did not arrive within {timeout_s:g} s ({len(body)} bytes came); nothing was "
-                           "stored, send it again (GOODPUT_BODY_TIMEOUT_S)", status=408, code="body_timeout") from None
+        raise InvalidBatch(f"the body did not arrive within {timeout_s:g} s; nothing was stored, send it again "
+                           "(GOODPUT_BODY_TIMEOUT_S)", status=408, code="body_timeout") from None
+
+
+async def _read_sized(request: Request, size: int, take: Callable[[int], None]) -> bytearray:
+    take(size)
+    body = bytearray(size)
+    filled = 0
+    with memoryview(body) as view:
+        async for chunk in request.stream():
+            if filled + len(chunk) > size:
+                raise InvalidBatch(f"the body is longer than its Content-Length ({size})", status=400,
+                                   code="malformed_body")
+            view[filled:filled + len(chunk)] = chunk
+            filled += len(chunk)
+    if filled != size:
+        raise InvalidBatch(f"the body ended after {filled} of its {size} bytes (Content-Length); send it again",
+                           status=400, code="malformed_body")
+    return body
+
+
+async def _read_growing(request: Request, max_bytes: int, take: Callable[[int], None]) -> bytearray:
+    body = bytearray()
+    async for chunk in request.stream():
+        take(len(chunk))
+        if len(body) + len(chunk) > max_bytes:
+            raise InvalidBatch(f"the body is larger than the {max_bytes}-byte limit; send smaller batches",
+                               status=413, code="body_too_large")
+        body += chunk
     return body
 
 
