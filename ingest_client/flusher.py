@@ -4,8 +4,14 @@ The ``goodput-flusher`` daemon thread wakes every ``flush_interval_s`` (or when 
 passes its threshold), packs the rows into wire records, appends them to the spool *first*, and
 then sends what the collector has not acknowledged yet, oldest first: the spools of dead
 processes of the same run (claimed at start), then this process's own. Transient failures back
-off exponentially with jitter (``Retry-After`` wins); permanent rejections are logged once,
-counted and acknowledged so they are not replayed forever.
+off exponentially with jitter (``Retry-After`` wins). A batch the collector refuses for good is never
+acknowledged away: it moves to the quarantine next to the spool (:mod:`ingest_client.quarantine`) for
+``goodput sync``, is counted (``rejected_events``) and logged once per reason with what to do. A 413 halves
+the batch size (for the rest of the process) and sends again; a single record still refused is quarantined.
+A 401 or 403 means the whole client is misconfigured: after one refusal the flusher stops sending for a
+while (AUTH_BACKOFF_*; flushes included), so later records wait in the spool for the next process or sync.
+The next process of the run resends the dead processes' quarantined batches once, stopping at the first one
+refused again; its own quarantine it leaves to ``goodput sync``.
 
 State-defining events (attempt start and end, resume, checkpoint start and end, run end) do not wait for the
 flusher: :meth:`Pipeline.write_durable` writes them to the spool from the calling thread before the tracker call
@@ -29,6 +35,7 @@ from ingest_client.buffer import RowBuffer
 from ingest_client.errors import report_internal_error
 from ingest_client.events import Record, RecordBuilder, rows_in_record
 from ingest_client.ratelimit import RateLimitedLogger
+from ingest_client.quarantine import AUTH_STATUSES, QuarantinedBatch, Refusal, advice
 from ingest_client.spool import OrphanSpool, Segment, SpoolWriter, claim_orphans, encode_record
 from ingest_client.transport.base import SendResult, SendStatus, Transport
 
@@ -36,6 +43,10 @@ logger = logging.getLogger(__name__)
 
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 30.0
+# After a 401/403 (the token is wrong or revoked: every batch would be refused), sending pauses this long,
+# doubling per refusal in a row; the records wait in the spool meanwhile.
+AUTH_BACKOFF_BASE_S = 5.0
+AUTH_BACKOFF_CAP_S = 300.0
 SEND_BUDGET_S = 1.0  # longest a regular cycle spends sending before draining the buffer again
 # Longest a durable write waits for the flusher to let go of the spool (it holds it for one build-and-append, one
 # batch read or one fsync); past it, the rows go through the buffer like any other.
@@ -46,12 +57,13 @@ Rows = list[tuple[Any, ...]]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClientStats:
-    """Cumulative counters of one process (the first three go on the wire as ``client_stats``)."""
+    """Cumulative counters of one process (the first four go on the wire as ``client_stats``)."""
 
     dropped_events: int  # rows dropped from the full in-memory buffer, or invalid
-    spool_dropped_events: int  # unacknowledged records deleted to keep the spool bounded
+    spool_dropped_events: int  # unsent records deleted to keep the spool (quarantine included) bounded
     send_failures: int  # POSTs that failed (transient or permanent)
-    rejected_events: int  # records the collector refused for good (4xx)
+    rejected_events: int  # records the collector refused for good (4xx), each kept in the quarantine
+    quarantined_events: int  # of which, records this process moved from the spool to the quarantine
     sent_events: int  # records the collector acknowledged (accepted or duplicate)
     replayed_events: int  # of which, records of earlier processes of the run
 
@@ -101,10 +113,17 @@ class Pipeline:
         self._stop = threading.Event()
         self._next_send_at = 0.0
         self._failures_in_a_row = 0
+        self._auth_refusals_in_a_row = 0
+        self._auth_blocked_until = 0.0  # monotonic; no sends before it (flushes included)
+        self._batch_cap = settings.max_batch_events  # halved by every 413 of a batch of more than one record
+        self._retry_quarantine = True  # dead processes' quarantined batches: until one is refused again
+        self._resending: tuple[QuarantinedBatch, list[bytes], int] | None = None  # batch, its records, sent
+        self._refusals_logged: set[str] = set()
         self._forked = False
         self._closed = False
         self.send_failures = 0
         self.rejected_events = 0
+        self.quarantined_events = 0
         self.sent_events = 0
         self.replayed_events = 0
         self.unspooled_dropped = 0
@@ -125,6 +144,7 @@ class Pipeline:
             spool_dropped_events=self.spool.dropped_records,
             send_failures=self.send_failures,
             rejected_events=self.rejected_events,
+            quarantined_events=self.quarantined_events,
             sent_events=self.sent_events,
             replayed_events=self.replayed_events,
         )
@@ -265,16 +285,18 @@ class Pipeline:
                 self.sent_events += len(payloads)
             return False
 
-    def _pending(self) -> tuple[Segment, OrphanSpool | SpoolWriter] | None:
+    def _pending(self) -> tuple[Segment | QuarantinedBatch, OrphanSpool | SpoolWriter] | None:
         with self._spool_lock:
             return self._pending_locked()
 
-    def _pending_locked(self) -> tuple[Segment, OrphanSpool | SpoolWriter] | None:
+    def _pending_locked(self) -> tuple[Segment | QuarantinedBatch, OrphanSpool | SpoolWriter] | None:
         while self._orphans:
             orphan = self._orphans[0]
             for segment in orphan.segments:
                 if segment.has_pending:
                     return segment, orphan
+            if self._retry_quarantine and orphan.quarantined:
+                return orphan.quarantined[0], orphan
             orphan.release()
             self._orphans.pop(0)
         for segment in list(self.spool.segments):
@@ -286,17 +308,24 @@ class Pipeline:
         """Send oldest-first until nothing is pending (True), a failure, or the deadline."""
         assert self.transport is not None
         while True:
+            if time.monotonic() < self._auth_blocked_until:
+                return False  # refused 401/403 lately: the records wait in the spool
             found = self._pending()
             if found is None:
                 return True
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            segment, owner = found
+            item, owner = found
+            if isinstance(item, QuarantinedBatch):
+                assert isinstance(owner, OrphanSpool)
+                if not self._resend_quarantined(item, owner, remaining):
+                    return False
+                continue
+            segment = item
             with self._spool_lock:
-                batch = segment.read_batch(
-                    max_events=self.settings.max_batch_events, max_bytes=self.settings.max_batch_bytes
-                )
+                start_offset = segment.ack_offset
+                batch = segment.read_batch(max_events=self._batch_cap, max_bytes=self.settings.max_batch_bytes)
             if not batch.payloads:
                 continue  # torn tail: read_batch ended the segment
             result = self.transport.send(batch.payloads, timeout_s=min(remaining, self.settings.http_timeout_s))
@@ -304,22 +333,106 @@ class Pipeline:
             if result.status is SendStatus.RETRY:
                 self._schedule_retry(result)
                 return False
-            self._failures_in_a_row = 0
-            self._next_send_at = 0.0
             if result.status is SendStatus.OK:
+                self._sent_ok()
                 self.sent_events += n
                 if owner is not self.spool:
                     self.replayed_events += n
-            else:
-                self.send_failures += 1
-                self.rejected_events += n
-                self._warn.warning(
-                    f"rejected-{result.http_status}",
-                    "goodput: the collector rejected %d events with HTTP %s: %s; they will not be resent",
-                    n, result.http_status, result.message,
-                )
+                with self._spool_lock:
+                    owner.record_ack(segment, batch.end_offset, n)
+                continue
+            self.send_failures += 1
+            if self._split_after(result, n):
+                continue  # not acknowledged: read again, smaller
+            refusal = Refusal(http_status=result.http_status, message=result.message, time=time.time(), records=n)
+            try:
+                with self._spool_lock:
+                    owner.quarantine(segment, start_offset, batch.payloads, refusal)
+                    owner.record_ack(segment, batch.end_offset, n)
+            except OSError as exc:  # cannot keep them aside: they stay in the spool, unacknowledged
+                self._warn.warning("quarantine", "goodput: cannot write the quarantine in %s: %s",
+                                   segment.path.parent, exc)
+                self._schedule_retry(SendResult(status=SendStatus.RETRY, message=f"quarantine: {exc}"))
+                return False
+            self.rejected_events += n
+            self.quarantined_events += n
+            self._log_refusal(refusal, segment.path.parent)
+            if result.http_status in AUTH_STATUSES:
+                self._block_for_auth()
+                return False
+            self._failures_in_a_row = 0  # the collector answers: no transient backoff
+            self._next_send_at = 0.0
+
+    def _resend_quarantined(self, batch: QuarantinedBatch, orphan: OrphanSpool, remaining: float) -> bool:
+        """Send one chunk of a dead process's quarantined batch; False to stop this round (retry later)."""
+        assert self.transport is not None
+        if self._resending is None or self._resending[0] is not batch:
+            self._resending = (batch, batch.payloads(), 0)
+        _, payloads, done = self._resending
+        chunk = payloads[done:done + self._batch_cap]
+        if not chunk:  # everything accepted (or an empty file): it leaves the quarantine
             with self._spool_lock:
-                owner.record_ack(segment, batch.end_offset, n)
+                batch.delete()
+                orphan.quarantined.remove(batch)
+            self._resending = None
+            return True
+        result = self.transport.send(chunk, timeout_s=min(remaining, self.settings.http_timeout_s))
+        if result.status is SendStatus.RETRY:
+            self._schedule_retry(result)
+            return False
+        if result.status is SendStatus.OK:
+            self._sent_ok()
+            self.sent_events += len(chunk)
+            self.replayed_events += len(chunk)
+            self._resending = (batch, payloads, done + len(chunk))
+            return True
+        self.send_failures += 1
+        if self._split_after(result, len(chunk)):
+            return True
+        # Refused again: the cause is not fixed. The rest of the quarantine waits for `goodput sync`.
+        self._retry_quarantine = False
+        self._resending = None
+        self.rejected_events += len(payloads) - done
+        refusal = Refusal(http_status=result.http_status, message=result.message, time=time.time(),
+                          records=len(payloads) - done)
+        self._log_refusal(refusal, batch.path.parent)
+        if result.http_status in AUTH_STATUSES:
+            self._block_for_auth()
+            return False
+        return True
+
+    def _split_after(self, result: SendResult, n: int) -> bool:
+        """After a 413 of a batch of ``n`` > 1 records: halve the batch size and say so (True)."""
+        if result.http_status != 413 or n <= 1:
+            return False
+        self._batch_cap = max(1, n // 2)
+        self._warn.warning("split", "goodput: the collector refused a batch of %d records as too large (%s); "
+                           "sending at most %d per batch from now on", n, result.message, self._batch_cap)
+        return True
+
+    def _sent_ok(self) -> None:
+        self._failures_in_a_row = 0
+        self._auth_refusals_in_a_row = 0
+        self._next_send_at = 0.0
+
+    def _block_for_auth(self) -> None:
+        self._auth_refusals_in_a_row += 1
+        ceiling = min(AUTH_BACKOFF_CAP_S, AUTH_BACKOFF_BASE_S * 2 ** min(self._auth_refusals_in_a_row - 1, 16))
+        self._auth_blocked_until = time.monotonic() + random.uniform(ceiling / 2, ceiling)
+        self._next_send_at = self._auth_blocked_until
+
+    def _log_refusal(self, refusal: Refusal, where: Path) -> None:
+        """Once per reason and process: what was refused, where it is kept, and what to do."""
+        if refusal.reason in self._refusals_logged:
+            return
+        self._refusals_logged.add(refusal.reason)
+        logger.warning(
+            "goodput: the collector %s refused %d records with %s (%s); they are kept in the quarantine in %s "
+            "and not sent again by this process: %s. Later refusals for the same reason are counted in "
+            "rejected_events, not logged.",
+            getattr(self.transport, "events_url", "transport"), refusal.records, refusal.reason, refusal.message,
+            where, advice(refusal.http_status),
+        )
 
     def _schedule_retry(self, result: SendResult) -> None:
         self.send_failures += 1

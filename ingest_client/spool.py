@@ -5,12 +5,18 @@ Layout, one directory per run (``<spool_dir>/<run dir>/``) and per process ``<pi
     <proc_id>.lock              flock()ed by the live process; JSON metadata (pid, host, rank)
     <proc_id>.<seg>.spool       frames: u32 length, u32 CRC32(payload), payload (one JSON record)
     <proc_id>.<seg>.ack         u64 offset of the first unacknowledged byte, u32 CRC32 of it
+    <proc_id>.<seg>.<offset>.quarantine        frames of one batch the collector refused for good
+    <proc_id>.<seg>.<offset>.quarantine.json   why: HTTP status, the collector's message, time, records
 
-Records before the ack offset were acknowledged (or rejected for good) by the collector; the
-rest is replayed, by the next process of the same run or by ``goodput sync``. A torn or corrupt
-frame ends a segment: the frames before it are kept, the rest is skipped and counted. Segments
-rotate at a quarter of the per-process bound; past the bound, the oldest segment is deleted and
-its unacknowledged records are counted as ``spool_dropped_events``.
+Records before the ack offset were acknowledged by the collector, or moved to the quarantine (written and
+fsynced there first); the rest is replayed, by the next process of the same run or by ``goodput sync``.
+Quarantined batches (:mod:`ingest_client.quarantine`) are resent by ``goodput sync`` and deleted once the
+collector accepts them; the next process of the run tries them once (until one is refused again), its own
+process never (the cause, a token or a version, does not change while it runs). A torn or corrupt frame ends a
+segment: the frames before it are kept, the rest is skipped and counted. Segments rotate at a quarter of the
+per-process bound; the bound counts the process's segments and quarantine together: past it, the oldest
+quarantined batch is deleted first (it is the oldest data, already refused once), then the oldest segment, and
+their unsent records are counted as ``spool_dropped_events``.
 """
 
 from __future__ import annotations
@@ -29,12 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ingest_client.events import Record
+from ingest_client.frames import FRAME_HEADER, MAX_FRAME_BYTES, FrameBatch, encode_frame, read_frames
+from ingest_client.quarantine import QuarantinedBatch, Refusal, proc_of, quarantine_batch, quarantined_in
+
+__all__ = ["FRAME_HEADER", "MAX_FRAME_BYTES", "FrameBatch", "encode_frame", "read_frames"]  # re-exported
 
 logger = logging.getLogger(__name__)
 
-FRAME_HEADER = struct.Struct("<II")
 ACK_FORMAT = struct.Struct("<QI")
-MAX_FRAME_BYTES = 64 * 1024 * 1024
 SEGMENT_SUFFIX = ".spool"
 ACK_SUFFIX = ".ack"
 LOCK_SUFFIX = ".lock"
@@ -48,52 +56,8 @@ def run_dir_name(run_id: str) -> str:
     return f"{safe}-{digest}"
 
 
-def encode_frame(payload: bytes) -> bytes:
-    return FRAME_HEADER.pack(len(payload), zlib.crc32(payload)) + payload
-
-
 def encode_record(record: Record) -> bytes:
     return json.dumps(record, separators=(",", ":"), allow_nan=False).encode()
-
-
-@dataclass(slots=True)
-class FrameBatch:
-    payloads: list[bytes]
-    end_offset: int
-    torn: bool  # a short or corrupt frame stopped the read at end_offset
-
-
-def read_frames(
-    path: Path, offset: int, *, max_events: int, max_bytes: int, stop_at: int | None = None
-) -> FrameBatch:
-    """Read whole, CRC-checked frames from ``offset``; stop at a limit, the end, or a bad frame."""
-    payloads: list[bytes] = []
-    pos = offset
-    total = 0
-    torn = False
-    with open(path, "rb") as f:
-        f.seek(offset)
-        while len(payloads) < max_events and (stop_at is None or pos < stop_at):
-            header = f.read(FRAME_HEADER.size)
-            if not header:
-                break
-            if len(header) < FRAME_HEADER.size:
-                torn = True
-                break
-            length, crc = FRAME_HEADER.unpack(header)
-            if length > MAX_FRAME_BYTES:
-                torn = True
-                break
-            if payloads and total + length > max_bytes:
-                break
-            payload = f.read(length)
-            if len(payload) < length or zlib.crc32(payload) != crc:
-                torn = True
-                break
-            payloads.append(payload)
-            pos += FRAME_HEADER.size + length
-            total += length
-    return FrameBatch(payloads, pos, torn)
 
 
 def read_ack(path: Path) -> int:
@@ -214,6 +178,7 @@ class SpoolWriter:
         os.write(lock_fd, json.dumps(metadata).encode())
         os.rename(staging, self.lock_path)
         self.segments: list[Segment] = []
+        self.quarantined: list[QuarantinedBatch] = []  # this process's, oldest first
         self._fd: int | None = None
         self._seg_no = 0
         self._dirty = False
@@ -223,7 +188,7 @@ class SpoolWriter:
 
     @property
     def total_bytes(self) -> int:
-        return sum(s.size for s in self.segments)
+        return sum(s.size for s in self.segments) + sum(q.size for q in self.quarantined)
 
     def _open_segment(self) -> None:
         self._seg_no += 1
@@ -272,8 +237,19 @@ class SpoolWriter:
         self._dirty = True
         self._trim()
 
+    def quarantine(self, segment: Segment, offset: int, payloads: list[bytes], refusal: Refusal) -> None:
+        """Move refused records (at ``offset`` of ``segment``) to the quarantine; raises OSError (then the
+        caller must not acknowledge them)."""
+        self.quarantined.append(quarantine_batch(self.run_dir, segment.path.stem, offset, payloads, refusal))
+        self._trim()
+
     def _trim(self) -> None:
         total = self.total_bytes
+        while total > self.max_bytes and self.quarantined:
+            oldest_q = self.quarantined.pop(0)
+            self.dropped_records += oldest_q.records
+            total -= oldest_q.size
+            oldest_q.delete()
         while total > self.max_bytes and len(self.segments) > 1:
             oldest = self.segments.pop(0)
             self.dropped_records += max(0, oldest.records_written - oldest.records_acked)
@@ -324,6 +300,7 @@ class OrphanSpool:
     lock_path: Path
     lock_fd: int | None
     segments: list[Segment] = field(default_factory=list)
+    quarantined: list[QuarantinedBatch] = field(default_factory=list)
 
     @property
     def has_pending(self) -> bool:
@@ -331,6 +308,10 @@ class OrphanSpool:
 
     def record_ack(self, segment: Segment, end_offset: int, n_records: int) -> None:
         segment.record_ack(end_offset, n_records)
+
+    def quarantine(self, segment: Segment, offset: int, payloads: list[bytes], refusal: Refusal) -> None:
+        """As :meth:`SpoolWriter.quarantine`, for the dead process's records (its bound was enforced when written)."""
+        self.quarantined.append(quarantine_batch(segment.path.parent, segment.path.stem, offset, payloads, refusal))
 
     def release(self) -> None:
         """Delete the files if all was acknowledged, then drop the lock."""
@@ -363,6 +344,8 @@ def process_ids_in(directory: Path) -> dict[str, list[Path]]:
             found.setdefault(match.group("proc"), []).append(entry)
         elif entry.name.endswith(LOCK_SUFFIX):
             found.setdefault(entry.name[: -len(LOCK_SUFFIX)], [])
+        elif (proc := proc_of(entry)) is not None:  # a process whose only files left are quarantined batches
+            found.setdefault(proc, [])
     return found
 
 
@@ -391,6 +374,7 @@ def claim_orphans(directory: Path, *, exclude: frozenset[str] = frozenset()) -> 
             size = path.stat().st_size if path.exists() else 0
             ack = min(read_ack(path.with_suffix(ACK_SUFFIX)), size)
             orphan.segments.append(Segment(path=path, ack_offset=ack, size=size, closed=True))
+        orphan.quarantined = quarantined_in(directory, proc_id)
         orphans.append(orphan)
     return orphans, alive
 

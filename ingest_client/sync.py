@@ -1,4 +1,5 @@
-"""Replay spools left behind by dead processes: ``sync_directory`` and ``goodput sync DIR``."""
+"""Replay spools left behind by dead processes and their quarantined batches: ``sync_directory`` and
+``goodput sync DIR``."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import os
 import random
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from ingest_client.quarantine import AUTH_STATUSES, QuarantinedBatch, Refusal, advice
 from ingest_client.spool import OrphanSpool, Segment, claim_orphans, read_frames
-from ingest_client.transport.base import SendStatus, Transport
+from ingest_client.transport.base import SendResult, SendStatus, Transport
 from ingest_client.transport.http import HttpTransport
 
 logger = logging.getLogger(__name__)
@@ -25,12 +27,57 @@ BATCH_BYTES = 1024 * 1024
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SyncResult:
-    sent: int  # records acknowledged by the collector now (accepted or duplicate)
+    sent: int  # records acknowledged by the collector now (accepted or duplicate), quarantined ones included
+    from_quarantine: int  # of which, records that had been quarantined (their files are deleted)
     already_acknowledged: int  # records acknowledged before this sync
     failed: int  # records still unsent (collector unreachable); kept for the next sync
-    rejected: int  # records refused for good (4xx); not resent
+    rejected: int  # records refused for good (or not tried after a 401/403); kept on disk for the next sync
     live_processes: int  # spools skipped because their process is still running
     torn_bytes: int  # bytes after a torn or corrupt frame, skipped
+    not_sent: dict[str, int] = field(default_factory=dict)  # reason ("HTTP 401", "unreachable") -> records kept
+    statuses: dict[str, int | None] = field(default_factory=dict)  # reason -> its HTTP status, for advice()
+
+
+@dataclass(slots=True)
+class _Sync:
+    """One sync's transport, limits and running totals."""
+
+    transport: Transport
+    max_attempts: int
+    batch_cap: int = BATCH_EVENTS  # halved by every 413 of a batch of more than one record
+    stopped_by: Refusal | None = None  # a 401/403: nothing more is sent in this sync
+    totals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
+        ("sent", "from_quarantine", "already_acknowledged", "failed", "rejected", "live", "torn"), 0))
+    not_sent: dict[str, int] = field(default_factory=dict)
+    statuses: dict[str, int | None] = field(default_factory=dict)
+
+    def keep(self, reason: str, status: int | None, n: int, *, failed: bool) -> None:
+        if n <= 0:
+            return
+        self.totals["failed" if failed else "rejected"] += n
+        self.not_sent[reason] = self.not_sent.get(reason, 0) + n
+        self.statuses[reason] = status
+
+    def send(self, payloads: list[bytes]) -> SendResult:
+        """One batch, retried on transient failures (up to ``max_attempts``); the last answer."""
+        attempts = 0
+        while True:
+            result = self.transport.send(payloads)
+            if result.status is not SendStatus.RETRY:
+                return result
+            attempts += 1
+            if attempts >= self.max_attempts:
+                return result
+            wait = result.retry_after_s
+            if wait is None:
+                wait = random.uniform(0.25, 0.5) * 2 ** (attempts - 1)
+            time.sleep(min(wait, MAX_WAIT_S))
+
+    def split_after(self, result: SendResult, n: int) -> bool:
+        if result.http_status != 413 or n <= 1:
+            return False
+        self.batch_cap = max(1, n // 2)
+        return True
 
 
 def sync_directory(
@@ -42,25 +89,28 @@ def sync_directory(
     timeout_s: float = 10.0,
     max_attempts: int = MAX_ATTEMPTS,
 ) -> SyncResult:
-    """Send every unacknowledged record under ``path`` (a spool root or one run's directory).
+    """Send every unacknowledged and every quarantined record under ``path`` (a spool root or one run's directory).
 
-    Spools of live processes are skipped. Fully acknowledged spools are deleted afterwards, so
-    a second sync sends nothing again.
+    Spools of live processes are skipped. Fully acknowledged spools and accepted quarantined batches are deleted
+    afterwards, so a second sync sends nothing again. What the collector refuses stays on disk (in the
+    quarantine), counted per reason in ``not_sent``; a 401 or 403 stops the sync (every batch would be refused).
     """
     if transport is None:
         if not url:
             raise ValueError("sync_directory needs url= (or GOODPUT_URL) or transport=")
         transport = HttpTransport(url.rstrip("/") + "/v1/events", token=token, timeout_s=timeout_s)
-    totals = {"sent": 0, "already_acknowledged": 0, "failed": 0, "rejected": 0, "live": 0, "torn": 0}
+    state = _Sync(transport=transport, max_attempts=max_attempts)
     for directory, _dirs, _files in os.walk(path):
         orphans, alive = claim_orphans(Path(directory))
-        totals["live"] += alive
+        state.totals["live"] += alive
         for orphan in orphans:
-            _sync_orphan(orphan, transport, max_attempts, totals)
+            _sync_orphan(orphan, state)
     transport.close()
+    t = state.totals
     return SyncResult(
-        sent=totals["sent"], already_acknowledged=totals["already_acknowledged"], failed=totals["failed"],
-        rejected=totals["rejected"], live_processes=totals["live"], torn_bytes=totals["torn"],
+        sent=t["sent"], from_quarantine=t["from_quarantine"], already_acknowledged=t["already_acknowledged"],
+        failed=t["failed"], rejected=t["rejected"], live_processes=t["live"], torn_bytes=t["torn"],
+        not_sent=dict(state.not_sent), statuses=dict(state.statuses),
     )
 
 
@@ -75,44 +125,96 @@ def _count_frames(segment: Segment, start: int, stop: int) -> int:
     return count
 
 
-def _sync_orphan(orphan: OrphanSpool, transport: Transport, max_attempts: int, totals: dict[str, int]) -> None:
+def _transient(result: SendResult) -> str:
+    """The reason records stay unsent after a transient failure (retried ``max_attempts`` times)."""
+    return f"HTTP {result.http_status}, transient" if result.http_status else "unreachable"
+
+
+def _sync_orphan(orphan: OrphanSpool, state: _Sync) -> None:
+    quarantined = list(orphan.quarantined)  # batches refused in this sync are not sent twice in it
     try:
         for segment in orphan.segments:
-            totals["already_acknowledged"] += _count_frames(segment, 0, segment.ack_offset)
-            attempts = 0
-            while segment.has_pending:
-                batch = segment.read_batch(max_events=BATCH_EVENTS, max_bytes=BATCH_BYTES)
-                if not batch.payloads:
-                    continue
-                result = transport.send(batch.payloads)
-                n = len(batch.payloads)
-                if result.status is SendStatus.RETRY:
-                    attempts += 1
-                    if attempts >= max_attempts:
-                        totals["failed"] += _count_frames(segment, segment.ack_offset, segment.size)
-                        logger.warning("goodput sync: giving up on %s (%s %s)", segment.path,
-                                       result.http_status or "unreachable", result.message)
-                        break
-                    wait = result.retry_after_s
-                    if wait is None:
-                        wait = random.uniform(0.25, 0.5) * 2 ** (attempts - 1)
-                    time.sleep(min(wait, MAX_WAIT_S))
-                    continue
-                attempts = 0
-                if result.status is SendStatus.OK:
-                    totals["sent"] += n
-                else:
-                    totals["rejected"] += n
-                    logger.warning("goodput sync: the collector rejected %d events with HTTP %s: %s",
-                                   n, result.http_status, result.message)
-                orphan.record_ack(segment, batch.end_offset, n)
-            totals["torn"] += segment.torn_bytes
+            state.totals["already_acknowledged"] += _count_frames(segment, 0, segment.ack_offset)
+            _sync_segment(orphan, segment, state)
+            state.totals["torn"] += segment.torn_bytes
+        for batch in quarantined:
+            _sync_quarantined(batch, state)
     finally:
         orphan.release()
 
 
+def _sync_segment(orphan: OrphanSpool, segment: Segment, state: _Sync) -> None:
+    while segment.has_pending:
+        if state.stopped_by is not None:
+            state.keep(state.stopped_by.reason, state.stopped_by.http_status,
+                       _count_frames(segment, segment.ack_offset, segment.size), failed=False)
+            return
+        start = segment.ack_offset
+        batch = segment.read_batch(max_events=state.batch_cap, max_bytes=BATCH_BYTES)
+        if not batch.payloads:
+            continue
+        n = len(batch.payloads)
+        result = state.send(batch.payloads)
+        if result.status is SendStatus.OK:
+            state.totals["sent"] += n
+            orphan.record_ack(segment, batch.end_offset, n)
+            continue
+        if result.status is SendStatus.RETRY:
+            state.keep(_transient(result), result.http_status, _count_frames(segment, start, segment.size), failed=True)
+            logger.warning("goodput sync: giving up on %s (%s %s)", segment.path, _transient(result), result.message)
+            return
+        if state.split_after(result, n):
+            continue
+        refusal = Refusal(http_status=result.http_status, message=result.message, time=time.time(), records=n)
+        if result.http_status in AUTH_STATUSES:  # left in the spool as it is
+            state.stopped_by = refusal
+            continue
+        orphan.quarantine(segment, start, batch.payloads, refusal)
+        orphan.record_ack(segment, batch.end_offset, n)
+        state.keep(refusal.reason, refusal.http_status, n, failed=False)
+
+
+def _sync_quarantined(batch: QuarantinedBatch, state: _Sync) -> None:
+    payloads = batch.payloads()
+    kept: list[bytes] = []
+    last: Refusal | None = None
+    done = 0
+    while done < len(payloads):
+        if state.stopped_by is not None:
+            last = last or state.stopped_by
+            state.keep(state.stopped_by.reason, state.stopped_by.http_status, len(payloads) - done, failed=False)
+            kept.extend(payloads[done:])
+            break
+        chunk = payloads[done:done + state.batch_cap]
+        result = state.send(chunk)
+        if result.status is SendStatus.OK:
+            state.totals["sent"] += len(chunk)
+            state.totals["from_quarantine"] += len(chunk)
+            done += len(chunk)
+            continue
+        if result.status is SendStatus.RETRY:
+            state.keep(_transient(result), result.http_status, len(payloads) - done, failed=True)
+            kept.extend(payloads[done:])
+            break
+        if state.split_after(result, len(chunk)):
+            continue
+        refusal = Refusal(http_status=result.http_status, message=result.message, time=time.time(),
+                          records=len(chunk))
+        if result.http_status in AUTH_STATUSES:
+            state.stopped_by = refusal
+            continue
+        last = refusal
+        state.keep(refusal.reason, refusal.http_status, len(chunk), failed=False)
+        kept.extend(chunk)
+        done += len(chunk)
+    if not kept:
+        batch.delete()
+    elif len(kept) < len(payloads) or last is not None:
+        batch.rewrite(kept, last or batch.refusal())
+
+
 def sync_main(argv: list[str]) -> int:
-    """``goodput sync DIR [--url URL] [--token T]``; exit status 1 if anything is left unsent."""
+    """``goodput sync DIR [--url URL] [--token T]``; exit status 1 if anything is left unsent (kept on disk)."""
     parser = argparse.ArgumentParser(prog="goodput sync", description="Send spooled events to the collector.")
     parser.add_argument("directory", help="spool directory (e.g. ~/.cache/goodput/spool or one run's folder)")
     parser.add_argument("--url", default=os.environ.get("GOODPUT_URL"), help="collector URL (GOODPUT_URL)")
@@ -132,6 +234,13 @@ def sync_main(argv: list[str]) -> int:
         f"sent {result.sent} records, {result.already_acknowledged} already acknowledged, "
         f"{result.failed} failed, {result.rejected} rejected; "
         f"skipped {result.live_processes} live process(es)"
+        + (f"; {result.from_quarantine} of the sent records came from the quarantine" if result.from_quarantine
+           else "")
         + (f"; skipped {result.torn_bytes} bytes of torn frames" if result.torn_bytes else "")
     )
-    return 0 if result.failed == 0 else 1
+    for reason, n in sorted(result.not_sent.items()):
+        transient = reason == "unreachable" or reason.endswith("transient")
+        what = ("the collector was unreachable or busy: run goodput sync again later" if transient
+                else advice(result.statuses.get(reason)))
+        print(f"not sent: {n} records ({reason}); kept in {args.directory}: {what}")
+    return 0 if not result.not_sent else 1

@@ -183,7 +183,7 @@ class Tracker:
         self._started = False
         self._last_heartbeat_s = 0.0
         self._last_stats_s = 0.0
-        self._last_stats: tuple[int, int, int] = (0, 0, 0)
+        self._last_stats: tuple[int, int, int, int] = (0, 0, 0, 0)
         self._force_stats = False
         self._pipeline: Pipeline | None = None
         self._poller: SignalPoller | None = None
@@ -389,18 +389,21 @@ class Tracker:
             self._last_stats_s = now
             assert self._pipeline is not None
             stats = self._pipeline.stats()
-            if self._last_stats != (stats.dropped_events, stats.spool_dropped_events, stats.send_failures):
+            if self._last_stats != (stats.dropped_events, stats.spool_dropped_events, stats.send_failures,
+                                    stats.rejected_events):
                 rows.append(self._stats_row(now))
         return rows
 
     def _stats_row(self, now: float) -> tuple[Any, ...]:
         assert self._pipeline is not None
         stats = self._pipeline.stats()
-        self._last_stats = (stats.dropped_events, stats.spool_dropped_events, stats.send_failures)
+        self._last_stats = (stats.dropped_events, stats.spool_dropped_events, stats.send_failures,
+                            stats.rejected_events)
         return (ROW_EVENT, EventKind.CLIENT_STATS, now, {
             "dropped_events": stats.dropped_events,
             "spool_dropped_events": stats.spool_dropped_events,
             "send_failures": stats.send_failures,
+            "rejected_events": stats.rejected_events,
         })
 
     def _after_fork_in_child(self) -> None:

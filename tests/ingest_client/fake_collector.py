@@ -32,6 +32,7 @@ class FakeCollector:
         self.problems: list[str] = []  # bodies that broke the wire format: tests assert this is empty
         self.script: list[Reply] = []  # replies served first, in order
         self.delay_s = 0.0
+        self.max_events: int | None = None  # larger batches are answered 413, like GOODPUT_MAX_EVENTS_PER_BATCH
         collector = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -104,6 +105,10 @@ class FakeCollector:
                 self.problems.append(f"bad envelope {sorted(payload)}")
                 return self._reply(h, Reply(400, {"error": {"message": "bad envelope"}}))
             info["n"] = len(payload["events"])
+            if self.max_events is not None and info["n"] > self.max_events:
+                info["status"] = 413
+                return self._reply(h, Reply(413, {"error": {"code": "batch_too_large",
+                                                            "message": f"more than {self.max_events} events"}}))
             if self.script:
                 reply = self.script.pop(0)
                 info["status"] = reply.status

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import logging
 import time
 from pathlib import Path
@@ -8,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from ingest_client.spool import read_frames
 from ingest_client.transport import HttpTransport, SendStatus
 from ingest_client.transport.http import parse_retry_after
 from tests.ingest_client.conftest import spooled_records
@@ -110,23 +112,100 @@ def test_connection_errors_back_off_exponentially_with_jitter(
     assert tracker.stats().send_failures == 4
 
 
-@pytest.mark.parametrize("status", [400, 401, 403, 413, 422])
-def test_permanent_rejection_is_not_retried_and_is_logged_once(
+def _quarantined(spool: Path) -> list[tuple[list[dict[str, Any]], dict[str, Any]]]:
+    """Every quarantined batch under ``spool``: its records and its reason file."""
+    out = []
+    for path in sorted(spool.rglob("*.quarantine")):
+        records = [json.loads(p) for p in read_frames(path, 0, max_events=10**9, max_bytes=10**12).payloads]
+        out.append((records, json.loads(Path(f"{path}.json").read_text())))
+    return out
+
+
+@pytest.mark.parametrize("status", [400, 422])
+def test_a_refused_batch_is_quarantined_with_its_reason_logged_once_and_later_batches_still_flow(
     status: int, make_tracker: Any, collector: FakeCollector, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
-    collector.script = [Reply(status, {"error": {"code": "x", "message": f"nope-{status}"}})]
+    collector.script = [Reply(status, {"error": {"code": "x", "message": f"nope-{status}"}})] * 2
     caplog.set_level(logging.WARNING, logger="ingest_client")
     tracker = make_tracker(url=collector.url, flush_interval_s=0.02)
     tracker.record_step(1, time.time(), time.time())
     tracker.flush(5.0)
-    time.sleep(0.2)
-    assert len(collector.requests) == 1, "a rejected batch is never sent again"
-    assert tracker.stats().rejected_events == 2  # attempt_start + steps
-    warnings = [r.getMessage() for r in caplog.records if "rejected" in r.getMessage()]
-    assert len(warnings) == 1 and str(status) in warnings[0] and f"nope-{status}" in warnings[0]
     tracker.record_step(2, time.time(), time.time())
+    tracker.flush(5.0)
+    time.sleep(0.2)
+    assert [r["status"] for r in collector.requests] == [status, status], "a refused batch is not sent again"
+    stats = tracker.stats()
+    assert stats.rejected_events == stats.quarantined_events == 3  # attempt_start + steps, then steps
+    kept = _quarantined(tmp_path / "spool")
+    assert [[r["kind"] for r in records] for records, _ in kept] == [["attempt_start", "steps"], ["steps"]]
+    assert kept[0][1]["http_status"] == status and f"nope-{status}" in kept[0][1]["message"]
+    assert kept[0][1]["records"] == 2 and kept[0][1]["time"] > 0
+    warnings = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(warnings) == 1, "once per reason"
+    assert str(status) in warnings[0] and f"nope-{status}" in warnings[0] and "goodput sync" in warnings[0]
+    tracker.record_step(3, time.time(), time.time())
     assert tracker.flush(5.0)
-    assert collector.step_numbers() == [2]
+    assert collector.step_numbers() == [3]
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_refused_token_quarantines_one_batch_then_pauses_sending_and_keeps_the_rest_in_the_spool(
+    status: int, make_tracker: Any, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    collector = FakeCollector(token="right")
+    try:
+        caplog.set_level(logging.WARNING, logger="ingest_client")
+        # 401: a token the collector does not know; 403: one it knows, not allowed to write this run
+        tracker = make_tracker(url=collector.url, token="wrong" if status == 401 else "right", flush_interval_s=0.02)
+        collector.script = [Reply(status, {"error": {"code": "x", "message": "forbidden"}})] if status == 403 else []
+        tracker.record_step(1, time.time(), time.time())
+        assert tracker.flush(5.0) is False
+        for step in range(2, 50):
+            tracker.record_step(step, time.time(), time.time())
+            assert tracker.flush(0.2) is False  # flushes do not hammer the collector either
+        time.sleep(0.3)
+        assert len(collector.requests) == 1, "one refusal, then a pause of AUTH_BACKOFF_BASE_S or more"
+        assert tracker.stats().quarantined_events == 2
+        tracker.shutdown(1.0)
+        kept = _quarantined(tmp_path / "spool")
+        assert [s for records, _ in kept for r in records if r["kind"] == "steps" for s in r["step"]] == [1]
+        unsent = [s for r in spooled_records(tmp_path / "spool") if r["kind"] == "steps" for s in r["step"]]
+        assert unsent[-48:] == list(range(2, 50)), "later steps wait in the spool"
+        warnings = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+        assert len(warnings) == 1 and f"HTTP {status}" in warnings[0] and "GOODPUT_TOKEN" in warnings[0]
+    finally:
+        collector.stop()
+
+
+def test_413_halves_the_batch_until_it_fits_and_everything_arrives_once(
+    make_tracker: Any, collector: FakeCollector, tmp_path: Path
+) -> None:
+    offline = make_tracker(mode="offline", flush_interval_s=0.01)
+    for step in range(1, 201):
+        offline.record_step(step, time.time(), time.time())
+        if step % 5 == 0:
+            offline.flush(1.0)  # one steps record per flush: 40 of them
+    offline.shutdown(1.0)
+    collector.max_events = 7
+    tracker = make_tracker(url=collector.url, flush_interval_s=0.01)
+    tracker.record_step(201, time.time(), time.time())
+    assert tracker.flush(10.0)
+    assert collector.step_numbers() == list(range(1, 202)) and collector.duplicates == 0
+    assert [r["status"] for r in collector.requests if r["status"] == 413]  # it was refused, then split
+    assert max(r["n"] for r in collector.requests if r["status"] == 200) <= 7
+    assert tracker.stats().rejected_events == 0 and not _quarantined(tmp_path / "spool")
+
+
+def test_a_single_record_refused_as_too_large_is_quarantined(make_tracker: Any, collector: FakeCollector,
+                                                               tmp_path: Path) -> None:
+    collector.script = [Reply(413, {"error": {"code": "body_too_large", "message": "too big"}})] * 2
+    tracker = make_tracker(url=collector.url, flush_interval_s=0.02)
+    tracker.record_step(1, time.time(), time.time())  # attempt_start + steps: split into two, the first refused
+    assert tracker.flush(5.0)
+    kept = _quarantined(tmp_path / "spool")
+    assert [[r["kind"] for r in records] for records, _ in kept] == [["attempt_start"]]
+    assert kept[0][1]["http_status"] == 413
+    assert collector.step_numbers() == [1]
 
 
 def test_unreachable_collector_costs_one_warning_line(make_tracker: Any, caplog: pytest.LogCaptureFixture) -> None:

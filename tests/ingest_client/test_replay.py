@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
 
 from ingest_client.sync import sync_directory, sync_main
 from ingest_client.transport import InMemoryTransport
-from tests.ingest_client.fake_collector import FakeCollector, closed_port_url
+from tests.ingest_client.fake_collector import FakeCollector, Reply, closed_port_url
 
 
 def _record_while_collector_is_down(make_tracker: Any, steps: range) -> str:
@@ -98,3 +99,86 @@ def test_sync_main_prints_counts_and_fails_while_the_collector_is_down(
     assert out.startswith("sent 3 records, 0 already acknowledged, 0 failed, 0 rejected")
     assert collector.step_numbers() == [1]
     assert sync_main([spool]) == 2  # no URL
+
+
+def _refused_with_a_wrong_token(make_tracker: Any, collector: FakeCollector, steps: range) -> None:
+    tracker = make_tracker(url=collector.url, token="revoked", flush_interval_s=0.02)
+    for step in steps:
+        tracker.record_step(step, time.time(), time.time())
+        tracker.flush(0.2)
+    tracker.finish()
+    tracker.shutdown(0.5)
+
+
+def test_goodput_sync_delivers_what_a_revoked_token_left_once_the_token_is_fixed_and_only_once(
+    make_tracker: Any, tmp_path: Path, capsys: Any
+) -> None:
+    collector = FakeCollector(token="right")
+    try:
+        _refused_with_a_wrong_token(make_tracker, collector, range(1, 31))
+        spool = str(tmp_path / "spool")
+        assert list((tmp_path / "spool").rglob("*.quarantine")), "the refused batch is kept aside"
+        assert collector.events == []
+
+        assert sync_main([spool, "--url", collector.url, "--token", "still-wrong"]) == 1
+        out = capsys.readouterr().out
+        assert "not sent:" in out and "(HTTP 401)" in out and "GOODPUT_TOKEN" in out, out
+        assert collector.events == [] and list((tmp_path / "spool").rglob("*.quarantine")), "nothing lost"
+        assert sum(1 for r in collector.requests if r["auth"] == "Bearer still-wrong") == 1, "a 401 stops the sync"
+
+        assert sync_main([spool, "--url", collector.url, "--token", "right"]) == 0
+        out = capsys.readouterr().out
+        assert "came from the quarantine" in out and "not sent" not in out, out
+        assert collector.step_numbers() == list(range(1, 31)) and collector.duplicates == 0
+        assert {"attempt_start", "attempt_end", "run_end"} <= {e["kind"] for e in collector.events}
+        assert not [p for p in (tmp_path / "spool").rglob("*") if p.is_file()], "all delivered: nothing left"
+
+        assert sync_main([spool, "--url", collector.url, "--token", "right"]) == 0
+        assert capsys.readouterr().out.startswith("sent 0 records")
+        assert collector.duplicates == 0
+    finally:
+        collector.stop()
+
+
+def test_sync_keeps_a_batch_the_collector_still_refuses_and_reports_it_by_reason(
+    make_tracker: Any, collector: FakeCollector, tmp_path: Path, capsys: Any
+) -> None:
+    invalid = Reply(422, {"error": {"code": "invalid_event", "message": "unknown field"}})
+    collector.script = [invalid]
+    tracker = make_tracker(url=collector.url, flush_interval_s=0.02)
+    tracker.record_step(1, time.time(), time.time())
+    tracker.flush(2.0)
+    tracker.shutdown(1.0)
+    (kept,) = (tmp_path / "spool").rglob("*.quarantine")
+    collector.script = [invalid]  # the collector is not upgraded yet
+    assert sync_main([str(tmp_path / "spool"), "--url", collector.url]) == 1
+    out = capsys.readouterr().out
+    assert "not sent: 2 records (HTTP 422)" in out and "upgrade" in out, out
+    assert kept.exists() and json.loads(Path(f"{kept}.json").read_text())["message"].startswith("unknown field")
+    assert sync_main([str(tmp_path / "spool"), "--url", collector.url]) == 0  # now it takes them
+    assert collector.step_numbers() == [1] and not kept.exists()
+
+
+def test_the_next_process_of_the_run_resends_the_quarantine_once_and_stops_at_the_first_refusal(
+    make_tracker: Any, tmp_path: Path
+) -> None:
+    collector = FakeCollector(token="right")
+    try:
+        _refused_with_a_wrong_token(make_tracker, collector, range(1, 11))
+        first_requests = len(collector.requests)
+
+        still_wrong = make_tracker(url=collector.url, token="revoked", flush_interval_s=0.02)
+        still_wrong.flush(2.0)
+        time.sleep(0.3)
+        # one try of the dead process's spool (refused and quarantined too), then it pauses: no storm
+        assert len(collector.requests) - first_requests == 1
+        still_wrong.shutdown(0.5)
+
+        fixed = make_tracker(url=collector.url, token="right", flush_interval_s=0.02)
+        assert collector.wait_for(lambda c: c.step_numbers() == list(range(1, 11)), timeout_s=10)
+        assert fixed.flush(5.0)
+        assert not list((tmp_path / "spool").rglob("*.quarantine")), "accepted: the quarantine is emptied"
+        assert collector.duplicates == 0
+        assert fixed.stats().replayed_events > 0
+    finally:
+        collector.stop()

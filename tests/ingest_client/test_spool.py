@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from ingest_client.quarantine import Refusal, quarantined_in
 from ingest_client.spool import (
     FRAME_HEADER,
     SpoolWriter,
@@ -145,3 +146,46 @@ def test_an_ack_for_a_segment_trimmed_while_it_was_being_sent_writes_no_ack_file
     writer.record_ack(sending, batch.end_offset, len(batch.payloads))
     assert not sending.ack_path.exists()
     writer.close()
+
+
+def _refusal(n: int, status: int = 401) -> Refusal:
+    return Refusal(http_status=status, message="token revoked", time=1_700_000_000.0, records=n)
+
+
+def test_the_quarantine_counts_against_the_spool_bound_and_its_oldest_batches_go_first(tmp_path: Path) -> None:
+    writer = SpoolWriter(tmp_path, "proc", max_bytes=64 * 1024, metadata={"pid": os.getpid()})
+    payload = b"q" * 1000
+    for _ in range(120):  # every batch of 10 records refused: ~120 KB of quarantine into a 64 KB bound
+        writer.append([payload] * 10)
+        segment = writer.segments[-1]
+        start = segment.ack_offset
+        batch = segment.read_batch(max_events=10, max_bytes=10**6)
+        writer.quarantine(segment, start, batch.payloads, _refusal(10))
+        writer.record_ack(segment, batch.end_offset, 10)
+    on_disk = sum(p.stat().st_size for p in tmp_path.iterdir() if p.suffix in (".spool", ".quarantine"))
+    assert on_disk == writer.total_bytes <= 64 * 1024
+    kept = quarantined_in(tmp_path)
+    assert [q.path for q in kept] == [q.path for q in writer.quarantined], "the newest are kept"
+    assert writer.dropped_records == 1200 - 10 * len(kept) and writer.dropped_records > 500
+    writer.close()
+
+
+def test_a_process_whose_only_files_left_are_quarantined_is_claimed_and_its_batches_are_found(
+    tmp_path: Path,
+) -> None:
+    writer = SpoolWriter(tmp_path, "dead", max_bytes=10**6, metadata={"pid": 0})
+    writer.append(_payloads(3))
+    segment = writer.segments[0]
+    batch = segment.read_batch(max_events=10, max_bytes=10**6)
+    writer.quarantine(segment, 0, batch.payloads, _refusal(3, 422))
+    writer.record_ack(segment, batch.end_offset, 3)
+    writer.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "dead.000001.000000000000.quarantine", "dead.000001.000000000000.quarantine.json"]
+    orphans, alive = claim_orphans(tmp_path)
+    assert alive == 0 and len(orphans) == 1 and not orphans[0].segments
+    (found,) = orphans[0].quarantined
+    assert [json.loads(p)["n"] for p in found.payloads()] == [0, 1, 2]
+    assert found.refusal().http_status == 422 and found.refusal().records == 3
+    assert json.loads(found.reason_path.read_text())["message"] == "token revoked"
+    orphans[0].release()

@@ -29,7 +29,8 @@ KINDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "digest": ({**AR, "step": INT, "value": STR}, {}),
     "attempt_end": ({**AR, "reason": STR}, {"detail": STR}),
     "run_end": ({"status": STR}, {}),
-    "client_stats": ({**AR, "dropped_events": INT, "spool_dropped_events": INT, "send_failures": INT}, {}),
+    "client_stats": ({**AR, "dropped_events": INT, "spool_dropped_events": INT, "send_failures": INT},
+                     {"rejected_events": INT}),
 }
 ENUMS = {"reason": {"completed", "failed", "preempted"}, "status": {"finished", "failed", "cancelled"}}
 
