@@ -28,7 +28,8 @@ Every environment variable the client reads is declared here, once:
 ``GOODPUT_QUEUE_CAPACITY``
     Rows held in memory before the oldest are dropped (and counted). Default 100000.
 ``GOODPUT_SPOOL_MAX_BYTES``
-    Spool bytes per process before the oldest segment is dropped (and counted). Default 256 MiB.
+    Spool bytes per process, its quarantine of refused batches included, before the oldest quarantined batch, then
+    the oldest segment, is dropped (and counted). Default 256 MiB.
 ``GOODPUT_FLUSH_INTERVAL_S``
     How often the flusher wakes. Default 0.2.
 ``GOODPUT_HEARTBEAT_INTERVAL_S``

@@ -122,8 +122,8 @@ def _parser() -> argparse.ArgumentParser:
     interval.add_argument("--seed", type=int, default=0)
     interval.set_defaults(handler=_simulate_interval)
 
-    sub.add_parser("sync", help="send what a spool folder holds that the collector never acknowledged: "
-                                "goodput sync DIR [--url URL]")
+    sub.add_parser("sync", help="send what a spool folder holds that the collector never acknowledged or refused "
+                                "(the quarantine, after fixing the cause): goodput sync DIR [--url URL] [--token T]")
 
     sub.add_parser("launch", help="run torchrun (or any launcher) and report submission/allocation/run end: "
                                   "goodput launch [--gpus N] -- torchrun ...")

@@ -13,7 +13,8 @@ from ingest_client.events import SCHEMA_VERSION
 class SendStatus(str, Enum):
     OK = "ok"  # the collector stored the batch (accepted and/or duplicates)
     RETRY = "retry"  # transient: keep the batch and send it again later
-    REJECTED = "rejected"  # permanent (400/401/403/413/422): never resend this batch
+    REJECTED = "rejected"  # permanent (400/401/403/413/422): resending it as is fails the same (the flusher
+    # quarantines it for `goodput sync`, or splits it after a 413)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
