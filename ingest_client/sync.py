@@ -180,8 +180,7 @@ def _sync_quarantined(batch: QuarantinedBatch, state: _Sync) -> None:
     last: Refusal | None = None
     done = 0
     while done < len(payloads):
-        if state.stopped_by is not None:
-            last = last or state.stopped_by
+        if state.stopped_by is not None:  # not tried: the file keeps its reason unless a chunk of it was refused
             state.keep(state.stopped_by.reason, state.stopped_by.http_status, len(payloads) - done, failed=False)
             kept.extend(payloads[done:])
             break
@@ -200,10 +199,10 @@ def _sync_quarantined(batch: QuarantinedBatch, state: _Sync) -> None:
             continue
         refusal = Refusal(http_status=result.http_status, message=result.message, time=time.time(),
                           records=len(chunk))
+        last = refusal
         if result.http_status in AUTH_STATUSES:
             state.stopped_by = refusal
             continue
-        last = refusal
         state.keep(refusal.reason, refusal.http_status, len(chunk), failed=False)
         kept.extend(chunk)
         done += len(chunk)
