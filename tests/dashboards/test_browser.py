@@ -36,6 +36,24 @@ def text(tab: Page, selector: str) -> str:
     return tab.page.inner_text(selector).strip()
 
 
+def _number(shown: str) -> float:
+    match = re.search(r"-?[\d,]*\.?\d+", shown)
+    assert match, shown
+    return float(match.group().replace(",", ""))
+
+
+def assert_shows(tab: Page, selector: str, before: str, after: str) -> None:
+    """The page shows `before` == `after`, or, for a figure that grows while a run is hung (provisional hang,
+    booked up to the moment each answer was made), a value between the API's answers before and after the page
+    fetched its own."""
+    shown = text(tab, selector)
+    if before == after:
+        assert shown == before, selector
+        return
+    low, high = sorted((_number(before), _number(after)))
+    assert low <= _number(shown) <= high, (selector, shown, before, after)
+
+
 def table_run_ids(tab: Page) -> list[str]:
     return [row.get_attribute("data-run-id") for row in tab.page.query_selector_all("tr[data-run-id]")]
 
@@ -60,16 +78,19 @@ def fleet_expectations(runs: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def test_fleet_page_shows_the_apis_numbers_worst_run_first(seeded_server: Server, tab: Page) -> None:
+    before = fleet_expectations(seeded_server.get("/v1/runs")["runs"])
     open_fleet(tab, seeded_server)
     runs = seeded_server.get("/v1/runs")["runs"]
     assert sorted(r["run_id"] for r in runs) == sorted(ALL_RUNS)
     for selector, expected in fleet_expectations(runs).items():
-        assert text(tab, selector) == expected, selector
+        assert_shows(tab, selector, before[selector], expected)
 
     worst_first = sorted(runs, key=lambda r: (-sum(r["waste_gpu_seconds"].values()), r["run_id"]))
     assert table_run_ids(tab) == [r["run_id"] for r in worst_first]
     for run in runs:
         row = f'tr[data-run-id="{run["run_id"]}"]'
+        if run.get("provisional"):  # still hung: its figures grow between reads (bracketed above)
+            continue
         assert text(tab, f"{row} td.cell-goodput") == fmt.percent(run["goodput"])
         assert text(tab, f"{row} td.cell-allocated") == fmt.gpu_hours(run["allocated_gpu_seconds"])
         assert text(tab, f"{row} td.cell-wasted") == fmt.gpu_hours(sum(run["waste_gpu_seconds"].values()))
@@ -127,16 +148,20 @@ def test_clicking_a_run_opens_its_page(seeded_server: Server, tab: Page) -> None
 
 @pytest.mark.parametrize("run_id", ALL_RUNS)
 def test_run_page_shows_the_ledger_of_the_api(seeded_server: Server, tab: Page, run_id: str) -> None:
+    first = seeded_server.get(f"/v1/runs/{run_id}/waste")
     open_run(tab, seeded_server, run_id)
     ledger = seeded_server.get(f"/v1/runs/{run_id}/waste")
     allocated = ledger["allocated_gpu_seconds"]
-    assert text(tab, "#run-kpi-goodput") == fmt.percent(ledger["goodput"])
-    assert text(tab, "#run-kpi-allocated") == fmt.gpu_hours(allocated)
-    assert text(tab, "#run-kpi-productive") == fmt.gpu_hours(ledger["productive_gpu_seconds"])
+    assert_shows(tab, "#run-kpi-goodput", fmt.percent(first["goodput"]), fmt.percent(ledger["goodput"]))
+    assert_shows(tab, "#run-kpi-allocated", fmt.gpu_hours(first["allocated_gpu_seconds"]), fmt.gpu_hours(allocated))
+    assert_shows(tab, "#run-kpi-productive", fmt.gpu_hours(first["productive_gpu_seconds"]),
+                 fmt.gpu_hours(ledger["productive_gpu_seconds"]))
     for c in CATEGORIES:
         value = ledger["waste_gpu_seconds"][c]
-        assert text(tab, f"#run-kpi-waste-{c}") == fmt.gpu_hours(value), c
-        assert text(tab, f"#run-kpi-waste-{c}-note") == fmt.share(value, allocated), c
+        assert_shows(tab, f"#run-kpi-waste-{c}", fmt.gpu_hours(first["waste_gpu_seconds"][c]), fmt.gpu_hours(value))
+        assert_shows(tab, f"#run-kpi-waste-{c}-note",
+                     fmt.share(first["waste_gpu_seconds"][c], first["allocated_gpu_seconds"]),
+                     fmt.share(value, allocated))
     for graph in ("#run-ledger-graph", "#run-ranks-graph", "#run-heatmap-graph"):
         tab.page.wait_for_selector(f"{graph} .main-svg")
     tab.page.wait_for_timeout(300)  # let plotly finish laying out before the screenshot
