@@ -30,7 +30,7 @@ from services.storage.live import load_live_state
 from services.storage.load import RunRow, get_run, list_runs
 
 LEDGER_BUDGET_S = 0.5
-MAX_FLEET_SUSPECTS = 16  # suspects listed per run in /v1/live (the per-run endpoint lists them all)
+MAX_FLEET_SUSPECTS = 16  # suspects listed per run in /v1/live (the per-run endpoint: LiveConfig.max_suspects)
 
 
 def live_config(settings: ServiceSettings) -> LiveConfig:
@@ -99,8 +99,9 @@ def live_for_row(engine: Engine, row: RunRow, now: float, config: LiveConfig, *,
         "allocated_gpus": max(allocated_gpus(ledger), state.world_size),
     })
     if not with_ranks and len(out["suspects"]) > MAX_FLEET_SUSPECTS:
-        out["suspects_truncated"] = len(out["suspects"])
+        out["suspects_truncated"] = out["suspects_total"]
         out["suspects"] = out["suspects"][:MAX_FLEET_SUSPECTS]
+        out["suspect_ranks"] = out["suspect_ranks"][:MAX_FLEET_SUSPECTS]
     return out
 
 

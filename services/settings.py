@@ -45,3 +45,22 @@ class ServiceSettings(BaseSettings):
     heartbeat_interval_s: float = Field(5.0, gt=0, description=(
         "GOODPUT_HEARTBEAT_INTERVAL_S: the clients' heartbeat interval; a rank silent for 3 of them is a hang "
         "suspect"))
+    # Plausibility limits (docs/events.md, "Plausibility limits"): what one event may claim. Costs follow what the
+    # run reported, never what it claimed; these keep the claims themselves (and the GPU-seconds they book) sane.
+    max_world_size: int = Field(65_536, ge=1, le=1 << 20, description=(
+        "GOODPUT_MAX_WORLD_SIZE: largest world size, rank + 1 and GPU count (allocation_start, run_submitted) an "
+        "event may claim; more gets 422. 65,536 is four times the largest published training job (16,384 GPUs) "
+        "and below the wire format's ceiling of 1,048,576"))
+    max_step_s: float = Field(86_400.0, gt=0, description=(
+        "GOODPUT_MAX_STEP_S: longest step or collective (end - start) accepted, in seconds; longer gets 422. One "
+        "optimizer step that lasts a day is a broken clock, not a step (a day on 65,536 GPUs is 5.7e9 GPU-s)"))
+    max_checkpoint_s: float = Field(86_400.0, gt=0, description=(
+        "GOODPUT_MAX_CHECKPOINT_S: longest checkpoint write (checkpoint_end - checkpoint_start of one rank and "
+        "step, when both are in one batch) accepted, in seconds; longer gets 422"))
+    max_allocation_s: float = Field(90 * 86_400.0, gt=0, description=(
+        "GOODPUT_MAX_ALLOCATION_S: longest allocation (allocation_end - allocation_start, when both are in one "
+        "batch) accepted, in seconds; longer gets 422. 90 days is beyond any batch scheduler's wall-time limit"))
+    max_future_s: float = Field(86_400.0, gt=0, description=(
+        "GOODPUT_MAX_FUTURE_S: how far after the collector's clock an event's time (and a step's or collective's "
+        "start and end) may lie, in seconds; later gets 422. A day absorbs any clock skew and time zone mistake "
+        "of a host whose clock is set at all"))

@@ -216,7 +216,13 @@ def _build_attempts(
         next_start = raw[i + 1]["start"] if not is_last else None
         end_time = a["end_time"]
         if end_time is not None:
-            end, reported = float(end_time), True  # type: ignore[arg-type]
+            # A reported end before the attempt's own start or last step (a skewed clock, events of two
+            # batches that contradict each other) is read as the end of its last sign of life: an attempt never
+            # ends before it starts, and its steps are never dropped (docs/ledger.md, "Contradicting inputs").
+            own = [float(end_time), float(a["start"])]  # type: ignore[arg-type]
+            if a["last_end"] is not None:
+                own.append(float(a["last_end"]))  # type: ignore[arg-type]
+            end, reported = max(own), True
         elif next_start is not None:
             end, reported = float(next_start), False  # type: ignore[arg-type]
         elif run_end_time is not None:
@@ -266,6 +272,7 @@ def _build_checkpoints(
         first_end=("t_end", "min"),
     ).reset_index()
     out["start"] = out["start"].fillna(out["first_end"])  # start lost: from the first end
+    out["end"] = np.maximum(out["end"], out["start"])  # an end before its start: a write of no length
     out["torn"] = out["ends"] == 0
     out["ok"] = (~out["torn"]) & (out["bad"] == 0)
     attempt_end = {a.attempt: a.end for a in attempts}
@@ -286,7 +293,9 @@ def _build_allocations(
     events: pd.DataFrame, attempts: tuple[Attempt, ...], latest: float | None
 ) -> tuple[tuple[Allocation, ...], bool]:
     alloc = events[events["kind"].isin(["allocation_start", "allocation_end"])]
-    alloc = alloc.sort_values(["time", "kind"], ascending=[True, True], kind="stable")
+    # Ends before starts at one instant (a requeue); of two starts at one instant the one with more GPUs comes
+    # last and counts (the other ends where it starts, with no length), whatever order they arrived in.
+    alloc = alloc.sort_values(["time", "kind", "gpus"], ascending=[True, True, True], kind="stable")
     out: list[Allocation] = []
     if not alloc.empty:
         open_start: float | None = None

@@ -17,12 +17,19 @@ Rules (docs/ledger.md, "Live hang detection"):
   older than silent_after_heartbeats x heartbeat_interval_s while other ranks do heart-beat (a SIGSTOPped or
   wedged process stops heart-beating), ranks that ended their attempt while the others did not, and ranks of the world that
   never reported in this attempt.
+
+Costs follow what the run reported, never what it claimed: `LiveState.ranks` holds only the ranks that sent
+something in the attempt; the others of the claimed world size are counted (`never_reported`), never built one
+by one. The answer lists at most `max_suspects` suspects (those with evidence first, then ranks that never
+reported, lowest first) and `max_rank_rows` rank rows (the listed suspects, then the ranks that reported, then
+the others), and says how many there were (`suspects_total`, `ranks_total`).
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -43,6 +50,8 @@ class LiveConfig:
     heartbeat_interval_s: float = 5.0
     silent_after_heartbeats: float = 3.0
     recent_steps: int = 32
+    max_suspects: int = 64  # suspects listed in one answer (the rest are counted)
+    max_rank_rows: int = 128  # rank rows listed in one answer (the rest are counted)
 
     def __post_init__(self) -> None:
         for name in ("floor_s", "step_factor", "heartbeat_interval_s", "silent_after_heartbeats"):
@@ -53,6 +62,9 @@ class LiveConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.recent_steps < 2:
             raise ValueError(f"recent_steps must be at least 2, got {self.recent_steps}")
+        for name in ("max_suspects", "max_rank_rows"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
     @property
     def silent_after_s(self) -> float:
@@ -78,6 +90,9 @@ class RankLive:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LiveState:
+    """`ranks`: the ranks that sent anything in the attempt (attempt_start, attempt_end, a heartbeat), by rank;
+    the other ranks of `world_size` never reported and are only counted."""
+
     run_id: str
     status: str
     attempt: int | None = None
@@ -116,8 +131,11 @@ class LiveStatus:
     threshold_seconds: float
     threshold_basis: str  # steps | floor | startup | checkpoint
     hung: bool
-    suspects: tuple[Suspect, ...]
-    ranks: tuple[dict[str, Any], ...] = field(default=())
+    suspects: tuple[Suspect, ...]  # at most LiveConfig.max_suspects of them
+    ranks: tuple[dict[str, Any], ...] = field(default=())  # at most LiveConfig.max_rank_rows rows, by rank
+    suspects_total: int = 0  # every suspect, listed or not
+    ranks_total: int = 0  # ranks of the world (claimed world size, or beyond it the highest rank that reported)
+    never_reported: int = 0  # of them, ranks that sent nothing in this attempt
 
     def to_dict(self, *, with_ranks: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -131,11 +149,16 @@ class LiveStatus:
             if self.hung and self.seconds_since_progress is not None else None,
             "suspects": [{"rank": s.rank, "reasons": list(s.reasons)} for s in self.suspects],
             "suspect_ranks": [s.rank for s in self.suspects],
+            "suspects_total": self.suspects_total,
+            # the number of suspects when the list is cut, else None (the name /v1/live has used since it cut)
+            "suspects_truncated": self.suspects_total if self.suspects_total > len(self.suspects) else None,
+            "ranks_total": self.ranks_total, "never_reported": self.never_reported,
             # the names the dashboard has read since before hang detection
             "possibly_hung": self.hung, "stall_threshold_seconds": self.threshold_seconds,
         }
         if with_ranks:
             out["ranks"] = [dict(r) for r in self.ranks]
+            out["ranks_truncated"] = self.ranks_total > len(self.ranks)
         return out
 
 
@@ -193,14 +216,19 @@ def detect_hang(state: LiveState, now: float, config: LiveConfig | None = None) 
     # Heartbeats are a relative signal: when no rank sent one recently (old clients, the simulator, or the
     # collector lost them all), silence names nobody.
     beating = any(r.heartbeat_time is not None for r in state.ranks)
-    rows = tuple(_rank_row(r, positions.get(r.rank), front, now, config, beating) for r in state.ranks)
-    suspects = _suspects(state, rows) if hung else ()
+    known = {r.rank: _rank_row(r, positions.get(r.rank), front, now, config, beating) for r in state.ranks}
+    world = max(state.world_size, max(known, default=-1) + 1)
+    silent_ranks = world - len(known)  # in the world, sent nothing: counted, never built one by one
+    never_reported = silent_ranks + sum(1 for r in state.ranks if not r.reported)
+    suspects, suspects_total = _suspects(known, silent_ranks, config.max_suspects) if hung else ((), 0)
+    rows = _listed_rows(known, [s.rank for s in suspects], world, config.max_rank_rows)
     return LiveStatus(
         run_id=state.run_id, status=state.status, attempt=state.attempt, world_size=state.world_size,
         server_time=now, last_progress_time=progress, last_step=last_step,
         pending_step=front[0] if front is not None else None, seconds_since_progress=since,
         median_step_seconds=median_step_seconds(state), threshold_seconds=threshold, threshold_basis=basis,
-        hung=hung, suspects=suspects, ranks=rows,
+        hung=hung, suspects=suspects, ranks=rows, suspects_total=suspects_total, ranks_total=world,
+        never_reported=never_reported,
     )
 
 
@@ -236,11 +264,29 @@ def _rank_row(rank: RankLive, position: tuple[int, int] | None, front: tuple[int
     }
 
 
-def _suspects(state: LiveState, rows: tuple[dict[str, Any], ...]) -> tuple[Suspect, ...]:
-    ended_all = bool(rows) and all(r["ended"] is not None for r in rows)
+def _unreported_row(rank: int) -> dict[str, Any]:
+    """The row of a rank of the world that sent nothing in the attempt."""
+    return {"rank": rank, "reported": False, "last_step": None, "last_step_end": None, "pending_step": None,
+            "collectives_in_pending_step": None, "last_heartbeat_time": None, "heartbeat_age_seconds": None,
+            "silent": False, "behind": False, "ended": None}
+
+
+def _silent_ranks(known: dict[int, dict[str, Any]]) -> Iterator[int]:
+    """Ranks 0, 1, ... that sent nothing, lowest first (the caller stops early: never the whole world)."""
+    rank = 0
+    while True:
+        if rank not in known:
+            yield rank
+        rank += 1
+
+
+def _suspects(known: dict[int, dict[str, Any]], silent_ranks: int, limit: int) -> tuple[tuple[Suspect, ...], int]:
+    """(the first `limit` suspects by rank, those with evidence first; how many there are)."""
+    rows = list(known.values())
+    ended_all = bool(rows) and silent_ranks == 0 and all(r["ended"] is not None for r in rows)
     front_step = max((r["pending_step"] for r in rows if r["pending_step"] is not None), default=None)
-    out = []
-    for row in rows:
+    found = []
+    for row in sorted(rows, key=lambda r: int(r["rank"])):
         reasons = []
         if not row["reported"]:
             reasons.append("never reported in this attempt")
@@ -253,8 +299,27 @@ def _suspects(state: LiveState, rows: tuple[dict[str, Any], ...]) -> tuple[Suspe
         if row["ended"] is not None and not ended_all:
             reasons.append(f"ended its attempt ({row['ended']}) while the others did not")
         if reasons:
-            out.append(Suspect(rank=row["rank"], reasons=tuple(reasons)))
-    return tuple(out)
+            found.append(Suspect(rank=row["rank"], reasons=tuple(reasons)))
+    total = len(found) + silent_ranks
+    listed = found[:limit]
+    silent = itertools.islice(_silent_ranks(known), min(silent_ranks, limit - len(listed)))
+    listed += [Suspect(rank=rank, reasons=("never reported in this attempt",)) for rank in silent]
+    return tuple(sorted(listed, key=lambda s: s.rank)), total
+
+
+def _listed_rows(known: dict[int, dict[str, Any]], suspects: list[int], world: int,
+                 limit: int) -> tuple[dict[str, Any], ...]:
+    """At most `limit` rank rows, by rank: the listed suspects', then the ranks that reported, then the others."""
+    chosen: dict[int, dict[str, Any]] = {}
+    for rank in itertools.chain(suspects, sorted(known)):
+        if len(chosen) >= limit:
+            break
+        chosen.setdefault(rank, known.get(rank) or _unreported_row(rank))
+    for rank in _silent_ranks(known):
+        if len(chosen) >= limit or rank >= world:
+            break
+        chosen.setdefault(rank, _unreported_row(rank))
+    return tuple(chosen[rank] for rank in sorted(chosen))
 
 
 def _has_step(state: LiveState) -> bool:
@@ -315,7 +380,9 @@ def live_state_from_run_data(data: RunData, *, status: str = RUNNING, recent_ste
     for rank, t, step, n in heartbeats:
         _newer(beats, int(rank), (float(t), step, n))
     ranks = []
-    for rank in range(max(world, int(start_by_rank.index.max()) + 1)):
+    span = max(world, int(start_by_rank.index.max()) + 1)
+    seen = {int(r) for r in (*start_by_rank.index, *ends.index, *beats, *steps["rank"].unique()) if 0 <= int(r) < span}
+    for rank in sorted(seen):  # the ranks that sent something; the others of the world are only counted
         own = steps[steps["rank"] == rank]
         last = own.loc[own["step"].idxmax()] if not own.empty else None
         last_step = int(last["step"]) if last is not None else None

@@ -9,7 +9,10 @@ Sizes are bounded so a run of any size sends the browser a few thousand points:
   merged, then binned to at most ``max_segments`` pieces when still longer;
 - per-rank compute: one row per rank (median / p90 / mean of step duration minus collective time) and a heat
   map of at most ``heat_rows`` rank groups x ``heat_cols`` step buckets (the slowest rank of a group wins,
-  so a straggler stays visible).
+  so a straggler stays visible);
+- every other list holds at most ``MAX_TIMELINE_ROWS`` items (allocations, attempts, hangs, failures, restarts:
+  the latest ones) or ``MAX_RANK_ROWS`` rank rows (flagged stragglers, then the costliest and slowest ranks);
+  ``<list>_total`` says how many there were and ``<list>_truncated`` whether some were left out.
 
 Whether a running run still makes progress is services.analysis.live's job (GET /v1/runs/{id}/live).
 """
@@ -39,6 +42,8 @@ MAX_SEGMENTS = 3000
 HEAT_ROWS = 128
 HEAT_COLS = 60
 MAX_CHECKPOINT_ROWS = 5000
+MAX_TIMELINE_ROWS = 500
+MAX_RANK_ROWS = 512
 
 _IDLE = "idle"
 
@@ -69,35 +74,44 @@ def build_run_views(
         for a in attempts if a.failed and a.last_step_end is not None and a.end > a.last_step_end
     ]
     segments = _segments(run, job_steps, position, max_segments)
-    return {
+    timeline: dict[str, Any] = {}
+    _capped(timeline, "allocations", [{"start": a.start, "end": a.end, "gpus": a.gpus, "open": a.open}
+                                      for a in run.allocations[-MAX_TIMELINE_ROWS:]], len(run.allocations))
+    _capped(timeline, "attempts", [
+        {"attempt": a.attempt, "start": a.start, "end": a.end, "reason": a.reason, "failed": a.failed,
+         "world_size": a.world_size, "resume_step": a.resume_step, "first_step": a.first_step,
+         "last_step": a.last_step, "first_step_start": a.first_step_start, "last_step_end": a.last_step_end}
+        for a in attempts[-MAX_TIMELINE_ROWS:]], len(attempts))
+    timeline["segments"] = segments
+    timeline["idle_gaps"] = [s for s in segments if s["category"] == _IDLE]
+    _capped(timeline, "hangs", hangs[-MAX_TIMELINE_ROWS:], len(hangs))
+    failures = [a for a in attempts if a.failed]
+    _capped(timeline, "failures", [{"attempt": a.attempt, "time": a.end, "step": a.last_step,
+                                    "reason": a.reason or "lost"} for a in failures[-MAX_TIMELINE_ROWS:]],
+            len(failures))
+    _capped(timeline, "restarts", [{"attempt": a.attempt, "time": a.start, "resume_step": a.resume_step}
+                                   for a in attempts[1:][-MAX_TIMELINE_ROWS:]], max(len(attempts) - 1, 0))
+    timeline["progress"] = _progress(run, job_steps, max_points)
+    out = {
         "run_id": run.run_id,
         "status": run.status.value,
         "first_time": run.first_time,
         "latest_time": run.latest_time,
-        "timeline": {
-            "allocations": [{"start": a.start, "end": a.end, "gpus": a.gpus, "open": a.open}
-                            for a in run.allocations],
-            "attempts": [
-                {"attempt": a.attempt, "start": a.start, "end": a.end, "reason": a.reason, "failed": a.failed,
-                 "world_size": a.world_size, "resume_step": a.resume_step, "first_step": a.first_step,
-                 "last_step": a.last_step, "first_step_start": a.first_step_start, "last_step_end": a.last_step_end}
-                for a in attempts
-            ],
-            "segments": segments,
-            "idle_gaps": [s for s in segments if s["category"] == _IDLE],
-            "hangs": hangs,
-            "failures": [{"attempt": a.attempt, "time": a.end, "step": a.last_step, "reason": a.reason or "lost"}
-                         for a in attempts if a.failed],
-            "restarts": [{"attempt": a.attempt, "time": a.start, "resume_step": a.resume_step}
-                         for a in attempts[1:]],
-            "progress": _progress(run, job_steps, max_points),
-        },
+        "timeline": timeline,
         "progress": _progress_stats(job_steps, run.checkpoints),
         "ranks": _rank_compute(data, run.steps, ledger, heat_rows, heat_cols),
-        "checkpoints": checkpoints[-MAX_CHECKPOINT_ROWS:],
-        "checkpoints_total": len(checkpoints),
-        "restarts": build_restart_rows(ledger),
     }
+    _capped(out, "checkpoints", checkpoints[-MAX_CHECKPOINT_ROWS:], len(checkpoints))
+    restarts = build_restart_rows(ledger)
+    _capped(out, "restarts", restarts[-MAX_TIMELINE_ROWS:], len(restarts))
+    return out
+
+
+def _capped(out: dict[str, Any], name: str, items: list[Any], total: int) -> None:
+    """out[name] = items (already cut to its cap), with `<name>_total` and `<name>_truncated` beside it."""
+    out[name] = items
+    out[f"{name}_total"] = total
+    out[f"{name}_truncated"] = total > len(items)
 
 
 def build_restart_rows(ledger: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -187,9 +201,10 @@ def _progress(run: Any, job_steps: pd.DataFrame, max_points: int) -> list[dict[s
     """Step number over time per attempt (a step's end), downsampled; `rework_after_step` marks thrown-away work."""
     if job_steps.empty:
         return []
-    per_attempt = min(MAX_POINTS_PER_ATTEMPT, max(200, max_points // max(len(run.attempts), 1)))
+    shown = run.attempts[-MAX_TIMELINE_ROWS:]  # the attempts the timeline lists
+    per_attempt = min(MAX_POINTS_PER_ATTEMPT, max(2, max_points // max(len(shown), 1)))
     out = []
-    for a in run.attempts:
+    for a in shown:
         mine = job_steps[job_steps["attempt"] == a.attempt]
         if mine.empty:
             continue
@@ -307,15 +322,22 @@ def _rank_compute(data: RunData, steps: pd.DataFrame, ledger: Mapping[str, Any],
                       "compute": compute[known]}),
         {r: v / total_cost for r, v in by_rank_cost.items()} if total_cost > 0 else {})
     stragglers = {r for r, e in evidence.items() if e["flagged"]}
+    listed = stats
+    if len(stats) > MAX_RANK_ROWS:  # flagged stragglers, then the costliest, then the slowest ranks
+        order = sorted(stats.index, key=lambda r: (int(r) not in stragglers, -by_rank_cost.get(int(r), 0.0),
+                                                   -float(stats.at[r, "median_s"]), int(r)))
+        listed = stats.loc[sorted(order[:MAX_RANK_ROWS])]
     rows = [
         {"rank": int(r), "host": hosts.get(int(r)), "steps": int(n), "median_compute_s": float(med),
          "p90_compute_s": float(p90), "mean_compute_s": float(mean),
          "straggler_gpu_seconds": by_rank_cost.get(int(r), 0.0), "is_straggler": int(r) in stragglers}
-        for r, n, med, p90, mean in zip(stats.index, stats["steps"], stats["median_s"], stats["p90_s"],
-                                        stats["mean_s"])
+        for r, n, med, p90, mean in zip(listed.index, listed["steps"], listed["median_s"], listed["p90_s"],
+                                        listed["mean_s"])
     ]
     return {
         "rows": rows,
+        "rows_total": len(stats),
+        "rows_truncated": len(stats) > len(listed),
         "median_compute_s": overall,
         "heatmap": _heatmap(frame, heat_rows, heat_cols),
         "compute_source": source,

@@ -48,11 +48,19 @@ class LiveRun(BaseModel):
     hung_for_seconds: float | None
     suspects: list[Suspect] = Field(description="ranks holding the run up (only when hung)")
     suspect_ranks: list[int]
-    suspects_truncated: int | None = Field(None, description="/v1/live lists 16 suspects per run at most: how many there were")
+    suspects_truncated: int | None = Field(None, description=(
+        "set when the list is cut (64 suspects per run at most, 16 in /v1/live): how many there were"))
+    suspects_total: int = Field(0, description="every suspect, listed or not")
+    never_reported: int = Field(0, description="ranks of the world that sent nothing in this attempt (counted, "
+                                "listed only as far as the caps allow)")
+    ranks_total: int = Field(0, description="ranks of the world: world_size, or the highest rank seen + 1")
+    ranks_truncated: bool | None = Field(None, description=(
+        "per-run endpoint: true when `ranks` lists fewer than ranks_total (128 rows at most: the listed suspects, "
+        "then the ranks that reported, then the others, by rank)"))
     at_risk_gpu_seconds: float = Field(description="work since the last checkpoint (the ledger's; up to 10 s old)")
     possibly_hung: bool = Field(description="= hung (older name)")
     stall_threshold_seconds: float = Field(description="= threshold_seconds (older name)")
-    ranks: list[RankLive] | None = Field(None, description="every rank of the world (per-run endpoint only)")
+    ranks: list[RankLive] | None = Field(None, description="ranks of the world, at most 128 (per-run endpoint only)")
 
 
 class LiveRuns(BaseModel):

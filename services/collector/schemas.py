@@ -19,7 +19,20 @@ MAX_SERIES = 100_000  # rows in one compact record
 
 _PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
 EventId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=_PRINTABLE)]
-RunId = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=_PRINTABLE)]
+
+
+def _reachable_run_id(value: str) -> str:
+    """A run id must be reachable as /v1/runs/{run_id}/...: HTTP clients and proxies resolve the path segments
+    `.` and `..` away, so an id that is only dots, or has such a segment between its slashes, is refused."""
+    if value.strip(".") == "" or any(part in (".", "..") for part in value.split("/")):
+        raise PydanticCustomError("invalid_run_id", "{message}", {"message": (
+            f"run_id {value!r} cannot be reached through the API (URLs resolve the path segments '.' and '..' "
+            "away); use letters or digits too")})
+    return value
+
+
+RunId = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=_PRINTABLE),
+                  AfterValidator(_reachable_run_id)]
 ShortText = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=_PRINTABLE)]
 OpName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=_PRINTABLE)]
 Time = Annotated[float, Field(ge=MIN_TIME, le=MAX_TIME, allow_inf_nan=False)]

@@ -184,7 +184,7 @@ def _hangs(conn: Connection, rows: list[RunRow], now: float, config: LiveConfig
             continue
         hang = LiveHang(since=status.last_progress_time) \
             if status.hung and status.last_progress_time is not None else None
-        out[row.pk] = (status.hung, len(status.suspects), hang)
+        out[row.pk] = (status.hung, status.suspects_total, hang)  # every suspect, listed or not
     return out
 
 

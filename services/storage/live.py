@@ -95,7 +95,9 @@ def load_live_state(conn: Connection, run: RunRow, *, now: float, lookback_s: fl
     resume = conn.execute(_RESUME_SQL, args).scalar()
 
     out = []
-    for rank in range(max(world, max(ranks, default=-1) + 1)):
+    span = max(world, max(ranks, default=-1) + 1)
+    # only the ranks that sent something: the others of a claimed world are counted by detect_hang, never built
+    for rank in sorted({r for r in (*ranks, *ended, *beats) if 0 <= r < span}):
         info = ranks.get(rank)
         last_step = info.get("last_step") if info else None
         coll = done.get((rank, (last_step or 0) + 1), (0, None))

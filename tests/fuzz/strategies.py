@@ -26,6 +26,15 @@ _CONTROL = "".join(chr(c) for c in range(0x20)) + "\x7f"
 printable = st.text(st.characters(exclude_categories=("Cs",), exclude_characters=_CONTROL), min_size=1,
                     max_size=40)
 names = st.one_of(st.sampled_from(INJECTIONS), printable)
+MAX_WORLD = 65_536  # GOODPUT_MAX_WORLD_SIZE's default: valid events stay within the collector's limits
+
+
+def reachable(run_id: str) -> bool:
+    """A run id the API can address: not only dots, no `.` or `..` path segment (refused at ingest)."""
+    return run_id.strip(".") != "" and not any(part in (".", "..") for part in run_id.split("/"))
+
+
+run_ids = names.filter(reachable)
 times = st.floats(T0, T0 + 86_400, allow_nan=False, allow_infinity=False)
 ranks = st.integers(0, 7)
 attempts = st.integers(0, 3)
@@ -36,7 +45,7 @@ finite = st.floats(allow_nan=False, allow_infinity=False)
 @st.composite
 def events(draw: st.DrawFn, run_id: str | None = None) -> dict[str, Any]:
     base: dict[str, Any] = {"event_id": draw(st.text(min_size=1, max_size=20).filter(lambda s: not set(s) & set(_CONTROL))),
-                            "run_id": run_id or draw(names), "time": draw(times)}
+                            "run_id": run_id or draw(run_ids), "time": draw(times)}
     rank = {"attempt": draw(attempts), "rank": draw(ranks)}
     kind = draw(st.sampled_from(["step", "steps", "collective", "collectives", "attempt_start", "heartbeat",
                                  "checkpoint_start", "checkpoint_end", "attempt_end", "run_end", "client_stats",
@@ -59,7 +68,7 @@ def events(draw: st.DrawFn, run_id: str | None = None) -> dict[str, Any]:
     if kind == "collective":
         return {**base, **rank, "kind": kind, "step": draw(steps_), "op": draw(names), "start": start, "end": end}
     if kind == "attempt_start":
-        world = draw(st.integers(1, 1 << 20))
+        world = draw(st.integers(1, MAX_WORLD))
         return {**base, "attempt": rank["attempt"], "rank": draw(st.integers(0, world - 1)), "kind": kind,
                 "world_size": world, "host": draw(names)}
     if kind == "heartbeat":
@@ -76,9 +85,83 @@ def events(draw: st.DrawFn, run_id: str | None = None) -> dict[str, Any]:
     if kind == "client_stats":
         return {**base, **rank, "kind": kind, "dropped_events": draw(st.integers(0, 2**62))}
     if kind == "allocation_start":
-        return {**base, "kind": kind, "gpus": draw(st.integers(1, 1 << 20)),
+        return {**base, "kind": kind, "gpus": draw(st.integers(1, MAX_WORLD)),
                 "hosts": draw(st.lists(names, max_size=5))}
-    return {**base, "kind": kind, "name": draw(names), "gpus": draw(st.integers(1, 1 << 20))}
+    return {**base, "kind": kind, "name": draw(names), "gpus": draw(st.integers(1, MAX_WORLD))}
+
+
+def consistent(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The batch without the contradictions the collector refuses inside one batch (docs/events.md,
+    "Plausibility limits"): an end stamped before its start moves to the start, and a run's second
+    allocation_start while its first is open gets an allocation_end just before it."""
+    starts: dict[tuple[Any, ...], float] = {}
+    for e in batch:
+        if e["kind"] in ("attempt_start", "checkpoint_start"):
+            key = (e["run_id"], e["kind"], e["attempt"], e["rank"], e.get("step"))
+            starts[key] = min(e["time"], starts.get(key, e["time"]))
+    later_starts: set[int] = set()  # allocation_starts after the first of their run: the previous one ends there
+    by_run: dict[str, list[tuple[float, int]]] = {}
+    for i, e in enumerate(batch):
+        if e["kind"] == "allocation_start":
+            by_run.setdefault(e["run_id"], []).append((e["time"], i))
+    for times in by_run.values():
+        later_starts |= {i for _, i in sorted(times)[1:]}
+    out = []
+    for i, e in enumerate(batch):
+        if e["kind"] in ("attempt_end", "checkpoint_end"):
+            kind = e["kind"].replace("_end", "_start")
+            start = starts.get((e["run_id"], kind, e["attempt"], e["rank"], e.get("step")))
+            if start is not None and e["time"] < start:
+                e = {**e, "time": start}
+        if i in later_starts:
+            out.append({"event_id": f"{e['event_id']}-end", "run_id": e["run_id"], "kind": "allocation_end",
+                        "time": e["time"]})
+        out.append(e)
+    return out
+
+
+@st.composite
+def implausible(draw: st.DrawFn) -> tuple[list[dict[str, Any]], str]:
+    """A batch that is valid event by event but breaks a plausibility limit or contradicts itself; the field
+    the 422 must name. Times are near the collector's clock (`time.time()` at draw)."""
+    import time as _time
+
+    now = _time.time()
+    t = now - draw(st.floats(10, 1e6))
+    run = draw(run_ids)
+    rank = {"attempt": draw(attempts), "rank": draw(ranks)}
+    how = draw(st.sampled_from(["world", "gpus", "rank", "future", "long_step", "end_before_start",
+                                "second_allocation", "dots"]))
+    if how == "world":
+        return [{"event_id": "w", "run_id": run, "kind": "attempt_start", "time": t, **rank, "host": "h",
+                 "world_size": draw(st.integers(MAX_WORLD + 1, 1 << 20))}], "world_size"
+    if how == "gpus":
+        return [{"event_id": "g", "run_id": run, "kind": "allocation_start", "time": t,
+                 "gpus": draw(st.integers(MAX_WORLD + 1, 1 << 20))}], "gpus"
+    if how == "rank":
+        big = draw(st.integers(MAX_WORLD, (1 << 20) - 1))
+        return [{"event_id": "r", "run_id": run, "kind": "heartbeat", "time": t, "attempt": 0, "rank": big}], "rank"
+    if how == "future":
+        late = now + draw(st.floats(2 * 86_400, 1e9))  # (bounds independent of the clock: replays draw alike)
+        return [{"event_id": "f", "run_id": run, "kind": "heartbeat", "time": late, **rank}], "time"
+    if how == "long_step":
+        start = t - draw(st.floats(2 * 86_400, 7e8))
+        kind = draw(st.sampled_from(["step", "collective"]))
+        extra = {"op": "all_reduce"} if kind == "collective" else {}
+        return [{"event_id": "s", "run_id": run, "kind": kind, "time": t, **rank, "step": 1, "start": start,
+                 "end": t, **extra}], "end"
+    if how == "end_before_start":
+        before = t - draw(st.floats(0.001, 1e5))
+        return [{"event_id": "a", "run_id": run, "kind": "attempt_start", "time": t, **rank, "world_size": 8,
+                 "host": "h"},
+                {"event_id": "b", "run_id": run, "kind": "attempt_end", "time": before, **rank,
+                 "reason": "completed"}], "time"
+    if how == "second_allocation":
+        later = t + draw(st.floats(0, 1e5))
+        return [{"event_id": "a1", "run_id": run, "kind": "allocation_start", "time": t, "gpus": 8},
+                {"event_id": "a2", "run_id": run, "kind": "allocation_start", "time": later, "gpus": 8}], "kind"
+    dots = draw(st.sampled_from([".", "..", "...", "a/..", "../a", "a/./b"]))
+    return [{"event_id": "d", "run_id": dots, "kind": "run_end", "time": t, "status": "finished"}], "run_id"
 
 
 json_values = st.recursive(

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -12,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from services.collector.auth import Principal, WritePrincipalDep
 from services.collector.batch import decompress, parse_batch
 from services.collector.deps import SettingsDep, WriterDep
+from services.collector.plausibility import Limits, check_plausible
 from services.collector.routes.metrics import IngestCountersDep
 from services.collector.schemas import ErrorResponse, EventBatch, IngestAck
 from services.errors import InvalidBatch, Overloaded
@@ -38,6 +40,7 @@ async def ingest_events(request: Request, writer: WriterDep, settings: SettingsD
         body = await _inflate(request, raw, settings, take)
         records = await run_in_threadpool(parse_batch, body, max_events=settings.max_events_per_batch,
                                           max_rows=settings.max_rows_per_batch)
+        await run_in_threadpool(check_plausible, records, Limits.from_settings(settings), now=time.time())
     result = await asyncio.wrap_future(writer.submit(records, project=principal.project))
     counters.ingested(result.accepted, result.duplicates)
     return IngestAck(accepted=result.accepted, duplicates=result.duplicates)
