@@ -280,13 +280,17 @@ def remove_unpublished(ckpt_dir: Path) -> None:
 
 
 def init_distributed(restart: int, timeout: timedelta) -> None:
-    """``init_process_group("gloo")`` with the store's keys namespaced by torchrun's restart count.
+    """``init_process_group("gloo")`` with the store's keys namespaced by the worker group's round.
 
     torchrun keeps its TCP store across restarts of the worker group; without a prefix, a restarted
-    group can read the previous group's gloo addresses and fail with "Connection refused".
+    group can read the previous group's gloo addresses and fail with "Connection refused". The round is
+    goodput's generation when `goodput launch` started the job (it agrees on every node), else torchrun's
+    restart count (per node: on a multi-node job it does not move on a node whose workers were restarted
+    only because another node's failed).
     """
     store, rank, world_size = next(dist.rendezvous("env://", timeout=timeout))
-    store = dist.PrefixStore(f"restart{restart}", store)
+    round_no = os.environ.get("GOODPUT_GENERATION") or str(restart)
+    store = dist.PrefixStore(f"restart{round_no}", store)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
 
 
