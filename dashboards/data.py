@@ -71,28 +71,34 @@ class Api:
                            f"{_error_message(response, response.text[:300])}")
         return response.json()
 
+    # A run is identified by (project, run id): `project` names it for a reader of every project when several
+    # projects use the run id (a token of one project always gets its own; None lets the collector resolve it).
+
     def runs(self, *, status: str | None = None, since: float | None = None, until: float | None = None,
-             run_id: str | None = None) -> dict[str, Any]:
-        return self._get("/v1/runs", {"status": status, "since": since, "until": until, "run_id": run_id or None})  # type: ignore[no-any-return]
+             run_id: str | None = None, project: str | None = None) -> dict[str, Any]:
+        return self._get("/v1/runs", {"status": status, "since": since, "until": until,  # type: ignore[no-any-return]
+                                      "run_id": run_id or None, "project": project or None})
 
-    def live_runs(self) -> dict[str, Any]:
-        return self._get("/v1/live")  # type: ignore[no-any-return]
+    def live_runs(self, project: str | None = None) -> dict[str, Any]:
+        return self._get("/v1/live", {"project": project or None})  # type: ignore[no-any-return]
 
-    def ledger(self, run_id: str) -> dict[str, Any]:
-        return self._get(f"/v1/runs/{quote(run_id, safe='')}/waste")  # type: ignore[no-any-return]
+    def ledger(self, run_id: str, project: str | None = None) -> dict[str, Any]:
+        path = f"/v1/runs/{quote(run_id, safe='')}/waste"
+        return self._get(path, {"project": project})  # type: ignore[no-any-return]
 
-    def view(self, run_id: str) -> dict[str, Any]:
+    def view(self, run_id: str, project: str | None = None) -> dict[str, Any]:
         """The run page's document: views and ledger of one version; possibly an older one (`stale`) while a
         big run's newest version is being analysed."""
-        return self._get(f"/v1/runs/{quote(run_id, safe='')}/view", {"stale_ok": "true"})  # type: ignore[no-any-return]
+        return self._get(f"/v1/runs/{quote(run_id, safe='')}/view",  # type: ignore[no-any-return]
+                         {"stale_ok": "true", "project": project})
 
-    def live(self, run_id: str) -> dict[str, Any]:
-        return self._get(f"/v1/runs/{quote(run_id, safe='')}/live")  # type: ignore[no-any-return]
+    def live(self, run_id: str, project: str | None = None) -> dict[str, Any]:
+        return self._get(f"/v1/runs/{quote(run_id, safe='')}/live", {"project": project})  # type: ignore[no-any-return]
 
-    def resume_check(self, run_id: str) -> dict[str, Any] | None:
+    def resume_check(self, run_id: str, project: str | None = None) -> dict[str, Any] | None:
         """The run's resume check, possibly stale; None while its first check is still being computed."""
         return self._get(f"/v1/runs/{quote(run_id, safe='')}/resume-check",  # type: ignore[no-any-return]
-                         {"stale_ok": "true"}, pending_ok=True)
+                         {"stale_ok": "true", "project": project}, pending_ok=True)
 
 
 def _error_message(response: httpx.Response, default: str) -> str:
@@ -144,18 +150,18 @@ def _local_base_url(environ: dict[str, Any]) -> str:
 
 def runs_frame(runs: list[dict[str, Any]], live: list[dict[str, Any]] | None = None) -> pd.DataFrame:
     """/v1/runs rows -> one row per run with waste_<category> columns, worst (most wasted GPU-seconds) first."""
-    columns = ["run_id", "status", "first_time", "last_time", "allocated_gpu_seconds", "productive_gpu_seconds",
+    columns = ["run_id", "project", "status", "first_time", "last_time", "allocated_gpu_seconds", "productive_gpu_seconds",
                "goodput", "restarts", "wasted_gpu_seconds", *(f"waste_{c}" for c in CATEGORIES),
                "seconds_since_progress", "possibly_hung", "at_risk_gpu_seconds", "suspect_ranks", "stale"]
     if not runs:
         return pd.DataFrame({c: [] for c in columns})
     rows = []
-    live_by_id = {row["run_id"]: row for row in (live or [])}
+    live_by_run = {(row["run_id"], row.get("project")): row for row in (live or [])}
     for run in runs:
         waste = run["waste_gpu_seconds"]
-        lv = live_by_id.get(run["run_id"], {})
+        lv = live_by_run.get((run["run_id"], run.get("project")), {})
         rows.append({
-            "run_id": run["run_id"], "status": run["status"], "first_time": run["first_time"],
+            "run_id": run["run_id"], "project": run.get("project"), "status": run["status"], "first_time": run["first_time"],
             "last_time": run["last_time"], "allocated_gpu_seconds": run["allocated_gpu_seconds"],
             "productive_gpu_seconds": run["productive_gpu_seconds"], "goodput": run["goodput"],
             "restarts": run["restarts"], "wasted_gpu_seconds": sum(waste[c] for c in CATEGORIES),

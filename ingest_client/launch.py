@@ -20,6 +20,8 @@ Run id, in order: ``--run-id``, ``GOODPUT_RUN_ID``, SLURM (``SLURM_ARRAY_JOB_ID`
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import logging
 import os
 import shutil
@@ -204,9 +206,12 @@ def launch_main(argv: list[str]) -> int:
         submitted_at = args.submitted_at if args.submitted_at is not None else slurm_submit_time(env)
         gpus = args.gpus if args.gpus is not None else gpus_from_torchrun_args(command, env)
         if submitted_at is not None:
-            # One submission per run: a fixed id makes a requeued job's repeat a duplicate.
-            sender.emit(EventKind.RUN_SUBMITTED, submitted_at,
-                        {**job, **({"gpus": gpus} if gpus else {}), "event_id": "launch-run_submitted"})
+            # The id names the content: a requeued job's identical repeat is a duplicate; one that sees another
+            # submit time or GPU count is a second run_submitted (the earliest counts), never one id reused for
+            # other content, which the collector refuses (409).
+            fields = {**job, **({"gpus": gpus} if gpus else {})}
+            key = hashlib.sha256(json.dumps([submitted_at, fields], sort_keys=True).encode()).hexdigest()[:16]
+            sender.emit(EventKind.RUN_SUBMITTED, submitted_at, {**fields, "event_id": f"launch-run_submitted-{key}"})
         if gpus:
             sender.emit(EventKind.ALLOCATION_START, time.time(), {"gpus": gpus, **job})
         else:

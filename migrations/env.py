@@ -6,6 +6,7 @@ from alembic import context
 from sqlalchemy import Connection
 
 from services.storage.db import make_engine
+from services.storage.migrate import migration_transaction
 from services.storage.tables import metadata
 
 config = context.config
@@ -36,7 +37,7 @@ def run_migrations_online() -> None:
         return
     engine = make_engine(config.get_main_option("sqlalchemy.url") or "sqlite:///goodput.db")
     try:
-        with engine.connect() as conn:
+        with migration_transaction(engine) as conn:  # SQLite: foreign keys off while tables are rebuilt
             _run(conn)
     finally:
         engine.dispose()

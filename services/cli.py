@@ -12,6 +12,8 @@ from typing import Any
 
 DB_HELP = "database URL (default: GOODPUT_DATABASE_URL, else sqlite:///goodput.db in the current folder)"
 URL_HELP = "collector URL (default: GOODPUT_URL, else http://127.0.0.1:8000)"
+PROJECT_HELP = ("the run's project: needed with a read token of every project ('*') when several projects use the "
+                "run id (a token of one project always gets its own run)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,12 +88,14 @@ def _parser() -> argparse.ArgumentParser:
 
     runs = sub.add_parser("runs", help="list runs with goodput and waste")
     runs.add_argument("--url", help=URL_HELP)
+    runs.add_argument("--project", help="only this project's runs (a token of one project sees only its own)")
     runs.set_defaults(handler=_runs)
 
     ledger = sub.add_parser("ledger", help="print one run's waste ledger")
     ledger.add_argument("run_id")
     ledger.add_argument("--url", help=URL_HELP)
     ledger.add_argument("--json", action="store_true")
+    ledger.add_argument("--project", help=PROJECT_HELP)
     ledger.set_defaults(handler=_ledger)
 
     report = sub.add_parser("report", help="download a run's waste report (json, csv, html), or the fleet CSV",
@@ -105,11 +109,13 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--until", help="--fleet: runs with events at or before this time (epoch seconds or ISO 8601)")
     report.add_argument("--status", choices=["running", "finished", "failed", "cancelled"], help="--fleet: only these")
     report.add_argument("--url", help=URL_HELP)
+    report.add_argument("--project", help=PROJECT_HELP + "; with --fleet: only this project's runs")
     report.set_defaults(handler=_report)
 
     advise = sub.add_parser("advise", help="what to change in a run: the checkpoint interval (Young, Daly)")
     advise.add_argument("run_id")
     advise.add_argument("--url", help=URL_HELP)
+    advise.add_argument("--project", help=PROJECT_HELP)
     advise.set_defaults(handler=_advise)
 
     interval = sub.add_parser("simulate-interval", help="goodput against checkpoint interval: model and Monte Carlo")
@@ -249,13 +255,13 @@ def _event_end(event: dict[str, Any]) -> float:
 def _runs(ns: argparse.Namespace) -> int:
     from services.cli_output import print_runs
 
-    return print_runs(_url(ns))
+    return print_runs(_url(ns), project=ns.project)
 
 
 def _ledger(ns: argparse.Namespace) -> int:
     from services.cli_output import print_ledger
 
-    return print_ledger(_url(ns), ns.run_id, as_json=ns.json)
+    return print_ledger(_url(ns), ns.run_id, as_json=ns.json, project=ns.project)
 
 
 def _epoch(value: str | None, option: str) -> float | None:
@@ -289,12 +295,12 @@ def _report(ns: argparse.Namespace) -> int:
             print("goodput report: --fleet writes CSV only", file=sys.stderr)
             return 2
         params = {k: v for k, v in (("since", _epoch(ns.since, "--since")), ("until", _epoch(ns.until, "--until")),
-                                    ("status", ns.status)) if v is not None}
+                                    ("status", ns.status), ("project", ns.project)) if v is not None}
         path, what = "/v1/reports/fleet.csv", "fleet report"
     else:
         from urllib.parse import quote
 
-        params = {"format": ns.format or "html"}
+        params = {"format": ns.format or "html", **({"project": ns.project} if ns.project else {})}
         path, what = f"/v1/runs/{quote(ns.run_id, safe='')}/report", f"report of run {ns.run_id}"
     try:
         response = httpx.get(_url(ns) + path, params=params, timeout=300, headers=read_headers())
@@ -320,7 +326,7 @@ def _report(ns: argparse.Namespace) -> int:
 def _advise(ns: argparse.Namespace) -> int:
     from services.cli_advice import print_advice
 
-    return print_advice(_url(ns), ns.run_id)
+    return print_advice(_url(ns), ns.run_id, project=ns.project)
 
 
 def _simulate_interval(ns: argparse.Namespace) -> int:

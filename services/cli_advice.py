@@ -16,9 +16,10 @@ from services.analysis.interval import (
 )
 
 
-def print_advice(base: str, run_id: str) -> int:
+def print_advice(base: str, run_id: str, *, project: str | None = None) -> int:
     try:
-        response = httpx.get(f"{base}/v1/runs/{quote(run_id, safe='')}/advice", timeout=120, headers=read_headers())
+        response = httpx.get(f"{base}/v1/runs/{quote(run_id, safe='')}/advice", timeout=120, headers=read_headers(),
+                             params={"project": project} if project else None)
     except httpx.HTTPError as exc:
         raise SystemExit(f"goodput: cannot reach the collector at {base}: {exc}. Is `goodput serve` running?") from exc
     if response.status_code != 200:

@@ -12,15 +12,15 @@ from services.cli_tokens import read_headers
 CATEGORIES = ("startup", "checkpoint", "rework", "hang", "straggler", "idle")
 
 
-def _get(url: str) -> httpx.Response:
+def _get(url: str, project: str | None = None) -> httpx.Response:
     try:
-        return httpx.get(url, timeout=60.0, headers=read_headers())
+        return httpx.get(url, timeout=60.0, headers=read_headers(), params={"project": project} if project else None)
     except httpx.HTTPError as exc:
         raise SystemExit(f"goodput: cannot reach the collector at {url}: {exc}. Is `goodput serve` running?") from exc
 
 
-def print_runs(base: str) -> int:
-    response = _get(f"{base}/v1/runs")
+def print_runs(base: str, *, project: str | None = None) -> int:
+    response = _get(f"{base}/v1/runs", project)
     if response.status_code != 200:
         print(response.text)
         return 1
@@ -28,17 +28,19 @@ def print_runs(base: str) -> int:
     if not runs:
         print("no runs yet: instrument a training script (see README) or try `goodput simulate`")
         return 0
-    print(f"{'run':<32} {'status':<10} {'GPU-h':>9} {'goodput':>8}  " + " ".join(f"{c:>10}" for c in CATEGORIES))
+    print(f"{'run':<32} {'project':<16} {'status':<10} {'GPU-h':>9} {'goodput':>8}  "
+          + " ".join(f"{c:>10}" for c in CATEGORIES))
     for run in runs:
         alloc = run["allocated_gpu_seconds"]
         goodput = f"{run['goodput']:.1%}" if run["goodput"] is not None else "-"
         shares = " ".join(f"{(run['waste_gpu_seconds'][c] / alloc if alloc else 0):>10.1%}" for c in CATEGORIES)
-        print(f"{run['run_id'][:32]:<32} {run['status']:<10} {alloc / 3600:>9.2f} {goodput:>8}  {shares}")
+        print(f"{run['run_id'][:32]:<32} {run['project'][:16]:<16} {run['status']:<10} {alloc / 3600:>9.2f} "
+              f"{goodput:>8}  {shares}")
     return 0
 
 
-def print_ledger(base: str, run_id: str, *, as_json: bool = False) -> int:
-    response = _get(f"{base}/v1/runs/{quote(run_id, safe='')}/waste")
+def print_ledger(base: str, run_id: str, *, as_json: bool = False, project: str | None = None) -> int:
+    response = _get(f"{base}/v1/runs/{quote(run_id, safe='')}/waste", project)
     if response.status_code != 200:
         print(response.json().get("error", {}).get("message", response.text))
         return 1

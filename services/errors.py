@@ -2,12 +2,14 @@
 
 GoodputServiceError
  ├── RunNotFound          404: no event of that run was ever stored
+ ├── RunInSeveralProjects 409: a reader of every project named a run id that several projects use
  ├── InvalidBatch         400 / 413 / 422: the batch is rejected whole, nothing of it stored
+ ├── EventIdConflict      409: an event id already stored for the run with other content; batch rejected whole
  ├── Overloaded           503 + Retry-After: the writer is behind; send the same batch again later
  ├── StorageUnavailable   503 + Retry-After: the database refused or is down
  ├── Unauthenticated      401: no credential, or one that is malformed, unknown or revoked
- ├── Forbidden            403: a valid credential that may not do this (wrong kind, another project's run,
- │                        a remote client while no token exists)
+ ├── Forbidden            403: a valid credential that may not do this (wrong kind, a reader of one
+ │                        project asking for every project, a remote client while no token exists)
  └── ConfigurationError   bad settings, raised at start-up
 """
 
@@ -26,12 +28,32 @@ class RunNotFound(GoodputServiceError):
         self.run_id = run_id
 
 
+class RunInSeveralProjects(GoodputServiceError):
+    def __init__(self, run_id: str, projects: list[str]) -> None:
+        super().__init__(
+            f"run id {run_id!r} exists in {len(projects)} projects ({', '.join(map(repr, projects))}); say which "
+            f"with ?project=<name> (the CLI's --project)")
+        self.run_id = run_id
+        self.projects = projects
+
+
 class InvalidBatch(GoodputServiceError):
     def __init__(self, message: str, *, status: int = 422, code: str = "invalid_event", **details: Any) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.details = details
+
+
+class EventIdConflict(GoodputServiceError):
+    def __init__(self, *, index: int, event_id: str, run_id: str) -> None:
+        super().__init__(
+            f"events[{index}]: event_id {event_id!r} of run {run_id!r} is already stored with other content; an "
+            "event id must name one event (a retry sends the same content). The whole batch was rejected, nothing "
+            "of it stored: give the new event its own id")
+        self.index = index
+        self.event_id = event_id
+        self.run_id = run_id
 
 
 class Overloaded(GoodputServiceError):

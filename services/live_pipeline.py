@@ -27,7 +27,7 @@ from services.storage.checkpoint_requests import (
     resolve_fulfilled,
 )
 from services.storage.live import load_live_state
-from services.storage.load import RunRow, get_run, list_runs
+from services.storage.load import RunRef, RunRow, get_run, list_runs
 
 LEDGER_BUDGET_S = 0.5
 MAX_FLEET_SUSPECTS = 16  # suspects listed per run in /v1/live (the per-run endpoint: LiveConfig.max_suspects)
@@ -69,10 +69,10 @@ def with_live_hang(engine: Engine, row: RunRow, ledger: dict[str, Any], now: flo
     return provisional_ledger(ledger, live_hang_of(live_status(engine, row, now, config)), now)
 
 
-def ledger_now(engine: Engine, run_id: str, now: float, config: LiveConfig) -> dict[str, Any]:
+def ledger_now(engine: Engine, ref: RunRef, now: float, config: LiveConfig) -> dict[str, Any]:
     """GET /v1/runs/{run_id}/waste: the ledger of the run's current version, with a live hang provisionally."""
     with engine.connect() as conn:
-        row = get_run(conn, run_id)
+        row = get_run(conn, ref)
     return with_live_hang(engine, row, pipeline.ledger_for_row(engine, row), now, config)
 
 
@@ -93,7 +93,7 @@ def live_for_row(engine: Engine, row: RunRow, now: float, config: LiveConfig, *,
     out = detect_hang(state, now, config).to_dict(with_ranks=with_ranks)
     latest = row.last_time
     out.update({
-        "version": row.version, "latest_time": latest,
+        "project": row.project, "version": row.version, "latest_time": latest,
         "seconds_since_last_event": (now - latest) if latest is not None else None,
         "at_risk_gpu_seconds": float(ledger.get("at_risk_gpu_seconds", 0.0)),
         "allocated_gpus": max(allocated_gpus(ledger), state.world_size),
@@ -105,39 +105,45 @@ def live_for_row(engine: Engine, row: RunRow, now: float, config: LiveConfig, *,
     return out
 
 
-def live_for_run(engine: Engine, run_id: str, now: float, config: LiveConfig, *,
+def live_for_run(engine: Engine, ref: RunRef, now: float, config: LiveConfig, *,
                  ledger_budget_s: float = LEDGER_BUDGET_S) -> dict[str, Any]:
     with engine.connect() as conn:
-        row = get_run(conn, run_id)
+        row = get_run(conn, ref)
     return live_for_row(engine, row, now, config, ledger_budget_s=ledger_budget_s)
 
 
-def live_for_running_runs(engine: Engine, now: float, config: LiveConfig, *, limit: int = 500) -> list[dict[str, Any]]:
-    """Every running run, hung ones first, then by seconds since progress (longest first)."""
+def live_for_running_runs(engine: Engine, now: float, config: LiveConfig, *, limit: int = 500,
+                          project: str | None = None) -> list[dict[str, Any]]:
+    """Every running run (of `project`; None = every project), hung ones first, then by seconds since progress
+    (longest first)."""
     with engine.connect() as conn:
-        rows = list_runs(conn, status="running", limit=limit)
+        rows = list_runs(conn, status="running", limit=limit, project=project)
     out = [live_for_row(engine, row, now, config, with_ranks=False) for row in rows]
     out = [r for r in out if r["status"] == "running"]
-    out.sort(key=lambda r: (not r["hung"], -(r["seconds_since_progress"] or 0.0), r["run_id"]))
+    out.sort(key=lambda r: (not r["hung"], -(r["seconds_since_progress"] or 0.0), r["run_id"], r["project"]))
     return out
 
 
 # -- preemption cost and checkpoint requests -----------------------------------------------------------------
 
 
-def preemption_candidates(engine: Engine, now: float, config: LiveConfig, *, limit: int = 500) -> list[dict[str, Any]]:
-    """Running runs, cheapest to preempt now first, with the components of the cost."""
+def preemption_candidates(engine: Engine, now: float, config: LiveConfig, *, limit: int = 500,
+                          project: str | None = None) -> list[dict[str, Any]]:
+    """Running runs (of `project`; None = every project), cheapest to preempt now first, with the components of
+    the cost and each run's project."""
     with engine.connect() as conn:
-        rows = list_runs(conn, status="running", limit=limit)
-    by_id = {row.run_id: row for row in rows}
-    ledgers = [recent_ledger(engine, row) for row in rows]
+        rows = list_runs(conn, status="running", limit=limit, project=project)
+    # the ranking knows runs by their ledgers' run_id, which is not unique across projects: rank by
+    # (run id, project, row) instead (the same order on ties) and put the run id back afterwards
+    ledgers = [{**recent_ledger(engine, row), "run_id": (row.run_id, row.project, k)} for k, row in enumerate(rows)]
     ranked = rank_preemption_candidates(ledgers)
     with engine.begin() as conn:
         for row in rows:
             resolve_fulfilled(conn, row.pk)
         pending = {r.run_pk: r.id for r in reversed(pending_requests(conn, [row.pk for row in rows]))}
     for item in ranked:
-        row = by_id[item["run_id"]]
+        row = rows[item["run_id"][2]]
+        item.update(run_id=row.run_id, project=row.project)
         with engine.connect() as conn:
             state = load_live_state(conn, row, now=now, lookback_s=max(60.0, 4 * config.silent_after_s))
         item["hung"] = detect_hang(replace(state, status="running"), now, config).hung
@@ -151,25 +157,25 @@ def request_out(run_id: str, r: CheckpointRequestRow) -> dict[str, Any]:
             "pending": r.pending}
 
 
-def request_checkpoint(engine: Engine, run_id: str, now: float, *, reason: str | None,
+def request_checkpoint(engine: Engine, ref: RunRef, now: float, *, reason: str | None,
                        requested_by: str | None) -> dict[str, Any]:
     with engine.begin() as conn:
-        row = get_run(conn, run_id)
+        row = get_run(conn, ref)
         return request_out(row.run_id, create_request(conn, row.pk, now=now, reason=reason,
                                                       requested_by=requested_by))
 
 
-def checkpoint_requests_for_run(engine: Engine, run_id: str) -> list[dict[str, Any]]:
+def checkpoint_requests_for_run(engine: Engine, ref: RunRef) -> list[dict[str, Any]]:
     with engine.begin() as conn:
-        row = get_run(conn, run_id)
+        row = get_run(conn, ref)
         resolve_fulfilled(conn, row.pk)
         return [request_out(row.run_id, r) for r in list_requests(conn, row.pk)]
 
 
-def signals_for_run(engine: Engine, run_id: str) -> dict[str, Any] | None:
+def signals_for_run(engine: Engine, ref: RunRef) -> dict[str, Any] | None:
     """The oldest checkpoint request of the run not fulfilled yet, or None."""
     with engine.begin() as conn:
-        row = get_run(conn, run_id)
+        row = get_run(conn, ref)
         resolve_fulfilled(conn, row.pk)
         pending = pending_requests(conn, [row.pk])
     return request_out(row.run_id, pending[0]) if pending else None

@@ -17,12 +17,12 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, update
 
 from services.analysis.ledger import build_ledger
-from services.errors import RunNotFound
 from services.single_flight import Pace, SingleFlight, run_key
 from services.storage.load import (
+    RunRef,
     RunRow,
     get_run,
     get_run_by_pk,
@@ -48,10 +48,10 @@ ANALYSES: SingleFlight[Any] = SingleFlight("analysis")
 ANALYSIS_PACE = Pace()
 
 
-def ledger_for_run(engine: Engine, run_id: str) -> dict[str, Any]:
+def ledger_for_run(engine: Engine, ref: RunRef) -> dict[str, Any]:
     """The run's ledger as served by the API (cached in the database until the run receives events)."""
     with engine.connect() as conn:
-        run = get_run(conn, run_id)
+        run = get_run(conn, ref)
     return ledger_for_row(engine, run)
 
 
@@ -121,12 +121,12 @@ def store_ledger(engine: Engine, run: RunRow, ledger: dict[str, Any]) -> None:
         )
 
 
-def run_detail(engine: Engine, run_id: str,
+def run_detail(engine: Engine, ref: RunRef,
                overlay: Callable[[RunRow, dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
     """GET /v1/runs/{run_id}: the run's structure, from its ledger (passed through `overlay`, e.g. a live
     hang's provisional booking, when given)."""
     with engine.connect() as conn:
-        row = get_run(conn, run_id)
+        row = get_run(conn, ref)
     ledger = ledger_for_row(engine, row)
     if overlay is not None:
         ledger = overlay(row, ledger)
@@ -138,8 +138,8 @@ def run_detail(engine: Engine, run_id: str,
         with engine.connect() as conn:
             last_checkpoint = last_ok_checkpoint(conn, row.pk)
     return {
-        "run_id": ledger["run_id"], "status": ledger["status"], "first_time": ledger["first_time"],
-        "last_time": ledger["latest_time"], "attempts": attempts,
+        "run_id": ledger["run_id"], "project": row.project, "status": ledger["status"],
+        "first_time": ledger["first_time"], "last_time": ledger["latest_time"], "attempts": attempts,
         "world_sizes": sorted({a["world_size"] for a in attempts}), "restarts": ledger["restarts"],
         "last_step": max(last_steps) if last_steps else None, "last_checkpoint": last_checkpoint,
         "allocated_gpu_seconds": ledger["allocated_gpu_seconds"], "goodput": ledger["goodput"],
@@ -153,11 +153,3 @@ def fleet_ledgers(engine: Engine, *, project: str | None = None, limit: int = 20
     with engine.connect() as conn:
         rows = list_runs(conn, limit=limit, project=project)
     return [recent_ledger(engine, row, budget_s=0.0)[0] for row in rows]
-
-
-def run_project(engine: Engine, run_id: str) -> str:
-    with engine.connect() as conn:
-        project = conn.execute(select(Run.project).where(Run.run_id == run_id)).scalar()
-    if project is None:
-        raise RunNotFound(run_id)
-    return str(project)

@@ -1,7 +1,7 @@
-"""Load a run with its losses, learning rates and digests, and check its resumes; kept per (run_id, version).
+"""Load a run with its losses, learning rates and digests, and check its resumes; kept per (run, version).
 
 The check reads every step's loss and lr (`load_run_data(..., detail=True)`), so its result is cached like the
-straggler report: an in-process LRU keyed by (run_id, version), stale as soon as the run receives an event.
+straggler report: an in-process LRU keyed by ((project, run id), version), stale as soon as the run receives an event.
 Only the default tolerances are cached; a request with its own tolerances is computed afresh.
 
 `recent_resume_check` is for the dashboard, which must not wait for a big run: it waits at most `budget_s`,
@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 
 from services.analysis.resume_check import ResumeCheckConfig, build_resume_check
 from services.single_flight import SingleFlight, run_key
-from services.storage.load import RunRow, get_run, load_run_data
+from services.storage.load import RunRef, RunRow, get_run, load_run_data
 from services.version_cache import VersionCache
 
 logger = logging.getLogger(__name__)
@@ -34,48 +34,48 @@ class ResumeCheckPending(Exception):
     """The run's first resume check is still being computed."""
 
 
-def resume_check(engine: Engine, run_id: str, config: ResumeCheckConfig | None = None, *,
+def resume_check(engine: Engine, ref: RunRef, config: ResumeCheckConfig | None = None, *,
                  cache: VersionCache = _CACHE) -> dict[str, Any]:
     """GET /v1/runs/{run_id}/resume-check: the run's resume check as a JSON-able dict (with the run's version)."""
     config = config or DEFAULT_CONFIG
     with engine.connect() as conn:
-        run = get_run(conn, run_id)
+        run = get_run(conn, ref)
     if config != DEFAULT_CONFIG:
         return _check(engine, run, config)
-    while (cached := cache.get(run.run_id, run.version)) is None:
-        build = _BUILDS.submit(run_key(engine, run.run_id), lambda: _check_and_cache(engine, run.run_id, cache))
+    while (cached := cache.get(run.ref, run.version)) is None:
+        build = _BUILDS.submit(run_key(engine, run.ref), lambda: _check_and_cache(engine, run.ref, cache))
         latest = build.result()
         if latest["version"] >= run.version:
             return latest
     return cached
 
 
-def recent_resume_check(engine: Engine, run_id: str, *, budget_s: float,
+def recent_resume_check(engine: Engine, ref: RunRef, *, budget_s: float,
                         cache: VersionCache = _CACHE) -> tuple[dict[str, Any], bool]:
     """(check, stale) with the default tolerances; raises ResumeCheckPending when no check is ready in time."""
     with engine.connect() as conn:
-        run = get_run(conn, run_id)
-    cached = cache.latest(run.run_id)
+        run = get_run(conn, ref)
+    cached = cache.latest(run.ref)
     if cached is not None and cached[0] >= run.version:
         return cached[1], False
-    future = _BUILDS.submit(run_key(engine, run.run_id), lambda: _check_and_cache(engine, run.run_id, cache))
+    future = _BUILDS.submit(run_key(engine, run.ref), lambda: _check_and_cache(engine, run.ref, cache))
     try:
         check = future.result(timeout=budget_s)
         if check["version"] >= run.version:
             return check, False
     except FutureTimeout:
         pass
-    cached = cache.latest(run.run_id)
+    cached = cache.latest(run.ref)
     if cached is None:
-        raise ResumeCheckPending(run_id)
+        raise ResumeCheckPending(ref.run_id)
     return cached[1], True
 
 
-def _check_and_cache(engine: Engine, run_id: str, cache: VersionCache) -> dict[str, Any]:
+def _check_and_cache(engine: Engine, ref: RunRef, cache: VersionCache) -> dict[str, Any]:
     with engine.connect() as conn:
-        run = get_run(conn, run_id)  # read again: the newest version when the check starts
+        run = get_run(conn, ref)  # read again: the newest version when the check starts
     check = _check(engine, run, DEFAULT_CONFIG)
-    cache.put(run.run_id, run.version, check)
+    cache.put(run.ref, run.version, check)
     return check
 
 

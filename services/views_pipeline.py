@@ -27,7 +27,7 @@ from services.analysis.ledger import build_ledger
 from services.analysis.views import build_run_views
 from services.pipeline import ANALYSES, ANALYSIS_PACE, build_within, store_ledger
 from services.single_flight import run_key
-from services.storage.load import RunRow, get_run, get_run_by_pk, load_run_data
+from services.storage.load import RunRef, RunRow, get_run, get_run_by_pk, load_run_data
 from services.storage.tables import RunViews
 
 logger = logging.getLogger(__name__)
@@ -44,10 +44,10 @@ class StoredViews:
 
 
 
-def views_for_run(engine: Engine, run_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def views_for_run(engine: Engine, ref: RunRef) -> tuple[dict[str, Any], dict[str, Any]]:
     """(views, ledger) of the run's current version; both describe the same version."""
     with engine.connect() as conn:
-        run = get_run(conn, run_id)
+        run = get_run(conn, ref)
     return views_for_row(engine, run)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import dash
 from dash import dcc, html
@@ -16,9 +16,10 @@ from dashboards.theme import CATEGORIES, COLORS, DESCRIPTIONS, LABELS
 TABLE_LIMIT = 200
 
 
-def run_href(run_id: str) -> str:
-    """The run page's address under the app's prefix (`/dashboard/runs/<quoted id>` when embedded)."""
-    path = f"/runs/{quote(run_id, safe='')}"
+def run_href(run_id: str, project: str | None = None) -> str:
+    """The run page's address under the app's prefix (`/dashboard/runs/<quoted id>?project=P` when embedded): a
+    run is identified by (project, run id), so the link carries both."""
+    path = f"/runs/{quote(run_id, safe='')}" + (f"?{urlencode({'project': project})}" if project else "")
     try:
         return dash.get_relative_path(path)
     except AttributeError:  # no Dash app configured (pure use, tests)
@@ -51,7 +52,7 @@ def runs_table(frame: Any) -> html.Table:
     rows = []
     for row in frame.head(TABLE_LIMIT).itertuples(index=False):
         rows.append(html.Tr(**{"data-run-id": row.run_id}, className="hung" if row.possibly_hung else "", children=[
-            html.Td(dcc.Link(row.run_id, href=run_href(row.run_id),
+            html.Td(dcc.Link(row.run_id, href=run_href(row.run_id, row.project),
                              className="run-link")),
             html.Td([status_badge(row.status), *([html.Span(
                 " updating", className="muted stale-mark",

@@ -24,7 +24,8 @@ def fleet_runs_figure(runs: pd.DataFrame, limit: int = 25) -> go.Figure:
             y=labels, x=values / 3600.0, orientation="h", name=LABELS[category],
             marker={"color": COLORS[category]}, customdata=list(zip(top["run_id"], [fmt.gpu_hours(v) for v in values],
                                                                      [fmt.share(v, a) for v, a in
-                                                                      zip(values, top["allocated_gpu_seconds"])])),
+                                                                      zip(values, top["allocated_gpu_seconds"])],
+                                                                     top["project"])),
             hovertemplate="%{customdata[0]}<br>" + LABELS[category] + ": %{customdata[1]} (%{customdata[2]})"
                           "<extra></extra>",
         ))

@@ -143,12 +143,12 @@ def _draw(store: dict[str, Any] | None) -> tuple[Any, ...]:
 
 
 @callback(
-    Output(ids.APP_LOCATION, "pathname"),
+    Output(ids.APP_LOCATION, "href"),  # the run page's path and ?project=
     Input(ids.FLEET_RUNS_GRAPH, "clickData"),
     prevent_initial_call=True,
 )
 def _open_clicked_run(click: dict[str, Any] | None) -> Any:
     if not click or not click.get("points"):
         return no_update
-    run_id = click["points"][0]["customdata"][0]
-    return fleet_parts.run_href(run_id)
+    point = click["points"][0]["customdata"]
+    return fleet_parts.run_href(point[0], point[3] if len(point) > 3 else None)

@@ -20,10 +20,12 @@ dash.register_page(__name__, path_template="/runs/<run_id>", name="Run",
 _GRAPH_CONFIG = {"displaylogo": False}
 
 
-def layout(run_id: str | None = None, **_query: Any) -> html.Div:
+def layout(run_id: str | None = None, project: str | None = None, **_query: Any) -> html.Div:
+    """`project` (`/runs/<run_id>?project=P`, as the fleet links it): which project's run of that id; without it
+    the collector resolves the id (the token's project, or the only project that has it)."""
     run_id = unquote(run_id or "")
     return html.Div(children=[
-        dcc.Store(id=ids.RUN_ID_STORE, data=run_id),
+        dcc.Store(id=ids.RUN_ID_STORE, data={"run_id": run_id, "project": project or None}),
         dcc.Store(id=ids.RUN_STORE),
         dcc.Store(id=ids.RUN_VERSION_STORE),
         dcc.Store(id=ids.RUN_LIVE_STORE),
@@ -83,19 +85,20 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
     Input(ids.RUN_ID_STORE, "data"),
     State(ids.RUN_VERSION_STORE, "data"),
 )
-def _fetch(_n: int | None, run_id: str | None, fetched: dict[str, Any] | None) -> tuple[Any, ...]:
+def _fetch(_n: int | None, run: dict[str, Any] | str | None, fetched: dict[str, Any] | None) -> tuple[Any, ...]:
     """Every tick: the small live document. The views only when the run changed, and then the newest build
     the collector has ready within about a second: a big run's rebuild goes on in the background and is
     drawn on a later tick, so the page never waits for it."""
+    run_id, project = _run_of(run)
     if not run_id:
         return no_update, {"error": "No run id in the address."}, None, None
     fetched = fetched or {}
     api = data.api()
     try:
-        live = api.live(run_id)
+        live = api.live(run_id, project)
         if live.get("version") == fetched.get("version") and not fetched.get("resume_pending"):
             return live, no_update, no_update, no_update
-        view = api.view(run_id)
+        view = api.view(run_id, project)
         note = run_parts.freshness_note(view)
         if view.get("version") == fetched.get("version") and not fetched.get("resume_pending"):
             return live, no_update, no_update, note  # the rebuild is not ready yet: keep what is drawn
@@ -104,13 +107,21 @@ def _fetch(_n: int | None, run_id: str | None, fetched: dict[str, Any] | None) -
     except data.ApiError as exc:
         return None, {"error": str(exc)}, None, None
     try:
-        resume = api.resume_check(run_id)
+        resume = api.resume_check(run_id, project)
         pending = resume is None
     except data.ApiError:  # the banner is optional: the page still shows the ledger
         resume, pending = None, False
     ledger = view.pop("ledger")
     return live, {"ledger": ledger, "view": view, "resume": resume}, {"version": view.get("version"),
                                                                       "resume_pending": pending}, note
+
+
+def _run_of(store: dict[str, Any] | str | None) -> tuple[str | None, str | None]:
+    """(run id, project) from the page's run store; a bare string is a run id (a page laid out before the store
+    carried the project, still open in a browser)."""
+    if isinstance(store, str):
+        return store or None, None
+    return (store or {}).get("run_id"), (store or {}).get("project")
 
 
 @callback(Output(ids.RUN_RESUME, "children"), Input(ids.RUN_STORE, "data"))
@@ -135,8 +146,10 @@ def _draw_resume(store: dict[str, Any] | None) -> Any:
     State(ids.RUN_ID_STORE, "data"),
     State(ids.RUN_LIVE_STORE, "data"),
 )
-def _draw(store: dict[str, Any] | None, run_id: str | None, live: dict[str, Any] | None) -> tuple[Any, ...]:
+def _draw(store: dict[str, Any] | None, run: dict[str, Any] | str | None,
+          live: dict[str, Any] | None) -> tuple[Any, ...]:
     blank = figures.empty_figure("")
+    run_id, _ = _run_of(run)
     if not store or "error" in store:
         text = store["error"] if store else "Loading…"
         extra = [dcc.Link("Back to the fleet", href=dash.get_relative_path("/"))] if store else []

@@ -7,15 +7,18 @@ Rules (README, "Security"):
 - Once a token exists, every API request needs one, loopback or not, as `Authorization: Bearer <token>`
   (HTTP Basic with the token as the password works too, for browsers).
   `gpw_...` write tokens may only `POST /v1/events`; `gpr_...` read tokens may only read.
-- A token belongs to one project. Runs a write token creates get its project; a batch naming a run of another
-  project is refused whole (403). A read token sees only its project's runs: another project's run answers 404,
-  exactly like a run that does not exist, and lists leave it out. A read token of project "*" sees every
-  project; `/metrics`, whose series span the fleet, needs one.
+- A token belongs to one project, and a run is identified by (project, run id): a write token's batches go to
+  the runs of its project (created there if new), so two projects may use the same run id without seeing or
+  affecting each other. A read token sees only its project's runs: any other run id answers 404, exactly like
+  a run that does not exist, and lists leave other projects out. A read token of project "*" (and a local
+  client while no token exists) sees every project: a run id that several projects use needs `?project=P`
+  (else 409 listing them). `/metrics`, whose series span the fleet, needs a '*' token.
 - `/healthz` needs no token (only the network rule), and neither do `/docs` and `/openapi.json`.
 
 Tokens are looked up by their public id and their secret's salted hash compared in constant time
 (services.storage.tokens). Lookups are cached per process for `GOODPUT_AUTH_CACHE_TTL_S` seconds, so a revoked
-token stops working within that time; a run's project never changes and is cached until the cache is full.
+token stops working within that time. Every route of one run resolves it through `RunRef` dependencies below
+(services.storage.load.resolve_run: one index lookup).
 """
 
 from __future__ import annotations
@@ -25,18 +28,17 @@ import binascii
 import ipaddress
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from fastapi import Depends, Request
-from sqlalchemy import Engine, select
+from fastapi import Depends, Query, Request
+from sqlalchemy import Engine
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from services.errors import Forbidden, RunNotFound, Unauthenticated
-from services.storage.tables import Run
+from services.errors import Forbidden, Unauthenticated
+from services.storage.load import RunRef, resolve_run
 from services.storage.tokens import ALL_PROJECTS, StoredToken, find_token, has_active_tokens, parse_token, verify_secret
 
 CREATE_HINT = ("create one on the collector's host with `goodput token create --project P --kind write` (for the "
@@ -44,7 +46,6 @@ CREATE_HINT = ("create one on the collector's host with `goodput token create --
 # Starlette's TestClient reports its peer as "testclient". A socket peer is always an IP address, and a proxy
 # that lets a client choose its X-Forwarded-For could as well let it say 127.0.0.1, so this adds no way in.
 _LOCAL_NAMES = frozenset({"localhost", "testclient"})
-_MAX_CACHED_RUNS = 100_000
 
 
 def is_loopback(host: str | None) -> bool:
@@ -66,9 +67,6 @@ class Principal:
     project: str | None
     token_id: str | None = None
 
-    def sees(self, project: str | None) -> bool:
-        return self.project is None or project is None or project == self.project
-
 
 @dataclass(slots=True)
 class _Cached:
@@ -85,7 +83,6 @@ class Authenticator:
         self._lock = threading.Lock()
         self._enabled: _Cached | None = None
         self._tokens: dict[str, _Cached] = {}
-        self._run_projects: dict[str, str] = {}
 
     # -- lookups (sync: run them in a thread) ---------------------------------------------------------------
 
@@ -111,19 +108,10 @@ class Authenticator:
             self._tokens[token_id] = _Cached(stored, time.monotonic() + self._ttl)
         return stored
 
-    def project_of(self, run_id: str) -> str | None:
-        """The run's project, None if there is no such run (yet)."""
-        project = self._run_projects.get(run_id)
-        if project is not None:
-            return project
+    def resolve_run(self, principal: Principal, run_id: str, project: str | None) -> RunRef:
+        """The run `principal` names (services.storage.load.resolve_run): RunNotFound for one it may not see."""
         with self._engine.connect() as conn:
-            project = conn.execute(select(Run.project).where(Run.run_id == run_id)).scalar()
-        if project is not None:
-            with self._lock:
-                if len(self._run_projects) >= _MAX_CACHED_RUNS:
-                    self._run_projects.clear()
-                self._run_projects[run_id] = project
-        return project
+            return resolve_run(conn, run_id, own_project=principal.project, project=project)
 
     def authenticate(self, credential: str | None, client_host: str | None) -> Principal:
         if not self.enabled():
@@ -226,30 +214,31 @@ async def _fleet_reader(principal: Annotated[Principal, Depends(_reader)]) -> Pr
     return principal
 
 
-async def _readable_run(run_id: str, request: Request,
-                        principal: Annotated[Principal, Depends(_reader)]) -> Principal:
-    """A run of another project answers 404, like a run that does not exist."""
-    return await _run_of_own_project(run_id, request, principal)
+ProjectQuery = Annotated[str | None, Query(
+    max_length=64, description="the run's project; needed only by a reader of every project ('*' token, or local "
+    "without tokens) when several projects use the run id. A token of one project always gets its own run")]
 
 
-async def _run_of_own_project(run_id: str, request: Request, principal: Principal) -> Principal:
-    if principal.project is not None:
-        project = await run_in_threadpool(_authenticator(request).project_of, run_id)
-        if project is not None and project != principal.project:
-            raise RunNotFound(run_id)
-    return principal
+async def _run_for(principal: Principal, run_id: str, project: str | None, request: Request) -> RunRef:
+    return await run_in_threadpool(_authenticator(request).resolve_run, principal, run_id, project)
 
 
-async def _writable_run(run_id: str, request: Request,
-                        principal: Annotated[Principal, Depends(_writer)]) -> Principal:
-    """A write token acting on one run of its project (a checkpoint request); another project's run is 404."""
-    return await _run_of_own_project(run_id, request, principal)
+async def _readable_run(run_id: str, request: Request, principal: Annotated[Principal, Depends(_reader)],
+                        project: ProjectQuery = None) -> RunRef:
+    """The run a reader names; another project's run answers 404, like a run that does not exist."""
+    return await _run_for(principal, run_id, project, request)
 
 
-async def _client_run(run_id: str, request: Request,
-                      principal: Annotated[Principal, Depends(_principal)]) -> Principal:
+async def _writable_run(run_id: str, request: Request, principal: Annotated[Principal, Depends(_writer)],
+                        project: ProjectQuery = None) -> RunRef:
+    """A write token acting on one run of its project (a checkpoint request); any other is 404."""
+    return await _run_for(principal, run_id, project, request)
+
+
+async def _client_run(run_id: str, request: Request, principal: Annotated[Principal, Depends(_principal)],
+                      project: ProjectQuery = None) -> RunRef:
     """Either kind of token of the run's project: what a training job polls with its write token."""
-    return await _run_of_own_project(run_id, request, principal)
+    return await _run_for(principal, run_id, project, request)
 
 
 async def _network(request: Request) -> None:
@@ -263,28 +252,32 @@ async def _network(request: Request) -> None:
 
 @dataclass(frozen=True, slots=True)
 class RunScope:
-    """What a reader may list: `project` for SQL filters (None = all), `allows(run_id)` for lists built otherwise.
-    `allows` may read the database: call it from a worker thread."""
+    """Which runs a list shows: `project` for SQL filters (None = every project). A reader of one project who
+    asks for another (`?project=Q`) gets an empty list (`matches_nothing`), not the other project's runs."""
 
     project: str | None
-    allows: Callable[[str], bool]
+    matches_nothing: bool = False
 
 
-async def _run_scope(request: Request, principal: Annotated[Principal, Depends(_reader)]) -> RunScope:
-    auth = _authenticator(request)
-    return RunScope(principal.project, lambda run_id: principal.sees(auth.project_of(run_id)))
+async def _run_scope(principal: Annotated[Principal, Depends(_reader)], project: Annotated[str | None, Query(
+        max_length=64, description="only runs of this project (a token of one project sees only its own)")] = None,
+                     ) -> RunScope:
+    if principal.project is None:
+        return RunScope(project)
+    return RunScope(principal.project, matches_nothing=project is not None and project != principal.project)
 
 
 PrincipalDep = Annotated[Principal, Depends(_principal)]
 WritePrincipalDep = Annotated[Principal, Depends(_writer)]
 ReadPrincipalDep = Annotated[Principal, Depends(_reader)]
 RunScopeDep = Annotated[RunScope, Depends(_run_scope)]
-# For route decorators: dependencies=[READ_RUN] and so on.
-READ_RUN = Depends(_readable_run)
+# The run a route of one run (/v1/runs/{run_id}/...) works on, resolved for the caller: use one of these.
+ReadRunDep = Annotated[RunRef, Depends(_readable_run)]
+WriteRunDep = Annotated[RunRef, Depends(_writable_run)]
+ClientRunDep = Annotated[RunRef, Depends(_client_run)]
+# For route decorators: dependencies=[READ_FLEET] and so on.
 READ_ANY = Depends(_reader)
 READ_FLEET = Depends(_fleet_reader)
-WRITE_RUN = Depends(_writable_run)
-CLIENT_RUN = Depends(_client_run)
 NETWORK = Depends(_network)
 
 

@@ -9,7 +9,16 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from services.errors import Forbidden, InvalidBatch, Overloaded, RunNotFound, StorageUnavailable, Unauthenticated
+from services.errors import (
+    EventIdConflict,
+    Forbidden,
+    InvalidBatch,
+    Overloaded,
+    RunInSeveralProjects,
+    RunNotFound,
+    StorageUnavailable,
+    Unauthenticated,
+)
 from services.storage.db import UNREACHABLE_ERRORS
 
 logger = logging.getLogger(__name__)
@@ -25,6 +34,15 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RunNotFound)
     async def _not_found(_: Request, exc: RunNotFound) -> JSONResponse:
         return _error(404, "run_not_found", str(exc), run_id=exc.run_id)
+
+    @app.exception_handler(RunInSeveralProjects)
+    async def _ambiguous(_: Request, exc: RunInSeveralProjects) -> JSONResponse:
+        return _error(409, "run_in_several_projects", str(exc), run_id=exc.run_id, projects=exc.projects)
+
+    @app.exception_handler(EventIdConflict)
+    async def _event_conflict(_: Request, exc: EventIdConflict) -> JSONResponse:
+        return _error(409, "event_id_conflict", str(exc), index=exc.index, event_id=exc.event_id, run_id=exc.run_id,
+                      field=f"events[{exc.index}].event_id")
 
     @app.exception_handler(InvalidBatch)
     async def _invalid(_: Request, exc: InvalidBatch) -> JSONResponse:

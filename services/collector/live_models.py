@@ -28,6 +28,7 @@ class RankLive(BaseModel):
 
 class LiveRun(BaseModel):
     run_id: str
+    project: str = Field(description="the run's project: a run is identified by (project, run_id)")
     status: str
     attempt: int | None
     world_size: int
@@ -71,6 +72,7 @@ class LiveRuns(BaseModel):
 
 class PreemptionCandidate(BaseModel):
     run_id: str
+    project: str = Field(description="the run's project: a run is identified by (project, run_id)")
     gpus: int
     cost_gpu_seconds: float = Field(description="at_risk_gpu_seconds + restart_gpu_seconds: what preempting it "
                                     "now would destroy")

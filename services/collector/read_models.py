@@ -102,6 +102,7 @@ class Ledger(BaseModel):
 
 class RunListItem(BaseModel):
     run_id: str
+    project: str = Field(description="the run's project: a run is identified by (project, run_id)")
     status: str
     first_time: float | None
     last_time: float | None
@@ -129,6 +130,7 @@ class LastCheckpoint(BaseModel):
 
 class RunDetail(BaseModel):
     run_id: str
+    project: str = Field(description="the run's project: a run is identified by (project, run_id)")
     status: str
     first_time: float | None
     last_time: float | None

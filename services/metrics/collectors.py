@@ -1,6 +1,7 @@
 """The prometheus `Collector` that turns the latest run snapshot into metric families at scrape time.
 
-Label sets are fixed: ``run_id`` (only for the runs a snapshot labels: running or recently active, capped),
+Label sets are fixed: ``run_id`` and ``project`` (a run is identified by both: two projects' runs of the same id
+are two series; only for the runs a snapshot labels: running or recently active, capped),
 ``category`` (the six waste categories), ``status``, ``reason`` and ``outcome`` with small, known value sets.
 No rank, host or event ever becomes a label value; that detail is in the API and the reports.
 """
@@ -45,20 +46,20 @@ def _counter(name: str, doc: str, labels: list[str] | None = None) -> CounterMet
 
 
 def _run_families(runs: Iterable[RunSample], now: float) -> Iterator[Metric]:
-    run = ["run_id"]
+    run = ["run_id", "project"]
     ratio = _gauge("run_goodput_ratio", "Productive GPU-seconds / allocated GPU-seconds of the run (0..1)", run)
     allocated = _gauge("run_allocated_gpu_seconds", "GPU-seconds allocated to the run so far", run)
     productive = _gauge("run_productive_gpu_seconds", "GPU-seconds of kept optimizer steps, net of stragglers", run)
     waste = _gauge("run_waste_gpu_seconds", "GPU-seconds of the run lost, by waste category (the ledger; a "
                    "category can shrink when a later restart reclassifies work; while the run is hung, hang "
-                   "includes its time since the last progress, provisionally)", ["run_id", "category"])
+                   "includes its time since the last progress, provisionally)", ["run_id", "project", "category"])
     provisional = _gauge("run_provisional_hang_gpu_seconds", "Hang GPU-seconds booked provisionally while the "
                          "running run is flagged hung (included in run_waste_gpu_seconds{category=\"hang\"}); "
                          "0 otherwise; running runs only", run)
     at_risk = _gauge("run_at_risk_gpu_seconds",
                      "GPU-seconds of work since the run's last good checkpoint (lost if it fails now)", run)
     restarts = _counter("run_restarts", "Restarts of the run (attempts - 1)", run)
-    checkpoints = _counter("run_checkpoints", "Checkpoints the run wrote, by outcome", ["run_id", "outcome"])
+    checkpoints = _counter("run_checkpoints", "Checkpoints the run wrote, by outcome", ["run_id", "project", "outcome"])
     blocking = _gauge("run_checkpoint_blocking_seconds",
                       "Median seconds one checkpoint blocked the training loop", run)
     since = _gauge("run_seconds_since_progress",
@@ -72,33 +73,34 @@ def _run_families(runs: Iterable[RunSample], now: float) -> Iterator[Metric]:
     latest = _gauge("run_last_event_timestamp_seconds", "Time of the run's latest event (epoch seconds)", run)
     dropped = _counter("run_client_dropped_events", "Events the run's clients report lost: buffer = dropped "
                        "from a full in-memory buffer, spool = dropped from a full spool, rejected = refused by "
-                       "the collector", ["run_id", "reason"])
+                       "the collector", ["run_id", "project", "reason"])
     for sample in runs:
-        ledger, rid = sample.ledger_at(now), sample.run_id  # a hung run's hang so far, provisionally
+        ledger = sample.ledger_at(now)  # a hung run's hang so far, provisionally
+        rid = [sample.run_id, sample.project]
         if ledger.get("goodput") is not None:
-            ratio.add_metric([rid], float(ledger["goodput"]))
-        allocated.add_metric([rid], float(ledger["allocated_gpu_seconds"]))
-        productive.add_metric([rid], float(ledger["productive_gpu_seconds"]))
+            ratio.add_metric(rid, float(ledger["goodput"]))
+        allocated.add_metric(rid, float(ledger["allocated_gpu_seconds"]))
+        productive.add_metric(rid, float(ledger["productive_gpu_seconds"]))
         for category in WASTE_KEYS:
-            waste.add_metric([rid, category], float(ledger["waste_gpu_seconds"].get(category, 0.0)))
-        at_risk.add_metric([rid], float(ledger.get("at_risk_gpu_seconds", 0.0)))
-        restarts.add_metric([rid], float(ledger.get("restarts", 0)))
+            waste.add_metric([*rid, category], float(ledger["waste_gpu_seconds"].get(category, 0.0)))
+        at_risk.add_metric(rid, float(ledger.get("at_risk_gpu_seconds", 0.0)))
+        restarts.add_metric(rid, float(ledger.get("restarts", 0)))
         ck = ledger.get("checkpoints", {})
-        checkpoints.add_metric([rid, "ok"], float(ck.get("ok", 0)))
-        checkpoints.add_metric([rid, "failed"], float(ck.get("failed", 0)))
+        checkpoints.add_metric([*rid, "ok"], float(ck.get("ok", 0)))
+        checkpoints.add_metric([*rid, "failed"], float(ck.get("failed", 0)))
         if ck.get("median_blocking_seconds") is not None:
-            blocking.add_metric([rid], float(ck["median_blocking_seconds"]))
-        running.add_metric([rid], 1.0 if sample.running else 0.0)
+            blocking.add_metric(rid, float(ck["median_blocking_seconds"]))
+        running.add_metric(rid, 1.0 if sample.running else 0.0)
         if sample.running and sample.last_progress_time is not None:
-            since.add_metric([rid], max(0.0, now - sample.last_progress_time))
+            since.add_metric(rid, max(0.0, now - sample.last_progress_time))
         if sample.running and sample.hung is not None:
-            hung.add_metric([rid], 1.0 if sample.hung else 0.0)
-            provisional.add_metric([rid], float((ledger.get("provisional") or {}).get("hang_gpu_seconds", 0.0)))
-            suspects.add_metric([rid], float(sample.hang_suspects))
+            hung.add_metric(rid, 1.0 if sample.hung else 0.0)
+            provisional.add_metric(rid, float((ledger.get("provisional") or {}).get("hang_gpu_seconds", 0.0)))
+            suspects.add_metric(rid, float(sample.hang_suspects))
         if ledger.get("latest_time") is not None:
-            latest.add_metric([rid], float(ledger["latest_time"]))
+            latest.add_metric(rid, float(ledger["latest_time"]))
         for reason, value in sample.client_dropped.items():
-            dropped.add_metric([rid, reason], float(value))
+            dropped.add_metric([*rid, reason], float(value))
     yield from (ratio, allocated, productive, waste, at_risk, restarts, checkpoints, blocking, since, running,
                 hung, suspects, provisional, latest, dropped)
 

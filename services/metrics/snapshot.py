@@ -41,6 +41,7 @@ _CHUNK = 500
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunSample:
     run_id: str
+    project: str
     ledger: dict[str, Any]
     last_progress_time: float | None  # latest step end; the run's first event when it has no step yet
     client_dropped: dict[str, int]  # CLIENT_COUNTERS keys -> events, summed over the run's processes
@@ -116,7 +117,7 @@ def build_snapshot(engine: Engine, config: MetricsConfig, now: float,
     for row, ledger, stale in kept:
         counts = stats.get(row.pk, {})
         samples.append(RunSample(
-            run_id=row.run_id, ledger=ledger,
+            run_id=row.run_id, project=row.project, ledger=ledger,
             last_progress_time=progress.get(row.pk, ledger.get("first_time")),
             client_dropped={key: int(counts.get(name, 0)) for key, name in CLIENT_COUNTERS.items()},
             client_send_failures=int(counts.get("send_failures", 0)), stale=stale,

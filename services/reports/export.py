@@ -13,7 +13,7 @@ from services.reports.style import iso
 
 BREAKDOWN_COLUMNS = ("run_id", "category", "gpu_seconds", "gpu_hours", "share")
 FLEET_COLUMNS = (
-    "run_id", "status", "first_time", "last_time", "first_time_utc", "last_time_utc", "allocated_gpu_seconds",
+    "run_id", "project", "status", "first_time", "last_time", "first_time_utc", "last_time_utc", "allocated_gpu_seconds",
     "allocated_gpu_hours", "productive_gpu_seconds", "goodput",
     *(f"{k}_gpu_seconds" for k in WASTE_KEYS), "at_risk_gpu_seconds", "restarts", "failures", "queue_seconds",
 )
@@ -51,7 +51,7 @@ def fleet_rows(ledgers: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for ledger in ledgers:
         waste = ledger["waste_gpu_seconds"]
         rows.append({
-            "run_id": ledger["run_id"], "status": ledger["status"],
+            "run_id": ledger["run_id"], "project": ledger.get("project", "default"), "status": ledger["status"],
             "first_time": ledger.get("first_time"), "last_time": ledger.get("latest_time"),
             "first_time_utc": iso(ledger.get("first_time")), "last_time_utc": iso(ledger.get("latest_time")),
             "allocated_gpu_seconds": float(ledger["allocated_gpu_seconds"]),

@@ -1,4 +1,8 @@
-"""Read one run's events back as the analysis core's RunData, and the run index."""
+"""Read one run's events back as the analysis core's RunData, and the run index.
+
+A run is identified by (project, run id) (`RunRef`); `resolve_run` turns what a caller named (a run id, maybe a
+project) into one, for the callers a principal allows (services.collector.auth).
+"""
 
 from __future__ import annotations
 
@@ -12,16 +16,27 @@ import pandas as pd
 from sqlalchemy import Connection, select
 
 from services.analysis.run_data import RunData, collectives_frame, comm_frame, events_frame, steps_frame
-from services.errors import RunNotFound
+from services.errors import RunInSeveralProjects, RunNotFound
 from services.storage import pgcopy
 from services.storage.records import SERIES_KINDS
 from services.storage.tables import Event, Run, collectives
+
+DEFAULT_PROJECT = "default"  # the project of runs written without a token (local clients)
+
+
+@dataclass(frozen=True, slots=True)
+class RunRef:
+    """A run as it is identified: (project, run id)."""
+
+    project: str
+    run_id: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunRow:
     pk: int
     run_id: str
+    project: str
     status: str
     first_time: float | None
     last_time: float | None
@@ -31,20 +46,49 @@ class RunRow:
     ledger_json: str | None
 
 
-_RUN_COLUMNS = (Run.id, Run.run_id, Run.status, Run.first_time, Run.last_time, Run.received_at, Run.version,
-                Run.ledger_version, Run.ledger_json)
+    @property
+    def ref(self) -> RunRef:
+        return RunRef(self.project, self.run_id)
+
+
+_RUN_COLUMNS = (Run.id, Run.run_id, Run.project, Run.status, Run.first_time, Run.last_time, Run.received_at,
+                Run.version, Run.ledger_version, Run.ledger_json)
 
 
 def _run_row(row: Any) -> RunRow:
-    return RunRow(pk=row[0], run_id=row[1], status=row[2], first_time=row[3], last_time=row[4],
-                  received_at=row[5], version=row[6], ledger_version=row[7], ledger_json=row[8])
+    return RunRow(pk=row[0], run_id=row[1], project=row[2], status=row[3], first_time=row[4], last_time=row[5],
+                  received_at=row[6], version=row[7], ledger_version=row[8], ledger_json=row[9])
 
 
-def get_run(conn: Connection, run_id: str) -> RunRow:
-    row = conn.execute(select(*_RUN_COLUMNS).where(Run.run_id == run_id)).first()
+def get_run(conn: Connection, run: RunRef | str) -> RunRow:
+    """The run's row; a bare run id names the run of project "default" (what local clients write)."""
+    ref = run if isinstance(run, RunRef) else RunRef(DEFAULT_PROJECT, run)
+    row = conn.execute(select(*_RUN_COLUMNS).where(Run.run_id == ref.run_id, Run.project == ref.project)).first()
     if row is None:
-        raise RunNotFound(run_id)
+        raise RunNotFound(ref.run_id)
     return _run_row(row)
+
+
+def resolve_run(conn: Connection, run_id: str, *, own_project: str | None, project: str | None) -> RunRef:
+    """The run a caller names. `own_project`: the only project the caller may see (None = every project);
+    `project`: the one it asked for (`?project=`), if any.
+
+    A caller of one project gets its project's run, and RunNotFound for anything else, worded exactly as for a
+    run that does not exist (another project's runs are never hinted at). A caller of every project gets the
+    run of `project`, or, without it, the only project that has the run id; RunInSeveralProjects when several
+    have it (the message lists them: a caller of every project may list them anyway)."""
+    if own_project is not None and project is not None and project != own_project:
+        raise RunNotFound(run_id)
+    wanted = own_project if own_project is not None else project
+    query = select(Run.project).where(Run.run_id == run_id)
+    if wanted is not None:
+        query = query.where(Run.project == wanted)
+    found = sorted(conn.execute(query.limit(100)).scalars())
+    if not found:
+        raise RunNotFound(run_id)
+    if len(found) > 1:
+        raise RunInSeveralProjects(run_id, found)
+    return RunRef(found[0], run_id)
 
 
 def get_run_by_pk(conn: Connection, run_pk: int) -> RunRow:

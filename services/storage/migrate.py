@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from services.errors import ConfigurationError
 from services.storage.tables import metadata
@@ -29,16 +31,41 @@ def alembic_config(engine: Engine) -> Config:
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
     config = alembic_config(engine)
-    with engine.begin() as conn:
+    with migration_transaction(engine) as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, revision)
 
 
 def downgrade(engine: Engine, revision: str = "base") -> None:
     config = alembic_config(engine)
-    with engine.begin() as conn:
+    with migration_transaction(engine) as conn:
         config.attributes["connection"] = conn
         command.downgrade(config, revision)
+
+
+@contextmanager
+def migration_transaction(engine: Engine) -> Iterator[Connection]:
+    """One transaction for the migrations. On SQLite, foreign keys are not enforced inside it (SQLite's own
+    procedure for changing a table others reference: rebuilding `runs` must not cascade-delete its events) and
+    `PRAGMA foreign_key_check` must find nothing before it commits."""
+    with engine.connect() as conn:
+        sqlite = conn.dialect.name == "sqlite"
+        if sqlite:  # effective only outside a transaction: the driver has not begun one yet
+            conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
+            conn.commit()
+        try:
+            with conn.begin():
+                yield conn
+                if sqlite:
+                    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+                    if broken:
+                        raise ConfigurationError(
+                            f"the migration left {len(broken)} rows whose run does not exist (first: {broken[0]}); "
+                            "nothing was changed")
+        finally:
+            if sqlite:
+                conn.exec_driver_sql("PRAGMA foreign_keys=ON")
+                conn.commit()
 
 
 def schema_drift(engine: Engine) -> list[object]:

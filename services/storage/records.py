@@ -42,8 +42,17 @@ class IngestRecord:
     collective_rows: CollectiveRows | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventConflict:
+    """A batch's event whose id is already stored (or earlier in the same write) for its run with other content."""
+
+    index: int  # position of the event in its batch
+    event_id: str
+    run_id: str
+
+
 @dataclass(frozen=True, slots=True)
 class IngestResult:
     accepted: int
     duplicates: int
-    forbidden_run: str | None = None  # set when the batch was refused whole: this run belongs to another project
+    conflict: EventConflict | None = None  # set when the batch was refused whole (nothing of it stored)

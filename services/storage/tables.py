@@ -7,7 +7,19 @@ counts nothing twice). Missing loss / lr / comm values are NaN on PostgreSQL and
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Double, ForeignKey, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING = {
@@ -23,10 +35,14 @@ class Base(DeclarativeBase):
 
 
 class Run(Base):
+    """A run is identified by (project, run id): two projects may use the same run id without seeing or affecting
+    each other. `id` is the key every other table references. The unique index leads with `run_id`, so it also
+    serves the lookup of a run id across projects (a '*' reader naming a run without its project)."""
+
     __tablename__ = "runs"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    run_id: Mapped[str] = mapped_column(String(256), unique=True)
+    run_id: Mapped[str] = mapped_column(String(256))
     project: Mapped[str] = mapped_column(String(64), default="default")
     status: Mapped[str] = mapped_column(String(16), default="running")
     first_time: Mapped[float | None] = mapped_column(Double)
@@ -36,6 +52,8 @@ class Run(Base):
     version: Mapped[int] = mapped_column(BigInteger, default=0)
     ledger_version: Mapped[int] = mapped_column(BigInteger, default=-1)
     ledger_json: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (UniqueConstraint("run_id", "project", name="uq_runs_run_id_project"),)
 
 
 class RunViews(Base):
@@ -68,6 +86,9 @@ class Event(Base):
     rank: Mapped[int | None] = mapped_column(Integer)
     step: Mapped[int | None] = mapped_column(BigInteger)
     data: Mapped[str | None] = mapped_column(Text)  # JSON of the kind's other fields
+    # blake2b-128 (hex) of the validated record, arrays included (services.storage.write.content_hash): a repeat
+    # of the event id with other content is refused (409). NULL for events stored before revision 0005.
+    content_hash: Mapped[str | None] = mapped_column(String(32))
 
     __table_args__ = (Index("ix_events_run_kind_time", "run_pk", "kind", "time"),)
 

@@ -1,70 +1,126 @@
 """Write a group of validated batches in one transaction and tell each batch what was new.
 
-Idempotency: `events` has the primary key (run_pk, event_id); an event whose id is already stored (or appears
-twice in the group) is a duplicate, and its step / collective rows are not written again.
+Runs: a run is identified by (project, run id). A batch writes into the runs of its write token's project
+(project "default" for local clients while no token exists), creating them when new; two projects may use the
+same run id without seeing or affecting each other.
+
+Idempotency: `events` has the primary key (run_pk, event_id) and a digest of each event's content
+(`content_hash`). An event whose id is already stored for its run (or appears earlier in the group) with the
+same content is a duplicate (a retry): not written again, counted in `duplicates`. The same id with other
+content is a conflict: the batch is refused whole (its result has `conflict`; nothing of it is stored), since
+one of the two must be wrong and the collector cannot tell which. Events stored before revision 0005 have no
+digest; a repeat of one is taken as a retry.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, Engine, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from services.storage import pgcopy
-from services.storage.records import IngestRecord, IngestResult
+from services.storage.records import EventConflict, IngestRecord, IngestResult
 from services.storage.tables import Event, Run, collectives, steps
 
 _INSERT_CHUNK = 2000
 DEFAULT_PROJECT = "default"
 
 
+class ConflictingBatches(Exception):
+    """Raised by `write_group` (before its caller commits) when batches of the group repeat stored event ids with
+    other content: the caller rolls the transaction back and writes the group again without them."""
+
+    def __init__(self, conflicts: dict[int, EventConflict]) -> None:
+        super().__init__(f"{len(conflicts)} batches repeat event ids with other content")
+        self.conflicts = conflicts
+
+
+def write_batches(engine: Engine, batches: Sequence[Sequence[IngestRecord]],
+                  projects: Sequence[str | None] | None = None) -> list[IngestResult]:
+    """`write_group` in its own transaction, committed; batches refused for a conflict are left out of a second
+    transaction (each pass leaves out at least one, so this ends). One result per batch."""
+    projects = list(projects) if projects is not None else [None] * len(batches)
+    refused: dict[int, EventConflict] = {}
+    while True:
+        keep = [b for b in range(len(batches)) if b not in refused]
+        try:
+            with engine.begin() as conn:
+                written = write_group(conn, [batches[b] for b in keep], [projects[b] for b in keep])
+        except ConflictingBatches as exc:  # rolled back: nothing of the group was stored
+            refused.update((keep[k], conflict) for k, conflict in exc.conflicts.items())
+            continue
+        results = [IngestResult(0, 0, conflict=c) for c in (refused.get(b) for b in range(len(batches)))]
+        for b, result in zip(keep, written):
+            results[b] = result
+        return results
+
+
 def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
                 projects: Sequence[str | None] | None = None) -> list[IngestResult]:
     """Insert every new event of every batch; commit is the caller's. Returns one result per batch.
 
-    `projects[b]` is the project of batch b's write token: the runs it creates get that project, and a batch
-    naming a run of another project is refused whole (its result has `forbidden_run`). None = no scoping
-    (no tokens configured): new runs go to project "default".
+    `projects[b]` is the project of batch b's write token: its runs are that project's (created there if new).
+    None = no token (a local client): project "default". A batch that repeats an event id with other content
+    (against the group itself: refused here; against stored events: `ConflictingBatches` is raised, since
+    other batches' rows are written already) gets a result with `conflict` and nothing of it is written.
     """
     projects = list(projects) if projects is not None else [None] * len(batches)
-    forbidden = _check_projects(conn, batches, projects)
-    claims: dict[str, str] = {}
-    for batch, project, refused in zip(batches, projects, forbidden):
-        if refused is None:
-            for r in batch:
-                claims.setdefault(r.run_id, project or DEFAULT_PROJECT)
-    runs = _ensure_runs(conn, claims)
-    run_pks = {run_id: pk for run_id, (pk, _) in runs.items()}
-    for b, (batch, project) in enumerate(zip(batches, projects)):  # another process may have won a new run id
-        if project is not None and forbidden[b] is None:
-            forbidden[b] = next((r.run_id for r in batch if runs[r.run_id][1] != project), None)
     postgres = conn.dialect.name == "postgresql"
+    keyed = [[((project or DEFAULT_PROJECT, r.run_id), r) for r in batch] for batch, project in zip(batches, projects)]
 
+    # Repeats inside the group, checked in memory before anything is written: the first batch to name an id wins.
+    hashed = [[(key, r, *_stored_form(r)) for key, r in batch] for batch in keyed]
+    conflicts: dict[int, EventConflict] = {}
+    first_seen: dict[tuple[tuple[str, str], str], str] = {}
+    for b, batch in enumerate(hashed):
+        mine: dict[tuple[tuple[str, str], str], str] = {}
+        for index, (key, r, _, digest) in enumerate(batch):
+            earlier = first_seen.get((key, r.event_id), mine.get((key, r.event_id)))
+            if earlier is not None and earlier != digest:
+                conflicts[b] = EventConflict(index=index, event_id=r.event_id, run_id=r.run_id)
+                break
+            mine.setdefault((key, r.event_id), digest)
+        else:
+            for k, v in mine.items():
+                first_seen.setdefault(k, v)
+
+    runs = _ensure_runs(conn, {key for b, batch in enumerate(keyed) if b not in conflicts for key, _ in batch})
     seen: set[tuple[int, str]] = set()
-    candidates: list[tuple[int, IngestRecord]] = []
-    owner: list[int] = []  # batch index of each candidate
+    candidates: list[tuple[int, IngestRecord, str | None, str]] = []
+    owner: list[tuple[int, int]] = []  # (batch, index in batch) of each candidate
     duplicates = [0] * len(batches)
-    for b, batch in enumerate(batches):
-        if forbidden[b] is not None:
+    for b, batch in enumerate(hashed):
+        if b in conflicts:
             continue
-        for record in batch:
-            key = (run_pks[record.run_id], record.event_id)
-            if key in seen:
+        for index, (key, record, data_json, digest) in enumerate(batch):
+            pk_key = (runs[key], record.event_id)
+            if pk_key in seen:
                 duplicates[b] += 1
                 continue
-            seen.add(key)
-            candidates.append((key[0], record))
-            owner.append(b)
+            seen.add(pk_key)
+            candidates.append((pk_key[0], record, data_json, digest))
+            owner.append((b, index))
 
     inserted = _insert_events(conn, candidates, postgres)
+    stored = _stored_hashes(conn, [(run_pk, r.event_id) for run_pk, r, _, _ in candidates
+                                   if (run_pk, r.event_id) not in inserted])
+    late: dict[int, EventConflict] = {}
+    for (run_pk, record, _, digest), (b, index) in zip(candidates, owner):
+        other = stored.get((run_pk, record.event_id))
+        if other is not None and other != digest and b not in late:
+            late[b] = EventConflict(index=index, event_id=record.event_id, run_id=record.run_id)
+    if late:
+        raise ConflictingBatches(late)
+
     accepted = [0] * len(batches)
     new_records: list[tuple[int, IngestRecord]] = []
-    for (run_pk, record), b in zip(candidates, owner):
+    for (run_pk, record, _, _), (b, _) in zip(candidates, owner):
         if (run_pk, record.event_id) in inserted:
             accepted[b] += 1
             new_records.append((run_pk, record))
@@ -74,53 +130,68 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
     _insert_steps(conn, new_records, postgres)
     _insert_collectives(conn, new_records)
     _touch_runs(conn, new_records)
-    return [IngestResult(accepted=a, duplicates=d, forbidden_run=f) for a, d, f in zip(accepted, duplicates, forbidden)]
+    return [IngestResult(accepted=a, duplicates=d, conflict=conflicts.get(b))
+            for b, (a, d) in enumerate(zip(accepted, duplicates))]
 
 
-def _check_projects(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
-                    projects: Sequence[str | None]) -> list[str | None]:
-    """For each batch, the first run it names that belongs to another project (None = allowed).
-
-    A run's project never changes, so the check is a read of the existing runs, plus the runs an earlier batch
-    of this group is about to create; `write_group` checks again after creating runs, since another collector
-    process may have created one of them meanwhile (the first writer's project wins)."""
-    if not any(p is not None for p in projects):
-        return [None] * len(batches)
-    wanted = sorted({r.run_id for batch in batches for r in batch})
-    owners = {row[0]: row[1] for row in conn.execute(select(Run.run_id, Run.project).where(Run.run_id.in_(wanted)))}
-    out: list[str | None] = []
-    for batch, project in zip(batches, projects):
-        refused = None
-        if project is not None:
-            for run_id in dict.fromkeys(r.run_id for r in batch):
-                if owners.setdefault(run_id, project) != project:
-                    refused = run_id
-                    break
-        out.append(refused)
-    return out
+def _stored_form(r: IngestRecord) -> tuple[str | None, str]:
+    """(the `data` column's JSON, the content digest) of a record."""
+    data_json = json.dumps(r.data, separators=(",", ":")) if r.data else None
+    return data_json, content_hash(r, data_json)
 
 
-def _ensure_runs(conn: Connection, claims: dict[str, str]) -> dict[str, tuple[int, str]]:
-    """{run_id: (pk, project)} of every claimed run, creating the missing ones with their claimed project."""
-    if not claims:
+def content_hash(r: IngestRecord, data_json: str | None) -> str:
+    """blake2b-128 (hex) of what the record says: kind, time, attempt, rank, step, its other fields and every
+    array of a compact record (bytes, dtype and length; an unsent column differs from a sent one). The same
+    wire event validated twice gives the same digest. About 1 us per event plus ~1 GB/s of array bytes."""
+    head = f"{r.kind}\x1f{r.time!r}\x1f{r.attempt}\x1f{r.rank}\x1f{r.step}\x1f{data_json or ''}"
+    digest = hashlib.blake2b(head.encode(), digest_size=16)
+    rows = r.step_rows
+    if rows is not None:
+        for column in (rows.step, rows.start, rows.end, rows.loss, rows.lr, rows.comm):
+            _update_with_array(digest, column)
+    collective = r.collective_rows
+    if collective is not None:
+        for column in (collective.step, collective.start, collective.end):
+            _update_with_array(digest, column)
+        digest.update("\x1f".join(collective.op).encode())
+    return digest.hexdigest()
+
+
+def _update_with_array(digest: Any, values: np.ndarray) -> None:
+    digest.update(f"|{values.dtype.str}{len(values)}".encode())
+    if values.ndim == 1 and len(values) > 1 and values.strides[0] == 0:
+        digest.update(b"broadcast")  # a column the client did not send (one value viewed n times)
+        digest.update(np.ascontiguousarray(values[:1]).data)
+    else:
+        digest.update(np.ascontiguousarray(values).data)
+
+
+def _ensure_runs(conn: Connection, keys: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    """{(project, run_id): pk} of every named run, creating the missing ones."""
+    if not keys:
         return {}
-    wanted = sorted(claims)
-    found = {r[0]: (r[1], r[2]) for r in conn.execute(
-        select(Run.run_id, Run.id, Run.project).where(Run.run_id.in_(wanted)))}
-    missing = [r for r in wanted if r not in found]
+    run_ids = sorted({run_id for _, run_id in keys})
+
+    def found() -> dict[tuple[str, str], int]:
+        rows = conn.execute(select(Run.project, Run.run_id, Run.id).where(Run.run_id.in_(run_ids)))
+        return {(r[0], r[1]): r[2] for r in rows if (r[0], r[1]) in keys}
+
+    pks = found()
+    missing = sorted(keys - pks.keys())
     if missing:
         insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-        conn.execute(
-            insert(Run).on_conflict_do_nothing(index_elements=["run_id"]),
-            [{"run_id": r, "project": claims[r], "status": "running", "version": 0, "ledger_version": -1}
-             for r in missing],
+        conn.execute(  # another process may create one of them meanwhile: then its row is the run
+            insert(Run).on_conflict_do_nothing(index_elements=["run_id", "project"]),
+            [{"run_id": run_id, "project": project, "status": "running", "version": 0, "ledger_version": -1}
+             for project, run_id in missing],
         )
-        found.update((r[0], (r[1], r[2])) for r in conn.execute(
-            select(Run.run_id, Run.id, Run.project).where(Run.run_id.in_(missing))))
-    return found
+        pks = found()
+    return pks
 
 
-def _insert_events(conn: Connection, candidates: list[tuple[int, IngestRecord]], postgres: bool) -> set[tuple[int, str]]:
+def _insert_events(conn: Connection, candidates: list[tuple[int, IngestRecord, str | None, str]],
+                   postgres: bool) -> set[tuple[int, str]]:
     if not candidates:
         return set()
     insert = postgresql.insert if postgres else sqlite.insert
@@ -134,12 +205,25 @@ def _insert_events(conn: Connection, candidates: list[tuple[int, IngestRecord]],
     for i in range(0, len(candidates), _INSERT_CHUNK):
         rows = [
             {"run_pk": run_pk, "event_id": r.event_id, "kind": r.kind, "time": r.time, "attempt": r.attempt,
-             "rank": r.rank, "step": r.step,
-             "data": json.dumps(r.data, separators=(",", ":")) if r.data else None}
-            for run_pk, r in candidates[i:i + _INSERT_CHUNK]
+             "rank": r.rank, "step": r.step, "data": data_json, "content_hash": digest}
+            for run_pk, r, data_json, digest in candidates[i:i + _INSERT_CHUNK]
         ]
         inserted.update((r[0], r[1]) for r in conn.execute(statement, rows))
     return inserted
+
+
+def _stored_hashes(conn: Connection, keys: list[tuple[int, str]]) -> dict[tuple[int, str], str]:
+    """The stored digest of each (run_pk, event_id) that has one (rows from before revision 0005 have none)."""
+    by_run: dict[int, list[str]] = {}
+    for run_pk, event_id in keys:
+        by_run.setdefault(run_pk, []).append(event_id)
+    out: dict[tuple[int, str], str] = {}
+    for run_pk, event_ids in by_run.items():
+        for i in range(0, len(event_ids), _INSERT_CHUNK):
+            rows = conn.execute(select(Event.event_id, Event.content_hash).where(
+                Event.run_pk == run_pk, Event.event_id.in_(event_ids[i:i + _INSERT_CHUNK])))
+            out.update(((run_pk, event_id), digest) for event_id, digest in rows if digest is not None)
+    return out
 
 
 def _insert_steps(conn: Connection, records: list[tuple[int, IngestRecord]], postgres: bool) -> None:

@@ -17,9 +17,9 @@ from concurrent.futures import Future
 
 from sqlalchemy import Engine
 
-from services.errors import Forbidden, Overloaded, StorageUnavailable
+from services.errors import EventIdConflict, Overloaded, StorageUnavailable
 from services.storage.records import IngestRecord, IngestResult
-from services.storage.write import write_group
+from services.storage.write import write_batches
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,8 @@ class BatchWriter:
         self._threads = []
 
     def submit(self, records: Sequence[IngestRecord], *, project: str | None = None) -> Future[IngestResult]:
-        """Queue one batch; `project` scopes it (services.storage.write.write_group); Forbidden if refused."""
+        """Queue one batch into the runs of `project` (None: "default"; services.storage.write); the future raises
+        EventIdConflict when the batch repeats a stored event id with other content (nothing of it stored)."""
         weight = _weight(records)
         with self._lock:
             if self._pending and self._pending + weight > self._max_pending:
@@ -94,9 +95,8 @@ class BatchWriter:
 
     def _write(self, group: list[tuple[Sequence[IngestRecord], int, Future[IngestResult], str | None]]) -> None:
         try:
-            with self._engine.begin() as conn:
-                results = write_group(conn, [records for records, _, _, _ in group],
-                                      [project for _, _, _, project in group])
+            results = write_batches(self._engine, [records for records, _, _, _ in group],
+                                    [project for _, _, _, project in group])
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the waiting requests
             logger.warning("writing %d batches failed: %s", len(group), exc)
             error = StorageUnavailable(f"the database did not accept the write: {exc.__class__.__name__}: {exc}")
@@ -104,12 +104,10 @@ class BatchWriter:
                 future.set_exception(error)
         else:
             self.groups_written += 1
-            for (_, _, future, project), result in zip(group, results):
-                if result.forbidden_run is not None:
-                    future.set_exception(Forbidden(
-                        f"run {result.forbidden_run!r} belongs to another project than this token's ({project!r}); "
-                        "the whole batch was rejected, nothing stored", code="run_of_another_project",
-                        run_id=result.forbidden_run))
+            for (_, _, future, _), result in zip(group, results):
+                if result.conflict is not None:
+                    future.set_exception(EventIdConflict(index=result.conflict.index, event_id=result.conflict.event_id,
+                                                         run_id=result.conflict.run_id))
                 else:
                     future.set_result(result)
         finally:

@@ -36,4 +36,5 @@ def test_every_api_route_checks_access_and_every_run_route_checks_the_project() 
         calls = _calls(route.dependant)
         assert calls & ANY_CHECK, f"{route.path} has no access check (services/collector/auth.py)"
         if "{run_id" in route.path:
-            assert calls & RUN_CHECKS, f"{route.path} does not check the run's project: add dependencies=[READ_RUN]"
+            assert calls & RUN_CHECKS, (f"{route.path} does not resolve the run for the caller: take it as "
+                                        "ReadRunDep (or WriteRunDep, ClientRunDep)")

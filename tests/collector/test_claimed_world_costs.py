@@ -97,5 +97,6 @@ def test_a_claimed_million_rank_world_keeps_every_page_under_100_kb_and_1_s(perm
     assert total == pytest.approx(ledger["allocated_gpu_seconds"], rel=1e-9)
     assert view["timeline"]["attempts_total"] == 1 and view["timeline"]["attempts_truncated"] is False
     metrics = client.get("/metrics").text.splitlines()
-    assert any(line.startswith('goodput_run_hang_suspects{run_id="w"} ') and float(line.split()[-1]) == WORLD - 1
+    assert any(line.startswith('goodput_run_hang_suspects{project="default",run_id="w"} ')
+               and float(line.split()[-1]) == WORLD - 1
                for line in metrics), [line for line in metrics if "suspects" in line]

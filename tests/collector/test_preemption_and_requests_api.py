@@ -24,7 +24,8 @@ def test_running_runs_are_ordered_by_what_a_preemption_would_destroy(client) -> 
     assert costs == sorted(costs)
     for c in candidates:
         ledger = client.get(f"/v1/runs/{c['run_id']}/waste").json()
-        assert c == {**preemption_cost(ledger), "hung": False, "pending_checkpoint_request": None}
+        assert c == {**preemption_cost(ledger), "project": "default", "hung": False,
+                     "pending_checkpoint_request": None}
         assert c["cost_gpu_seconds"] == pytest.approx(c["at_risk_gpu_seconds"] + c["restart_gpu_seconds"])
         assert c["at_risk_gpu_seconds"] > 0 and c["restart_basis"] == "first_startup"
     mid = next(c for c in candidates if c["run_id"] == "mid")

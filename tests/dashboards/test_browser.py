@@ -137,7 +137,7 @@ def test_fleet_filters_by_status_and_run_id(seeded_server: Server, tab: Page) ->
 def test_clicking_a_run_opens_its_page(seeded_server: Server, tab: Page) -> None:
     open_fleet(tab, seeded_server)
     tab.page.click('tr[data-run-id="gpt-small-hang"] a.run-link')
-    tab.page.wait_for_url(re.compile(r".*/dashboard/runs/gpt-small-hang$"))
+    tab.page.wait_for_url(re.compile(r".*/dashboard/runs/gpt-small-hang\?project=default$"))  # (project, run id)
     tab.page.wait_for_selector("#run-kpi-goodput", state="visible")
     ledger = seeded_server.get("/v1/runs/gpt-small-hang/waste")
     assert text(tab, "#run-kpi-goodput") == fmt.percent(ledger["goodput"])

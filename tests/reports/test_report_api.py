@@ -95,6 +95,10 @@ def test_report_of_an_unknown_run_is_a_404(client) -> None:  # type: ignore[no-u
         response = client.get("/v1/runs/nope/report", params={"format": fmt})
         assert response.status_code == 404
         assert response.json()["error"]["code"] == "run_not_found"
+    # the run is resolved first (a 404 says nothing about the parameters); an unknown format of a run is a 422
+    assert client.get("/v1/runs/x/report", params={"format": "pdf"}).status_code == 404
+    client.post("/v1/events", json={"events": [{"event_id": "e", "run_id": "x", "kind": "run_submitted",
+                                                "time": time.time()}]})
     assert client.get("/v1/runs/x/report", params={"format": "pdf"}).status_code == 422
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from services.collector.auth import READ_RUN, RunScopeDep
+from services.collector.auth import ReadRunDep, RunScopeDep
 from services.collector.deps import EngineDep, SettingsDep
 from services.collector.live_models import LiveRun, LiveRuns, PreemptionCandidate, PreemptionCandidates
 from services.collector.schemas import ErrorResponse
@@ -22,18 +22,21 @@ router = APIRouter(tags=["live"])
 
 
 @router.get("/v1/runs/{run_id:path}/live", response_model=LiveRun, responses={404: {"model": ErrorResponse}},  # type: ignore[dict-item]
-            dependencies=[READ_RUN], summary="Seconds since the run's last progress, hang threshold, hung flag, suspect ranks, at risk")
-async def get_live(run_id: str, engine: EngineDep, settings: SettingsDep) -> LiveRun:
-    live = await run_in_threadpool(live_for_run, engine, run_id, time.time(), live_config(settings))
+            summary="Seconds since the run's last progress, hang threshold, hung flag, suspect ranks, at risk")
+async def get_live(run: ReadRunDep, engine: EngineDep, settings: SettingsDep) -> LiveRun:
+    live = await run_in_threadpool(live_for_run, engine, run, time.time(), live_config(settings))
     return LiveRun(**live)
 
 
-@router.get("/v1/live", response_model=LiveRuns, summary="Live status of every running run: hung ones first")
+@router.get("/v1/live", response_model=LiveRuns,
+            summary="Live status of every running run (of ?project=, and only the token's project): hung ones first")
 async def get_live_runs(engine: EngineDep, settings: SettingsDep, scope: RunScopeDep) -> LiveRuns:
     now = time.time()
 
     def work() -> list[dict[str, Any]]:
-        return [r for r in live_for_running_runs(engine, now, live_config(settings)) if scope.allows(r["run_id"])]
+        if scope.matches_nothing:
+            return []
+        return live_for_running_runs(engine, now, live_config(settings), project=scope.project)
 
     runs = await run_in_threadpool(work)
     return LiveRuns(server_time=now, hung=sum(1 for r in runs if r["hung"]), runs=[LiveRun(**r) for r in runs])
@@ -46,7 +49,9 @@ async def get_preemption_candidates(engine: EngineDep, settings: SettingsDep,
     now = time.time()
 
     def work() -> list[dict[str, Any]]:
-        return [c for c in preemption_candidates(engine, now, live_config(settings)) if scope.allows(c["run_id"])]
+        if scope.matches_nothing:
+            return []
+        return preemption_candidates(engine, now, live_config(settings), project=scope.project)
 
     ranked = await run_in_threadpool(work)
     return PreemptionCandidates(server_time=now, candidates=[PreemptionCandidate(**c) for c in ranked])

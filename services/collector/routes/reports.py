@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Response
 from starlette.concurrency import run_in_threadpool
 
-from services.collector.auth import READ_RUN, RunScopeDep
+from services.collector.auth import ReadRunDep, RunScopeDep
 from services.collector.deps import EngineDep, SettingsDep
 from services.collector.read_models import Ledger
 from services.collector.schemas import ErrorResponse
@@ -41,21 +41,21 @@ def _wire_ledger(ledger: dict[str, Any]) -> dict[str, Any]:
 
 @router.get(
     "/v1/runs/{run_id:path}/report", responses={**_404, 200: {"content": {m: {} for m in _MEDIA.values()}}},
-    response_class=Response, dependencies=[READ_RUN],
+    response_class=Response,
     summary="The run's waste report: ledger, restarts, checkpoints, stragglers, recommendations",
 )
-async def get_report(run_id: str, engine: EngineDep, settings: SettingsDep,
+async def get_report(run: ReadRunDep, engine: EngineDep, settings: SettingsDep,
                      format: Annotated[ReportFormat, Query(description="json, csv (one row per category) "
                                                            "or html (self-contained, prints well)")] = "json",
                      ) -> Response:
     def work() -> str:
         with engine.connect() as conn:
-            row = get_run(conn, run_id)
+            row = get_run(conn, run)
         views, ledger = views_for_row(engine, row)
         now = time.time()
         ledger = with_live_hang(engine, row, ledger, now, live_config(settings))  # a hung run's hang so far
         report = build_report(_wire_ledger(ledger), views, generated_at=now,
-                              resume_check=resume_check(engine, run_id))
+                              resume_check=resume_check(engine, run))
         if format == "csv":
             return breakdown_csv(report)
         if format == "html":
@@ -65,11 +65,11 @@ async def get_report(run_id: str, engine: EngineDep, settings: SettingsDep,
     body = await run_in_threadpool(work)
     disposition = "inline" if format == "html" else "attachment"
     return Response(body, media_type=_MEDIA[format], headers={
-        "Content-Disposition": f'{disposition}; filename="{_filename(run_id, "-report." + format)}"'})
+        "Content-Disposition": f'{disposition}; filename="{_filename(run.run_id, "-report." + format)}"'})
 
 
 @router.get("/v1/reports/fleet.csv", response_class=Response, responses={200: {"content": {_MEDIA["csv"]: {}}}},
-            summary="Every run's ledger as one CSV row (filter by time range and status)")
+            summary="Every run's ledger as one CSV row, with its project (filter by time range, status, project)")
 async def get_fleet_csv(
     engine: EngineDep,
     settings: SettingsDep,
@@ -81,10 +81,11 @@ async def get_fleet_csv(
 ) -> Response:
     def work() -> str:
         with engine.connect() as conn:
-            rows = list_runs(conn, since=since, until=until, limit=limit, project=scope.project)
+            rows = [] if scope.matches_nothing else list_runs(conn, since=since, until=until, limit=limit,
+                                                              project=scope.project)
         now, config = time.time(), live_config(settings)
-        ledgers = [_wire_ledger(with_live_hang(engine, row, ledger_for_row(engine, row), now, config))
-                   for row in rows]
+        ledgers = [{**_wire_ledger(with_live_hang(engine, row, ledger_for_row(engine, row), now, config)),
+                    "project": row.project} for row in rows]
         return fleet_csv(ledger for ledger in ledgers if status is None or ledger["status"] == status)
 
     body = await run_in_threadpool(work)

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from services.analysis.resume_check import ResumeCheckConfig
-from services.collector.auth import READ_RUN
+from services.collector.auth import ReadRunDep
 from services.collector.deps import EngineDep
 from services.collector.resume_models import ResumeCheck
 from services.collector.schemas import ErrorResponse
@@ -28,11 +28,10 @@ STALE_OK_BUDGET_S = 1.0
             responses={404: {"model": ErrorResponse},  # type: ignore[dict-item]
                        202: {"model": ErrorResponse, "description": "stale_ok=true and the run's first check "
                                                                     "is still being computed: retry shortly"}},
-            dependencies=[READ_RUN],
             summary="Did each restart reproduce the steps it recomputed (loss, lr, digest), resume from a checkpoint, "
                     "and number its steps without gaps or repeats?")
 async def get_resume_check(
-    run_id: str, engine: EngineDep,
+    run: ReadRunDep, engine: EngineDep,
     loss_rtol: Annotated[float, Query(ge=0, le=1, description="relative tolerance on recomputed losses; raise it "
                                       "for GPU jobs that are not bitwise deterministic")] = DEFAULT_CONFIG.loss_rtol,
     lr_rtol: Annotated[float, Query(ge=0, le=1)] = DEFAULT_CONFIG.lr_rtol,
@@ -45,11 +44,11 @@ async def get_resume_check(
     if stale_ok and config == DEFAULT_CONFIG:
         try:
             check, stale = await run_in_threadpool(
-                lambda: recent_resume_check(engine, run_id, budget_s=STALE_OK_BUDGET_S))
+                lambda: recent_resume_check(engine, run, budget_s=STALE_OK_BUDGET_S))
         except ResumeCheckPending:
             return JSONResponse(status_code=202, headers={"Retry-After": "5"}, content={"error": {
                 "code": "resume_check_pending",
-                "message": f"the resume check of run {run_id!r} is being computed; retry in a few seconds"}})
+                "message": f"the resume check of run {run.run_id!r} is being computed; retry in a few seconds"}})
         return ResumeCheck(**check, stale=stale)
-    check = await run_in_threadpool(resume_check, engine, run_id, config)
+    check = await run_in_threadpool(resume_check, engine, run, config)
     return ResumeCheck(**check)

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
-from services.collector.auth import READ_RUN, RunScopeDep
+from services.collector.auth import ReadRunDep, RunScopeDep
 from services.collector.deps import EngineDep, SettingsDep
 from services.collector.read_models import Ledger, RunDetail, RunList, RunListItem
 from services.collector.schemas import ErrorResponse
@@ -35,7 +35,8 @@ async def get_runs(
 ) -> RunList:
     def work() -> list[dict[str, Any]]:
         with engine.connect() as conn:
-            rows = list_runs(conn, since=since, until=until, limit=limit, project=scope.project)
+            rows = [] if scope.matches_nothing else list_runs(conn, since=since, until=until, limit=limit,
+                                                              project=scope.project)
         deadline = time.monotonic() + LIST_BUDGET_S
         now, config = time.time(), live_config(settings)
         out = []
@@ -47,7 +48,7 @@ async def get_runs(
                 continue
             ledger = with_live_hang(engine, row, ledger, now, config)  # a hung run's hang so far, provisionally
             out.append({
-                "run_id": row.run_id, "status": ledger["status"], "first_time": ledger["first_time"],
+                "run_id": row.run_id, "project": row.project, "status": ledger["status"], "first_time": ledger["first_time"],
                 "last_time": ledger["latest_time"], "allocated_gpu_seconds": ledger["allocated_gpu_seconds"],
                 "productive_gpu_seconds": ledger["productive_gpu_seconds"], "goodput": ledger["goodput"],
                 "waste_gpu_seconds": ledger["waste_gpu_seconds"], "restarts": ledger["restarts"], "stale": stale,
@@ -60,14 +61,14 @@ async def get_runs(
 
 
 @router.get("/v1/runs/{run_id:path}/waste", response_model=Ledger, responses=_404,  # type: ignore[arg-type]
-            dependencies=[READ_RUN], summary="The run's waste ledger in GPU-seconds")
-async def get_waste(run_id: str, engine: EngineDep, settings: SettingsDep) -> Ledger:
-    return Ledger(**await run_in_threadpool(ledger_now, engine, run_id, time.time(), live_config(settings)))
+            summary="The run's waste ledger in GPU-seconds")
+async def get_waste(run: ReadRunDep, engine: EngineDep, settings: SettingsDep) -> Ledger:
+    return Ledger(**await run_in_threadpool(ledger_now, engine, run, time.time(), live_config(settings)))
 
 
 @router.get("/v1/runs/{run_id:path}", response_model=RunDetail, responses=_404,  # type: ignore[arg-type]
-            dependencies=[READ_RUN], summary="Attempts, restarts, last step and checkpoint, status")
-async def get_run(run_id: str, engine: EngineDep, settings: SettingsDep) -> RunDetail:
+            summary="Attempts, restarts, last step and checkpoint, status")
+async def get_run(run: ReadRunDep, engine: EngineDep, settings: SettingsDep) -> RunDetail:
     now, config = time.time(), live_config(settings)
     return RunDetail(**await run_in_threadpool(
-        run_detail, engine, run_id, lambda row, ledger: with_live_hang(engine, row, ledger, now, config)))
+        run_detail, engine, run, lambda row, ledger: with_live_hang(engine, row, ledger, now, config)))

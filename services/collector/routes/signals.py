@@ -12,7 +12,7 @@ import time
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from services.collector.auth import CLIENT_RUN, READ_RUN, WRITE_RUN
+from services.collector.auth import ClientRunDep, ReadRunDep, WriteRunDep
 from services.collector.deps import EngineDep
 from services.collector.live_models import (
     CheckpointRequestIn,
@@ -32,25 +32,25 @@ _404: dict[int | str, dict[str, object]] = {404: {"model": ErrorResponse}}
 
 
 @router.post("/v1/runs/{run_id:path}/checkpoint-request", status_code=201, response_model=CheckpointRequestOut,
-             responses=_404, dependencies=[WRITE_RUN], summary="Ask a running run to checkpoint now; its client learns of it within seconds")
-async def post_checkpoint_request(run_id: str, engine: EngineDep,
+             responses=_404, summary="Ask a running run to checkpoint now; its client learns of it within seconds")
+async def post_checkpoint_request(run: WriteRunDep, engine: EngineDep,
                                   body: CheckpointRequestIn | None = None) -> CheckpointRequestOut:
     body = body or CheckpointRequestIn()
-    made = await run_in_threadpool(lambda: request_checkpoint(engine, run_id, time.time(), reason=body.reason,
+    made = await run_in_threadpool(lambda: request_checkpoint(engine, run, time.time(), reason=body.reason,
                                                               requested_by=body.requested_by))
     return CheckpointRequestOut(**made)
 
 
 @router.get("/v1/runs/{run_id:path}/checkpoint-request", response_model=CheckpointRequests, responses=_404,
-            dependencies=[READ_RUN], summary="The run's checkpoint requests, newest first, with the checkpoint that fulfilled each")
-async def get_checkpoint_requests(run_id: str, engine: EngineDep) -> CheckpointRequests:
-    requests = await run_in_threadpool(checkpoint_requests_for_run, engine, run_id)
-    return CheckpointRequests(run_id=run_id, requests=[CheckpointRequestOut(**r) for r in requests])
+            summary="The run's checkpoint requests, newest first, with the checkpoint that fulfilled each")
+async def get_checkpoint_requests(run: ReadRunDep, engine: EngineDep) -> CheckpointRequests:
+    requests = await run_in_threadpool(checkpoint_requests_for_run, engine, run)
+    return CheckpointRequests(run_id=run.run_id, requests=[CheckpointRequestOut(**r) for r in requests])
 
 
 @router.get("/v1/runs/{run_id:path}/signals", response_model=Signals, responses=_404,
-            dependencies=[CLIENT_RUN], summary="What a running client polls: the oldest pending checkpoint request")
-async def get_signals(run_id: str, engine: EngineDep) -> Signals:
-    pending = await run_in_threadpool(signals_for_run, engine, run_id)
-    return Signals(run_id=run_id, server_time=time.time(),
+            summary="What a running client polls: the oldest pending checkpoint request")
+async def get_signals(run: ClientRunDep, engine: EngineDep) -> Signals:
+    pending = await run_in_threadpool(signals_for_run, engine, run)
+    return Signals(run_id=run.run_id, server_time=time.time(),
                    checkpoint_request=CheckpointRequestOut(**pending) if pending else None)

@@ -5,8 +5,7 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from services.collector.auth import READ_RUN
-from services.collector.auth import READ_RUN
+from services.collector.auth import ReadRunDep
 from services.collector.deps import EngineDep
 from services.collector.schemas import ErrorResponse
 from services.straggler_pipeline import straggler_report
@@ -15,6 +14,6 @@ router = APIRouter(tags=["advice"])
 
 
 @router.get("/v1/runs/{run_id:path}/stragglers", responses={404: {"model": ErrorResponse}},  # type: ignore[dict-item]
-            dependencies=[READ_RUN], summary="Which ranks and hosts straggle, how often, what it cost, and the cost at other scales")
-async def get_stragglers(run_id: str, engine: EngineDep) -> dict[str, Any]:
-    return await run_in_threadpool(straggler_report, engine, run_id)
+            summary="Which ranks and hosts straggle, how often, what it cost, and the cost at other scales")
+async def get_stragglers(run: ReadRunDep, engine: EngineDep) -> dict[str, Any]:
+    return await run_in_threadpool(straggler_report, engine, run)
