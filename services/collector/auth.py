@@ -39,7 +39,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from services.errors import Forbidden, Unauthenticated
 from services.storage.load import RunRef, resolve_run
-from services.storage.tokens import ALL_PROJECTS, StoredToken, find_token, has_active_tokens, parse_token, verify_secret
+from services.storage.tokens import ALL_PROJECTS, PROJECT_RE, StoredToken, find_token, has_active_tokens, parse_token, verify_secret
 
 CREATE_HINT = ("create one on the collector's host with `goodput token create --project P --kind write` (for the "
                "training jobs' GOODPUT_TOKEN) or `--kind read` (API, reports, dashboard)")
@@ -215,7 +215,7 @@ async def _fleet_reader(principal: Annotated[Principal, Depends(_reader)]) -> Pr
 
 
 ProjectQuery = Annotated[str | None, Query(
-    max_length=64, description="the run's project; needed only by a reader of every project ('*' token, or local "
+    max_length=64, pattern=PROJECT_RE.pattern, description="the run's project; needed only by a reader of every project ('*' token, or local "
     "without tokens) when several projects use the run id. A token of one project always gets its own run")]
 
 
@@ -260,7 +260,7 @@ class RunScope:
 
 
 async def _run_scope(principal: Annotated[Principal, Depends(_reader)], project: Annotated[str | None, Query(
-        max_length=64, description="only runs of this project (a token of one project sees only its own)")] = None,
+        max_length=64, pattern=PROJECT_RE.pattern, description="only runs of this project (a token of one project sees only its own)")] = None,
                      ) -> RunScope:
     if principal.project is None:
         return RunScope(project)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from services.storage.records import SERIES_KINDS
 from services.storage.tables import Event, Run, collectives
 
 DEFAULT_PROJECT = "default"  # the project of runs written without a token (local clients)
+_UNSTORABLE = re.compile(r"[\x00-\x1f\x7f]")  # ingest refuses control characters in run ids (and PostgreSQL NUL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +79,7 @@ def resolve_run(conn: Connection, run_id: str, *, own_project: str | None, proje
     run that does not exist (another project's runs are never hinted at). A caller of every project gets the
     run of `project`, or, without it, the only project that has the run id; RunInSeveralProjects when several
     have it (the message lists them: a caller of every project may list them anyway)."""
-    if own_project is not None and project is not None and project != own_project:
+    if (own_project is not None and project is not None and project != own_project) or _UNSTORABLE.search(run_id):
         raise RunNotFound(run_id)
     wanted = own_project if own_project is not None else project
     query = select(Run.project).where(Run.run_id == run_id)

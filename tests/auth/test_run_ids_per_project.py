@@ -179,3 +179,13 @@ def test_local_clients_without_tokens_write_to_project_default_and_read_every_pr
             read_all, _ = create_token(conn, kind="read", project="*")
         response = local.get(f"/v1/runs/{RUN}", headers={"Authorization": f"Bearer {read_all}"})
         assert response.status_code == 409 and response.json()["error"]["projects"] == ["alpha", "default"]
+
+
+def test_a_malformed_project_or_run_id_is_refused_cleanly_never_a_server_error(remote, tokens) -> None:  # type: ignore[no-untyped-def]
+    assert remote.post("/v1/events", json={"events": squat()}, headers=tokens["wa"]).status_code == 200
+    for headers in (tokens["rall"], tokens["ra"]):
+        for path in (f"/v1/runs/{RUN}/waste?project=%00", "/v1/runs?project=a%20b", "/v1/live?project=%00"):
+            response = remote.get(path, headers=headers)
+            assert response.status_code == 422 and response.json()["error"]["field"] == "query.project", path
+        response = remote.get("/v1/runs/a%00b/waste", headers=headers)  # no run id holds a control character
+        assert response.status_code == 404 and response.json()["error"]["code"] == "run_not_found"
