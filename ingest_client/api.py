@@ -11,7 +11,12 @@ from pathlib import Path
 
 from ingest_client.config import ClientConfig, Mode
 from ingest_client.context import context_from_env
-from ingest_client.generation import claim_generation, inherited_generation, is_torchrun_worker
+from ingest_client.generation import (
+    claim_generation,
+    claim_launch_attempt,
+    inherited_generation,
+    is_torchrun_worker,
+)
 from ingest_client.signals import ExitHooks
 from ingest_client.spool import run_dir_name
 from ingest_client.tracker import Tracker
@@ -77,7 +82,7 @@ def init_from_bootstrap() -> Tracker:
 def _start(config: ClientConfig, transport: Transport | None) -> Tracker:
     global _tracker, _hooks
     context = context_from_env(run_id=config.run_id, attempt_base=config.attempt_base,
-                               generation_of=_generation_counter(config))
+                               generation_of=_generation_counter(config), attempt_of=_launch_counter(config))
     tracker = Tracker(config, context, transport=transport).start()
     if config.install_handlers and tracker.enabled:
         _hooks = ExitHooks(tracker)
@@ -101,6 +106,24 @@ def _generation_counter(config: ClientConfig) -> Callable[[str], int | None]:
             return None
 
     return generation_of
+
+
+def _launch_counter(config: ClientConfig) -> Callable[[str, int], int]:
+    """The attempt of a round of this launch, its base counted across launches of the run (generation.py)."""
+
+    def attempt_of(run_id: str, launch_round: int) -> int:
+        if config.mode is Mode.DISABLED:
+            return config.attempt_base + launch_round
+        try:
+            return claim_launch_attempt(config.spool_dir / run_dir_name(run_id), os.environ,
+                                        torchrun_worker=is_torchrun_worker(os.environ),
+                                        attempt_base=config.attempt_base, offset=launch_round)
+        except OSError as exc:
+            logger.warning("goodput: cannot count launches of run %s in %s (%s); a relaunch of this run id reuses "
+                           "its attempt numbers unless GOODPUT_ATTEMPT_BASE is set", run_id, config.spool_dir, exc)
+            return config.attempt_base + launch_round
+
+    return attempt_of
 
 
 # Settings the running tracker reads when it uses them: the script's init() may change them after the bootstrap.

@@ -4,9 +4,11 @@ torchrun sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``TORCHELASTIC_RESTART_C
 ``TORCHELASTIC_RUN_ID`` in every worker. The run id given to ``init()`` or ``GOODPUT_RUN_ID``
 (see :mod:`ingest_client.config`) wins over ``TORCHELASTIC_RUN_ID``.
 
-Attempt number: ``GOODPUT_ATTEMPT_BASE + max(TORCHELASTIC_RESTART_COUNT, generation)``, where the generation
-is this worker's round as counted on its node (:mod:`ingest_client.generation`). The restart count alone is
-per node: a node restarted for another node's failure keeps its count.
+Attempt number: ``base + max(TORCHELASTIC_RESTART_COUNT, generation)``, where the generation is this worker's
+round as counted on its node and the base is the launch's first attempt (:mod:`ingest_client.generation`): at least
+``GOODPUT_ATTEMPT_BASE``, and one more than the largest attempt an earlier launch of the run took on this host, so
+that a relaunch of the run id is a new attempt. The restart count alone is per node: a node restarted for another
+node's failure keeps its count.
 """
 
 from __future__ import annotations
@@ -50,11 +52,13 @@ class RunContext:
 def context_from_env(
     *, run_id: str | None, attempt_base: int, environ: Mapping[str, str] | None = None,
     generation_of: Callable[[str], int | None] | None = None,
+    attempt_of: Callable[[str, int], int] | None = None,
 ) -> RunContext:
     """Build the RunContext; ``run_id`` is the already-resolved argument/GOODPUT_RUN_ID, if any.
 
-    ``generation_of(run_id)`` gives this worker's generation (None: unknown); without it the attempt is the
-    restart count (plus the base).
+    ``generation_of(run_id)`` gives this worker's generation (None: unknown); ``attempt_of(run_id, round)`` the
+    attempt of this round of the launch (its base counted across launches). Without them the attempt is the
+    restart count plus ``attempt_base``.
     """
     env = os.environ if environ is None else environ
     rank = _int_env(env, "RANK", 0, low=0)
@@ -78,9 +82,10 @@ def context_from_env(
     if not (1 <= len(resolved) <= 256 and resolved.isprintable()):
         raise ConfigError(f"TORCHELASTIC_RUN_ID must be 1-256 printable characters, got {resolved!r}.")
     generation = generation_of(resolved) if generation_of is not None else None
+    launch_round = max(restart_count, generation or 0)
     return RunContext(
         run_id=resolved,
-        attempt=max(restart_count, generation or 0) + attempt_base,
+        attempt=attempt_of(resolved, launch_round) if attempt_of is not None else launch_round + attempt_base,
         rank=rank,
         local_rank=local_rank,
         world_size=world_size,

@@ -18,6 +18,16 @@ start time from ``/proc`` (the torchrun agent, when the worker is its direct chi
 since two agents may run on one host. Counting is exact when every worker process claims as it starts (the
 bootstrap of ``goodput launch``, :mod:`ingest_client.bootstrap`); without it a worker claims in ``init()``, and
 a generation that died before ``init()`` is not counted (best effort).
+
+Launches (:func:`claim_launch_attempt`): a relaunch of a run id (a second ``goodput launch``, a second ``torchrun`` or
+``python train.py``, a scheduler's requeue) is a new attempt. Every launch of the run on this host has one small
+file under the same directory, ``<launch key>.launch``, naming its first attempt (its *base*), its owner process and
+every attempt a process of it took. A process of a launch that has no file yet claims its base under a file lock:
+the base of a concurrent launch of the run still alive on this host (another node's agent on the same machine), else
+one more than the largest attempt any earlier launch of the run on this host took (0 for the first). The other
+processes of the launch read the same file, so the ranks of one launch agree whatever order they start in. The
+launch key: ``GOODPUT_LAUNCH_ID`` (``goodput launch``, or a framework callback in the process that spawns the
+others), else the torchrun agent that started the worker, else the process itself.
 """
 
 from __future__ import annotations
@@ -28,12 +38,15 @@ import re
 import socket
 import time
 from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
 from pathlib import Path
 
 GENERATION_ENV = "GOODPUT_GENERATION"
 WORKER_PID_ENV = "GOODPUT_WORKER_PID"
 LAUNCH_ID_ENV = "GOODPUT_LAUNCH_ID"
+LAUNCH_BASE_ENV = "GOODPUT_LAUNCH_BASE"  # the launch's first attempt, passed on to subprocesses like the generation
 COUNTER_DIR = "generations"
+LAUNCHES_LOCK = "launches.lock"
 
 try:
     import fcntl
@@ -52,9 +65,13 @@ def inherited_generation(env: Mapping[str, str]) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname() or "unknown")[:64]
+
+
 def agent_key(env: Mapping[str, str]) -> str:
     """Who started this worker: ``<host>-<launch id>`` or ``<host>-agent<ppid>.<start ticks>``."""
-    host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname() or "unknown")[:64]
+    host = _host()
     launch_id = re.sub(r"[^A-Za-z0-9._-]", "_", env.get(LAUNCH_ID_ENV, "").strip())[:64]
     if launch_id:
         return f"{host}-{launch_id}"
@@ -99,3 +116,92 @@ def claim_generation(run_dir: Path, env: MutableMapping[str, str]) -> int:
     env[GENERATION_ENV] = str(generation)
     env[WORKER_PID_ENV] = str(os.getpid())
     return generation
+
+
+def launch_key(env: Mapping[str, str], *, torchrun_worker: bool) -> tuple[str, int]:
+    """This process's launch and the pid that lives as long as it: ``(key, owner pid)``.
+
+    ``<host>-<launch id>`` when ``GOODPUT_LAUNCH_ID`` is set, else the torchrun agent (``<host>-agent<ppid>.<ticks>``,
+    owner: the agent), else this process (``<host>-proc<pid>.<ticks>``, owner: itself).
+    """
+    ppid, pid = os.getppid(), os.getpid()
+    owner = ppid if torchrun_worker else pid
+    if env.get(LAUNCH_ID_ENV, "").strip():
+        return agent_key(env), owner
+    if torchrun_worker:
+        return f"{_host()}-agent{ppid}.{_start_ticks(ppid)}", owner
+    return f"{_host()}-proc{pid}.{_start_ticks(pid)}", owner
+
+
+def claim_launch_attempt(run_dir: Path, env: MutableMapping[str, str], *, torchrun_worker: bool, attempt_base: int,
+                         offset: int) -> int:
+    """This process's attempt: its launch's base (claimed once per launch, see the module doc) plus ``offset``.
+
+    ``offset`` is the round within the launch (``max(TORCHELASTIC_RESTART_COUNT, generation)``); ``attempt_base``
+    (``GOODPUT_ATTEMPT_BASE``) is the lowest base a new launch takes. A base inherited in ``GOODPUT_LAUNCH_BASE``
+    (a subprocess of a counted process) is reused without touching the files. Writes ``GOODPUT_LAUNCH_BASE`` into
+    ``env``. Raises OSError if the files cannot be read or written.
+    """
+    inherited = env.get(LAUNCH_BASE_ENV, "").strip()
+    if inherited.isdigit():
+        return int(inherited) + offset
+    key, owner = launch_key(env, torchrun_worker=torchrun_worker)
+    directory = run_dir / COUNTER_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    lock_fd = os.open(directory / LAUNCHES_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if fcntl is not None:
+            with contextlib.suppress(OSError):  # no flock on some network file systems: best effort
+                fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        host = _host()
+        launches = {path.name[: -len(".launch")]: _read_launch(path) for path in directory.glob("*.launch")}
+        mine = {name: launch for name, launch in launches.items() if launch is not None and launch.host == host}
+        path = directory / f"{key}.launch"
+        if key in mine:
+            base = mine[key].base
+        else:
+            alive = [launch.base for launch in mine.values() if _alive(launch.owner_pid, launch.owner_ticks)]
+            if alive:  # another agent of this run on this host, started at the same time: the same launch round
+                base = max(alive)
+            else:
+                taken = [launch.largest for launch in mine.values()]
+                base = max(attempt_base, max(taken) + 1 if taken else 0)
+            with open(path, "a") as f:
+                f.write(f"base {base} host {host} owner {owner} {_start_ticks(owner)}\n")
+        attempt = base + offset
+        with open(path, "a") as f:  # one line per counted process: the largest tells the next launch where to start
+            f.write(f"attempt {attempt} pid {os.getpid()} time {time.time():.3f}\n")
+    finally:
+        os.close(lock_fd)  # also drops the lock
+    env[LAUNCH_BASE_ENV] = str(base)
+    return attempt
+
+
+@dataclass(frozen=True, slots=True)
+class _Launch:
+    base: int
+    largest: int  # the largest attempt a process of this launch took
+    host: str
+    owner_pid: int
+    owner_ticks: str
+
+
+def _read_launch(path: Path) -> _Launch | None:
+    """A launch file's first line and attempts; None if it is unreadable or torn (a launch killed mid-write)."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    first = lines[0].split() if lines else []
+    if len(first) != 7 or first[0] != "base" or not first[1].isdigit() or not first[5].isdigit():
+        return None
+    base = int(first[1])
+    attempts = [int(parts[1]) for parts in (line.split() for line in lines[1:])
+                if len(parts) >= 2 and parts[0] == "attempt" and parts[1].isdigit()]
+    return _Launch(base=base, largest=max([base, *attempts]), host=first[3], owner_pid=int(first[5]),
+                   owner_ticks=first[6])
+
+
+def _alive(pid: int, ticks: str) -> bool:
+    """The process ``pid`` still runs and is the one recorded (same start time, so not a reused pid)."""
+    return ticks != "x" and pid > 0 and _start_ticks(pid) == ticks

@@ -40,7 +40,7 @@ from ingest_client.config import ClientConfig, Mode
 from ingest_client.errors import ConfigError
 from ingest_client.events import ROW_EVENT, EventKind, RecordBuilder, RecordContext, RunStatus
 from ingest_client.flusher import Pipeline, PipelineSettings
-from ingest_client.generation import GENERATION_ENV, LAUNCH_ID_ENV, WORKER_PID_ENV
+from ingest_client.generation import GENERATION_ENV, LAUNCH_BASE_ENV, LAUNCH_ID_ENV, WORKER_PID_ENV
 from ingest_client.spool import run_dir_name
 from ingest_client.transport.http import HttpTransport
 
@@ -119,7 +119,8 @@ BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
 
 def worker_environment(env: Mapping[str, str], *, run_id: str, bootstrap: bool) -> dict[str, str]:
     """The command's environment: the run id, a new launch id and, unless turned off, the bootstrap's path."""
-    child = {name: value for name, value in env.items() if name not in (GENERATION_ENV, WORKER_PID_ENV)}
+    inherited = (GENERATION_ENV, WORKER_PID_ENV, LAUNCH_BASE_ENV)  # this launch counts its own
+    child = {name: value for name, value in env.items() if name not in inherited}
     child.update(GOODPUT_RUN_ID=run_id, GOODPUT_LAUNCHED="1")
     child[LAUNCH_ID_ENV] = f"launch{uuid.uuid4().hex[:16]}"
     if env.get("GOODPUT_BOOTSTRAP", "").strip() == "0":

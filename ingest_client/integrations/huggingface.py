@@ -1,43 +1,124 @@
 """transformers callback: ``Trainer(..., callbacks=[GoodputCallback()])``.
 
-``on_step_begin``/``on_step_end`` bracket one optimizer step (with gradient accumulation,
-``on_step_begin`` fires per micro-batch; the first one after a step starts the timing).
+What it reports, on every process:
+
+- the tracker starts in ``on_init_end`` (when the ``Trainer`` is built, before ``train()`` restores a checkpoint),
+  with ``args.process_index`` / ``args.world_size`` when the environment has no ``RANK``;
+- ``resume`` at ``on_train_begin``: the restored ``state.global_step`` and, when it is not 0, the checkpoint it
+  came from (``<output_dir>/checkpoint-<step>``, the name ``resume_from_checkpoint=True`` picks);
+- one step per optimizer step: ``on_step_begin`` fires per micro-batch with gradient accumulation, so the first one
+  after a step starts the timing and ``on_step_end`` ends it. The step carries the loss and learning rate of the
+  ``on_log`` that follows it (the mean loss since the previous log, as the Trainer logs it), so only logged steps
+  have them (``logging_steps=1`` for every step);
+- checkpoints: ``control.should_save`` at ``on_step_end`` announces a save; the span starts after the log and the
+  evaluation that come first in the same step (``on_log`` / ``on_evaluate``) and ends at ``on_save``, which the
+  Trainer calls once the checkpoint is written on every process;
+- with ``digest_every_n_steps=N``, a digest of the model's and optimizer's ``state_dict()`` every N steps (off by
+  default; costs a pass over the state);
+- ``finish()`` at ``on_train_end`` (``finish_at_train_end=False`` to keep the run open).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 from transformers import TrainerCallback
 
-import ingest_client
-from ingest_client.tracker import Tracker
+from ingest_client.integrations._common import (
+    check_digest_every,
+    digest_due,
+    name_this_launch,
+    start_tracker,
+    state_of,
+)
+from ingest_client.tracker import CheckpointSpan, Tracker
 
 
 class GoodputCallback(TrainerCallback):  # type: ignore[misc]  # TrainerCallback is an optional import
-    def __init__(self, tracker: Tracker | None = None, **init_kwargs: Any) -> None:
+    def __init__(self, tracker: Tracker | None = None, *, digest_every_n_steps: int | None = None,
+                 finish_at_train_end: bool = True, **init_kwargs: Any) -> None:
         self._tracker = tracker
         self._init_kwargs = init_kwargs
+        self._digest_every = check_digest_every(digest_every_n_steps)
+        self._finish_at_train_end = finish_at_train_end
         self._step_start: float | None = None
+        self._pending: tuple[int, float, float] | None = None  # a step waiting for the on_log that may follow
+        self._save_span: CheckpointSpan | None = None
+        name_this_launch()
 
     @property
     def tracker(self) -> Tracker:
         if self._tracker is None:
-            self._tracker = ingest_client.get_tracker() or ingest_client.init(**self._init_kwargs)
+            self._tracker = start_tracker(None, self._init_kwargs, rank=0, world_size=1, local_rank=0)
         return self._tracker
 
+    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._tracker = start_tracker(self._tracker, self._init_kwargs, rank=int(args.process_index),
+                                      world_size=int(args.world_size), local_rank=max(int(args.local_process_index), 0))
+
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.tracker.resumed(int(state.global_step))
+        step = int(state.global_step)
+        if step == 0:
+            self.tracker.resumed(0)
+            return
+        path = os.path.join(str(args.output_dir), f"checkpoint-{step}")
+        self.tracker.resumed(step, checkpoint_step=step, checkpoint=path if os.path.isdir(path) else None)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._step_start is None:
+            self._record_pending()
             self._step_start = time.time()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self._step_start is not None:
-            self.tracker.record_step(int(state.global_step), self._step_start, time.time())
-            self._step_start = None
+        if self._step_start is None:
+            return
+        step = int(state.global_step)
+        self._pending = (step, self._step_start, time.time())
+        self._step_start = None
+        if digest_due(step, self._digest_every):
+            self.tracker.digest(step, state_of(*(kwargs[k] for k in ("model", "optimizer") if kwargs.get(k))))
+        if control.should_save and not control.should_log and not control.should_evaluate:
+            self._open_save(step)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if self._pending is not None and self._pending[0] == int(state.global_step) and logs:
+            step, start, end = self._pending
+            self._pending = None
+            self.tracker.record_step(step, start, end, _number(logs.get("loss")), _number(logs.get("learning_rate")))
+        if control.should_save and not control.should_evaluate:
+            self._open_save(int(state.global_step))
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if control.should_save:
+            self._open_save(int(state.global_step))
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._open_save(int(state.global_step))  # no announcement seen (a save outside the step loop): no length
+        span, self._save_span = self._save_span, None
+        if span is not None:
+            span.__exit__(None, None, None)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.tracker.flush(5.0)
+        self._record_pending()
+        if self._finish_at_train_end:
+            self.tracker.finish()
+        else:
+            self.tracker.flush(5.0)
+
+    def _record_pending(self) -> None:
+        if self._pending is not None:
+            step, start, end = self._pending
+            self._pending = None
+            self.tracker.record_step(step, start, end)
+
+    def _open_save(self, step: int) -> None:
+        if self._save_span is None and self.tracker.enabled:
+            self._record_pending()
+            self._save_span = self.tracker.checkpoint(step)
+            self._save_span.__enter__()
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

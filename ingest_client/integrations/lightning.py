@@ -1,13 +1,29 @@
 """PyTorch Lightning callback: ``Trainer(callbacks=[GoodputCallback()])``.
 
-Records ``resume`` at the start of fitting and one step per optimizer step: from the first
-micro-batch after the previous step to the batch end that advanced ``trainer.global_step``
-(so gradient accumulation counts once). Checkpoints are not timed: Lightning has no hook around
-the write; wrap your own saves in ``tracker.checkpoint()``.
+What it reports, on every rank:
+
+- the tracker starts in ``setup`` (after Lightning's launcher and process group, before the checkpoint is restored),
+  with the trainer's ``global_rank`` / ``world_size`` when the environment has no ``RANK`` (Lightning's own
+  launcher, ``python train.py`` with ``devices=2``, sets none);
+- ``resume`` at ``on_train_start``: the restored ``trainer.global_step``, with the checkpoint it was loaded from
+  (``trainer.ckpt_path``) and the step saved in it (``on_load_checkpoint``);
+- one step per optimizer step, from the first micro-batch after the previous step to the batch end that advanced
+  ``trainer.global_step`` (gradient accumulation counts once), with the last micro-batch's loss and the first
+  optimizer's learning rate;
+- checkpoints: ``trainer.save_checkpoint`` (what ``ModelCheckpoint`` calls) is wrapped on this trainer, so the
+  span is what every rank blocks for: collecting the state, rank 0's write through the ``CheckpointIO`` plugin and
+  the barrier after it. A ``save_last`` copy at the same step is part of the same checkpoint (the collector merges
+  the spans of one step);
+- with ``digest_every_n_steps=N``, a digest of the module's and optimizers' ``state_dict()`` every N steps (costs a
+  pass over the state; off by default);
+- ``finish()`` at ``teardown`` after a fit that reached ``on_train_end`` (after ``ModelCheckpoint``'s last save;
+  ``finish_at_train_end=False`` keeps the run open for another ``fit``); after an exception, only a flush (the
+  exit hooks end the attempt as failed).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -16,27 +32,69 @@ try:
 except ImportError:  # the older package name
     from pytorch_lightning.callbacks import Callback  # type: ignore[no-redef]
 
-import ingest_client
+from ingest_client.integrations._common import (
+    check_digest_every,
+    digest_due,
+    name_this_launch,
+    start_tracker,
+    state_of,
+)
 from ingest_client.tracker import Tracker
 
 
 class GoodputCallback(Callback):  # type: ignore[misc]  # Callback comes from an untyped optional package
-    def __init__(self, tracker: Tracker | None = None, **init_kwargs: Any) -> None:
+    def __init__(self, tracker: Tracker | None = None, *, digest_every_n_steps: int | None = None,
+                 finish_at_train_end: bool = True, **init_kwargs: Any) -> None:
         super().__init__()
         self._tracker = tracker
         self._init_kwargs = init_kwargs
+        self._digest_every = check_digest_every(digest_every_n_steps)
+        self._finish_at_train_end = finish_at_train_end
         self._step_start: float | None = None
         self._last_step = -1
+        self._loaded_step: int | None = None
+        self._train_ended = False
+        name_this_launch()
 
     @property
     def tracker(self) -> Tracker:
         if self._tracker is None:
-            self._tracker = ingest_client.get_tracker() or ingest_client.init(**self._init_kwargs)
+            self._tracker = start_tracker(None, self._init_kwargs, rank=0, world_size=1, local_rank=0)
         return self._tracker
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        self._tracker = start_tracker(self._tracker, self._init_kwargs, rank=int(trainer.global_rank),
+                                      world_size=int(trainer.world_size), local_rank=int(trainer.local_rank))
+        self._wrap_save_checkpoint(trainer)
+
+    def _wrap_save_checkpoint(self, trainer: Any) -> None:
+        save = trainer.save_checkpoint
+        if getattr(save, "_goodput_wrapped", False):
+            return
+
+        @functools.wraps(save)
+        def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
+            tracker = self.tracker
+            if not tracker.enabled:  # disabled, or finished at on_train_end: a save after fit is not timed
+                return save(*args, **kwargs)
+            with tracker.checkpoint(int(trainer.global_step)):
+                return save(*args, **kwargs)
+
+        save_checkpoint._goodput_wrapped = True  # type: ignore[attr-defined]
+        trainer.save_checkpoint = save_checkpoint
+
+    def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        step = checkpoint.get("global_step")
+        self._loaded_step = int(step) if isinstance(step, int) else None
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._last_step = int(trainer.global_step)
-        self.tracker.resumed(self._last_step)
+        path = getattr(trainer, "ckpt_path", None)
+        if path is not None or self._loaded_step is not None:
+            self.tracker.resumed(self._last_step, checkpoint_step=self._loaded_step,
+                                 checkpoint=str(path) if path is not None else None)
+        else:
+            self.tracker.resumed(self._last_step)
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         if self._step_start is None:
@@ -44,10 +102,40 @@ class GoodputCallback(Callback):  # type: ignore[misc]  # Callback comes from an
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         step = int(trainer.global_step)
-        if self._step_start is not None and step > self._last_step:
-            self.tracker.record_step(step, self._step_start, time.time())
-            self._last_step = step
-            self._step_start = None
+        if self._step_start is None or step <= self._last_step:
+            return
+        tracker = self.tracker
+        tracker.record_step(step, self._step_start, time.time(), _loss_of(outputs), _lr_of(trainer))
+        self._last_step = step
+        self._step_start = None
+        if digest_due(step, self._digest_every):
+            tracker.digest(step, state_of(pl_module, *getattr(trainer, "optimizers", ())))
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        self.tracker.flush(5.0)
+        self._train_ended = True  # ModelCheckpoint may still save `last` in its own on_train_end: finish at teardown
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self._tracker is None:
+            return
+        if self._train_ended and self._finish_at_train_end:
+            self._tracker.finish()
+        else:
+            self._tracker.flush(5.0)
+        self._train_ended = False
+
+
+def _loss_of(outputs: Any) -> Any:
+    """The loss ``training_step`` returned (a tensor, detached; the flusher converts it), or None."""
+    loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+    detach = getattr(loss, "detach", None)
+    if detach is not None:
+        return detach()
+    return loss if isinstance(loss, (int, float)) and not isinstance(loss, bool) else None
+
+
+def _lr_of(trainer: Any) -> float | None:
+    optimizers = getattr(trainer, "optimizers", None) or ()
+    try:
+        return float(optimizers[0].param_groups[0]["lr"])
+    except (IndexError, KeyError, TypeError, AttributeError, ValueError):
+        return None

@@ -1,0 +1,91 @@
+"""Real PyTorch Lightning (2 CPU processes, DDP over gloo) with goodput's callback, killed after a checkpoint and
+relaunched under the same run id with Lightning's own resume (``ckpt_path="last"``), no goodput variable set by hand.
+
+examples/train_lightning.py checkpoints every 8 steps (a ``save_last`` copy too: two writes per step), and rank 0
+SIGKILLs the job once step 13 is done. The relaunch resumes from ``last.ckpt`` (step 8). The ledger must agree with
+the job's own log: one restart, the resume step, the reworked steps, the checkpoints (one per step, the duplicate
+counted once) and their blocking time; two ranks as two ranks. The data loader is not resumable mid-epoch (Lightning
+warns), so the digests every 4 steps differ after the resume and the resume check flags it; a checkpoint at the
+epoch's end resumes exactly and the check says ok.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.ledger_checks import assert_partition
+from tests.test_cli import REPO
+from tests.torchrun.conftest import TORCHRUN, Collector, fetch_ledger
+from tests.torchrun.frameworks import job_log, run_launch, truth_from
+
+pytest.importorskip("lightning")
+pytestmark = pytest.mark.torchrun
+
+SCRIPT = REPO / "examples" / "train_lightning.py"
+STEPS_PER_EPOCH = 16  # 512 samples / 2 ranks / batch 16
+
+
+def _job_args(workdir: Path, *, checkpoint_every: int, kill_at: int | None) -> list[str]:
+    return [str(SCRIPT), "--devices", "2", "--steps", "24", "--checkpoint-every", str(checkpoint_every),
+            "--digest-every", "4", "--step-sleep", "0.01", "--ckpt-dir", str(workdir / "ckpt"),
+            "--log-dir", str(workdir / "logs"), *(["--kill-at-step", str(kill_at)] if kill_at else [])]
+
+
+def _killed_and_relaunched(workdir: Path, collector: Collector, run_id: str, *, torchrun: bool,
+                           checkpoint_every: int, kill_at: int) -> None:
+    workdir.mkdir(parents=True)
+    prefix = [*TORCHRUN, "--standalone", "--nproc-per-node", "2"] if torchrun else [sys.executable]
+    first = run_launch([*prefix, *_job_args(workdir, checkpoint_every=checkpoint_every, kill_at=kill_at)], workdir,
+                       run_id=run_id, url=collector.url)
+    assert first.returncode != 0, first.output[-3000:]
+    second = run_launch([*prefix, *_job_args(workdir, checkpoint_every=checkpoint_every, kill_at=None)], workdir,
+                        run_id=run_id, url=collector.url)
+    assert second.returncode == 0, second.output[-3000:]
+
+
+def _check_ledger_against_log(collector: Collector, run_id: str, workdir: Path, resume_step: int) -> None:
+    truth = truth_from(job_log(workdir / "logs"))
+    assert truth.launches == 2 and truth.ranks == {0, 1}
+    assert truth.resume_steps == {0: {0}, 1: {resume_step}}, truth.resume_steps
+
+    ledger = fetch_ledger(collector.url, run_id, lambda ledger: ledger["status"] == "finished"
+                          and len(ledger["attempts"]) == 2)
+    assert ledger["restarts"] == 1
+    assert [a["world_size"] for a in ledger["attempts"]] == [2, 2]
+    assert ledger["attempts"][1]["resume_step"] == resume_step
+    assert ledger["steps"]["reworked"] == len(truth.reworked_steps), (ledger["steps"], truth.reworked_steps)
+    checkpoints = ledger["checkpoints"]
+    assert checkpoints["count"] == checkpoints["ok"] == len(truth.checkpoint_steps), (
+        checkpoints, truth, httpx.get(f"{collector.url}/v1/runs/{run_id}/checkpoints", timeout=30).text)
+    assert checkpoints["median_blocking_seconds"] == pytest.approx(truth.median_blocking_s, abs=0.02), (
+        checkpoints, truth)
+    assert_partition(ledger)
+    ranks = httpx.get(f"{collector.url}/v1/runs/{run_id}/ranks", timeout=30)
+    assert ranks.status_code == 200, ranks.text
+    assert "1" in ranks.text  # rank 1 reported as itself (was: both processes rank 0)
+
+
+@pytest.mark.parametrize("torchrun", [False, True], ids=["lightning-launcher", "torchrun"])
+def test_lightning_killed_mid_epoch_and_relaunched_equals_the_jobs_log_and_the_inexact_resume_is_flagged(
+        tmp_path: Path, collector: Collector, torchrun: bool) -> None:
+    run_id = f"lightning-{'torchrun' if torchrun else 'own'}"
+    _killed_and_relaunched(tmp_path / "job", collector, run_id, torchrun=torchrun, checkpoint_every=8, kill_at=13)
+    _check_ledger_against_log(collector, run_id, tmp_path / "job", resume_step=8)
+    check = httpx.get(f"{collector.url}/v1/runs/{run_id}/resume-check", timeout=60).json()
+    assert check["verdict"] != "ok", check  # Lightning's plain DataLoader restarts the epoch: not the same data
+    assert "digest_mismatch" in {f["code"] for f in check["findings"]}, check["findings"]
+
+
+def test_lightning_resumed_from_an_epoch_end_checkpoint_is_an_exact_resume(tmp_path: Path,
+                                                                           collector: Collector) -> None:
+    _killed_and_relaunched(tmp_path / "job", collector, "lightning-epoch-end", torchrun=False,
+                           checkpoint_every=STEPS_PER_EPOCH, kill_at=STEPS_PER_EPOCH + 5)
+    _check_ledger_against_log(collector, "lightning-epoch-end", tmp_path / "job", resume_step=STEPS_PER_EPOCH)
+    check = httpx.get(f"{collector.url}/v1/runs/lightning-epoch-end/resume-check", timeout=60).json()
+    assert check["verdict"] == "ok", check["findings"]
+    (resume,) = check["resumes"]
+    assert resume["compared"]["digest"] == 2 and resume["compared"]["loss"] > 0, resume  # step 20, both ranks
