@@ -8,7 +8,10 @@ Conventions that match the ledger specification: a failure aborts the step in pr
 reported); a failure during a checkpoint write leaves it torn; the survivors report `attempt_end failed`
 when the failure has been detected (`detect_s` later, or `hang_s` for a hang), and torchrun restarts the
 group `relaunch_s` after that. After the last failure of a run that fails for good, the allocation is held
-`tail_s` longer (the teardown): hang, as the ledger books it.
+`tail_s` longer (the teardown): hang, as the ledger books it. With `killed`, no rank reports a failure (every
+process SIGKILLed): the attempt was alive until its latest event (a heartbeat while stuck, else its last step or
+checkpoint event), hang from its last progress to there, and the rest up to the next attempt's first step is the
+restart's startup (detection, teardown, relaunch).
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ class SimConfig:
     # "skip" / "repeat" (a step number skipped / repeated after its second step). Only what is reported changes:
     # the truth ledger is booked as for an exact resume.
     resume_fault: str | None = None
+    killed: bool = False  # failures are SIGKILLs: no attempt_end (a run that fails for good still sends run_end)
+    heartbeat_s: float | None = None  # each rank heart-beats this often while its attempt lives (None: never)
 
     def __post_init__(self) -> None:
         for name in ("ranks", "checkpoint_every"):
@@ -78,6 +83,8 @@ class SimConfig:
             raise ValueError(f"end must be finished, failed or running, got {self.end!r}")
         if self.digest_every is not None and self.digest_every < 1:
             raise ValueError(f"digest_every must be at least 1 or None, got {self.digest_every}")
+        if self.heartbeat_s is not None and not self.heartbeat_s > 0:
+            raise ValueError(f"heartbeat_s must be positive or None, got {self.heartbeat_s}")
         if self.resume_fault is not None and self.resume_fault not in RESUME_FAULTS:
             raise ValueError(f"resume_fault must be one of {', '.join(RESUME_FAULTS)} or None, "
                              f"got {self.resume_fault!r}")
@@ -128,9 +135,13 @@ class _Emitter:
         self.run_id = run_id
         self.events: list[dict[str, Any]] = []
         self._n = 0
+        self.last_seen: dict[int, float] = {}  # per attempt, the time of its latest event
 
     def emit(self, kind: str, time: float, **fields: Any) -> None:
         self._n += 1
+        if "attempt" in fields:
+            attempt = fields["attempt"]
+            self.last_seen[attempt] = max(self.last_seen.get(attempt, time), time)
         self.events.append({"event_id": f"{self.run_id}:{self._n}", "run_id": self.run_id, "kind": kind,
                             "time": time, **fields})
 
@@ -190,7 +201,7 @@ class _Simulation:
         begin = t  # startup of the next attempt runs from here to its first step
         attempt = 0
         while True:
-            outcome, t = self.attempt(attempt, t, begin)
+            outcome, t, booked_until = self.attempt(attempt, t, begin)
             if outcome == "finished":
                 end = t + 2.0
                 self.book_idle(end - t)
@@ -202,14 +213,15 @@ class _Simulation:
                 self.truth.status = "running"
                 return SimResult(config=c, events=out.events, truth=self.truth)
             # failed: t is the moment the failure was torn down
-            for r in range(self.w):
-                out.emit("attempt_end", t, attempt=attempt, rank=r, reason="failed")
+            if not c.killed:
+                for r in range(self.w):
+                    out.emit("attempt_end", t, attempt=attempt, rank=r, reason="failed")
             if self.truth.failures >= c.max_failures and c.end == "failed":
                 out.emit("run_end", t, status="failed")
                 return self.close(t, "failed")
             self.truth.restarts += 1
             attempt += 1
-            begin = t
+            begin = booked_until  # the restart's startup: from where the failed attempt's time was booked up to
             t += c.relaunch_s
 
     def close(self, t: float, status: str) -> SimResult:
@@ -222,8 +234,10 @@ class _Simulation:
         self.truth.status = status
         return SimResult(config=self.c, events=self.out.events, truth=self.truth)
 
-    def attempt(self, attempt: int, t: float, begin: float) -> tuple[str, float]:
+    def attempt(self, attempt: int, t: float, begin: float) -> tuple[str, float, float]:
+        """(outcome, the moment it ended or was torn down, where its booking stops: the next startup's start)."""
         c, out, w = self.c, self.out, self.w
+        started = t
         for r in range(w):
             out.emit("attempt_start", t, attempt=attempt, rank=r, world_size=w, host=f"node{r // 8:03d}",
                      local_rank=r % 8)
@@ -287,18 +301,26 @@ class _Simulation:
         self.emit_rows(attempt, rows)
 
         if failed_at is None:
+            self.heartbeats(attempt, started, t)
             if c.end == "running" and step < self.target:
                 for s_no, duration, straggle, slow_rank in done:
                     self.keep(duration, straggle, slow_rank)
                     if s_no > self.saved:
                         self.truth.at_risk += duration * self.on
-                return "running", t
+                return "running", t, t
             for s_no, duration, straggle, slow_rank in done:
                 self.keep(duration, straggle, slow_rank)
-            return "finished", t
+            return "finished", t, t
 
         self.truth.failures += 1
         end = failed_at + detect
+        self.heartbeats(attempt, started, end)  # the survivors beat until they are torn down
+        last_failure = self.truth.failures >= c.max_failures and c.end == "failed"
+        # Where the failure is known to have been: its report (attempt_end); killed without one, the attempt's
+        # latest event, unless it is the last of a failed run (run_end says when the launcher saw it die).
+        booked_until = end
+        if c.killed and not last_failure:
+            booked_until = max(self.out.last_seen[attempt], startup_booked_until or begin)
         for s_no, duration, straggle, slow_rank in done:
             if s_no <= self.saved:
                 self.keep(duration, straggle, slow_rank)
@@ -306,12 +328,21 @@ class _Simulation:
                 self.truth.steps_reworked += 1
                 self.book("rework", duration)
         if last_progress is None:  # no step completed: all of the attempt was startup
-            self.book("startup", end - (begin if startup_booked_until is None else startup_booked_until))
+            self.book("startup", booked_until - (begin if startup_booked_until is None else startup_booked_until))
         elif torn_from is not None:
-            self.book("checkpoint", end - torn_from)  # a torn write blocks until the teardown
+            self.book("checkpoint", booked_until - torn_from)  # a torn write blocks until the teardown
         else:
-            self.book("hang", end - last_progress)
-        return "failed", end
+            self.book("hang", booked_until - last_progress)
+        return "failed", end, booked_until
+
+    def heartbeats(self, attempt: int, since: float, until: float) -> None:
+        if self.c.heartbeat_s is None:
+            return
+        k = 1
+        while (beat := since + k * self.c.heartbeat_s) <= until:
+            for r in range(self.w):
+                self.out.emit("heartbeat", beat, attempt=attempt, rank=r)
+            k += 1
 
     def _compute(self, rank: int) -> float:
         c = self.c

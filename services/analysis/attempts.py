@@ -28,7 +28,8 @@ class Allocation:
 class Attempt:
     attempt: int
     start: float
-    end: float  # effective end: reported, else the next attempt's start, else the run's end / latest event
+    end: float  # effective end: reported; else, followed by another attempt, its latest event of any kind (at
+    # most the next attempt's start); else the run's end / latest event
     end_reported: bool
     reason: str | None  # completed | failed | preempted | None (not reported)
     failed: bool
@@ -201,6 +202,7 @@ def _build_attempts(
         raw.append({
             "attempt": number, "start": start,
             "end_time": float(ended["time"].max()) if not ended.empty else None,
+            "last_seen": _last_seen(ev, st),
             "reason": reason, "world_size": int(world),
             "hosts": tuple(sorted(set(started["host"].dropna().astype(str)))),
             "resume": resume, "resume_reported": resume_reported,
@@ -224,7 +226,12 @@ def _build_attempts(
                 own.append(float(a["last_end"]))  # type: ignore[arg-type]
             end, reported = max(own), True
         elif next_start is not None:
-            end, reported = float(next_start), False  # type: ignore[arg-type]
+            # Killed without a word (SIGKILL, OOM killer, a lost node): it was alive until its latest event,
+            # heart-beating while stuck or not; what follows until the next attempt's first step is detection,
+            # teardown and relaunch, the restart's startup (docs/ledger.md, "Attempts"). Never past the next
+            # attempt's start (a late clock), never before its own start.
+            seen = min(float(a["last_seen"]), float(next_start))  # type: ignore[arg-type]
+            end, reported = max(seen, float(a["start"])), False  # type: ignore[arg-type]
         elif run_end_time is not None:
             end, reported = max(run_end_time, float(a["start"])), False  # type: ignore[arg-type]
         else:
@@ -251,6 +258,17 @@ def _build_attempts(
             last_step=a["last_step"],  # type: ignore[arg-type]
         ))
     return tuple(attempts)
+
+
+def _last_seen(events: pd.DataFrame, step_stats: pd.Series | None) -> float:
+    """The time of an attempt's latest event of any kind (step end, heartbeat, checkpoint, digest, client_stats
+    ...). Collective rows are left out: the stored ledger reads collective time summed per step, not the rows,
+    and a rank inside a collective still heart-beats (with the collectives it started)."""
+    times = [float(events["time"].max())] if not events.empty else []
+    if step_stats is not None:
+        times.append(float(step_stats["last_end"]))
+    finite = [t for t in times if not np.isnan(t)]
+    return max(finite) if finite else -np.inf
 
 
 def _build_checkpoints(
@@ -313,8 +331,13 @@ def _build_allocations(
             out.append(Allocation(start=open_start, end=end, gpus=open_gpus, open=True))
         if out:
             return tuple(out), True
-    # No allocation events: the attempts' spans x world size (overlapping spans merged).
-    spans = sorted((a.start, a.end, a.world_size) for a in attempts)
+    # No allocation events: the attempts' spans x world size (overlapping spans merged). A killed attempt (no
+    # reported end, another after it) held its GPUs until the next one started: its span reaches that start.
+    held_until = [
+        max(a.end, nxt.start) if not a.end_reported and nxt is not None else a.end
+        for a, nxt in zip(attempts, (*attempts[1:], None))
+    ]
+    spans = sorted((a.start, end, a.world_size) for a, end in zip(attempts, held_until))
     merged: list[list[float]] = []
     for start, end, world in spans:
         if merged and start <= merged[-1][1]:

@@ -57,24 +57,6 @@ def test_teardown_of_an_attempt_that_never_stepped_is_hang_after_its_startup() -
     expect(ledger_of(events), 0.0, startup=40 * w, hang=30 * w)
 
 
-def test_a_killed_attempt_without_attempt_end_leaves_no_idle_before_the_next_attempt() -> None:
-    """No attempt_end (SIGKILLed): the attempt ends where the next starts; hang to there, then startup."""
-    w = 2
-    events = [ev("allocation_start", 0, gpus=w), ev("allocation_end", 100)]
-    events += [ev("attempt_start", 0, attempt=0, rank=r, world_size=w) for r in range(w)]
-    events += per_rank("resume", 0, w, attempt=0, step=0)
-    events += steps(0, w, 1, 20, 5)  # 5-25
-    events += [ev("attempt_start", 40, attempt=1, rank=r, world_size=w) for r in range(w)]
-    events += per_rank("resume", 40, w, attempt=1, step=0)
-    events += steps(1, w, 1, 30, 50)  # 50-80
-    events += per_rank("attempt_end", 80, w, attempt=1, reason="completed")
-    events.append(ev("run_end", 80, status="finished"))
-    ledger = ledger_of(events)
-    # idle only after the run completed (80-100): nothing between the failure and the next attempt
-    expect(ledger, 30 * w, startup=(5 + 10) * w, rework=20 * w, hang=15 * w, idle=20 * w)
-    assert ledger["attempts"][0]["failed"] and not ledger["attempts"][0]["end_reported"]
-
-
 def test_after_a_failure_the_next_attempt_in_the_same_allocation_books_the_teardown_as_startup() -> None:
     w = 2
     events = [ev("allocation_start", 0, gpus=w), ev("allocation_end", 100)]

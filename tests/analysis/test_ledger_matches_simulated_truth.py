@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 
@@ -77,6 +78,8 @@ configs = st.builds(
     comm_inline=st.booleans(),
     seed=st.integers(0, 2**31),
     records_per_rank=st.integers(1, 500),
+    killed=st.booleans(),
+    heartbeat_s=st.one_of(st.none(), st.floats(2.0, 60.0)),
 )
 
 
@@ -107,3 +110,26 @@ def test_shuffled_and_replayed_events_give_the_same_ledger(seed: int, mtbf: floa
             replayed.append({**e, "event_id": e["event_id"] + "/a", **{k: e[k][:half] for k in columns}})
     again = build_ledger(run_data_from_events(result.config.run_id, events + replayed)).to_dict()
     assert again == baseline
+
+
+@pytest.mark.parametrize("heartbeat_s", [None, 5.0])
+@pytest.mark.parametrize("end", ["finished", "failed"])
+def test_killed_attempts_book_hang_to_their_last_event_and_the_rest_as_the_restarts_startup(
+    heartbeat_s: float | None, end: str
+) -> None:
+    config = SimConfig(ranks=4, hours=0.1, mtbf_s=300.0, detect_s=40.0, hang_at_step=30, hang_s=120.0, seed=1,
+                       killed=True, heartbeat_s=heartbeat_s, end=end, max_failures=3)
+    result = simulate(config)
+    assert not [e for e in result.events if e["kind"] == "attempt_end" and e["reason"] == "failed"]
+    assert result.truth.failures == 3
+    ledger = build_ledger(run_data_from_events(config.run_id, result.events))
+    assert_matches_truth(ledger, result.truth, config)
+    killed, reported = result.truth.waste, simulate(dataclasses.replace(config, killed=False)).truth.waste
+    # the same job reporting its failures: detection moved from hang to the restart's startup, nothing else
+    moved = reported["hang"] - killed["hang"]
+    assert killed["startup"] - reported["startup"] == pytest.approx(moved)
+    restarts = 3 if end == "finished" else 2  # a run that failed for good keeps its last failure's hang
+    if heartbeat_s is None:
+        assert moved > 0 and (end == "failed" or killed["hang"] == 0)
+    else:  # heart-beating while stuck: hang up to the last beat, less than one interval per restart moved
+        assert 0 < moved < restarts * heartbeat_s * config.ranks
