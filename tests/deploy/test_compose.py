@@ -189,7 +189,7 @@ def test_every_compose_command_runs_here_against_postgresql(compose: dict[str, A
         for _ in range(12):
             samples = scrape(url)
             assert samples[("goodput_collector_events_total", frozenset({("outcome", "accepted")}))] == accepted
-            assert samples[("goodput_run_goodput_ratio", frozenset({("run_id", "compose-run")}))] == ledger["goodput"]
+            assert samples[("goodput_run_goodput_ratio", frozenset({("run_id", "compose-run"), ("project", "default")}))] == ledger["goodput"]
 
         dashboard = start(local(services["dashboard"]["entrypoint"], {}) +
                           local(services["dashboard"]["command"], replacements), tmp_path)
