@@ -24,14 +24,12 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -41,6 +39,7 @@ from ingest_client.errors import ConfigError
 from ingest_client.events import ROW_EVENT, EventKind, RecordBuilder, RecordContext, RunStatus
 from ingest_client.flusher import Pipeline, PipelineSettings
 from ingest_client.generation import GENERATION_ENV, LAUNCH_BASE_ENV, LAUNCH_ID_ENV, WORKER_PID_ENV
+from ingest_client.slurm import SlurmJob, gpus_of_allocation, hostnames, outcome, read_job
 from ingest_client.spool import run_dir_name
 from ingest_client.transport.http import HttpTransport
 
@@ -89,20 +88,6 @@ def node_rank_of(args: Sequence[str], env: Mapping[str, str]) -> int | None:
         if value is not None and value.strip().isdigit():
             return int(value)
     return None
-
-
-def slurm_submit_time(env: Mapping[str, str]) -> float | None:
-    """The job's submission time from ``squeue`` (SLURM exports no variable for it), if available."""
-    job_id = env.get("SLURM_JOB_ID")
-    squeue = shutil.which("squeue")
-    if not job_id or not squeue:
-        return None
-    try:
-        out = subprocess.run([squeue, "-h", "-j", job_id, "-o", "%V"], capture_output=True, text=True,
-                             timeout=3, check=False).stdout.strip()
-        return datetime.fromisoformat(out).timestamp() if out else None
-    except (OSError, ValueError, subprocess.SubprocessError):
-        return None
 
 
 def attempt_base_for(args: Sequence[str], env: Mapping[str, str]) -> int | None:
@@ -193,8 +178,10 @@ def launch_main(argv: list[str]) -> int:
         child_env["GOODPUT_ATTEMPT_BASE"] = str(base)
     job_id = args.job_id or env.get("SLURM_JOB_ID") or (env.get("JOB_NAME") if env.get("KUBERNETES_SERVICE_HOST") else None)
 
+    slurm_job = read_job(env["SLURM_JOB_ID"]) if env.get("SLURM_JOB_ID") else None
     sender: RunEventSender | None = None
-    if node_rank_of(command, env) in (0, None):
+    first_task = env.get("SLURM_PROCID", "0").strip() in ("0", "")  # srun: one launcher per node, one sends
+    if node_rank_of(command, env) in (0, None) and first_task:
         try:
             config = ClientConfig.from_env(child_env, run_id=run_id, install_handlers=False)
         except ConfigError as exc:
@@ -202,10 +189,14 @@ def launch_main(argv: list[str]) -> int:
         else:
             if config.mode is not Mode.DISABLED:
                 sender = RunEventSender(config, run_id)
+    ids = _SlurmEventIds.for_job(slurm_job, env)
     if sender is not None:
         job = {"job_id": job_id} if job_id else {}
-        submitted_at = args.submitted_at if args.submitted_at is not None else slurm_submit_time(env)
-        gpus = args.gpus if args.gpus is not None else gpus_from_torchrun_args(command, env)
+        submitted_at = args.submitted_at
+        if submitted_at is None and slurm_job is not None:
+            submitted_at = slurm_job.submitted_at_s
+        gpus = args.gpus if args.gpus is not None else (
+            gpus_of_allocation(env) if env.get("SLURM_JOB_ID") else None) or gpus_from_torchrun_args(command, env)
         if submitted_at is not None:
             # The id names the content: a requeued job's identical repeat is a duplicate; one that sees another
             # submit time or GPU count is a second run_submitted (the earliest counts), never one id reused for
@@ -214,7 +205,12 @@ def launch_main(argv: list[str]) -> int:
             key = hashlib.sha256(json.dumps([submitted_at, fields], sort_keys=True).encode()).hexdigest()[:16]
             sender.emit(EventKind.RUN_SUBMITTED, submitted_at, {**fields, "event_id": f"launch-run_submitted-{key}"})
         if gpus:
-            sender.emit(EventKind.ALLOCATION_START, time.time(), {"gpus": gpus, **job})
+            # Under Slurm the allocation starts when Slurm gave the nodes (StartTime), not when this launcher
+            # started: the seconds between are held GPUs, not queue.
+            started_at = slurm_job.started_at_s if slurm_job is not None and slurm_job.started_at_s else None
+            hosts = hostnames(slurm_job.node_list) if slurm_job is not None else []
+            sender.emit(EventKind.ALLOCATION_START, started_at if started_at is not None else time.time(),
+                        {"gpus": gpus, **job, **({"hosts": hosts} if hosts else {}), **ids.of_kind("allocation_start")})
         else:
             print("goodput launch: GPU count unknown (pass --gpus); allocation_start not sent", file=sys.stderr)
 
@@ -222,13 +218,40 @@ def launch_main(argv: list[str]) -> int:
 
     if sender is not None:
         job = {"job_id": job_id} if job_id else {}
-        sender.emit(EventKind.ALLOCATION_END, time.time(), job)
-        status = RunStatus.FINISHED if code == 0 else RunStatus.FAILED
-        sender.emit(EventKind.RUN_END, time.time(), {"status": status.value})
+        sender.emit(EventKind.ALLOCATION_END, time.time(), {**job, **ids.of_kind("allocation_end")})
+        if slurm_job is not None:
+            ended = outcome(read_job(slurm_job.job_id), code, ids.restarts)
+            if ended.status is not None:  # None: requeued, the run goes on in the next allocation
+                sender.emit(EventKind.RUN_END, time.time(), {"status": ended.status.value, **ids.of_kind("run_end"),
+                                                             **({"detail": ended.detail} if ended.detail else {})})
+        else:
+            status = RunStatus.FINISHED if code == 0 else RunStatus.FAILED
+            sender.emit(EventKind.RUN_END, time.time(), {"status": status.value})
         if not sender.close(args.timeout):
             print("goodput launch: some run events are still in the spool; `goodput sync` sends them",
                   file=sys.stderr)
     return code
+
+
+class _SlurmEventIds:
+    """Event ids of one Slurm allocation's run-level events: the job id and restart count name them, so a
+    second launcher of the same allocation (srun on a node that also runs one, a replayed spool) sends the
+    same events again as duplicates, never as a second allocation."""
+
+    def __init__(self, prefix: str | None, restarts: int | None = None) -> None:
+        self.prefix = prefix
+        self.restarts = restarts  # Slurm's restart count when this allocation started
+
+    @classmethod
+    def for_job(cls, job: SlurmJob | None, env: Mapping[str, str]) -> _SlurmEventIds:
+        if job is None:
+            return cls(None)
+        value = env.get("SLURM_RESTART_COUNT", "")
+        restarts = int(value) if value.isdigit() else job.restarts
+        return cls(f"slurm-{job.job_id}-r{restarts}", restarts)
+
+    def of_kind(self, kind: str) -> dict[str, str]:
+        return {"event_id": f"{self.prefix}-{kind}"} if self.prefix else {}
 
 
 def _run_child(command: list[str], env: dict[str, str]) -> int:

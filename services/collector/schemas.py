@@ -260,6 +260,7 @@ class AttemptEnd(_RankEvent):
 class RunEnd(_Event):
     kind: Literal["run_end"]
     status: Literal["finished", "failed", "cancelled"]
+    detail: Annotated[str, StringConstraints(max_length=2048)] | None = None  # e.g. the scheduler's reason
 
 
 class ClientStats(_RankEvent):

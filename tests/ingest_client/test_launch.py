@@ -181,3 +181,136 @@ def test_a_disabled_worker_still_marks_its_subprocesses_as_not_workers(tmp_path:
             "capture_output=True, text=True).stderr.count('ingest_client.api'))")
     done = _python(_launched_env(tmp_path, GOODPUT_MODE="disabled"), code)
     assert done.returncode == 0, "the worker's subprocess imported the client"
+
+
+# -- under Slurm: Slurm's own record (recorded `scontrol show job -o` output, a fake scontrol on PATH) ----------
+
+RUNNING = ("JobId=7 JobName=train UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901758 Nice=0 "
+           "Account=(null) QOS=(null) JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=0 "
+           "BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:03 TimeLimit=UNLIMITED TimeMin=N/A "
+           "SubmitTime=2026-11-30T16:15:28 EligibleTime=2026-11-30T16:15:28 AccrueTime=2026-11-30T16:15:28 "
+           "StartTime=2026-11-30T16:15:31 EndTime=Unknown Deadline=N/A SuspendTime=None SecsPreSuspend=0 "
+           "Partition=test AllocNode:Sid=localhost:25645 NodeList=gpu[01-02] BatchHost=gpu01 NumNodes=2 NumCPUs=2 "
+           "TRES=cpu=2,node=2,billing=2 Command=/tmp/my job.sh WorkDir=/work StdOut=/tmp/b.out Power=")
+# What the launcher sees while Slurm ends the job (scontrol hides why behind COMPLETING) and after.
+ENDING = RUNNING.replace("JobState=RUNNING", "JobState=COMPLETING").replace("EndTime=Unknown",
+                                                                           "EndTime=2026-11-30T16:15:40")
+CANCELLED = ENDING.replace("JobState=COMPLETING", "JobState=CANCELLED")
+REQUEUING = RUNNING.replace("JobState=RUNNING", "JobState=COMPLETING").replace("Restarts=0", "Restarts=1")
+REQUEUED = RUNNING.replace("JobState=RUNNING Reason=None", "JobState=PENDING Reason=BeginTime")
+TIMING_OUT = ENDING.replace("TimeLimit=UNLIMITED", "TimeLimit=00:00:09")
+TIMEOUT = RUNNING.replace("JobState=RUNNING Reason=None", "JobState=TIMEOUT Reason=TimeLimit")
+NODE_DOWN = ENDING.replace("Reason=None", "Reason=NodeDown")
+
+FAKE_SCONTROL = """#!/bin/sh
+# scontrol show job -o ID -> the recorded record in $FAKE_SCONTROL_JOB; scontrol show hostnames gpu[01-02]
+if [ "$2" = hostnames ]; then echo gpu01; echo gpu02; else cat "$FAKE_SCONTROL_JOB"; fi
+"""
+
+
+def test_scontrol_records_parse_with_spaces_in_values_and_local_times() -> None:
+    from ingest_client.slurm import SlurmJob, parse_scontrol_job, slurm_time
+
+    fields = parse_scontrol_job(RUNNING + "\n")
+    assert fields["Command"] == "/tmp/my job.sh" and fields["TRES"] == "cpu=2,node=2,billing=2"
+    assert fields["AllocNode:Sid"] == "localhost:25645" and fields["Power"] == ""
+    job = SlurmJob.from_fields("7", fields)
+    assert job.started_at_s - job.submitted_at_s == 3.0
+    assert job.submitted_at_s == slurm_time("2026-11-30T16:15:28") and slurm_time("Unknown") is None
+    assert (job.state, job.restarts, job.node_list) == ("RUNNING", 0, "gpu[01-02]")
+
+
+def test_gpus_come_from_the_slurm_allocation() -> None:
+    from ingest_client.slurm import gpus_of_allocation
+
+    assert gpus_of_allocation({"SLURM_GPUS": "16", "SLURM_JOB_NUM_NODES": "2"}) == 16
+    assert gpus_of_allocation({"SLURM_GPUS_PER_NODE": "a100:8", "SLURM_JOB_NUM_NODES": "4"}) == 32
+    assert gpus_of_allocation({"SLURM_GPUS_ON_NODE": "4", "SLURM_NNODES": "2"}) == 8
+    assert gpus_of_allocation({"SLURM_JOB_GPUS": "0,1,2,3", "SLURM_JOB_NUM_NODES": "3"}) == 12
+    assert gpus_of_allocation({"SLURM_JOB_NUM_NODES": "3"}) is None
+
+
+@pytest.mark.parametrize(("record", "code", "status", "detail"), [
+    (RUNNING, 0, "finished", None),
+    (RUNNING, 1, "failed", "slurm JobState=RUNNING Reason=None"),
+    (ENDING, 143, "cancelled", "slurm: cancelled (slurm JobState=COMPLETING Reason=None)"),
+    (CANCELLED, 143, "cancelled", "slurm JobState=CANCELLED Reason=None"),
+    (REQUEUING, 143, None, "slurm: requeued (slurm JobState=COMPLETING Reason=None)"),
+    (REQUEUED, 143, None, "slurm JobState=PENDING Reason=BeginTime"),
+    (TIMING_OUT, 143, "failed", "slurm: time limit 00:00:09 reached (slurm JobState=COMPLETING Reason=None)"),
+    (TIMEOUT, 143, "failed", "slurm JobState=TIMEOUT Reason=TimeLimit"),
+    (NODE_DOWN, 143, "failed", "slurm: node failure (slurm JobState=COMPLETING Reason=NodeDown)"),
+])
+def test_the_runs_status_comes_from_slurms_final_state_then_the_exit_code(
+    record: str, code: int, status: str | None, detail: str | None
+) -> None:
+    from ingest_client.slurm import SlurmJob, outcome, parse_scontrol_job
+
+    ended = outcome(SlurmJob.from_fields("7", parse_scontrol_job(record)), code, restarts_at_start=0)
+    assert (ended.status.value if ended.status else None, ended.detail) == (status, detail)
+
+
+def _slurm_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record: str, **extra: str) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(FAKE_SCONTROL)
+    (bin_dir / "scontrol").chmod(0o755)
+    job_file = tmp_path / "job.txt"
+    job_file.write_text(record)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SCONTROL_JOB", str(job_file))
+    for name, value in {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "2", "SLURM_GPUS_ON_NODE": "4",
+                        "SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_RESTART_COUNT": "0", **extra}.items():
+        monkeypatch.setenv(name, value)
+    return job_file
+
+
+def test_under_slurm_the_allocation_starts_at_slurms_start_time_with_its_gpus_and_hosts(
+    tmp_path: Path, collector: FakeCollector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ingest_client.slurm import slurm_time
+
+    _slurm_env(tmp_path, monkeypatch, RUNNING)
+    code = launch_main(["--url", collector.url, "--spool-dir", str(tmp_path / "spool"), "--", sys.executable, "-c",
+                        "pass"])
+    assert code == 0
+    (submitted,) = collector.of_kind("run_submitted")
+    (start,) = collector.of_kind("allocation_start")
+    assert submitted["time"] == slurm_time("2026-11-30T16:15:28") and submitted["run_id"] == "slurm-7"
+    assert start["time"] == slurm_time("2026-11-30T16:15:31"), "Slurm's StartTime, not the launcher's start"
+    assert (start["gpus"], start["hosts"], start["job_id"]) == (8, ["gpu01", "gpu02"], "7")
+    assert [e["event_id"] for e in sorted(collector.events, key=lambda e: e["time"])][1:] == [
+        "slurm-7-r0-allocation_start", "slurm-7-r0-allocation_end", "slurm-7-r0-run_end"]
+    assert [(e["status"], e.get("detail")) for e in collector.of_kind("run_end")] == [("finished", None)]
+
+
+def test_a_scancelled_job_ends_the_run_cancelled_with_slurms_state(
+    tmp_path: Path, collector: FakeCollector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_file = _slurm_env(tmp_path, monkeypatch, RUNNING)
+    cancel = f"import sys; open({str(job_file)!r}, 'w').write({ENDING!r}); sys.exit(143)"
+    assert launch_main(["--url", collector.url, "--spool-dir", str(tmp_path / "spool"), "--", sys.executable,
+                        "-c", cancel]) == 143
+    assert [(e["status"], e["detail"]) for e in collector.of_kind("run_end")] == [
+        ("cancelled", "slurm: cancelled (slurm JobState=COMPLETING Reason=None)")]
+
+
+def test_a_requeued_job_ends_its_allocation_but_not_the_run(
+    tmp_path: Path, collector: FakeCollector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_file = _slurm_env(tmp_path, monkeypatch, REQUEUING, SLURM_RESTART_COUNT="1")
+    requeued = REQUEUING.replace("Restarts=1", "Restarts=2")
+    requeue = f"import sys; open({str(job_file)!r}, 'w').write({requeued!r}); sys.exit(143)"
+    launch_main(["--url", collector.url, "--spool-dir", str(tmp_path / "spool"), "--", sys.executable, "-c",
+                 requeue])
+    assert collector.of_kind("run_end") == []
+    assert [e["event_id"] for e in collector.of_kind("allocation_end")] == ["slurm-7-r1-allocation_end"]
+
+
+def test_under_srun_only_the_first_task_sends_run_level_events(
+    tmp_path: Path, collector: FakeCollector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _slurm_env(tmp_path, monkeypatch, RUNNING, SLURM_NODEID="0", SLURM_PROCID="1")
+    assert launch_main(["--url", collector.url, "--spool-dir", str(tmp_path / "spool"), "--", sys.executable,
+                        "-c", "pass"]) == 0
+    assert collector.requests == []

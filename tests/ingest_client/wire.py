@@ -28,7 +28,7 @@ KINDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "heartbeat": (AR, {"step": INT, "collectives": INT}),
     "digest": ({**AR, "step": INT, "value": STR}, {}),
     "attempt_end": ({**AR, "reason": STR}, {"detail": STR}),
-    "run_end": ({"status": STR}, {}),
+    "run_end": ({"status": STR}, {"detail": STR}),
     "client_stats": ({**AR, "dropped_events": INT, "spool_dropped_events": INT, "send_failures": INT},
                      {"rejected_events": INT}),
 }

@@ -1,0 +1,106 @@
+"""`goodput launch` inside real Slurm batch jobs (a one-node Slurm, tests/slurm/conftest.py) reporting to a real
+`goodput serve`: the queue wait is Slurm's (StartTime - SubmitTime), the allocation starts at Slurm's StartTime,
+and `scancel` ends the run cancelled with Slurm's state as its detail. Expected values come from Slurm's own
+record of each job (`scontrol show job`), never from the test's guesses about timing.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingest_client.slurm import slurm_time
+from tests.slurm.conftest import SlurmCluster
+from tests.test_cli import REPO
+from tests.torchrun.conftest import Collector, fetch_ledger, start_collector, wait_for
+
+WORKER = Path(__file__).resolve().parent / "worker.py"
+
+
+class Jobs:
+    """Batch jobs of one test: each runs `goodput launch --gpus 1 -- python worker.py LOG STEPS STEP_S`."""
+
+    def __init__(self, slurm: SlurmCluster, collector: Collector, workdir: Path) -> None:
+        self.slurm, self.collector, self.workdir = slurm, collector, workdir
+        self.ids: list[str] = []
+
+    def submit(self, name: str, steps: int, step_s: float) -> str:
+        script = self.workdir / f"{name}.sh"
+        script.write_text("\n".join([
+            "#!/bin/bash",
+            f"cd {REPO}",
+            f"export PYTHONPATH={REPO}",
+            "unset $(compgen -e | grep '^GOODPUT_')",
+            f"exec {sys.executable} -m services.cli launch --gpus 1 --url {self.collector.url} "
+            f"--spool-dir {self.workdir / 'spool'} -- {sys.executable} {WORKER} {self.log(name)} {steps} {step_s}",
+            "",
+        ]))
+        job_id = self.slurm.sbatch(script, "-J", name, "-o", str(self.workdir / f"{name}.out"))
+        self.ids.append(job_id)
+        return job_id
+
+    def log(self, name: str) -> Path:
+        return self.workdir / f"{name}.jsonl"
+
+    def logged(self, name: str) -> list[dict[str, Any]]:
+        path = self.log(name)
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def output(self, name: str) -> str:
+        path = self.workdir / f"{name}.out"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def cancel_all(self) -> None:
+        if self.ids:
+            self.slurm.run("scancel", *self.ids)
+
+
+@pytest.fixture
+def jobs(slurm: SlurmCluster, tmp_path: Path) -> Iterator[Jobs]:
+    slurm.wait_idle()
+    collector = start_collector(tmp_path / "collector")
+    made = Jobs(slurm, collector, tmp_path)
+    try:
+        yield made
+    finally:
+        made.cancel_all()
+        slurm.wait_idle()
+        collector.stop()
+
+
+def test_a_job_that_waited_behind_another_shows_slurms_queue_wait_and_allocation(jobs: Jobs) -> None:
+    holder = jobs.submit("holder", steps=8, step_s=0.5)
+    jobs.slurm.wait_state(holder, ("RUNNING",))
+    waiter = jobs.submit("waiter", steps=2, step_s=0.1)
+    assert jobs.slurm.job(waiter)["JobState"] == "PENDING", "the holder has the node: the waiter queues"
+    record = jobs.slurm.wait_state(waiter, ("COMPLETED", "FAILED"), timeout_s=90)
+    assert record["JobState"] == "COMPLETED", jobs.output("waiter")
+    submitted, started, ended = (slurm_time(record[k]) for k in ("SubmitTime", "StartTime", "EndTime"))
+    assert submitted is not None and started is not None and ended is not None
+    assert started - submitted >= 1.0, f"the waiter should have waited for the holder: {record}"
+
+    ledger = fetch_ledger(jobs.collector.url, "slurm-" + waiter, lambda led: led.get("status") == "finished")
+    assert abs(ledger["queue_seconds"] - (started - submitted)) <= 1.0, (ledger, record)
+    # The allocation runs from Slurm's StartTime to the launcher's end (Slurm's EndTime is whole seconds).
+    assert abs(ledger["allocated_gpu_seconds"] - (ended - started)) <= 1.5, (ledger, record)
+
+
+def test_scancel_ends_the_run_cancelled_with_slurms_state(jobs: Jobs) -> None:
+    job = jobs.submit("cancelled", steps=200, step_s=0.1)
+    wait_for(lambda: any(e["event"] == "step" for e in jobs.logged("cancelled")) or None, 60, "a first step")
+    jobs.slurm.run("scancel", job)
+    record = jobs.slurm.wait_state(job, ("CANCELLED",))
+    ledger = fetch_ledger(jobs.collector.url, "slurm-" + job, lambda led: led.get("status") == "cancelled",
+                          timeout_s=30)
+    assert record["JobState"] == "CANCELLED"
+    with sqlite3.connect(jobs.collector.db_path) as db:
+        (data,) = db.execute("SELECT data FROM events WHERE kind = 'run_end'").fetchone()  # the only run
+    assert json.loads(data)["detail"].startswith("slurm: cancelled"), data
+    steps = sum(e["event"] == "step" for e in jobs.logged("cancelled"))
+    assert 0 < steps < 200, "cancelled while running"
