@@ -27,12 +27,15 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
+from urllib.parse import quote
 
 from ingest_client.config import ClientConfig, Mode
 from ingest_client.errors import ConfigError
@@ -99,6 +102,10 @@ def attempt_base_for(args: Sequence[str], env: Mapping[str, str]) -> int | None:
     return int(restarts) * (int(max_restarts) + 1 if max_restarts.isdigit() else 1)
 
 
+# Under Slurm the launcher forwards SIGTERM this much later than Slurm sends its own to every process of the job
+# (a scancel --batch reaches only the launcher, and still reaches the command).
+SLURM_TERM_FORWARD_DELAY_S = 1.0
+
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
 
 
@@ -162,6 +169,9 @@ def launch_main(argv: list[str]) -> int:
     parser.add_argument("--job-id")
     parser.add_argument("--spool-dir")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the last events")
+    parser.add_argument("--warning-signal", default="USR1",
+                        help="the scheduler's preemption warning (sbatch --signal=B:USR1@120): on it the launcher "
+                             "asks the run to checkpoint now (tracker.should_checkpoint()); 'none' leaves it alone")
     parser.add_argument("--no-bootstrap", action="store_true",
                         help="do not start the workers' trackers as their interpreters start (GOODPUT_BOOTSTRAP=0): "
                              "an attempt that fails before the script calls goodput.init() is then not seen")
@@ -176,6 +186,10 @@ def launch_main(argv: list[str]) -> int:
             child_env[name] = value
     if "GOODPUT_ATTEMPT_BASE" not in env and (base := attempt_base_for(command, env)) is not None:
         child_env["GOODPUT_ATTEMPT_BASE"] = str(base)
+    if env.get("SLURM_JOB_ID") and "GOODPUT_SIGTERM_REASON" not in env:
+        # Under Slurm a worker's SIGTERM is Slurm ending the job (preemption, requeue, scancel, time limit), not a
+        # failure of the training; the run's status still says which (run_end, from Slurm's state).
+        child_env["GOODPUT_SIGTERM_REASON"] = "preempted"
     job_id = args.job_id or env.get("SLURM_JOB_ID") or (env.get("JOB_NAME") if env.get("KUBERNETES_SERVICE_HOST") else None)
 
     slurm_job = read_job(env["SLURM_JOB_ID"]) if env.get("SLURM_JOB_ID") else None
@@ -214,7 +228,10 @@ def launch_main(argv: list[str]) -> int:
         else:
             print("goodput launch: GPU count unknown (pass --gpus); allocation_start not sent", file=sys.stderr)
 
-    code = _run_child(command, child_env)
+    warning = _warning_signal(args.warning_signal)
+    on_warning = _checkpoint_requester(child_env, run_id) if warning is not None else None
+    code = _run_child(command, child_env, warning=warning, on_warning=on_warning,
+                      term_delay_s=SLURM_TERM_FORWARD_DELAY_S if env.get("SLURM_JOB_ID") else 0.0)
 
     if sender is not None:
         job = {"job_id": job_id} if job_id else {}
@@ -254,18 +271,77 @@ class _SlurmEventIds:
         return {"event_id": f"{self.prefix}-{kind}"} if self.prefix else {}
 
 
-def _run_child(command: list[str], env: dict[str, str]) -> int:
+def _warning_signal(name: str) -> signal.Signals | None:
+    if name.strip().lower() in ("", "none", "0"):
+        return None
+    name = name.strip().upper()
+    try:
+        return signal.Signals[name if name.startswith("SIG") else "SIG" + name]
+    except KeyError:
+        raise SystemExit(f"goodput launch: --warning-signal {name!r} is not a signal name (USR1, USR2, URG or "
+                         "none)") from None
+
+
+def _checkpoint_requester(env: Mapping[str, str], run_id: str) -> Callable[[str], None]:
+    """A function that posts a checkpoint request for the run (``POST /v1/runs/{id}/checkpoint-request``), off
+    the signal handler's thread; workers see it in ``tracker.should_checkpoint()`` within their poll interval."""
+    url = env.get("GOODPUT_URL", "").rstrip("/")
+    token = env.get("GOODPUT_TOKEN")
+
+    def post(reason: str) -> None:
+        if not url:
+            print("goodput launch: preemption warning, but no GOODPUT_URL to ask the run to checkpoint",
+                  file=sys.stderr)
+            return
+        body = json.dumps({"reason": reason, "requested_by": "goodput launch"}).encode()
+        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+        request = urllib.request.Request(f"{url}/v1/runs/{quote(run_id, safe='')}/checkpoint-request", data=body,
+                                         headers=headers, method="POST")
+        for attempt in range(3):
+            try:
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    response.read()
+                print(f"goodput launch: {reason}: asked run {run_id} to checkpoint", file=sys.stderr)
+                return
+            except (OSError, ValueError) as exc:
+                if attempt == 2:
+                    print(f"goodput launch: {reason}: checkpoint request to {url} failed: {exc}", file=sys.stderr)
+                time.sleep(0.5)
+
+    def request(reason: str) -> None:
+        threading.Thread(target=post, args=(reason,), name="goodput-checkpoint-request", daemon=False).start()
+
+    return request
+
+
+def _run_child(command: list[str], env: dict[str, str], *, warning: signal.Signals | None = None,
+               on_warning: Callable[[str], None] | None = None, term_delay_s: float = 0.0) -> int:
+    """Runs the command with SIGTERM/SIGINT forwarded to it (SIGTERM ``term_delay_s`` later: under Slurm every
+    process of the job gets Slurm's own SIGTERM, and a second one on its heels could cut a worker's SIGTERM
+    handler short before it recorded the attempt's end) and ``warning`` turned into ``on_warning``."""
     try:
         child = subprocess.Popen(command, env=env)
     except OSError as exc:
         print(f"goodput launch: cannot start {command[0]!r}: {exc}", file=sys.stderr)
         return 127
 
-    def forward(signum: int, _frame: FrameType | None) -> None:
+    def send(signum: int) -> None:
         if child.poll() is None:
             child.send_signal(signum)
 
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGTERM and term_delay_s > 0:
+            threading.Timer(term_delay_s, send, args=(signum,)).start()
+        else:
+            send(signum)
+
+    def warned(signum: int, _frame: FrameType | None) -> None:
+        if on_warning is not None:
+            on_warning(f"preemption warning ({signal.Signals(signum).name})")
+
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    if warning is not None:
+        previous[warning] = signal.signal(warning, warned)
     try:
         while True:
             try:

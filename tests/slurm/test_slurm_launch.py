@@ -1,6 +1,8 @@
 """`goodput launch` inside real Slurm batch jobs (a one-node Slurm, tests/slurm/conftest.py) reporting to a real
 `goodput serve`: the queue wait is Slurm's (StartTime - SubmitTime), the allocation starts at Slurm's StartTime,
-and `scancel` ends the run cancelled with Slurm's state as its detail. Expected values come from Slurm's own
+`scancel` ends the run cancelled with Slurm's state as its detail, and a preemption warning (what
+`--signal=B:USR1@N` delivers) followed by `scontrol requeue` gives two allocations, the wait between as queue,
+attempts numbered on, the first one `preempted`, and rework equal to the steps the job's log shows it lost. Expected values come from Slurm's own
 record of each job (`scontrol show job`), never from the test's guesses about timing.
 """
 
@@ -30,18 +32,20 @@ class Jobs:
         self.slurm, self.collector, self.workdir = slurm, collector, workdir
         self.ids: list[str] = []
 
-    def submit(self, name: str, steps: int, step_s: float) -> str:
+    def submit(self, name: str, steps: int, step_s: float, *worker_args: str) -> str:
         script = self.workdir / f"{name}.sh"
         script.write_text("\n".join([
             "#!/bin/bash",
             f"cd {REPO}",
             f"export PYTHONPATH={REPO}",
             "unset $(compgen -e | grep '^GOODPUT_')",
+            "export GOODPUT_SIGNAL_POLL_S=0.2",
             f"exec {sys.executable} -m services.cli launch --gpus 1 --url {self.collector.url} "
-            f"--spool-dir {self.workdir / 'spool'} -- {sys.executable} {WORKER} {self.log(name)} {steps} {step_s}",
+            f"--spool-dir {self.workdir / 'spool'} -- {sys.executable} {WORKER} {self.log(name)} {steps} {step_s} "
+            f"{' '.join(worker_args)}",
             "",
         ]))
-        job_id = self.slurm.sbatch(script, "-J", name, "-o", str(self.workdir / f"{name}.out"))
+        job_id = self.slurm.sbatch(script, "-J", name, "-o", str(self.workdir / f"{name}.out"), "--open-mode=append")
         self.ids.append(job_id)
         return job_id
 
@@ -104,3 +108,55 @@ def test_scancel_ends_the_run_cancelled_with_slurms_state(jobs: Jobs) -> None:
     assert json.loads(data)["detail"].startswith("slurm: cancelled"), data
     steps = sum(e["event"] == "step" for e in jobs.logged("cancelled"))
     assert 0 < steps < 200, "cancelled while running"
+
+
+def _steps_before_requeue(jobs: Jobs, name: str) -> tuple[int, int]:
+    """(last step, last checkpoint step) the job logged in its first allocation."""
+    first = [e for e in jobs.logged(name) if e.get("event") in ("step", "checkpoint")]
+    restarted = [e["time"] for e in jobs.logged(name) if e["event"] == "start" and e["restarts"] > 0]
+    before = [e for e in first if not restarted or e["time"] < restarted[0]]
+    last = max(e["step"] for e in before if e["event"] == "step")
+    saved = max((e["step"] for e in before if e["event"] == "checkpoint"), default=0)
+    return last, saved
+
+
+@pytest.mark.parametrize("mode", ["honour", "ignore"])
+def test_a_preemption_warning_then_requeue_costs_only_the_steps_since_the_last_checkpoint(
+    jobs: Jobs, tmp_path: Path, mode: str
+) -> None:
+    name = f"preempt-{mode}"
+    job = jobs.submit(name, 60, 0.1, str(tmp_path / f"{name}.ckpt"), "5", mode)
+    wait_for(lambda: sum(e["event"] == "step" for e in jobs.logged(name)) >= 7 or None, 60, "seven steps")
+    first = jobs.slurm.job(job)
+    jobs.slurm.run("scancel", "--batch", "--signal=USR1", job)  # what sbatch --signal=B:USR1@N sends
+    if mode == "honour":
+        wait_for(lambda: any(e.get("requested") for e in jobs.logged(name)) or None, 30, "the requested checkpoint")
+    else:  # keep stepping past the last periodic checkpoint: those steps are lost
+        wait_for(lambda: [e["step"] for e in jobs.logged(name) if e["event"] == "step"][-1] % 5 == 3 or None, 30,
+                 "steps past the last checkpoint")
+    jobs.slurm.run("scontrol", "requeue", job)
+    jobs.slurm.wait_state(job, ("PENDING",))
+    jobs.slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")  # Slurm holds a requeue 2 min
+    second = jobs.slurm.wait_state(job, ("RUNNING", "COMPLETED"), timeout_s=90)
+    record = jobs.slurm.wait_state(job, ("COMPLETED",), timeout_s=90)
+    assert record["Restarts"] == "1", record
+
+    ledger = fetch_ledger(jobs.collector.url, "slurm-" + job, lambda led: led.get("status") == "finished")
+    last, saved = _steps_before_requeue(jobs, name)
+    if mode == "honour":
+        assert last == saved, "an honoured warning checkpoints the last completed step"
+    else:
+        assert last > saved
+    allocations = ledger["allocations"]
+    assert [a["start"] for a in allocations] == [slurm_time(first["StartTime"]), slurm_time(second["StartTime"])]
+    assert allocations[0]["end"] < allocations[1]["start"]
+    queue = ((allocations[0]["start"] - slurm_time(first["SubmitTime"]))
+             + (allocations[1]["start"] - allocations[0]["end"]))  # the first wait, then the requeue's
+    assert ledger["queue_seconds"] == pytest.approx(queue, abs=1e-6)
+    attempts = ledger["attempts"]
+    assert [(a["attempt"], a["reason"]) for a in attempts] == [(0, "preempted"), (1, "completed")], attempts
+    # The first attempt's steps after its last checkpoint are redone by the second: its lost (reworked) steps.
+    assert (attempts[0]["last_step"], attempts[0]["steps_reworked"]) == (last, last - saved), (attempts, last, saved)
+    assert (ledger["waste_gpu_seconds"]["rework"] > 0) == (last > saved)
+    total = ledger["productive_gpu_seconds"] + sum(ledger["waste_gpu_seconds"].values())
+    assert total == pytest.approx(ledger["allocated_gpu_seconds"], rel=1e-9)
