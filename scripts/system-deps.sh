@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Debian packages the test suite drives: Chromium (browser tests) and Prometheus (scrape test).
+# Debian packages the test suite drives: Chromium (browser tests), Prometheus (scrape test), and Slurm with munge
+# (tests/slurm: a one-node Slurm the tests start as root and stop again; about 40 s).
 set -euo pipefail
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+command -v slurmctld >/dev/null 2>&1 || need+=(slurm-wlm)
+command -v munged >/dev/null 2>&1 || need+=(munge)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "missing ${need[*]}: run as root or: sudo apt-get install -y ${need[*]}" >&2
