@@ -229,7 +229,9 @@ def launch_main(argv: list[str]) -> int:
             print("goodput launch: GPU count unknown (pass --gpus); allocation_start not sent", file=sys.stderr)
 
     warning = _warning_signal(args.warning_signal)
-    on_warning = _checkpoint_requester(child_env, run_id) if warning is not None else None
+    # One request per run: srun forwards the warning to every node's launcher; the first task asks.
+    asks = warning is not None and node_rank_of(command, env) in (0, None) and first_task
+    on_warning = _checkpoint_requester(child_env, run_id) if asks else None
     code = _run_child(command, child_env, warning=warning, on_warning=on_warning,
                       term_delay_s=SLURM_TERM_FORWARD_DELAY_S if env.get("SLURM_JOB_ID") else 0.0)
 
