@@ -59,8 +59,10 @@ class Experiment:
 
 
 def run_attempt(workdir: Path, url: str | None, run_id: str, attempt: int, *args: str) -> int:
+    # One launch whose worker torchrun restarted: the same launch id, the restart count moving on (a process
+    # with a launch of its own would be a relaunch, numbered after the attempts of the earlier launches).
     env = env_with(GOODPUT_RUN_ID=run_id, GOODPUT_SPOOL_DIR=str(workdir / "spool"),
-                   TORCHELASTIC_RESTART_COUNT=str(attempt))
+                   GOODPUT_LAUNCH_ID=f"reference-{workdir.name}", TORCHELASTIC_RESTART_COUNT=str(attempt))
     if url is None:
         env["GOODPUT_MODE"] = "disabled"
     else:
