@@ -321,11 +321,18 @@ def _run_child(command: list[str], env: dict[str, str], *, warning: signal.Signa
     """Runs the command with SIGTERM/SIGINT forwarded to it (SIGTERM ``term_delay_s`` later: under Slurm every
     process of the job gets Slurm's own SIGTERM, and a second one on its heels could cut a worker's SIGTERM
     handler short before it recorded the attempt's end) and ``warning`` turned into ``on_warning``."""
+    # The command starts with the warning signal ignored (an ignored signal stays ignored across exec): srun and
+    # Slurm deliver it to every process of the step, and torchrun or a worker would die of it (its default
+    # action). A program that wants it installs its own handler (Lightning's SLURMEnvironment does).
+    before = signal.signal(warning, signal.SIG_IGN) if warning is not None else None
     try:
         child = subprocess.Popen(command, env=env)
     except OSError as exc:
         print(f"goodput launch: cannot start {command[0]!r}: {exc}", file=sys.stderr)
         return 127
+    finally:
+        if warning is not None:
+            signal.signal(warning, before)
 
     def send(signum: int) -> None:
         if child.poll() is None:

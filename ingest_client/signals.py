@@ -31,6 +31,7 @@ class ExitHooks:
         self._prev_excepthook: Any = None  # Any: sys.excepthook's exact type is private
         self._prev_sigterm: Any = None  # Any: a handler, SIG_DFL, SIG_IGN or None
         self._sigterm_installed = False
+        self._in_sigterm = False
 
     def install(self) -> None:
         atexit.register(self._at_exit)
@@ -65,6 +66,9 @@ class ExitHooks:
         previous(exc_type, exc, tb)
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        if self._in_sigterm:  # a second SIGTERM during the first (Slurm and torchrun both send one): let it finish
+            return
+        self._in_sigterm = True
         tracker = self._tracker
         try:
             # Flush even if the attempt had already ended (an exception's excepthook, or exit in progress):
@@ -76,8 +80,12 @@ class ExitHooks:
             report_internal_error(exc)
         previous = self._prev_sigterm
         if callable(previous):
-            previous(signum, frame)
+            try:
+                previous(signum, frame)
+            finally:
+                self._in_sigterm = False  # the previous handler returned: the next SIGTERM is handled again
         elif previous == signal.SIG_IGN:
+            self._in_sigterm = False
             return
         else:  # SIG_DFL, or a handler not installed from Python: die of the signal as before
             signal.signal(signum, signal.SIG_DFL)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Debian packages the test suite drives: Chromium (browser tests), Prometheus (scrape test), and Slurm with munge
-# (tests/slurm: a one-node Slurm the tests start as root and stop again; about 40 s).
+# (tests/slurm: a one-node Slurm the tests start as root and stop again; about 55 s).
 set -euo pipefail
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)

@@ -19,7 +19,7 @@ import pytest
 
 from ingest_client.slurm import slurm_time
 from tests.slurm.conftest import SlurmCluster
-from tests.test_cli import REPO
+from tests.test_cli import REPO, free_port
 from tests.torchrun.conftest import Collector, fetch_ledger, start_collector, wait_for
 
 WORKER = Path(__file__).resolve().parent / "worker.py"
@@ -32,16 +32,24 @@ class Jobs:
         self.slurm, self.collector, self.workdir = slurm, collector, workdir
         self.ids: list[str] = []
 
-    def submit(self, name: str, steps: int, step_s: float, *worker_args: str) -> str:
+    def submit(self, name: str, steps: int, step_s: float, *worker_args: str, srun_torchrun: bool = False) -> str:
+        """With ``srun_torchrun``, the shape of examples/slurm_train_ddp.sbatch: ``exec srun goodput launch --
+        torchrun ... --rdzv-backend c10d`` (one node, one process on gloo)."""
         script = self.workdir / f"{name}.sh"
+        runner = f"{sys.executable} -m services.cli launch"
+        command = f"{sys.executable}"
+        if srun_torchrun:
+            runner = f"srun --kill-on-bad-exit=1 {runner}"
+            command = (f"{sys.executable} -m torch.distributed.run --nnodes 1 --nproc-per-node 1 --max-restarts 0 "
+                       f"--rdzv-backend c10d --rdzv-endpoint 127.0.0.1:{free_port()} --rdzv-id $SLURM_JOB_ID")
         script.write_text("\n".join([
             "#!/bin/bash",
             f"cd {REPO}",
             f"export PYTHONPATH={REPO}",
             "unset $(compgen -e | grep '^GOODPUT_')",
             "export GOODPUT_SIGNAL_POLL_S=0.2",
-            f"exec {sys.executable} -m services.cli launch --gpus 1 --url {self.collector.url} "
-            f"--spool-dir {self.workdir / 'spool'} -- {sys.executable} {WORKER} {self.log(name)} {steps} {step_s} "
+            f"exec {runner} --gpus 1 --url {self.collector.url} "
+            f"--spool-dir {self.workdir / 'spool'} -- {command} {WORKER} {self.log(name)} {steps} {step_s} "
             f"{' '.join(worker_args)}",
             "",
         ]))
@@ -120,12 +128,12 @@ def _steps_before_requeue(jobs: Jobs, name: str) -> tuple[int, int]:
     return last, saved
 
 
-@pytest.mark.parametrize("mode", ["honour", "ignore"])
+@pytest.mark.parametrize(("mode", "shape"), [("honour", "plain"), ("ignore", "plain"), ("honour", "srun-torchrun")])
 def test_a_preemption_warning_then_requeue_costs_only_the_steps_since_the_last_checkpoint(
-    jobs: Jobs, tmp_path: Path, mode: str
+    jobs: Jobs, tmp_path: Path, mode: str, shape: str
 ) -> None:
-    name = f"preempt-{mode}"
-    job = jobs.submit(name, 60, 0.1, str(tmp_path / f"{name}.ckpt"), "5", mode)
+    name = f"preempt-{mode}-{shape}"
+    job = jobs.submit(name, 60, 0.1, str(tmp_path / f"{name}.ckpt"), "5", mode, srun_torchrun=shape != "plain")
     wait_for(lambda: sum(e["event"] == "step" for e in jobs.logged(name)) >= 7 or None, 60, "seven steps")
     first = jobs.slurm.job(job)
     jobs.slurm.run("scancel", "--batch", "--signal=USR1", job)  # what sbatch --signal=B:USR1@N sends
