@@ -314,3 +314,40 @@ def test_under_srun_only_the_first_task_sends_run_level_events(
     assert launch_main(["--url", collector.url, "--spool-dir", str(tmp_path / "spool"), "--", sys.executable,
                         "-c", "pass"]) == 0
     assert collector.requests == []
+
+
+def test_the_warning_signal_asks_the_run_to_checkpoint_and_the_command_ignores_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    posted: list[tuple[str, dict[str, str]]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            posted.append((self.path, json.loads(body)))
+            self.send_response(201)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"id": 1}')
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("GOODPUT_MODE", "offline")  # run events to the spool only: the stub takes the request
+    warn = ("import os, signal, sys, time; assert signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN; "
+            "os.kill(os.getppid(), signal.SIGUSR1); time.sleep(1.0)")
+    try:
+        code = launch_main(["--run-id", "r/1", "--url", f"http://127.0.0.1:{server.server_port}", "--gpus", "1",
+                            "--spool-dir", str(tmp_path), "--", sys.executable, "-c", warn])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 0, "the command ignored the warning (SIG_IGN inherited) and the launcher survived it"
+    assert posted == [("/v1/runs/r%2F1/checkpoint-request",
+                       {"reason": "preemption warning (SIGUSR1)", "requested_by": "goodput launch"})]
