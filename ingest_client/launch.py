@@ -12,6 +12,13 @@ starts (:mod:`ingest_client.bootstrap`), and exports ``GOODPUT_LAUNCH_ID`` (new 
 this node's agent in the count of worker generations (:mod:`ingest_client.generation`). ``--no-bootstrap`` or
 ``GOODPUT_BOOTSTRAP=0`` leaves ``PYTHONPATH`` alone.
 
+Under Slurm (``SLURM_JOB_ID``) the run-level events come from Slurm's record of the job (:mod:`ingest_client.slurm`):
+``run_submitted`` at ``SubmitTime``, ``allocation_start`` at ``StartTime`` with the allocation's GPUs and hosts,
+ids named by the job id and restart count, sent by the first task only; a requeue ends the allocation, not the run;
+``run_end``'s status and ``detail`` follow Slurm's state (scancel, time limit, node failure). The warning signal
+(``--warning-signal``, default USR1: ``sbatch --signal=B:USR1@N``) posts a checkpoint request for the run, and
+the command starts with it ignored; under Slurm workers end their attempt ``preempted`` on SIGTERM.
+
 Run id, in order: ``--run-id``, ``GOODPUT_RUN_ID``, SLURM (``SLURM_ARRAY_JOB_ID``_
 ``SLURM_ARRAY_TASK_ID`` or ``SLURM_JOB_ID``), the Kubernetes job name (``JOB_NAME`` when
 ``KUBERNETES_SERVICE_HOST`` is set; expose it with the downward API), else a generated id.
