@@ -34,6 +34,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -49,6 +50,7 @@ from ingest_client.errors import ConfigError
 from ingest_client.events import ROW_EVENT, EventKind, RecordBuilder, RecordContext, RunStatus
 from ingest_client.flusher import Pipeline, PipelineSettings
 from ingest_client.generation import GENERATION_ENV, LAUNCH_BASE_ENV, LAUNCH_ID_ENV, WORKER_PID_ENV
+from ingest_client.signals import PREEMPTED_MARKER_ENV
 from ingest_client.slurm import SlurmJob, gpus_of_allocation, hostnames, outcome, read_job
 from ingest_client.spool import run_dir_name
 from ingest_client.transport.http import HttpTransport
@@ -193,10 +195,15 @@ def launch_main(argv: list[str]) -> int:
             child_env[name] = value
     if "GOODPUT_ATTEMPT_BASE" not in env and (base := attempt_base_for(command, env)) is not None:
         child_env["GOODPUT_ATTEMPT_BASE"] = str(base)
+    preempted_marker: Path | None = None
     if env.get("SLURM_JOB_ID") and "GOODPUT_SIGTERM_REASON" not in env:
-        # Under Slurm a worker's SIGTERM is Slurm ending the job (preemption, requeue, scancel, time limit), not a
-        # failure of the training; the run's status still says which (run_end, from Slurm's state).
-        child_env["GOODPUT_SIGTERM_REASON"] = "preempted"
+        # Under Slurm a worker's SIGTERM is either Slurm ending the job (preemption, requeue, scancel, time limit)
+        # or torchrun stopping the survivors of a crashed worker. This launcher tells them apart for the workers:
+        # it creates the marker when Slurm signals it (the warning, SIGTERM), and a worker's SIGTERM ends its
+        # attempt `preempted` only when the marker exists (ingest_client.signals); the run's status still comes
+        # from Slurm's state (run_end).
+        preempted_marker = Path(tempfile.gettempdir()) / f"goodput-preempted-{child_env[LAUNCH_ID_ENV]}"
+        child_env[PREEMPTED_MARKER_ENV] = str(preempted_marker)
     job_id = args.job_id or env.get("SLURM_JOB_ID") or (env.get("JOB_NAME") if env.get("KUBERNETES_SERVICE_HOST") else None)
 
     slurm_job = read_job(env["SLURM_JOB_ID"]) if env.get("SLURM_JOB_ID") else None
@@ -239,8 +246,13 @@ def launch_main(argv: list[str]) -> int:
     # One request per run: srun forwards the warning to every node's launcher; the first task asks.
     asks = warning is not None and node_rank_of(command, env) in (0, None) and first_task
     on_warning = _checkpoint_requester(child_env, run_id) if asks else None
-    code = _run_child(command, child_env, warning=warning, on_warning=on_warning,
-                      term_delay_s=SLURM_TERM_FORWARD_DELAY_S if env.get("SLURM_JOB_ID") else 0.0)
+    try:
+        code = _run_child(command, child_env, warning=warning, on_warning=on_warning,
+                          term_delay_s=SLURM_TERM_FORWARD_DELAY_S if env.get("SLURM_JOB_ID") else 0.0,
+                          on_scheduler_signal=(lambda: _touch(preempted_marker)) if preempted_marker else None)
+    finally:
+        if preempted_marker is not None:
+            preempted_marker.unlink(missing_ok=True)
 
     if sender is not None:
         job = {"job_id": job_id} if job_id else {}
@@ -323,8 +335,17 @@ def _checkpoint_requester(env: Mapping[str, str], run_id: str) -> Callable[[str]
     return request
 
 
+def _touch(path: Path) -> None:
+    try:
+        path.touch()
+    except OSError as exc:
+        print(f"goodput launch: cannot create {path} ({exc}); workers will report this SIGTERM as a failure",
+              file=sys.stderr)
+
+
 def _run_child(command: list[str], env: dict[str, str], *, warning: signal.Signals | None = None,
-               on_warning: Callable[[str], None] | None = None, term_delay_s: float = 0.0) -> int:
+               on_warning: Callable[[str], None] | None = None, term_delay_s: float = 0.0,
+               on_scheduler_signal: Callable[[], None] | None = None) -> int:
     """Runs the command with SIGTERM/SIGINT forwarded to it (SIGTERM ``term_delay_s`` later: under Slurm every
     process of the job gets Slurm's own SIGTERM, and a second one on its heels could cut a worker's SIGTERM
     handler short before it recorded the attempt's end) and ``warning`` turned into ``on_warning``."""
@@ -346,12 +367,16 @@ def _run_child(command: list[str], env: dict[str, str], *, warning: signal.Signa
             child.send_signal(signum)
 
     def forward(signum: int, _frame: FrameType | None) -> None:
+        if signum == signal.SIGTERM and on_scheduler_signal is not None:
+            on_scheduler_signal()
         if signum == signal.SIGTERM and term_delay_s > 0:
             threading.Timer(term_delay_s, send, args=(signum,)).start()
         else:
             send(signum)
 
     def warned(signum: int, _frame: FrameType | None) -> None:
+        if on_scheduler_signal is not None:
+            on_scheduler_signal()
         if on_warning is not None:
             on_warning(f"preemption warning ({signal.Signals(signum).name})")
 

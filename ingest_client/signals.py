@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -73,7 +74,7 @@ class ExitHooks:
         try:
             # Flush even if the attempt had already ended (an exception's excepthook, or exit in progress):
             # its last rows may still be in memory, and re-raising SIGTERM below ends the process at once.
-            ended_now = tracker.end_attempt(tracker.config.sigterm_reason, detail="SIGTERM")
+            ended_now = tracker.end_attempt(_sigterm_reason(tracker.config.sigterm_reason), detail="SIGTERM")
             if ended_now or tracker.enabled:
                 tracker.flush(min(SIGTERM_FLUSH_TIMEOUT_S, tracker.config.exit_timeout_s))
         except Exception as exc:
@@ -90,3 +91,23 @@ class ExitHooks:
         else:  # SIG_DFL, or a handler not installed from Python: die of the signal as before
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
+
+
+# Set by `goodput launch` under a scheduler: the file it creates when the scheduler signals it (preemption warning,
+# SIGTERM). A worker's SIGTERM then means the scheduler ended the job (preempted), not torchrun stopping the
+# survivors of a crashed worker (failed).
+PREEMPTED_MARKER_ENV = "GOODPUT_PREEMPTED_MARKER"
+PREEMPTED_MARKER_WAIT_S = 0.3  # the scheduler signals the launcher and the workers at the same moment
+
+
+def _sigterm_reason(configured: str) -> str:
+    marker = os.environ.get(PREEMPTED_MARKER_ENV, "").strip()
+    if not marker or configured != "failed":
+        return configured
+    deadline = time.monotonic() + PREEMPTED_MARKER_WAIT_S
+    while True:
+        if os.path.exists(marker):
+            return "preempted"
+        if time.monotonic() >= deadline:
+            return "failed"
+        time.sleep(0.02)

@@ -159,3 +159,26 @@ def test_forked_child_sends_nothing_and_does_not_hang(make_tracker: Any, collect
     assert tracker.flush(5.0), "the parent keeps working after fork"
     assert collector.step_numbers() == [1, 2]
     assert len(collector.of_kind("attempt_start")) == 1
+
+
+def test_sigterm_is_a_preemption_only_when_the_launcher_marked_one(tmp_path: Path) -> None:
+    """Under a scheduler, goodput launch creates the marker when the scheduler signals it; a SIGTERM without it
+    (torchrun stopping the survivors of a crashed worker) stays a failure."""
+    reasons = {}
+    for marked in (True, False):
+        run_dir = tmp_path / ("marked" if marked else "unmarked")
+        marker = run_dir / "preempted"
+        run_dir.mkdir()
+        if marked:
+            marker.touch()
+        child = _spawn("""
+            import time, ingest_client as goodput
+            tracker = goodput.init()
+            print("ready", flush=True)
+            time.sleep(30)
+        """, run_dir, GOODPUT_MODE="offline", GOODPUT_PREEMPTED_MARKER=str(marker))
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGTERM)
+        child.wait(10)
+        reasons[marked] = [e["reason"] for e in _kinds(run_dir, "attempt_end")]
+    assert reasons == {True: ["preempted"], False: ["failed"]}
