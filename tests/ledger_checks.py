@@ -18,3 +18,20 @@ def assert_partition(ledger: Any) -> None:
     assert data["productive_gpu_seconds"] >= -1e-9
     total = data["productive_gpu_seconds"] + sum(waste.values())
     assert total == pytest.approx(data["allocated_gpu_seconds"], rel=1e-9, abs=1e-9)
+
+
+def ledger_of_events(events: list[dict[str, Any]], run_id: str = "s1") -> dict[str, Any]:
+    """The ledger of hand-built events (tests/analysis/scenarios.py), checked for the partition."""
+    from services.analysis.ledger import build_ledger
+    from services.analysis.run_data import run_data_from_events
+
+    ledger = build_ledger(run_data_from_events(run_id, events)).to_dict()
+    assert_partition(ledger)
+    return ledger
+
+
+def assert_ledger(ledger: dict[str, Any], productive: float, **waste: float) -> None:
+    """Productive GPU-seconds and every waste category; the ones not named are 0."""
+    want = {key: 0.0 for key in WASTE_KEYS} | waste
+    assert ledger["productive_gpu_seconds"] == pytest.approx(productive)
+    assert ledger["waste_gpu_seconds"] == pytest.approx(want)

@@ -5,22 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from services.analysis.ledger import build_ledger
-from services.analysis.run_data import run_data_from_events
 from tests.analysis.scenarios import ev, per_rank, steps
-from tests.ledger_checks import assert_partition
+from tests.ledger_checks import assert_ledger as expect
+from tests.ledger_checks import ledger_of_events as ledger_of
 
-
-def ledger_of(events: list[dict]) -> dict:  # type: ignore[type-arg]
-    ledger = build_ledger(run_data_from_events("s1", events)).to_dict()
-    assert_partition(ledger)
-    return ledger
-
-
-def expect(ledger: dict, productive: float, **waste: float) -> None:  # type: ignore[type-arg]
-    want = {"startup": 0.0, "checkpoint": 0.0, "rework": 0.0, "hang": 0.0, "straggler": 0.0, "idle": 0.0, **waste}
-    assert ledger["productive_gpu_seconds"] == pytest.approx(productive)
-    assert ledger["waste_gpu_seconds"] == pytest.approx(want)
 
 
 def failed_for_good(gpus: int = 4) -> list[dict]:  # type: ignore[type-arg]

@@ -4,7 +4,6 @@ that the job's logs and torchrun's own output give about its worker generations.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.test_cli import GOODPUT, env_with
-from tests.torchrun.conftest import TORCHRUN
+from tests.torchrun.conftest import TORCHRUN, json_lines
 
 JOB = Path(__file__).resolve().parent / "attempts_job.py"
 _ROUND_RE = re.compile(r"Rendezvous complete for workers")
@@ -72,14 +71,7 @@ def stop_agents(agents: list[Agent], log_dir: Path) -> None:
 
 
 def job_lines(log_dir: Path) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for path in sorted(log_dir.glob("*-local*.jsonl")):
-        for line in path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    return out
+    return json_lines(sorted(log_dir.glob("*-local*.jsonl")))
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,18 @@ T = TypeVar("T")
 DIGEST_ARGS = ("--steps", "30", "--seed", "7")
 
 
+def json_lines(paths: list[Path]) -> list[dict[str, Any]]:
+    """The JSON lines of job logs, file after file in the order given; a torn line (a killed writer) is skipped."""
+    out: list[dict[str, Any]] = []
+    for path in paths:
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
 @dataclass
 class Collector:
     url: str
@@ -84,14 +96,7 @@ class Job:
 
     def logs(self) -> list[dict[str, Any]]:
         """Every rank's log lines, in file order per rank (a torn last line is skipped)."""
-        out: list[dict[str, Any]] = []
-        for path in sorted(self.log_dir.glob("rank*.jsonl")):
-            for line in path.read_text().splitlines():
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue
-        return out
+        return json_lines(sorted(self.log_dir.glob("rank*.jsonl")))
 
     def events(self, event: str, **match: Any) -> list[dict[str, Any]]:
         return [e for e in self.logs() if e["event"] == event and all(e.get(k) == v for k, v in match.items())]
