@@ -14,7 +14,7 @@ steps computed per rank in all), collective time on every step and one straggler
    dashboard asks for it (live, then /view?stale_ok=true, then the figures): the first open of a run never
    analysed, opens that find the stored analysis, an open right after a new event (served the stored
    analysis, flagged stale, while the rebuild runs), when that rebuild is ready, and an open after a round of
-   the collector's background analyst (services/warm_analyses.py; on by default, off here so that the rest
+   the collector's background analyst (services/derive/analyst.py; on by default, off here so that the rest
    measures pages building on demand); ratios against the build measured in the same run.
 """
 
@@ -212,12 +212,12 @@ def _through_the_api(big: BigRun, db: str, repeats: int, build_in_memory: float)
     from fastapi.testclient import TestClient
 
     from services.collector.app import create_app
-    from services.pipeline import ANALYSIS_PACE
+    from services.derive.ledger import ANALYSIS_PACE
     from services.settings import ServiceSettings
-    from services.single_flight import run_key
+    from services.derive.single_flight import run_key
     from services.storage.db import make_engine
     from services.storage.migrate import upgrade
-    from services.warm_analyses import WarmAnalyses
+    from services.derive.analyst import WarmAnalyses
 
     with _database(db) as url:
         engine = make_engine(url)

@@ -20,7 +20,7 @@ import httpx
 import pandas as pd
 
 from dashboards.config import DashboardConfig
-from dashboards.theme import CATEGORIES
+from services.presentation import CATEGORIES
 
 CONFIG_KEY = "GOODPUT_DASHBOARD_CONFIG"
 _CLIENTS_KEY = "goodput_http_clients"

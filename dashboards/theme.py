@@ -1,47 +1,8 @@
-"""One look everywhere: category colours (colour-blind safe, Okabe-Ito), fonts and the plotly template."""
+"""The dashboard's look: fonts, ink and the plotly template (category colours and labels: services.presentation)."""
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
-
-CATEGORIES: tuple[str, ...] = ("startup", "checkpoint", "rework", "hang", "straggler", "idle")
-
-COLORS: dict[str, str] = {
-    "productive": "#009E73",
-    "startup": "#CC79A7",
-    "checkpoint": "#0072B2",
-    "rework": "#E69F00",
-    "hang": "#D55E00",
-    "straggler": "#B8A800",
-    "idle": "#A0A4AB",
-}
-
-LABELS: dict[str, str] = {
-    "productive": "Productive",
-    "startup": "Startup",
-    "checkpoint": "Checkpoint",
-    "rework": "Rework",
-    "hang": "Hang",
-    "straggler": "Straggler",
-    "idle": "Idle",
-}
-
-DESCRIPTIONS: dict[str, str] = {
-    "productive": "steps whose result was kept, minus straggler time",
-    "startup": "process start to the first step, after allocation and after every restart",
-    "checkpoint": "training blocked while writing a checkpoint (torn writes included)",
-    "rework": "steps computed again because a restart resumed from an earlier checkpoint",
-    "hang": "no progress between the last step and the failure being torn down",
-    "straggler": "other ranks waiting for the slowest rank in each step",
-    "idle": "allocated GPUs doing nothing the run reported",
-}
-
-STATUS_COLORS: dict[str, str] = {
-    "running": "#0072B2",
-    "finished": "#009E73",
-    "failed": "#D55E00",
-    "cancelled": "#6B7280",
-}
 
 FONT = "Inter, -apple-system, BlinkMacSystemFont, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
 INK = "#1F2937"

@@ -8,10 +8,10 @@ from urllib.parse import quote, urlencode
 import dash
 from dash import dcc, html
 
-from dashboards import format as fmt
+from services import presentation as fmt
 from dashboards import ids
 from dashboards.components.kpi import kpi_card, status_badge
-from dashboards.theme import CATEGORIES, COLORS, DESCRIPTIONS, LABELS
+from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, LABELS
 
 TABLE_LIMIT = 200
 

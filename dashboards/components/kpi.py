@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dash import html
 
-from dashboards.theme import STATUS_COLORS
+from services.presentation import STATUS_COLORS
 
 
 def kpi_card(label: str, value: str, *, value_id: str, note: str = "", color: str | None = None,

@@ -6,17 +6,18 @@ from typing import Any
 
 from dash import dash_table, html
 
-from dashboards import format as fmt
+from services import presentation as fmt
 from dashboards import ids
 from dashboards.components.kpi import kpi_card, status_badge
-from dashboards.theme import CATEGORIES, COLORS, DESCRIPTIONS, FONT, GRID, INK, LABELS
+from dashboards.theme import FONT, GRID, INK
+from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, LABELS
 
 
 def header(ledger: dict[str, Any]) -> list[Any]:
     bits = [f"{ledger['restarts']:,} restart{'s' if ledger['restarts'] != 1 else ''}",
             f"{ledger['failures']:,} failure{'s' if ledger['failures'] != 1 else ''}"]
     if ledger["first_time"] is not None:
-        bits.append(f"{fmt.timestamp(ledger['first_time'])} → {fmt.timestamp(ledger['latest_time'])} UTC")
+        bits.append(f"{fmt.timestamp(ledger['first_time'])} → {fmt.timestamp(ledger['latest_time'])}")
     if ledger["queue_seconds"]:
         bits.append(f"queued {fmt.duration(ledger['queue_seconds'])}")
     return [html.Div([html.H1([ledger["run_id"], " ", status_badge(ledger["status"])]),
@@ -132,6 +133,6 @@ def freshness_note(view: dict[str, Any]) -> html.Div | None:
     took = view.get("analysis_seconds")
     return html.Div(className="freshness", id="run-freshness-note", children=[
         html.B("Updating. "),
-        f"The figures below are as of {fmt.timestamp(view.get('analysed_at'))} UTC: the run has received events "
+        f"The figures below are as of {fmt.timestamp(view.get('analysed_at'))}: the run has received events "
         f"since, and analysing all of it takes about {fmt.seconds(took) if took else 'a while'} here. They are "
         "redrawn when the new analysis is ready; the status line above is current."])

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboards import format as fmt
+from services import presentation as fmt
 from dashboards.figures.common import base_figure, empty_figure, to_datetimes
-from dashboards.theme import CATEGORIES, COLORS, LABELS
+from services.presentation import CATEGORIES, COLORS, LABELS
 
 
 def fleet_runs_figure(runs: pd.DataFrame, limit: int = 25) -> go.Figure:

@@ -9,9 +9,10 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboards import format as fmt
+from services import presentation as fmt
 from dashboards.figures.common import base_figure, empty_figure, to_datetimes
-from dashboards.theme import CATEGORIES, COLORS, GRID, INK, LABELS, MUTED, template
+from dashboards.theme import GRID, INK, MUTED, template
+from services.presentation import CATEGORIES, COLORS, LABELS
 
 _OUTCOME_COLORS = {"completed": "#2F855A", "failed": COLORS["hang"], "preempted": COLORS["rework"],
                    "running": "#0072B2", "ended": "#4B5563"}
@@ -81,7 +82,7 @@ def _allocation_bars(fig: go.Figure, allocations: list[dict[str, Any]]) -> None:
     _bar(fig, [a["start"] for a in allocations], [a["end"] for a in allocations], _ROW_ALLOC, color="#4B5563",
          name="Allocation", legend=False, group="alloc",
          text=[f"{a['gpus']:,} GPUs" + (" (open)" if a["open"] else "") for a in allocations],
-         hover=[f"Allocation: {a['gpus']:,} GPUs<br>{fmt.timestamp(a['start'])} → {fmt.timestamp(a['end'])} UTC"
+         hover=[f"Allocation: {a['gpus']:,} GPUs<br>{fmt.timestamp(a['start'])} → {fmt.timestamp(a['end'])}"
                 f"<br>{fmt.duration(a['end'] - a['start'])}" for a in allocations])
 
 
@@ -115,7 +116,7 @@ def _segment_bars(fig: go.Figure, segments: list[dict[str, Any]]) -> None:
             continue
         _bar(fig, [s["start"] for s in mine], [s["end"] for s in mine], _ROW_BAND, color=COLORS[category],
              name=LABELS[category], legend=True, group=category, text=None,
-             hover=[f"{LABELS[category]}<br>{fmt.timestamp(s['start'])} → {fmt.timestamp(s['end'])} UTC"
+             hover=[f"{LABELS[category]}<br>{fmt.timestamp(s['start'])} → {fmt.timestamp(s['end'])}"
                     f"<br>{fmt.duration(s['end'] - s['start'])}" for s in mine])
 
 

@@ -11,11 +11,11 @@ import flask
 from dash import Input, Output, State, callback, dcc, html, no_update
 
 from dashboards import data, figures, ids
-from dashboards import format as fmt
+from services import presentation as fmt
 from dashboards.components import fleet_parts
 from dashboards.components.empty import no_runs_yet
 from dashboards.components.kpi import message
-from dashboards.theme import CATEGORIES, COLORS, DESCRIPTIONS, LABELS
+from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, LABELS
 
 dash.register_page(__name__, path="/", name="Fleet", title="goodput: fleet")
 

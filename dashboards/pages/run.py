@@ -9,7 +9,7 @@ import dash
 from dash import Input, Output, Patch, State, callback, dcc, html, no_update
 
 from dashboards import data, figures, ids
-from dashboards import format as fmt
+from services import presentation as fmt
 from dashboards.components import run_parts
 from dashboards.components.kpi import message
 from dashboards.components.resume_banner import resume_banner

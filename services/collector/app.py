@@ -20,7 +20,7 @@ from services.collector.schemas import EventBatch
 from services.settings import ServiceSettings
 from services.storage.db import make_engine
 from services.storage.writer import BatchWriter
-from services.warm_analyses import WarmAnalyses
+from services.derive.analyst import WarmAnalyses
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """What `/metrics` says about runs, read from the database in one pass and kept for a few seconds.
 
 A snapshot covers the runs that are running or had an event within the window (``MetricsConfig``). Ledgers
-come from the cache in the ``runs`` table (`services.pipeline.ledger_for_row`); a ledger made stale by new
+come from the cache in the ``runs`` table (`services.derive.ledger.ledger_for_row`); a ledger made stale by new
 events is recomputed within a time budget per snapshot, past which the previous stored ledger is served
 (counted in ``stale_ledgers``). Besides ledgers, a snapshot reads two cheap things per run:
 
@@ -27,7 +27,7 @@ from services.analysis.categories import RunStatus
 from services.analysis.live import LiveConfig, detect_hang
 from services.analysis.provisional import LiveHang, provisional_ledger
 from services.metrics.config import MetricsConfig
-from services.pipeline import ledger_for_row
+from services.derive.ledger import ledger_for_row
 from services.storage.live import load_live_state
 from services.storage.load import RunRow, list_runs
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from services.analysis.views import build_restart_rows
 from services.reports.recommend import DEFAULT_PROVIDERS, Provider, ReportInput, recommend
-from services.reports.style import CATEGORY_ORDER
+from services.presentation import CATEGORY_ORDER
 
 REPORT_VERSION = 1
 MAX_STRAGGLER_ROWS = 32

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from services.analysis.categories import WASTE_KEYS
-from services.reports.style import iso
+from services.presentation import iso
 
 BREAKDOWN_COLUMNS = ("run_id", "category", "gpu_seconds", "gpu_hours", "share")
 FLEET_COLUMNS = (

@@ -13,7 +13,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from services.reports.style import (
+from services.presentation import (
+    STATUS_COLORS,
     CATEGORY_ORDER,
     COLORS,
     DESCRIPTIONS,
@@ -26,7 +27,6 @@ from services.reports.style import (
 
 FIG_WIDTH = 700
 _FONT = "Inter, -apple-system, BlinkMacSystemFont, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
-_STATUS_COLORS = {"running": "#0072B2", "finished": "#009E73", "failed": "#D55E00", "cancelled": "#6B7280"}
 
 _CSS = """
 :root { --ink: #1F2937; --muted: #6B7280; --grid: #E5E7EB; }
@@ -94,7 +94,7 @@ def _ledger_bar(breakdown: Sequence[Mapping[str, Any]]) -> go.Figure:
                     marker_color=COLORS[row["category"]], text=[percent(share) if share >= 0.04 else ""],
                     textposition="inside", insidetextanchor="middle", textfont={"color": "white"},
                     hovertemplate=f"{row['category']}: {percent(row['share'])}, "
-                                  f"{gpu_hours(row['gpu_seconds'])} GPU-h<extra></extra>")
+                                  f"{gpu_hours(row['gpu_seconds'])}<extra></extra>")
     fig.update_layout(barmode="stack", showlegend=True)
     fig.update_xaxes(range=[0, 1], tickformat=".0%")
     fig.update_yaxes(visible=False)
@@ -164,7 +164,7 @@ def _breakdown_table(breakdown: Sequence[Mapping[str, Any]]) -> str:
         swatch = f'<span class="swatch" style="background:{COLORS[category]}"></span>' if category in COLORS else ""
         css = ' class="total"' if category == "allocated" else ""
         body.append(f"<tr{css}><td>{swatch}{_e(category)}</td><td>{gpu_seconds(row['gpu_seconds'])}</td>"
-                    f"<td>{gpu_hours(row['gpu_seconds'])}</td><td>{percent(row['share'])}</td>"
+                    f"<td>{gpu_hours(row['gpu_seconds'], unit=False)}</td><td>{percent(row['share'])}</td>"
                     f'<td class="desc">{_e(DESCRIPTIONS.get(category, ""))}</td></tr>')
     return ("<table><thead><tr><th>category</th><th>GPU&#8209;seconds</th><th>GPU&#8209;hours</th><th>share</th>"
             f"<th></th></tr></thead><tbody>{''.join(body)}</tbody></table>")
@@ -177,8 +177,8 @@ def _restarts_table(rows: Sequence[Mapping[str, Any]]) -> str:
         f"<tr><td>{_e(r['attempt'])}</td><td>{_e(timestamp(r.get('time'))[5:-4])}</td><td>{_e(r.get('after') or '')}</td>"
         f"<td>{_e(r.get('failed_at_step') if r.get('failed_at_step') is not None else '—')}</td>"
         f"<td>{_e(r.get('resume_step') if r.get('resume_step') is not None else '—')}</td>"
-        f"<td>{gpu_hours(r.get('rework_gpu_seconds'))}</td><td>{gpu_hours(r.get('hang_gpu_seconds'))}</td>"
-        f"<td>{gpu_hours(r.get('startup_gpu_seconds'))}</td></tr>"
+        f"<td>{gpu_hours(r.get('rework_gpu_seconds'), unit=False)}</td><td>{gpu_hours(r.get('hang_gpu_seconds'), unit=False)}</td>"
+        f"<td>{gpu_hours(r.get('startup_gpu_seconds'), unit=False)}</td></tr>"
         for r in rows)
     return ("<table><thead><tr><th>attempt</th><th>restarted (UTC)</th><th>after</th><th>failed at</th>"
             "<th>resumed at</th><th>rework GPU&#8209;h</th><th>hang GPU&#8209;h</th><th>startup GPU&#8209;h</th></tr></thead>"
@@ -191,7 +191,7 @@ def _compute(value: float | None) -> str:
 
 def _straggler_table(rows: Sequence[Mapping[str, Any]]) -> str:
     body = "".join(
-        f"<tr><td>{_e(r['rank'])}</td><td>{_e(r.get('host') or '—')}</td><td>{gpu_hours(r['straggler_gpu_seconds'])}</td>"
+        f"<tr><td>{_e(r['rank'])}</td><td>{_e(r.get('host') or '—')}</td><td>{gpu_hours(r['straggler_gpu_seconds'], unit=False)}</td>"
         f"<td>{percent(r.get('share_of_straggler'))}</td>"
         f"<td>{_compute(r.get('median_compute_seconds'))}</td></tr>"
         for r in rows[:10])
@@ -204,7 +204,7 @@ def _recommendations(recs: Sequence[Mapping[str, Any]]) -> str:
         return '<p class="note">No waste category is above the thresholds the advice rests on.</p>'
     items = "".join(
         f'<li><div class="title">{_e(r["title"])}</div><div>{_e(r["detail"])}</div>'
-        f'<div class="stake">at stake: {gpu_hours(r["gpu_seconds"])} GPU-h</div></li>' for r in recs)
+        f'<div class="stake">at stake: {gpu_hours(r["gpu_seconds"])}</div></li>' for r in recs)
     return f'<ul class="recs">{items}</ul>'
 
 
@@ -212,7 +212,7 @@ def _provisional_note(provisional: Mapping[str, Any] | None) -> str:
     if not provisional:
         return ""
     return (f'<p class="note provisional"><strong>Hung now (provisional):</strong> no progress since '
-            f'{_e(timestamp(provisional["since"]))}; {_e(gpu_hours(provisional["hang_gpu_seconds"]))} GPU-h of hang '
+            f'{_e(timestamp(provisional["since"]))}; {_e(gpu_hours(provisional["hang_gpu_seconds"]))} of hang '
             f'up to {_e(timestamp(provisional["as_of"]))} are counted in these figures and replaced by the final '
             "ledger once the attempt ends.</p>")
 
@@ -228,21 +228,21 @@ def report_html(report: Mapping[str, Any]) -> str:
 
     parts = [
         (f"<header><h1>Run <code>{_e(report['run_id'])}</code> "
-        f'<span class="badge" style="background:{_STATUS_COLORS.get(status, "#6B7280")}">{_e(status)}</span></h1>'
+        f'<span class="badge" style="background:{STATUS_COLORS.get(status, "#6B7280")}">{_e(status)}</span></h1>'
         f'<p class="meta">{_e(timestamp(ledger.get("first_time")))} to {_e(timestamp(ledger.get("latest_time")))}'
         f' · {_e(duration(ledger.get("allocated_wall_seconds")))} allocated wall time'
         f' · report written {_e(timestamp(report["generated_at"]))}</p></header>'),
         _provisional_note(ledger.get("provisional")),
         '<section class="kpis">',
         _kpi("goodput", percent(ledger.get("goodput")), "productive / allocated"),
-        _kpi("allocated", f"{gpu_hours(allocated)} GPU-h", f"{gpu_seconds(allocated)} GPU-s"),
-        _kpi("productive", f"{gpu_hours(ledger['productive_gpu_seconds'])} GPU-h",
+        _kpi("allocated", f"{gpu_hours(allocated)}", f"{gpu_seconds(allocated)} GPU-s"),
+        _kpi("productive", f"{gpu_hours(ledger['productive_gpu_seconds'])}",
              f"{gpu_seconds(ledger['productive_gpu_seconds'])} GPU-s"),
-        _kpi("waste", f"{gpu_hours(waste_total)} GPU-h", percent(waste_total / allocated) + " of allocated"
+        _kpi("waste", f"{gpu_hours(waste_total)}", percent(waste_total / allocated) + " of allocated"
              if allocated > 0 else ""),
         _kpi("restarts", str(ledger.get("restarts", 0)), f"{ledger.get('failures', 0)} failure(s), MTBF "
              f"{duration(ledger.get('mtbf_seconds'))}"),
-        _kpi("at risk", f"{gpu_hours(ledger.get('at_risk_gpu_seconds'))} GPU-h", "work since the last checkpoint"),
+        _kpi("at risk", f"{gpu_hours(ledger.get('at_risk_gpu_seconds'))}", "work since the last checkpoint"),
         "</section>",
         "<section><h2>Where the GPU-hours went</h2>", figure(_ledger_bar(breakdown)),
         _breakdown_table(breakdown), "</section>",

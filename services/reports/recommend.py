@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from services.analysis.advice import checkpoint_advice
-from services.reports.style import timestamp
+from services.presentation import timestamp
 
 CHECKPOINT_SHARE = 0.05  # checkpoint blocking above this share of allocated: checkpoint less often / async
 HANG_SHARE = 0.02  # hang above this: lower the timeout / detect hangs

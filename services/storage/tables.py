@@ -60,7 +60,7 @@ class RunViews(Base):
     """The dashboard's read models of one version of a run, with the ledger of that same version.
 
     Building them reads every step of the run, so the last build is kept here (shared by every collector
-    process, kept across restarts) and served while a newer one is built: services/views_pipeline.py.
+    process, kept across restarts) and served while a newer one is built: services/derive/views.py.
     """
 
     __tablename__ = "run_views"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from services.resume_pipeline import _CACHE
+from services.derive.resume import _CACHE
 from services.simulate import SimConfig, simulate
 
 SIM: dict[str, Any] = {"ranks": 2, "hours": 0.05, "step_s": 1.0, "mtbf_s": 90, "checkpoint_every": 20,

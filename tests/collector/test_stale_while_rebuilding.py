@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from services import pipeline, resume_pipeline, views_pipeline
+from services.derive import ledger as pipeline, resume as resume_pipeline, views as views_pipeline
 from services.collector.routes import resume as resume_route
 from services.collector.routes import runs as runs_route
 from services.collector.routes import views as views_route

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from services import views_pipeline
+from services.derive import views as views_pipeline
 from services.simulate import SimConfig, simulate
 from services.storage.load import get_run
-from services.warm_analyses import INTEREST, WarmAnalyses
+from services.derive.analyst import INTEREST, WarmAnalyses
 
 
 def post(client: Any, run_id: str, seed: int) -> None:
@@ -74,7 +74,7 @@ def test_serve_analyses_in_the_background_by_default(database_url: str) -> None:
 def test_one_collector_process_at_a_time_runs_a_round(client: Any, engine: Any) -> None:
     from sqlalchemy import text
 
-    from services.warm_analyses import _ROUND_LOCK
+    from services.derive.analyst import _ROUND_LOCK
 
     post(client, "locked", seed=7)
     warm = WarmAnalyses(engine, interval_s=60.0)

@@ -12,8 +12,8 @@ from urllib.parse import quote
 
 import pytest
 
-from dashboards import format as fmt
-from dashboards.theme import CATEGORIES, LABELS
+from services import presentation as fmt
+from services.presentation import CATEGORIES, LABELS
 from tests.dashboards.conftest import SEEDED_RUNS, STALLED_RUN, Page, Server
 
 pytestmark = pytest.mark.browser

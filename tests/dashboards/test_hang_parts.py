@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dashboards import data
 from dashboards.components import fleet_parts, run_parts
-from dashboards.theme import CATEGORIES
+from services.presentation import CATEGORIES
 
 
 def test_the_run_banner_names_the_suspect_ranks_and_why() -> None:

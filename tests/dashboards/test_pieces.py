@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from dashboards import data, figures
-from dashboards import format as fmt
+from services import presentation as fmt
 from dashboards.components import fleet_parts, run_parts
-from dashboards.theme import CATEGORIES
+from services.presentation import CATEGORIES
 
 
 def run_row(run_id: str, waste: float, status: str = "finished", first: float = 0.0, last: float = 3600.0):  # type: ignore[no-untyped-def]

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from services.reports.style import gpu_hours, gpu_seconds, percent
+from services.presentation import gpu_hours, gpu_seconds, percent
 from services.simulate import SimConfig, simulate
 
 CATEGORIES = ["productive", "startup", "checkpoint", "rework", "hang", "straggler", "idle", "allocated"]
@@ -83,9 +83,9 @@ def test_html_report_is_self_contained_and_shows_the_ledgers_numbers(client) -> 
     assert re.search(r"<link[^>]+href=", page) is None  # no external stylesheet or font
     assert page.count("plotly.js v") >= 1 and "Plotly.newPlot" in page  # plotly.js inlined, figures drawn by it
     assert percent(ledger["goodput"]) in page
-    assert f"{gpu_hours(ledger['allocated_gpu_seconds'])} GPU-h" in page
+    assert gpu_hours(ledger['allocated_gpu_seconds']) in page
     for category, gpu_s in ledger["waste_gpu_seconds"].items():
-        assert f"<td>{gpu_seconds(gpu_s)}</td><td>{gpu_hours(gpu_s)}</td>" in page, category
+        assert f"<td>{gpu_seconds(gpu_s)}</td><td>{gpu_hours(gpu_s, unit=False)}</td>" in page, category
     assert "@media print" in page
     assert "rep-html" in page
 

@@ -9,7 +9,7 @@ from services.analysis.advice import checkpoint_advice
 from services.collector.auth import ReadRunDep
 from services.collector.deps import EngineDep
 from services.collector.schemas import ErrorResponse
-from services.pipeline import fleet_ledgers, ledger_for_run
+from services.derive.ledger import fleet_ledgers, ledger_for_run
 
 router = APIRouter(tags=["advice"])
 

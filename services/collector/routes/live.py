@@ -1,6 +1,6 @@
 """Live status: `GET /v1/live`, `GET /v1/runs/{run_id}/live` (hang detection) and `GET /v1/preemption-candidates`.
 
-Fresh on every call (a few index lookups per running run, `services.live_pipeline`); the rules are in
+Fresh on every call (a few index lookups per running run, `services.derive.live`); the rules are in
 `services.analysis.live` and docs/ledger.md.
 """
 
@@ -16,7 +16,7 @@ from services.collector.auth import ReadRunDep, RunScopeDep
 from services.collector.deps import EngineDep, SettingsDep
 from services.collector.live_models import LiveRun, LiveRuns, PreemptionCandidate, PreemptionCandidates
 from services.collector.schemas import ErrorResponse
-from services.live_pipeline import live_config, live_for_run, live_for_running_runs, preemption_candidates
+from services.derive.live import live_config, live_for_run, live_for_running_runs, preemption_candidates
 
 router = APIRouter(tags=["live"])
 

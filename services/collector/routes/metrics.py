@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.collector.auth import READ_FLEET
 from services.errors import InvalidBatch
-from services.live_pipeline import live_config
+from services.derive.live import live_config
 from services.metrics import CONTENT_TYPE, CollectorInstruments, MetricsService
 
 router = APIRouter(tags=["metrics"])

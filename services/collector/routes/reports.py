@@ -18,12 +18,12 @@ from services.collector.auth import ReadRunDep, RunScopeDep
 from services.collector.deps import EngineDep, SettingsDep
 from services.collector.read_models import Ledger
 from services.collector.schemas import ErrorResponse
-from services.live_pipeline import live_config, with_live_hang
-from services.pipeline import ledger_for_row
+from services.derive.live import live_config, with_live_hang
+from services.derive.ledger import ledger_for_row
 from services.reports import breakdown_csv, build_report, fleet_csv, report_html, report_json
-from services.resume_pipeline import resume_check
+from services.derive.resume import resume_check
 from services.storage.load import get_run, list_runs
-from services.views_pipeline import views_for_row
+from services.derive.views import views_for_row
 
 router = APIRouter(tags=["reports"])
 _404: dict[int | str, dict[str, Any]] = {404: {"model": ErrorResponse}}

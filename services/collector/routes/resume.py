@@ -1,6 +1,6 @@
 """`GET /v1/runs/{run_id}/resume-check`: steps computed twice (before and after a restart) compared; step numbering.
 
-Thin: services.resume_pipeline loads the run (with losses and digests) and caches the check per run version; the
+Thin: services.derive.resume loads the run (with losses and digests) and caches the check per run version; the
 rules are in services.analysis.resume_check and docs/resume-check.md.
 """
 
@@ -17,7 +17,7 @@ from services.collector.auth import ReadRunDep
 from services.collector.deps import EngineDep
 from services.collector.resume_models import ResumeCheck
 from services.collector.schemas import ErrorResponse
-from services.resume_pipeline import DEFAULT_CONFIG, ResumeCheckPending, recent_resume_check, resume_check
+from services.derive.resume import DEFAULT_CONFIG, ResumeCheckPending, recent_resume_check, resume_check
 
 router = APIRouter(tags=["advice"])
 

@@ -10,8 +10,8 @@ from services.collector.auth import ReadRunDep, RunScopeDep
 from services.collector.deps import EngineDep, SettingsDep
 from services.collector.read_models import Ledger, RunDetail, RunList, RunListItem
 from services.collector.schemas import ErrorResponse
-from services.live_pipeline import ledger_now, live_config, with_live_hang
-from services.pipeline import recent_ledger, run_detail
+from services.derive.live import ledger_now, live_config, with_live_hang
+from services.derive.ledger import recent_ledger, run_detail
 from services.storage.load import list_runs
 
 router = APIRouter(tags=["runs"])

@@ -21,7 +21,7 @@ from services.collector.live_models import (
     Signals,
 )
 from services.collector.schemas import ErrorResponse
-from services.live_pipeline import (
+from services.derive.live import (
     checkpoint_requests_for_run,
     request_checkpoint,
     signals_for_run,

@@ -8,7 +8,7 @@ from starlette.concurrency import run_in_threadpool
 from services.collector.auth import ReadRunDep
 from services.collector.deps import EngineDep
 from services.collector.schemas import ErrorResponse
-from services.straggler_pipeline import straggler_report
+from services.derive.stragglers import straggler_report
 
 router = APIRouter(tags=["advice"])
 

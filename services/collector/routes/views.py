@@ -1,6 +1,6 @@
 """Read endpoints for the dashboard: a run's timeline, per-rank compute, checkpoints and restarts.
 
-Thin: each route asks `services.views_pipeline` for the cached views of the run's current version. The
+Thin: each route asks `services.derive.views` for the cached views of the run's current version. The
 GPU-second numbers themselves stay in `/v1/runs/{run_id}/waste`; these say when and where.
 """
 
@@ -16,10 +16,10 @@ from services.collector.auth import ReadRunDep
 from services.collector.deps import EngineDep, SettingsDep
 from services.collector.schemas import ErrorResponse
 from services.analysis.provisional import provisional_ledger
-from services.live_pipeline import LEDGER_BUDGET_S, live_config, live_for_run, live_hang_of_answer
+from services.derive.live import LEDGER_BUDGET_S, live_config, live_for_run, live_hang_of_answer
 from services.storage.load import RunRef, get_run
-from services.views_pipeline import current_views, recent_views, views_for_row
-from services.warm_analyses import INTEREST
+from services.derive.views import current_views, recent_views, views_for_row
+from services.derive.analyst import INTEREST
 
 # How long /view?stale_ok=true waits for a fresh build before it answers with the stored one.
 STALE_OK_BUDGET_S = 1.0

@@ -19,9 +19,9 @@ from typing import Any
 from sqlalchemy import Engine
 
 from services.analysis.resume_check import ResumeCheckConfig, build_resume_check
-from services.single_flight import SingleFlight, run_key
+from services.derive.single_flight import SingleFlight, run_key
 from services.storage.load import RunRef, RunRow, get_run, load_run_data
-from services.version_cache import VersionCache
+from services.derive.version_cache import VersionCache
 
 logger = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ from typing import Any
 from sqlalchemy import Engine
 
 from services.analysis.straggler_report import build_straggler_report
-from services.pipeline import ledger_for_row
+from services.derive.ledger import ledger_for_row
 from services.storage.load import RunRef, get_run, load_run_data
-from services.version_cache import VersionCache
+from services.derive.version_cache import VersionCache
 
 _CACHE = VersionCache(capacity=16)
 

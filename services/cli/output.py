@@ -7,9 +7,9 @@ from urllib.parse import quote
 
 import httpx
 
-from services.cli_tokens import read_headers
+from services.cli.tokens import read_headers
+from services.presentation import CATEGORIES
 
-CATEGORIES = ("startup", "checkpoint", "rework", "hang", "straggler", "idle")
 
 
 def _get(url: str, project: str | None = None) -> httpx.Response:

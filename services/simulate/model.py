@@ -25,6 +25,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.analysis.categories import WASTE_KEYS
+
 START_TIME = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 RESUME_FAULTS = ("loss", "lr", "digest", "resume_step", "skip", "repeat")
 
@@ -98,8 +100,7 @@ class Truth:
 
     allocated: float = 0.0
     productive: float = 0.0
-    waste: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
-        ("startup", "checkpoint", "rework", "hang", "straggler", "idle"), 0.0))
+    waste: dict[str, float] = field(default_factory=lambda: dict.fromkeys(WASTE_KEYS, 0.0))
     queue_s: float = 0.0
     restarts: int = 0
     failures: int = 0

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Engine, update
 
 from services.analysis.ledger import build_ledger
-from services.single_flight import Pace, SingleFlight, run_key
+from services.derive.single_flight import Pace, SingleFlight, run_key
 from services.storage.load import (
     RunRef,
     RunRow,
@@ -42,7 +42,7 @@ class LedgerBuild:
 
 
 # One analysis of a run at a time in this process, whether it builds the ledger alone (here) or the ledger
-# and the views (services.views_pipeline): a ledger request joins a running views build, whose ledger is the
+# and the views (services.derive.views): a ledger request joins a running views build, whose ledger is the
 # same. One pace for both, so background builds of a big run cost at most about a quarter of a core.
 ANALYSES: SingleFlight[Any] = SingleFlight("analysis")
 ANALYSIS_PACE = Pace()

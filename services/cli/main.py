@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--db", help=DB_HELP)
     check.set_defaults(handler=_db_check)
 
-    from services.cli_tokens import add_token_parser  # standard library only, like this module
+    from services.cli.tokens import add_token_parser  # standard library only, like this module
 
     add_token_parser(sub, DB_HELP)
 
@@ -222,7 +222,7 @@ def _simulate(ns: argparse.Namespace) -> int:
     import time
 
     from services.simulate import SimConfig, simulate
-    from services.simulate_send import send_events
+    from services.simulate.send import send_events
 
     kwargs: dict[str, Any] = dict(
         ranks=ns.ranks, gpus=ns.gpus, hours=ns.hours, step_s=ns.step_seconds, mtbf_s=ns.mtbf or None,
@@ -253,13 +253,13 @@ def _event_end(event: dict[str, Any]) -> float:
 
 
 def _runs(ns: argparse.Namespace) -> int:
-    from services.cli_output import print_runs
+    from services.cli.output import print_runs
 
     return print_runs(_url(ns), project=ns.project)
 
 
 def _ledger(ns: argparse.Namespace) -> int:
-    from services.cli_output import print_ledger
+    from services.cli.output import print_ledger
 
     return print_ledger(_url(ns), ns.run_id, as_json=ns.json, project=ns.project)
 
@@ -285,7 +285,7 @@ def _epoch(value: str | None, option: str) -> float | None:
 def _report(ns: argparse.Namespace) -> int:
     import httpx
 
-    from services.cli_tokens import read_headers
+    from services.cli.tokens import read_headers
 
     if ns.fleet == (ns.run_id is not None):
         print("goodput report: give a RUN_ID, or --fleet for every run", file=sys.stderr)
@@ -324,13 +324,13 @@ def _report(ns: argparse.Namespace) -> int:
 
 
 def _advise(ns: argparse.Namespace) -> int:
-    from services.cli_advice import print_advice
+    from services.cli.advice import print_advice
 
     return print_advice(_url(ns), ns.run_id, project=ns.project)
 
 
 def _simulate_interval(ns: argparse.Namespace) -> int:
-    from services.cli_advice import print_interval_table
+    from services.cli.advice import print_interval_table
 
     for name in ("delta", "restart"):
         if getattr(ns, name) < 0:
@@ -346,6 +346,3 @@ def _safe(url: str) -> str:
 
     return make_url(url).render_as_string(hide_password=True)
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

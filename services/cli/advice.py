@@ -6,7 +6,7 @@ from urllib.parse import quote
 
 import httpx
 
-from services.cli_tokens import read_headers
+from services.cli.tokens import read_headers
 
 from services.analysis.interval import (
     daly_interval,

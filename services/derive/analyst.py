@@ -1,7 +1,7 @@
 """Keep recently changed runs analysed in the background, so that opening a run page never waits for it.
 
 Analysing a run of ten million steps takes seconds (benchmarks/dashboard.py); pages already serve the last
-analysis while a newer one is built (services.views_pipeline.recent_views), but the first open of a run
+analysis while a newer one is built (services.derive.views.recent_views), but the first open of a run
 that was never analysed would still wait for the whole build. One thread of the collector rebuilds, every
 `interval_s`, the runs that changed since their last analysis and received events in the last
 `active_window_s`: runs someone opened in the last `interest_s` first, then the most recently active. It
@@ -17,11 +17,11 @@ import time
 
 from sqlalchemy import Connection, Engine, outerjoin, select, text
 
-from services.pipeline import ANALYSES, ANALYSIS_PACE
-from services.single_flight import run_key
+from services.derive.ledger import ANALYSES, ANALYSIS_PACE
+from services.derive.single_flight import run_key
 from services.storage.load import get_run_by_pk
 from services.storage.tables import Run, RunViews
-from services.views_pipeline import current_views
+from services.derive.views import current_views
 
 logger = logging.getLogger(__name__)
 

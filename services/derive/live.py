@@ -3,7 +3,7 @@
 The hang verdict comes from `services.storage.live` (fresh on every call: no cache, no full load of the run).
 The at-risk GPU-seconds come from the run's ledger, which needs the whole run: a fresh one when it is built
 within `LEDGER_BUDGET_S`, else the one stored in the database while a single, paced background build
-catches up (services.pipeline.recent_ledger), so polling `/v1/runs/{id}/live` every 0.2 s never analyses
+catches up (services.derive.ledger.recent_ledger), so polling `/v1/runs/{id}/live` every 0.2 s never analyses
 the run 5 times a second.
 """
 
@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from services.analysis.live import LiveConfig, LiveStatus, detect_hang
 from services.analysis.provisional import LiveHang, provisional_ledger
 from services.analysis.preemption import allocated_gpus, rank_preemption_candidates
-from services import pipeline
+from services.derive import ledger as pipeline
 from services.settings import ServiceSettings
 from services.storage.checkpoint_requests import (
     CheckpointRequestRow,

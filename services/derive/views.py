@@ -25,8 +25,8 @@ from sqlalchemy.exc import IntegrityError
 from services.analysis.attempts import build_run_structure
 from services.analysis.ledger import build_ledger
 from services.analysis.views import build_run_views
-from services.pipeline import ANALYSES, ANALYSIS_PACE, build_within, store_ledger
-from services.single_flight import run_key
+from services.derive.ledger import ANALYSES, ANALYSIS_PACE, build_within, store_ledger
+from services.derive.single_flight import run_key
 from services.storage.load import RunRef, RunRow, get_run, get_run_by_pk, load_run_data
 from services.storage.tables import RunViews
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from typing import Any
+
+from services.presentation import timestamp
 
 
 def add_token_parser(sub: Any, db_help: str) -> None:  # Any: argparse's subparsers action type is private
@@ -85,8 +86,8 @@ def _list(ns: argparse.Namespace) -> int:
         return 0
     print(f"{'id':<12}  {'kind':<5}  {'project':<20}  {'created (UTC)':<19}  {'revoked (UTC)':<19}  name")
     for t in tokens:
-        print(f"{t.token_id:<12}  {t.kind:<5}  {t.project[:20]:<20}  {_when(t.created_at):<19}  "
-              f"{_when(t.revoked_at):<19}  {t.name or ''}")
+        print(f"{t.token_id:<12}  {t.kind:<5}  {t.project[:20]:<20}  {timestamp(t.created_at):<19}  "
+              f"{timestamp(t.revoked_at):<19}  {t.name or ''}")
     return 0
 
 
@@ -104,7 +105,3 @@ def _revoke(ns: argparse.Namespace) -> int:
         return 1
     print(f"revoked {ns.token_id}; collectors refuse it within GOODPUT_AUTH_CACHE_TTL_S (5 s)")
     return 0
-
-
-def _when(t: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) if t is not None else "-"

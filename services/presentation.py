@@ -1,0 +1,113 @@
+"""How every surface shows a figure: category order, labels, colours and descriptions, and the number and time
+formats. The dashboard, the reports and the CLI import these; none keeps a copy, so a figure reads the same in all.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+from services.analysis.categories import WASTE_KEYS
+
+DASH = "—"
+
+# -- categories ------------------------------------------------------------------------------------------------
+
+CATEGORIES: tuple[str, ...] = WASTE_KEYS  # the waste categories, in the order every table and chart lists them
+CATEGORY_ORDER: tuple[str, ...] = ("productive", *WASTE_KEYS)  # the partition of allocated time
+
+COLORS: dict[str, str] = {  # Okabe-Ito, colour-blind safe
+    "productive": "#009E73",
+    "startup": "#CC79A7",
+    "checkpoint": "#0072B2",
+    "rework": "#E69F00",
+    "hang": "#D55E00",
+    "straggler": "#B8A800",
+    "idle": "#A0A4AB",
+}
+
+LABELS: dict[str, str] = {category: category.capitalize() for category in CATEGORY_ORDER}
+
+DESCRIPTIONS: dict[str, str] = {
+    "productive": "steps whose result was kept, minus straggler time",
+    "startup": "process start to the first step, after allocation and after every restart",
+    "checkpoint": "training blocked while writing a checkpoint (torn writes included)",
+    "rework": "steps computed again because a restart resumed from an earlier checkpoint",
+    "hang": "no progress between the last step and the failure being torn down",
+    "straggler": "other ranks waiting for the slowest rank in each step",
+    "idle": "allocated GPUs doing nothing the run reported",
+    "allocated": "everything allocated to the run",
+}
+
+STATUS_COLORS: dict[str, str] = {
+    "running": "#0072B2",
+    "finished": "#009E73",
+    "failed": "#D55E00",
+    "cancelled": "#6B7280",
+}
+
+# -- numbers and times ---------------------------------------------------------------------------------------------
+
+
+def percent(ratio: float | None) -> str:
+    """A ratio as a percentage with one decimal: `57.7%`; `—` when undefined."""
+    if ratio is None or not math.isfinite(ratio):
+        return DASH
+    return f"{ratio:.1%}"
+
+
+def share(part: float, whole: float) -> str:
+    """`part` as a percentage of `whole`; `—` when the whole is zero."""
+    return percent(part / whole) if whole else DASH
+
+
+def gpu_hours(gpu_seconds: float | None, *, unit: bool = True) -> str:
+    """GPU-seconds as GPU-hours with two decimals: `1,234.56 GPU-h`, `<0.01 GPU-h` for a sliver, `0.00 GPU-h`;
+    without the unit (`unit=False`) where a column header carries it."""
+    if gpu_seconds is None or not math.isfinite(gpu_seconds):
+        return DASH
+    hours = gpu_seconds / 3600.0
+    text = "<0.01" if 0 < abs(hours) < 0.005 else f"{hours:,.2f}"
+    return f"{text} GPU-h" if unit else text
+
+
+def gpu_seconds(value: float | None) -> str:
+    """GPU-seconds, whole: `12,345`."""
+    return DASH if value is None or not math.isfinite(value) else f"{value:,.0f}"
+
+
+def seconds(value: float | None) -> str:
+    """A short duration: `1.5 s`, `250 ms`."""
+    if value is None or not math.isfinite(value):
+        return DASH
+    return f"{value:,.1f} s" if value >= 1 else f"{value * 1000:,.0f} ms"
+
+
+def duration(value: float | None) -> str:
+    """Human wall time: `45 s`, `12 min 05 s`, `3 h 20 min`, `2 d 4 h`."""
+    if value is None or not math.isfinite(value):
+        return DASH
+    s = max(value, 0.0)
+    if s < 60:
+        return f"{s:.0f} s" if s >= 10 else f"{s:.1f} s"
+    if s < 3600:
+        return f"{int(s // 60)} min {int(s % 60):02d} s"
+    if s < 86400:
+        return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
+    return f"{int(s // 86400)} d {int(s % 86400 // 3600)} h"
+
+
+def integer(value: int | None) -> str:
+    return DASH if value is None else f"{value:,}"
+
+
+def timestamp(epoch_s: float | None) -> str:
+    """UTC wall clock: `2026-01-01 12:34:56 UTC`."""
+    if epoch_s is None:
+        return DASH
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def iso(epoch_s: float | None) -> str:
+    """ISO 8601 in UTC for machine-read files (CSV); empty when unknown."""
+    return "" if epoch_s is None else datetime.fromtimestamp(epoch_s, UTC).isoformat()
