@@ -173,7 +173,7 @@ def main() -> int:
 
     t_structure, structure = timed(lambda: build_run_structure(data))
     t_ledger, ledger_obj = timed(lambda: build_ledger(data, structure))
-    ledger = ledger_obj.to_dict()
+    ledger = ledger_obj
     t_views, views = timed(lambda: build_run_views(data, ledger, run=structure))
     build = t_structure + t_ledger + t_views
     print("\n## one build of the run's analysis, in memory (paid once per change of the run, in the background)")
@@ -213,7 +213,7 @@ def _through_the_api(big: BigRun, db: str, repeats: int, build_in_memory: float)
 
     from services.collector.app import create_app
     from services.derive.ledger import ANALYSIS_PACE
-    from services.settings import ServiceSettings
+    from services.settings import ServerSettings, ServiceSettings
     from services.derive.single_flight import run_key
     from services.storage.db import make_engine
     from services.storage.migrate import upgrade
@@ -228,7 +228,8 @@ def _through_the_api(big: BigRun, db: str, repeats: int, build_in_memory: float)
         t_load, loaded = _load(engine)
         assert loaded == len(big.steps["step"]), f"stored {loaded:,} of {len(big.steps['step']):,} step rows"
         print(f"loading the run for analysis (what each build starts with): {t_load:.2f} s")
-        settings = ServiceSettings(database_url=url, dashboard=False, warm_analyses_s=0)  # rounds run by hand below
+        # no background analyses: the rounds are run by hand below
+        settings = ServiceSettings(server=ServerSettings(database_url=url, serve_dashboard=False, warm_analyses_s=0))
         with TestClient(create_app(settings, engine=engine)) as client:
             first, view = timed(lambda: _get(client, "/v1/runs/big/view", stale_ok="true"))
             assert view["stale"] is False

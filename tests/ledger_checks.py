@@ -6,12 +6,14 @@ from typing import Any
 
 import pytest
 
+from services.analysis.ledger_types import Ledger
+
 WASTE_KEYS = {"startup", "checkpoint", "rework", "hang", "straggler", "idle"}
 
 
 def assert_partition(ledger: Any) -> None:
     """productive + sum(waste) == allocated within 1e-9 relative; no negative category."""
-    data = ledger if isinstance(ledger, dict) else ledger.to_dict()
+    data = ledger if isinstance(ledger, dict) else ledger.model_dump(mode="json")
     waste = data["waste_gpu_seconds"]
     assert set(waste) == WASTE_KEYS
     assert all(v >= -1e-9 * max(data["allocated_gpu_seconds"], 1.0) for v in waste.values()), waste
@@ -20,12 +22,12 @@ def assert_partition(ledger: Any) -> None:
     assert total == pytest.approx(data["allocated_gpu_seconds"], rel=1e-9, abs=1e-9)
 
 
-def ledger_of_events(events: list[dict[str, Any]], run_id: str = "s1") -> dict[str, Any]:
+def ledger_of_events(events: list[dict[str, Any]], run_id: str = "s1") -> Ledger:
     """The ledger of hand-built events (tests/analysis/scenarios.py), checked for the partition."""
     from services.analysis.ledger import build_ledger
     from services.analysis.run_data import run_data_from_events
 
-    ledger = build_ledger(run_data_from_events(run_id, events)).to_dict()
+    ledger = build_ledger(run_data_from_events(run_id, events))
     assert_partition(ledger)
     return ledger
 

@@ -13,7 +13,6 @@ Rules (docs/ledger.md explains them with the reference scenario):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,6 +20,15 @@ import pandas as pd
 
 from services.analysis.attempts import Attempt, RunStructure, build_run_structure
 from services.analysis.categories import WASTE_KEYS, RunStatus, WasteCategory
+from services.analysis.ledger_types import (
+    Allocation,
+    AttemptLedger,
+    CheckpointSummary,
+    Ledger,
+    RunningTail,
+    StepSummary,
+    WasteBreakdown,
+)
 from services.analysis.painting import paint
 from services.analysis.run_data import RunData
 from services.analysis.stragglers import rank_compute, step_straggle
@@ -35,87 +43,7 @@ _CLAIM_CATEGORY = {
 }
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AttemptLedger:
-    attempt: int
-    start: float
-    end: float
-    end_reported: bool
-    reason: str | None
-    failed: bool
-    world_size: int
-    hosts: tuple[str, ...]
-    resume_step: int | None
-    resume_reported: bool
-    first_step: int | None
-    last_step: int | None
-    steps_kept: int
-    steps_reworked: int
-    gpu_seconds: dict[str, float]  # productive (before straggler) and each claimed waste category
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WasteLedger:
-    run_id: str
-    status: str
-    allocated_gpu_seconds: float
-    productive_gpu_seconds: float
-    waste_gpu_seconds: dict[str, float]
-    goodput: float | None
-    queue_seconds: float
-    allocated_wall_seconds: float
-    at_risk_gpu_seconds: float
-    restarts: int
-    failures: int
-    mtbf_seconds: float | None
-    checkpoints: dict[str, Any]
-    steps: dict[str, Any]
-    straggler_gpu_seconds_by_rank: dict[int, float]
-    attempts: tuple[AttemptLedger, ...]
-    first_time: float | None
-    latest_time: float | None
-    allocations: tuple[dict[str, Any], ...] = field(default=())
-    # A running run's trailing stretch that no claim covers (idle so far; services.analysis.provisional books
-    # it as hang while live detection calls the run hung): since, until (the ledger's end), gpus (the last
-    # attempt's claims count on), allocated_gpus, grows (the allocation extends with time: open or derived).
-    running_tail: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "status": self.status,
-            "allocated_gpu_seconds": self.allocated_gpu_seconds,
-            "productive_gpu_seconds": self.productive_gpu_seconds,
-            "waste_gpu_seconds": dict(self.waste_gpu_seconds),
-            "goodput": self.goodput,
-            "queue_seconds": self.queue_seconds,
-            "allocated_wall_seconds": self.allocated_wall_seconds,
-            "at_risk_gpu_seconds": self.at_risk_gpu_seconds,
-            "restarts": self.restarts,
-            "failures": self.failures,
-            "mtbf_seconds": self.mtbf_seconds,
-            "checkpoints": dict(self.checkpoints),
-            "steps": dict(self.steps),
-            "straggler_gpu_seconds_by_rank": {str(k): v for k, v in self.straggler_gpu_seconds_by_rank.items()},
-            "attempts": [
-                {
-                    "attempt": a.attempt, "start": a.start, "end": a.end, "end_reported": a.end_reported,
-                    "reason": a.reason, "failed": a.failed, "world_size": a.world_size, "hosts": list(a.hosts),
-                    "resume_step": a.resume_step, "resume_reported": a.resume_reported,
-                    "first_step": a.first_step, "last_step": a.last_step,
-                    "steps_kept": a.steps_kept, "steps_reworked": a.steps_reworked,
-                    "gpu_seconds": dict(a.gpu_seconds),
-                }
-                for a in self.attempts
-            ],
-            "allocations": [dict(a) for a in self.allocations],
-            "first_time": self.first_time,
-            "latest_time": self.latest_time,
-            "running_tail": dict(self.running_tail) if self.running_tail is not None else None,
-        }
-
-
-def build_ledger(data: RunData, run: RunStructure | None = None) -> WasteLedger:
+def build_ledger(data: RunData, run: RunStructure | None = None) -> Ledger:
     """Attribute every allocated GPU-second of the run to productive time or exactly one waste category.
 
     `run`: the data's structure when the caller already built it (the views read the same one)."""
@@ -164,12 +92,12 @@ def build_ledger(data: RunData, run: RunStructure | None = None) -> WasteLedger:
     at_risk = _at_risk(run, job_steps, painted, prio, pos, claimed_gpu_s)
     failures = sum(1 for a in attempts if a.failed)
     wall = float(sum(a.end - a.start for a in run.allocations))
-    return WasteLedger(
+    return Ledger(
         run_id=run.run_id,
         status=run.status.value,
         allocated_gpu_seconds=allocated,
         productive_gpu_seconds=productive,
-        waste_gpu_seconds=waste,
+        waste_gpu_seconds=WasteBreakdown(**waste),
         goodput=(productive / allocated) if allocated > 0 else None,
         queue_seconds=_queue_seconds(run),
         allocated_wall_seconds=wall,
@@ -180,11 +108,11 @@ def build_ledger(data: RunData, run: RunStructure | None = None) -> WasteLedger:
         checkpoints=_checkpoint_summary(run),
         steps=_step_summary(job_steps),
         straggler_gpu_seconds_by_rank=by_rank,
-        attempts=tuple(_attempt_ledger(a, job_steps, per_attempt[i]) for i, a in enumerate(attempts)),
+        attempts=[_attempt_ledger(a, job_steps, per_attempt[i]) for i, a in enumerate(attempts)],
         first_time=run.first_time,
         latest_time=run.latest_time,
-        allocations=tuple({"start": a.start, "end": a.end, "gpus": a.gpus, "open": a.open,
-                           "reported": run.allocations_reported} for a in run.allocations),
+        allocations=[Allocation(start=a.start, end=a.end, gpus=a.gpus, open=a.open, reported=run.allocations_reported)
+                     for a in run.allocations],
         running_tail=_running_tail(run, painted),
     )
 
@@ -324,7 +252,7 @@ def _at_risk(run: RunStructure, job_steps: pd.DataFrame, painted: Any, prio: np.
     return float(claimed_gpu_s[sel].sum())
 
 
-def _running_tail(run: RunStructure, painted: Any) -> dict[str, Any] | None:
+def _running_tail(run: RunStructure, painted: Any) -> RunningTail | None:
     """Of a running run: the stretch at the end of its last allocation that no claim covers."""
     if run.status is not RunStatus.RUNNING or not run.allocations:
         return None
@@ -335,8 +263,8 @@ def _running_tail(run: RunStructure, painted: Any) -> dict[str, Any] | None:
     claimed = np.flatnonzero(painted.key[lo:hi] >= 0)
     since = float(bounds[lo + int(claimed[-1]) + 1]) if len(claimed) else float(last.start)
     gpus = min(run.attempts[-1].world_size, last.gpus) if run.attempts else last.gpus
-    return {"since": min(since, float(last.end)), "until": float(last.end), "gpus": int(gpus),
-            "allocated_gpus": int(last.gpus), "grows": bool(last.open or not run.allocations_reported)}
+    return RunningTail(since=min(since, float(last.end)), until=float(last.end), gpus=int(gpus),
+                       allocated_gpus=int(last.gpus), grows=bool(last.open or not run.allocations_reported))
 
 
 def _queue_seconds(run: RunStructure) -> float:
@@ -349,11 +277,11 @@ def _queue_seconds(run: RunStructure) -> float:
     return float(queue)
 
 
-def _checkpoint_summary(run: RunStructure) -> dict[str, Any]:
+def _checkpoint_summary(run: RunStructure) -> CheckpointSummary:
     ck = run.checkpoints
     if ck.empty:
-        return {"count": 0, "ok": 0, "failed": 0, "torn": 0, "median_blocking_seconds": None,
-                "median_interval_seconds": None, "median_interval_steps": None, "last_ok_step": None}
+        return CheckpointSummary(count=0, ok=0, failed=0, torn=0, median_blocking_seconds=None,
+                                 median_interval_seconds=None, median_interval_steps=None, last_ok_step=None)
     blocking = (ck["end"] - ck["start"]).to_numpy()
     intervals_s: list[float] = []
     intervals_steps: list[float] = []
@@ -361,28 +289,24 @@ def _checkpoint_summary(run: RunStructure) -> dict[str, Any]:
         intervals_s.extend(np.diff(group["start"].to_numpy()).tolist())
         intervals_steps.extend(np.diff(group["step"].to_numpy(dtype=np.float64)).tolist())
     ok = ck[ck["ok"] == True]  # noqa: E712
-    return {
-        "count": int(len(ck)),
-        "ok": int(len(ok)),
-        "failed": int(((ck["ok"] == False) & (ck["torn"] == False)).sum()),  # noqa: E712
-        "torn": int((ck["torn"] == True).sum()),  # noqa: E712
-        "median_blocking_seconds": float(np.median(blocking)),
-        "median_interval_seconds": float(np.median(intervals_s)) if intervals_s else None,
-        "median_interval_steps": float(np.median(intervals_steps)) if intervals_steps else None,
-        "last_ok_step": int(ok["step"].max()) if not ok.empty else None,
-    }
+    return CheckpointSummary(
+        count=int(len(ck)),
+        ok=int(len(ok)),
+        failed=int(((ck["ok"] == False) & (ck["torn"] == False)).sum()),  # noqa: E712
+        torn=int((ck["torn"] == True).sum()),  # noqa: E712
+        median_blocking_seconds=float(np.median(blocking)),
+        median_interval_seconds=float(np.median(intervals_s)) if intervals_s else None,
+        median_interval_steps=float(np.median(intervals_steps)) if intervals_steps else None,
+        last_ok_step=int(ok["step"].max()) if not ok.empty else None,
+    )
 
 
-def _step_summary(job_steps: pd.DataFrame) -> dict[str, Any]:
+def _step_summary(job_steps: pd.DataFrame) -> StepSummary:
     if job_steps.empty:
-        return {"furthest": None, "kept": 0, "reworked": 0, "computed": 0}
+        return StepSummary(furthest=None, kept=0, reworked=0, computed=0)
     kept = int(job_steps["kept"].sum())
-    return {
-        "furthest": int(job_steps["step"].max()),
-        "kept": kept,
-        "reworked": int(len(job_steps) - kept),
-        "computed": int(len(job_steps)),
-    }
+    return StepSummary(furthest=int(job_steps["step"].max()), kept=kept, reworked=int(len(job_steps) - kept),
+                       computed=int(len(job_steps)))
 
 
 def _attempt_ledger(a: Attempt, job_steps: pd.DataFrame, gpu_seconds: dict[str, float]) -> AttemptLedger:
@@ -390,7 +314,7 @@ def _attempt_ledger(a: Attempt, job_steps: pd.DataFrame, gpu_seconds: dict[str, 
     kept = int(mine["kept"].sum()) if not mine.empty else 0
     return AttemptLedger(
         attempt=a.attempt, start=a.start, end=a.end, end_reported=a.end_reported, reason=a.reason,
-        failed=a.failed, world_size=a.world_size, hosts=a.hosts, resume_step=a.resume_step,
+        failed=a.failed, world_size=a.world_size, hosts=list(a.hosts), resume_step=a.resume_step,
         resume_reported=a.resume_reported, first_step=a.first_step, last_step=a.last_step,
         steps_kept=kept, steps_reworked=int(len(mine) - kept), gpu_seconds=gpu_seconds,
     )

@@ -19,13 +19,10 @@ Pure: the caller passes `now`.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-HANG = "hang"
-IDLE = "idle"
+from services.analysis.ledger_types import Ledger, ProvisionalHang, RunningTail
+
 RUNNING = "running"
 
 
@@ -36,45 +33,49 @@ class LiveHang:
     since: float
 
 
-def provisional_ledger(ledger: Mapping[str, Any], hang: LiveHang | None, now: float) -> dict[str, Any]:
-    """The ledger with the provisional hang of a hung running run booked up to `now`; an unchanged copy (with
+def provisional_ledger(ledger: Ledger, hang: LiveHang | None, now: float) -> Ledger:
+    """The ledger with the provisional hang of a hung running run booked up to `now`; the ledger itself (with
     `provisional: None`) when the run is not running, not hung, or its ledger has no running tail (a ledger
     stored before there was one)."""
-    out = copy.deepcopy(dict(ledger))
-    out["provisional"] = None
-    tail = ledger.get("running_tail")
-    if hang is None or ledger.get("status") != RUNNING or not tail:
-        return out
-    since, until = float(tail["since"]), float(tail["until"])
-    gpus, allocated_gpus = float(tail["gpus"]), float(tail["allocated_gpus"])
-    start = max(since, hang.since)
-    moved = max(until - start, 0.0) * gpus  # painted already: idle -> hang
-    added_wall = max(now - until, 0.0) if tail.get("grows") else 0.0
-    added_hang = max(now - max(until, hang.since), 0.0) * gpus if added_wall > 0 else 0.0
+    unchanged = ledger.model_copy(update={"provisional": None})
+    tail = ledger.running_tail
+    if hang is None or ledger.status != RUNNING or tail is None:
+        return unchanged
+    gpus, allocated_gpus = float(tail.gpus), float(tail.allocated_gpus)
+    start = max(tail.since, hang.since)
+    moved = max(tail.until - start, 0.0) * gpus  # painted already: idle -> hang
+    added_wall = max(now - tail.until, 0.0) if tail.grows else 0.0
+    added_hang = max(now - max(tail.until, hang.since), 0.0) * gpus if added_wall > 0 else 0.0
     added_alloc = added_wall * allocated_gpus
     total_hang = moved + added_hang
     if total_hang <= 0 and added_alloc <= 0:
-        return out
+        return unchanged
 
-    waste = out["waste_gpu_seconds"]
-    waste[HANG] = float(waste.get(HANG, 0.0)) + total_hang
-    waste[IDLE] = float(waste.get(IDLE, 0.0)) - moved + (added_alloc - added_hang)
-    allocated = float(out["allocated_gpu_seconds"]) + added_alloc
-    out["allocated_gpu_seconds"] = allocated
-    out["goodput"] = float(out["productive_gpu_seconds"]) / allocated if allocated > 0 else None
-    out["allocated_wall_seconds"] = float(out.get("allocated_wall_seconds") or 0.0) + added_wall
-    if added_wall > 0:
-        allocations = out.get("allocations") or []
-        if allocations:
-            last = max(allocations, key=lambda a: (a["end"], a["start"]))
-            last["end"] = float(now)
-        out["running_tail"] = {**tail, "until": float(now)}
-    attempts = out.get("attempts") or []
-    if attempts and total_hang > 0:
-        per_attempt = attempts[-1].setdefault("gpu_seconds", {})
-        per_attempt[HANG] = float(per_attempt.get(HANG, 0.0)) + total_hang
-    out["provisional"] = {
-        "hang_gpu_seconds": total_hang, "since": float(hang.since), "as_of": float(now),
-        "from_idle_gpu_seconds": moved, "added_allocated_gpu_seconds": added_alloc,
+    waste = ledger.waste_gpu_seconds.model_copy(update={
+        "hang": ledger.waste_gpu_seconds.hang + total_hang,
+        "idle": ledger.waste_gpu_seconds.idle - moved + (added_alloc - added_hang),
+    })
+    allocated = ledger.allocated_gpu_seconds + added_alloc
+    update: dict[str, object] = {
+        "waste_gpu_seconds": waste,
+        "allocated_gpu_seconds": allocated,
+        "goodput": ledger.productive_gpu_seconds / allocated if allocated > 0 else None,
+        "allocated_wall_seconds": ledger.allocated_wall_seconds + added_wall,
+        "provisional": ProvisionalHang(hang_gpu_seconds=total_hang, since=float(hang.since), as_of=float(now),
+                                       from_idle_gpu_seconds=moved, added_allocated_gpu_seconds=added_alloc),
     }
-    return out
+    if added_wall > 0:
+        if ledger.allocations:
+            last = max(range(len(ledger.allocations)),
+                       key=lambda i: (ledger.allocations[i].end, ledger.allocations[i].start))
+            allocations = list(ledger.allocations)
+            allocations[last] = allocations[last].model_copy(update={"end": float(now)})
+            update["allocations"] = allocations
+        update["running_tail"] = RunningTail(**{**tail.model_dump(), "until": float(now)})
+    if ledger.attempts and total_hang > 0:
+        attempts = list(ledger.attempts)
+        booked = attempts[-1].gpu_seconds
+        attempts[-1] = attempts[-1].model_copy(update={"gpu_seconds": {**booked, "hang": booked.get("hang", 0.0)
+                                                                       + total_hang}})
+        update["attempts"] = attempts
+    return ledger.model_copy(update=update)

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import Engine, update
 
 from services.analysis.ledger import build_ledger
+from services.analysis.ledger_types import Ledger
 from services.derive.single_flight import Pace, SingleFlight, run_key
 from services.storage.load import (
     RunRef,
@@ -38,7 +39,7 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class LedgerBuild:
     version: int
-    ledger: dict[str, Any]
+    ledger: Ledger
 
 
 # One analysis of a run at a time in this process, whether it builds the ledger alone (here) or the ledger
@@ -48,17 +49,17 @@ ANALYSES: SingleFlight[Any] = SingleFlight("analysis")
 ANALYSIS_PACE = Pace()
 
 
-def ledger_for_run(engine: Engine, ref: RunRef) -> dict[str, Any]:
+def ledger_for_run(engine: Engine, ref: RunRef) -> Ledger:
     """The run's ledger as served by the API (cached in the database until the run receives events)."""
     with engine.connect() as conn:
         run = get_run(conn, ref)
     return ledger_for_row(engine, run)
 
 
-def ledger_for_row(engine: Engine, run: RunRow) -> dict[str, Any]:
+def ledger_for_row(engine: Engine, run: RunRow) -> Ledger:
     """The ledger of at least the version `run` was read at."""
     if _is_fresh(run):
-        return json.loads(run.ledger_json)  # type: ignore[arg-type, no-any-return]
+        return Ledger.model_validate_json(run.ledger_json)  # type: ignore[arg-type]
     while True:
         built = ANALYSES.submit(run_key(engine, run.pk), lambda: _build(engine, run.pk)).result()
         if built.version >= run.version:
@@ -66,16 +67,16 @@ def ledger_for_row(engine: Engine, run: RunRow) -> dict[str, Any]:
         # we joined a build that started before `run` was read: the next one reads the run again
 
 
-def recent_ledger(engine: Engine, run: RunRow, *, budget_s: float) -> tuple[dict[str, Any], bool]:
+def recent_ledger(engine: Engine, run: RunRow, *, budget_s: float) -> tuple[Ledger, bool]:
     """(ledger, stale): the current ledger if it is stored or built within `budget_s`, else the stored one."""
     if _is_fresh(run):
-        return json.loads(run.ledger_json), False  # type: ignore[arg-type]
+        return Ledger.model_validate_json(run.ledger_json), False  # type: ignore[arg-type]
     if run.ledger_json is None:
         return ledger_for_row(engine, run), False  # nothing to show meanwhile
     built = build_within(engine, run.pk, lambda: _build(engine, run.pk), budget_s)
     if built is not None and built.version >= run.version:
         return built.ledger, False
-    return json.loads(run.ledger_json), True
+    return Ledger.model_validate_json(run.ledger_json), True
 
 
 def build_within(engine: Engine, run_pk: int, build: Callable[[], Any], budget_s: float) -> Any | None:
@@ -102,9 +103,9 @@ def _build(engine: Engine, run_pk: int) -> LedgerBuild:
     with engine.connect() as conn:
         run = get_run_by_pk(conn, run_pk)  # read again: the newest version when the build starts
         if _is_fresh(run):
-            return LedgerBuild(run.version, json.loads(run.ledger_json))  # type: ignore[arg-type]
+            return LedgerBuild(run.version, Ledger.model_validate_json(run.ledger_json))  # type: ignore[arg-type]
         data = load_run_data(conn, run)
-    ledger = build_ledger(data).to_dict()
+    ledger = build_ledger(data)
     store_ledger(engine, run, ledger)
     finished = time.monotonic()
     ANALYSIS_PACE.record(run_key(engine, run_pk), finished, finished - started)
@@ -113,16 +114,16 @@ def _build(engine: Engine, run_pk: int) -> LedgerBuild:
     return LedgerBuild(run.version, ledger)
 
 
-def store_ledger(engine: Engine, run: RunRow, ledger: dict[str, Any]) -> None:
+def store_ledger(engine: Engine, run: RunRow, ledger: Ledger) -> None:
     with engine.begin() as conn:  # only if no event arrived meanwhile
         conn.execute(
             update(Run).where(Run.id == run.pk, Run.version == run.version)
-            .values(ledger_json=json.dumps(ledger), ledger_version=run.version, status=ledger["status"])
+            .values(ledger_json=ledger.model_dump_json(), ledger_version=run.version, status=ledger.status)
         )
 
 
 def run_detail(engine: Engine, ref: RunRef,
-               overlay: Callable[[RunRow, dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
+               overlay: Callable[[RunRow, Ledger], Ledger] | None = None) -> dict[str, Any]:
     """GET /v1/runs/{run_id}: the run's structure, from its ledger (passed through `overlay`, e.g. a live
     hang's provisional booking, when given)."""
     with engine.connect() as conn:
@@ -147,7 +148,7 @@ def run_detail(engine: Engine, ref: RunRef,
     }
 
 
-def fleet_ledgers(engine: Engine, *, project: str | None = None, limit: int = 2000) -> list[dict[str, Any]]:
+def fleet_ledgers(engine: Engine, *, project: str | None = None, limit: int = 2000) -> list[Ledger]:
     """The ledgers of the most recent runs of `project` (all projects: None), for fleet-wide estimates. Stored
     ledgers are taken as they are (an estimate over many runs does not wait for one that is being re-analysed)."""
     with engine.connect() as conn:

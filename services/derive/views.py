@@ -24,6 +24,7 @@ from sqlalchemy.exc import IntegrityError
 
 from services.analysis.attempts import build_run_structure
 from services.analysis.ledger import build_ledger
+from services.analysis.ledger_types import Ledger
 from services.analysis.views import build_run_views
 from services.derive.ledger import ANALYSES, ANALYSIS_PACE, build_within, store_ledger
 from services.derive.single_flight import run_key
@@ -38,20 +39,20 @@ class StoredViews:
     version: int
     analysed_at: float  # server clock
     analysis_seconds: float
-    ledger: dict[str, Any]
+    ledger: Ledger
     views: dict[str, Any]
 
 
 
 
-def views_for_run(engine: Engine, ref: RunRef) -> tuple[dict[str, Any], dict[str, Any]]:
+def views_for_run(engine: Engine, ref: RunRef) -> tuple[dict[str, Any], Ledger]:
     """(views, ledger) of the run's current version; both describe the same version."""
     with engine.connect() as conn:
         run = get_run(conn, ref)
     return views_for_row(engine, run)
 
 
-def views_for_row(engine: Engine, run: RunRow) -> tuple[dict[str, Any], dict[str, Any]]:
+def views_for_row(engine: Engine, run: RunRow) -> tuple[dict[str, Any], Ledger]:
     current = current_views(engine, run)
     return current.views, current.ledger
 
@@ -91,7 +92,7 @@ def _stored(engine: Engine, run_pk: int) -> StoredViews | None:
                                   RunViews.ledger_json, RunViews.views_json).where(RunViews.run_pk == run_pk)).first()
     if row is None:
         return None
-    return StoredViews(version=row[0], analysed_at=row[1], analysis_seconds=row[2], ledger=json.loads(row[3]),
+    return StoredViews(version=row[0], analysed_at=row[1], analysis_seconds=row[2], ledger=Ledger.model_validate_json(row[3]),
                        views=json.loads(row[4]))
 
 
@@ -103,9 +104,9 @@ def _build(engine: Engine, run_pk: int) -> StoredViews:
     loaded = time.perf_counter()
     structure = build_run_structure(data)
     if run.ledger_json is not None and run.ledger_version == run.version:
-        ledger = json.loads(run.ledger_json)
+        ledger = Ledger.model_validate_json(run.ledger_json)
     else:
-        ledger = build_ledger(data, structure).to_dict()
+        ledger = build_ledger(data, structure)
         store_ledger(engine, run, ledger)
     views = build_run_views(data, ledger, run=structure)
     views["version"] = run.version
@@ -122,7 +123,7 @@ def _build(engine: Engine, run_pk: int) -> StoredViews:
 def _store(engine: Engine, run_pk: int, built: StoredViews) -> None:
     """Keep the newest build: an older one (a slower concurrent build in another process) never replaces it."""
     values = {"version": built.version, "analysed_at": built.analysed_at, "analysis_seconds": built.analysis_seconds,
-              "ledger_json": json.dumps(built.ledger), "views_json": json.dumps(built.views)}
+              "ledger_json": built.ledger.model_dump_json(), "views_json": json.dumps(built.views)}
     with engine.begin() as conn:
         replaced = conn.execute(update(RunViews).where(RunViews.run_pk == run_pk, RunViews.version < built.version)
                                 .values(**values)).rowcount

@@ -1,6 +1,6 @@
 """What `/metrics` says about runs, read from the database in one pass and kept for a few seconds.
 
-A snapshot covers the runs that are running or had an event within the window (``MetricsConfig``). Ledgers
+A snapshot covers the runs that are running or had an event within the window (``MetricsSettings``). Ledgers
 come from the cache in the ``runs`` table (`services.derive.ledger.ledger_for_row`); a ledger made stale by new
 events is recomputed within a time budget per snapshot, past which the previous stored ledger is served
 (counted in ``stale_ledgers``). Besides ledgers, a snapshot reads two cheap things per run:
@@ -25,10 +25,11 @@ from sqlalchemy import Connection, Engine, bindparam, text
 
 from services.analysis.categories import RunStatus
 from services.analysis.live import LiveConfig, detect_hang
+from services.analysis.ledger_types import Ledger
 from services.analysis.provisional import LiveHang, provisional_ledger
-from services.metrics.config import MetricsConfig
 from services.derive.ledger import ledger_for_row
 from services.storage.live import load_live_state
+from services.settings import MetricsSettings
 from services.storage.load import RunRow, list_runs
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ logger = logging.getLogger(__name__)
 CLIENT_COUNTERS = {"buffer": "dropped_events", "spool": "spool_dropped_events", "rejected": "rejected_events"}
 _STEP_KINDS = ("steps", "step")
 _CHUNK = 500
+MAX_RUNS_SCANNED = 5000  # runs in the window read per snapshot (fleet series cover these)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,13 +78,13 @@ class Snapshot:
         return self.runs[: self.labelled]
 
 
-def build_snapshot(engine: Engine, config: MetricsConfig, now: float,
+def build_snapshot(engine: Engine, config: MetricsSettings, now: float,
                    clock: Callable[[], float] = time.perf_counter, live: LiveConfig | None = None) -> Snapshot:
     started = clock()
     since = now - config.run_window_h * 3600.0
     with engine.connect() as conn:
-        running = list_runs(conn, status=RunStatus.RUNNING.value, limit=config.max_runs_scanned)
-        recent = list_runs(conn, since=since, limit=config.max_runs_scanned)
+        running = list_runs(conn, status=RunStatus.RUNNING.value, limit=MAX_RUNS_SCANNED)
+        recent = list_runs(conn, since=since, limit=MAX_RUNS_SCANNED)
     rows = {r.pk: r for r in (*running, *recent)}  # running first: their ledgers are refreshed first
 
     ledgers: dict[int, tuple[dict[str, Any], bool]] = {}
@@ -96,7 +98,7 @@ def build_snapshot(engine: Engine, config: MetricsConfig, now: float,
                 logger.exception("metrics: ledger of run %s failed", row.run_id)
                 missing += 1
         elif row.ledger_json is not None:
-            ledgers[row.pk] = (json.loads(row.ledger_json), True)
+            ledgers[row.pk] = (Ledger.model_validate_json(row.ledger_json), True)
         else:
             missing += 1
 

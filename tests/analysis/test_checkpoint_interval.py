@@ -64,7 +64,7 @@ def test_simulation_without_failures_only_pays_for_checkpoints() -> None:
 
 def _ledger(**kwargs: object) -> dict:  # type: ignore[type-arg]
     result = simulate(SimConfig(**kwargs))  # type: ignore[arg-type]
-    return build_ledger(run_data_from_events(result.config.run_id, result.events)).to_dict()
+    return build_ledger(run_data_from_events(result.config.run_id, result.events))
 
 
 def test_advice_uses_the_runs_measured_costs_and_failure_rate() -> None:

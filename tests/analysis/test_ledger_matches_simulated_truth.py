@@ -18,7 +18,7 @@ from tests.ledger_checks import assert_partition
 
 
 def assert_matches_truth(ledger, truth, truth_config: SimConfig | None = None) -> None:  # type: ignore[no-untyped-def]
-    got = ledger.to_dict()
+    got = ledger.model_dump(mode="json")
     want = truth.as_dict()
     # Times are epoch floats (one ulp ~ 2.4e-7 s in 2026): every step's duration and time inside collectives is
     # a difference of two of them, so per-step costs summed over many steps (straggler) can drift by a couple
@@ -97,7 +97,7 @@ def test_ledger_equals_the_simulators_truth(config: SimConfig) -> None:
 @given(seed=st.integers(0, 10_000), mtbf=st.floats(100.0, 1000.0))
 def test_shuffled_and_replayed_events_give_the_same_ledger(seed: int, mtbf: float) -> None:
     result = simulate(SimConfig(hours=0.1, mtbf_s=mtbf, seed=seed, straggler_rank=1, jitter=0.1))
-    baseline = build_ledger(run_data_from_events(result.config.run_id, result.events)).to_dict()
+    baseline = build_ledger(run_data_from_events(result.config.run_id, result.events)).model_dump(mode="json")
     events = result.events[:]
     rng = random.Random(seed)
     rng.shuffle(events)
@@ -108,7 +108,7 @@ def test_shuffled_and_replayed_events_give_the_same_ledger(seed: int, mtbf: floa
             half = len(e["step"]) // 2
             columns = [k for k in ("step", "start", "end", "loss", "lr", "comm") if k in e]
             replayed.append({**e, "event_id": e["event_id"] + "/a", **{k: e[k][:half] for k in columns}})
-    again = build_ledger(run_data_from_events(result.config.run_id, events + replayed)).to_dict()
+    again = build_ledger(run_data_from_events(result.config.run_id, events + replayed)).model_dump(mode="json")
     assert again == baseline
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from services.analysis.ledger import build_ledger
+from services.analysis.ledger_types import Ledger
 from services.analysis.live import detect_hang, live_state_from_run_data
 from services.analysis.provisional import LiveHang, provisional_ledger
 from services.analysis.run_data import run_data_from_events
@@ -28,14 +29,14 @@ def hung_run(gpus: int = W, *, until: float = 40.0) -> list[dict[str, Any]]:
     return out
 
 
-def ledger_of(events: list[dict[str, Any]]) -> dict[str, Any]:
-    return build_ledger(run_data_from_events("s1", events)).to_dict()
+def ledger_of(events: list[dict[str, Any]]) -> Ledger:
+    return build_ledger(run_data_from_events("s1", events))
 
 
 def test_the_time_since_the_last_step_moves_from_idle_to_hang_and_the_allocation_grows_to_now() -> None:
     stored = ledger_of(hung_run())
     assert stored["waste_gpu_seconds"]["idle"] == pytest.approx(15 * W)  # 25 -> 40, nothing claims it yet
-    assert stored["running_tail"] == {"since": T0 + 25, "until": T0 + 40, "gpus": W, "allocated_gpus": W,
+    assert stored.running_tail is not None and stored.running_tail.model_dump() == {"since": T0 + 25, "until": T0 + 40, "gpus": W, "allocated_gpus": W,
                                       "grows": True}
     now = T0 + 100
     out = provisional_ledger(stored, LiveHang(since=T0 + 25), now)
@@ -82,10 +83,10 @@ def test_a_ledger_older_than_the_last_progress_keeps_the_unknown_stretch_idle() 
 
 def test_nothing_changes_when_the_run_is_not_hung_or_not_running() -> None:
     stored = ledger_of(hung_run())
-    assert provisional_ledger(stored, None, T0 + 100) == {**stored, "provisional": None}
+    assert provisional_ledger(stored, None, T0 + 100) == stored.model_copy(update={"provisional": None})
     failed = ledger_of([*hung_run(), *per_rank("attempt_end", 90, W, attempt=0, reason="failed"),
                         ev("run_end", 90, status="failed")])
-    assert provisional_ledger(failed, LiveHang(since=T0 + 25), T0 + 100) == {**failed, "provisional": None}
+    assert provisional_ledger(failed, LiveHang(since=T0 + 25), T0 + 100) == failed.model_copy(update={"provisional": None})
 
 
 def test_when_the_attempt_ends_the_final_ledger_books_what_the_provisional_one_showed() -> None:
@@ -110,6 +111,5 @@ def test_a_hung_run_found_by_live_detection_gets_its_hang_from_its_last_step() -
 
 
 def test_a_ledger_stored_before_running_tails_existed_is_left_as_it_is() -> None:
-    stored = ledger_of(hung_run())
-    del stored["running_tail"]
-    assert provisional_ledger(stored, LiveHang(since=T0 + 25), T0 + 100) == {**stored, "provisional": None}
+    stored = ledger_of(hung_run()).model_copy(update={"running_tail": None})
+    assert provisional_ledger(stored, LiveHang(since=T0 + 25), T0 + 100) == stored.model_copy(update={"provisional": None})

@@ -27,7 +27,7 @@ from services.simulate import SimConfig, simulate
 def _report(**kwargs: object) -> tuple[dict, dict]:  # type: ignore[type-arg]
     result = simulate(SimConfig(**kwargs))  # type: ignore[arg-type]
     data = run_data_from_events(result.config.run_id, result.events)
-    ledger = build_ledger(data).to_dict()
+    ledger = build_ledger(data)
     return build_straggler_report(data, ledger), ledger
 
 
@@ -37,7 +37,7 @@ def test_a_persistent_straggler_is_named_with_its_host_and_cost() -> None:
     top = report["ranks"][0]
     assert top["rank"] == 5 and top["host"] == "node000"
     assert top["pattern"] == "persistent" and top["flagged"]
-    assert top["straggler_gpu_seconds"] == pytest.approx(ledger["straggler_gpu_seconds_by_rank"]["5"], rel=1e-9)
+    assert top["straggler_gpu_seconds"] == pytest.approx(ledger.straggler_gpu_seconds_by_rank[5], rel=1e-9)
     assert top["slowest_steps"] == top["steps"] == ledger["steps"]["kept"]
     assert sum(r["straggler_gpu_seconds"] for r in report["ranks"]) == pytest.approx(
         ledger["waste_gpu_seconds"]["straggler"], rel=1e-9)

@@ -16,7 +16,7 @@ from services.simulate import SimConfig, simulate
 def views_of(config: SimConfig, **kwargs):  # type: ignore[no-untyped-def]
     result = simulate(config)
     data = run_data_from_events(config.run_id, result.events)
-    ledger = build_ledger(data).to_dict()
+    ledger = build_ledger(data)
     return build_run_views(data, ledger, **kwargs), ledger
 
 
@@ -71,7 +71,7 @@ def test_straggler_rank_is_found_and_its_compute_excludes_collectives() -> None:
     by_rank = {r["rank"]: r for r in ranks["rows"]}
     assert by_rank[3]["median_compute_s"] == pytest.approx(1.5)
     assert by_rank[0]["median_compute_s"] == pytest.approx(1.0)
-    assert by_rank[3]["straggler_gpu_seconds"] == pytest.approx(ledger["straggler_gpu_seconds_by_rank"]["3"])
+    assert by_rank[3]["straggler_gpu_seconds"] == pytest.approx(ledger.straggler_gpu_seconds_by_rank[3])
     assert by_rank[3]["host"] == "node000"
 
 
