@@ -52,7 +52,7 @@ def init(
     global _joinable
     with _lock:
         running = _tracker
-        if running is not None and running._pid == os.getpid() and running.enabled:
+        if running is not None and running.records_in_this_process:
             if _joinable:
                 wanted = ClientConfig.from_env(
                     run_id=run_id, url=url, token=token, mode=mode, spool_dir=spool_dir, **options
@@ -72,7 +72,7 @@ def init_from_bootstrap() -> Tracker:
     """``init()`` as the interpreter starts (:mod:`ingest_client.bootstrap`); the script's ``init()`` joins it."""
     global _joinable
     with _lock:
-        if _tracker is not None and _tracker._pid == os.getpid() and _tracker.enabled:
+        if _tracker is not None and _tracker.records_in_this_process:
             return _tracker
         tracker = _start(ClientConfig.from_env(), None)
         _joinable = tracker.enabled

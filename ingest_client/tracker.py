@@ -40,6 +40,7 @@ from ingest_client.events import (
 from ingest_client.flusher import ClientStats, Pipeline, PipelineSettings, Rows
 from ingest_client.poller import SignalPoller
 from ingest_client.spool import run_dir_name
+from ingest_client.timing import Emit, IntervalTimer
 from ingest_client.transport.base import Transport
 from ingest_client.transport.http import HttpTransport
 
@@ -187,8 +188,9 @@ class Tracker:
         self._force_stats = False
         self._pipeline: Pipeline | None = None
         self._poller: SignalPoller | None = None
-        self._coll_step = 0  # the step whose collectives _coll_started counts (set by the DDP comm hook)
+        self._coll_step = 0  # the step whose collectives _coll_started counts (see collective_started)
         self._coll_started = 0
+        self._timers_to_drain: list[IntervalTimer] = []
         if config.mode is Mode.DISABLED:
             buffer = RowBuffer(64, 64)
             buffer.enabled = False
@@ -227,6 +229,11 @@ class Tracker:
     @property
     def enabled(self) -> bool:
         return self._buffer.enabled
+
+    @property
+    def records_in_this_process(self) -> bool:
+        """True while this tracker records: enabled, and not the copy a forked child inherited."""
+        return os.getpid() == self._pid and self._buffer.enabled
 
     @property
     def spool_dir(self) -> str | None:
@@ -295,8 +302,34 @@ class Tracker:
         poller = self._poller
         return poller is not None and poller.pending is not None
 
+    def collective_started(self, op: str) -> Emit:
+        """Count a collective as started in the in-progress step; return ``emit(start, end)``, which records it.
+
+        For code that times collectives itself and learns their end later, maybe on another thread (the DDP comm
+        hook, :mod:`ingest_client.hooks`). Heartbeats report how many collectives of the in-progress step were
+        started (live hang detection compares ranks by it); ``emit`` (``time.time()`` seconds, from any thread)
+        records the collective with the step it started in.
+        """
+        step = self._next_step
+        if self._coll_step != step:
+            self._coll_step, self._coll_started = step, 0
+        self._coll_started += 1
+        put = self._put
+
+        def emit(start: float, end: float) -> None:
+            put((ROW_COLLECTIVE, step, op, start, end))
+
+        return emit
+
     def record_collective(self, op: str, start: float, end: float, step: int | None = None) -> None:
+        """Record a collective timed by the caller (``start``/``end`` are ``time.time()`` seconds); ``step``
+        defaults to the in-progress step."""
         self._put((ROW_COLLECTIVE, self._next_step if step is None else step, op, start, end))
+
+    def drain_on_flush(self, timer: IntervalTimer) -> None:
+        """Make ``flush()`` and ``shutdown()`` first resolve what ``timer`` still holds (CUDA events the GPU has not
+        run yet, :mod:`ingest_client.timing`), each waiting up to its ``timeout_s``."""
+        self._timers_to_drain.append(timer)
 
     def ddp_comm_hook(self, op: str = "all_reduce") -> Callable[..., Any]:
         """A DDP comm hook (torch's default allreduce) that records one collective per bucket."""
@@ -308,7 +341,7 @@ class Tracker:
 
     def end_attempt(self, reason: str | AttemptEndReason, detail: str | None = None) -> bool:
         """Emit ``attempt_end`` once per process; later calls do nothing and return False."""
-        if os.getpid() != self._pid or not self.enabled:
+        if not self.records_in_this_process:
             return False
         # Non-blocking: a SIGTERM handler may interrupt this very method on the same thread.
         if not self._end_lock.acquire(blocking=False):
@@ -344,8 +377,7 @@ class Tracker:
         """Send what was recorded so far; True if all of it was acknowledged (offline: spooled)."""
         if self._pipeline is None or os.getpid() != self._pid:
             return False
-        for timer in self.__dict__.get("_timers", ()):  # CUDA-event timings still on the GPU (timing.py)
-            timer.drain(timeout_s)
+        self._drain_timers(timeout_s)
         return self._pipeline.flush(timeout_s)
 
     def shutdown(self, timeout_s: float = 5.0) -> bool:
@@ -353,8 +385,7 @@ class Tracker:
         if self._pipeline is None or os.getpid() != self._pid:
             return False
         self._force_stats = True  # the flush cycle appends a final client_stats after draining
-        for timer in self.__dict__.get("_timers", ()):  # CUDA-event timings still on the GPU (timing.py)
-            timer.drain(timeout_s)
+        self._drain_timers(timeout_s)
         if self._poller is not None:
             self._poller.stop(0.0)
         ok = self._pipeline.shutdown(timeout_s)
@@ -363,6 +394,10 @@ class Tracker:
 
     def stats(self) -> ClientStats | None:
         return None if self._pipeline is None else self._pipeline.stats()
+
+    def _drain_timers(self, timeout_s: float) -> None:
+        for timer in self._timers_to_drain:
+            timer.drain(timeout_s)
 
     def _durable(self, row: tuple[Any, ...]) -> None:
         """Write a state-defining event (and what was recorded before it) to the spool before returning."""
