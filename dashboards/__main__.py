@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from dashboards.config import DashboardConfig
+from services.settings import DashboardSettings
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -18,9 +18,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--refresh", type=float, help="seconds between page refreshes (default 5)")
     p.add_argument("--prefix", default="/", help="URL path the dashboard is served under (default /)")
     ns = p.parse_args(argv)
-    config = DashboardConfig.from_env(api_url=ns.api, refresh_s=ns.refresh)
+    given: dict[str, Any] = {"api_url": ns.api} if ns.api else {}
+    if ns.refresh is not None:
+        given["refresh_s"] = ns.refresh
+    config = DashboardSettings(**given)
     if config.api_url is None:
-        config = dataclasses.replace(config, api_url="http://127.0.0.1:8000")
+        config = config.model_copy(update={"api_url": "http://127.0.0.1:8000"})
     from dashboards.access import require_sign_in
     from dashboards.app import create_app
 

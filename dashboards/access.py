@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import flask
 import httpx
 
-from dashboards.config import DashboardConfig
+from services.settings import DashboardSettings
 
 CACHE_TTL_S = 5.0
 _MAX_CACHED = 10_000
@@ -94,7 +94,7 @@ class CredentialCheck:
         return Verdict(False, 503, f"the collector could not check the credential: {reason}")
 
 
-def require_sign_in(server: flask.Flask, config: DashboardConfig, check: CredentialCheck | None = None) -> None:
+def require_sign_in(server: flask.Flask, config: DashboardSettings, check: CredentialCheck | None = None) -> None:
     """Guard every request of a standalone dashboard's Flask server (pages, callbacks, assets)."""
     if config.api_url is None:
         raise ValueError("a standalone dashboard needs the collector's URL (--api or GOODPUT_DASHBOARD_API_URL)")

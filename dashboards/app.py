@@ -9,19 +9,19 @@ from dash import Dash, dcc, html
 
 from dashboards import ids
 from dashboards.components.navbar import navbar
-from dashboards.config import DashboardConfig
 from dashboards.data import CONFIG_KEY
+from services.settings import DashboardSettings
 
 _HERE = Path(__file__).resolve().parent
 
 
-def create_app(config: DashboardConfig | None = None, *, requests_pathname_prefix: str = "/",
+def create_app(config: DashboardSettings | None = None, *, requests_pathname_prefix: str = "/",
                routes_pathname_prefix: str = "/") -> Dash:
     """The dashboard, reading the collector API at `config.api_url` (None: the server it is mounted in).
 
     Only one app per process: Dash pages and `dash.callback` register globally, and the first app takes them.
     """
-    config = config or DashboardConfig.from_env()
+    config = config or DashboardSettings()
     app = Dash(
         __name__,
         use_pages=True,

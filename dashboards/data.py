@@ -19,8 +19,8 @@ import flask
 import httpx
 import pandas as pd
 
-from dashboards.config import DashboardConfig
 from services.presentation import CATEGORIES
+from services.settings import DashboardSettings
 
 CONFIG_KEY = "GOODPUT_DASHBOARD_CONFIG"
 _CLIENTS_KEY = "goodput_http_clients"
@@ -108,9 +108,9 @@ def _error_message(response: httpx.Response, default: str) -> str:
         return default
 
 
-def config() -> DashboardConfig:
+def config() -> DashboardSettings:
     cfg = flask.current_app.config.get(CONFIG_KEY)
-    return cfg if isinstance(cfg, DashboardConfig) else DashboardConfig()
+    return cfg if isinstance(cfg, DashboardSettings) else DashboardSettings()
 
 
 def api() -> Api:
@@ -126,7 +126,7 @@ def api() -> Api:
     return Api(base, client, authorization=_authorization(cfg))
 
 
-def _authorization(cfg: DashboardConfig) -> str | None:
+def _authorization(cfg: DashboardSettings) -> str | None:
     """The browser's own credential (forwarded as is), else the configured GOODPUT_DASHBOARD_TOKEN."""
     sent = flask.request.headers.get("Authorization") if flask.has_request_context() else None
     if sent:

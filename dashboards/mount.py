@@ -15,15 +15,15 @@ from fastapi.responses import RedirectResponse
 from starlette.types import ASGIApp
 
 from dashboards.app import create_app
-from dashboards.config import DashboardConfig
+from services.settings import DashboardSettings
 
 PREFIX = "/dashboard"
 
 
-def mount_dashboard(app: FastAPI, config: DashboardConfig | None = None,
+def mount_dashboard(app: FastAPI, config: DashboardSettings | None = None,
                     guard: Callable[[ASGIApp], ASGIApp] | None = None) -> None:
     """`guard` wraps the mounted app (the collector's access check: services.collector.auth.DashboardGuard)."""
-    dash_app = create_app(config or DashboardConfig.from_env(), requests_pathname_prefix=f"{PREFIX}/")
+    dash_app = create_app(config or DashboardSettings(), requests_pathname_prefix=f"{PREFIX}/")
 
     async def to_dashboard() -> RedirectResponse:
         return RedirectResponse(f"{PREFIX}/")

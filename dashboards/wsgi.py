@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dashboards.access import require_sign_in
 from dashboards.app import create_app
-from dashboards.config import DashboardConfig
+from services.settings import DashboardSettings
 
-_config = DashboardConfig.from_env()
+_config = DashboardSettings()
 if _config.api_url is None:
     raise RuntimeError("set GOODPUT_DASHBOARD_API_URL to the collector's base URL, e.g. http://collector:8000")
 server = create_app(_config).server

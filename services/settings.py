@@ -1,23 +1,62 @@
-"""Service settings: constructor arguments, then GOODPUT_* environment variables, then defaults."""
+"""The services' one configuration, and the only reader of the environment.
+
+Settings come in sections. A section reads each field from one variable, its prefix plus the field's name in
+capitals (`LiveSettings.hang_floor_s` is GOODPUT_HANG_FLOOR_S, `MetricsSettings.cache_ttl_s` is
+GOODPUT_METRICS_CACHE_TTL_S); every field's description starts with its variable. Precedence: constructor
+arguments, then the environment, then the defaults; an empty variable counts as unset. A variable that fails
+validation stops the process at start-up with an error that names the variable.
+
+A process loads what it uses: the collector `ServiceSettings()` (every section of the server), the CLI's
+client commands `ClientSettings()`, `goodput db` and `goodput token` `ServerSettings()`, a standalone dashboard
+`DashboardSettings()`; so a mistake in one section never stops a process that does not read it.
+
+`goodput serve` hands its settings (command-line options included) to uvicorn's worker processes with
+`hand_to_worker_processes`. The one variable read elsewhere is prometheus_client's own PROMETHEUS_MULTIPROC_DIR
+(services.metrics.instruments).
+"""
 
 from __future__ import annotations
 
-from pydantic import Field
+import os
+
+from pydantic import AliasGenerator, BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-DEFAULT_DATABASE_URL = "sqlite:///goodput.db"
+def _read_from(prefix: str) -> SettingsConfigDict:
+    """A section's fields read from `prefix` + NAME; constructor arguments use the field names."""
+    return SettingsConfigDict(alias_generator=AliasGenerator(validation_alias=lambda name: prefix + name.upper()),
+                              populate_by_name=True, env_ignore_empty=True, extra="ignore", frozen=True)
 
 
-class ServiceSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="GOODPUT_", extra="ignore")
+class ServerSettings(BaseSettings):
+    """What `goodput serve` runs: its database, address, dashboard and background work."""
 
-    database_url: str = Field(DEFAULT_DATABASE_URL, description=(
+    model_config = _read_from("GOODPUT_")
+
+    database_url: str = Field("sqlite:///goodput.db", description=(
         "GOODPUT_DATABASE_URL: SQLAlchemy URL; a SQLite file by default, postgresql://user@host/db in production"))
     host: str = Field("127.0.0.1", description="GOODPUT_HOST: address `goodput serve` listens on")
     port: int = Field(8000, description="GOODPUT_PORT: port `goodput serve` listens on")
+    serve_dashboard: bool = Field(True, validation_alias="GOODPUT_DASHBOARD", description=(
+        "GOODPUT_DASHBOARD: serve the dashboard under /dashboard/"))
+    auth_cache_ttl_s: float = Field(5.0, ge=0, description=(
+        "GOODPUT_AUTH_CACHE_TTL_S: seconds a collector process caches token lookups (a revoked token, or the first "
+        "token created, takes effect within this time)"))
+    warm_analyses_s: float = Field(15.0, ge=0, description=(
+        "GOODPUT_WARM_ANALYSES_S: every this many seconds one background thread re-analyses the runs that changed "
+        "(those opened on the dashboard first), using at most a quarter of that time, so run pages open on a "
+        "stored analysis; 0 turns it off (pages then build an analysis the first time they need it)"))
+
+
+class IngestSettings(BaseSettings):
+    """What one request to `POST /v1/events` may send, and what the collector holds at once."""
+
+    model_config = _read_from("GOODPUT_")
+
     max_body_bytes: int = Field(32 << 20, description="GOODPUT_MAX_BODY_BYTES: request body cap, compressed or not")
     max_events_per_batch: int = Field(20_000, description="GOODPUT_MAX_EVENTS_PER_BATCH: events (records) per batch")
-    max_rows_per_batch: int = Field(2_000_000, description="GOODPUT_MAX_ROWS_PER_BATCH: step and collective rows per batch")
+    max_rows_per_batch: int = Field(2_000_000, description=(
+        "GOODPUT_MAX_ROWS_PER_BATCH: step and collective rows per batch"))
     max_inflight_body_bytes: int = Field(256 << 20, description=(
         "GOODPUT_MAX_INFLIGHT_BODY_BYTES: request body bytes read, inflated and parsed at once across all ingest "
         "requests; beyond it ingestion answers 503 with Retry-After"))
@@ -30,23 +69,14 @@ class ServiceSettings(BaseSettings):
         "a slower upload gets 408 and frees what it held (the client resends it)"))
     writer_max_pending_events: int = Field(4_000_000, description=(
         "GOODPUT_WRITER_MAX_PENDING_EVENTS: rows waiting for the database before ingestion answers 503"))
-    auth_cache_ttl_s: float = Field(5.0, ge=0, description=(
-        "GOODPUT_AUTH_CACHE_TTL_S: seconds a collector process caches token lookups (a revoked token, or the first "
-        "token created, takes effect within this time)"))
-    dashboard: bool = Field(True, description="GOODPUT_DASHBOARD: serve the dashboard under /dashboard/")
-    warm_analyses_s: float = Field(15.0, ge=0, description=(
-        "GOODPUT_WARM_ANALYSES_S: every this many seconds one background thread re-analyses the runs that changed "
-        "(those opened on the dashboard first), using at most a quarter of that time, so run pages open on a "
-        "stored analysis; 0 turns it off (pages then build an analysis the first time they need it)"))
-    hang_floor_s: float = Field(30.0, gt=0, description=(
-        "GOODPUT_HANG_FLOOR_S: a running run is hung after max(this, GOODPUT_HANG_STEP_FACTOR x its recent "
-        "median step time) without progress"))
-    hang_step_factor: float = Field(10.0, gt=0, description="GOODPUT_HANG_STEP_FACTOR: see GOODPUT_HANG_FLOOR_S")
-    heartbeat_interval_s: float = Field(5.0, gt=0, description=(
-        "GOODPUT_HEARTBEAT_INTERVAL_S: the clients' heartbeat interval; a rank silent for 3 of them is a hang "
-        "suspect"))
-    # Plausibility limits (docs/events.md, "Plausibility limits"): what one event may claim. Costs follow what the
-    # run reported, never what it claimed; these keep the claims themselves (and the GPU-seconds they book) sane.
+
+
+class PlausibilitySettings(BaseSettings):
+    """What one event may claim (docs/events.md, "Plausibility limits"). Costs follow what the run reported,
+    never what it claimed; these keep the claims themselves (and the GPU-seconds they book) sane."""
+
+    model_config = _read_from("GOODPUT_")
+
     max_world_size: int = Field(65_536, ge=1, le=1 << 20, description=(
         "GOODPUT_MAX_WORLD_SIZE: largest world size, rank + 1 and GPU count (allocation_start, run_submitted) an "
         "event may claim; more gets 422. 65,536 is four times the largest published training job (16,384 GPUs) "
@@ -64,3 +94,110 @@ class ServiceSettings(BaseSettings):
         "GOODPUT_MAX_FUTURE_S: how far after the collector's clock an event's time (and a step's or collective's "
         "start and end) may lie, in seconds; later gets 422. A day absorbs any clock skew and time zone mistake "
         "of a host whose clock is set at all"))
+
+
+class LiveSettings(BaseSettings):
+    """Live hang detection (docs/ledger.md, "Live hang detection")."""
+
+    model_config = _read_from("GOODPUT_")
+
+    hang_floor_s: float = Field(30.0, gt=0, description=(
+        "GOODPUT_HANG_FLOOR_S: a running run is hung after max(this, GOODPUT_HANG_STEP_FACTOR x its recent "
+        "median step time) without progress"))
+    hang_step_factor: float = Field(10.0, gt=0, description="GOODPUT_HANG_STEP_FACTOR: see GOODPUT_HANG_FLOOR_S")
+    heartbeat_interval_s: float = Field(5.0, gt=0, description=(
+        "GOODPUT_HEARTBEAT_INTERVAL_S: the clients' heartbeat interval; a rank silent for 3 of them is a hang "
+        "suspect"))
+
+
+class MetricsSettings(BaseSettings):
+    """`GET /metrics`: how often the run series are read and which runs get their own."""
+
+    model_config = _read_from("GOODPUT_METRICS_")
+
+    cache_ttl_s: float = Field(10.0, ge=0, le=3600, description=(
+        "GOODPUT_METRICS_CACHE_TTL_S: seconds a process keeps the run metrics it read from the database before "
+        "reading them again; a scrape every 15 s therefore costs one snapshot per scrape at most, and nothing "
+        "between scrapes"))
+    run_window_h: float = Field(24.0, gt=0, description=(
+        "GOODPUT_METRICS_RUN_WINDOW_H: a run gets its own run_id series while it is running or had an event in "
+        "the last this-many hours"))
+    max_runs: int = Field(200, ge=0, le=10_000, description=(
+        "GOODPUT_METRICS_MAX_RUNS: at most this many runs get a run_id label, running runs first, then the most "
+        "recently active; the rest still count in the goodput_fleet_* series"))
+    refresh_budget_s: float = Field(3.0, ge=0, description=(
+        "GOODPUT_METRICS_REFRESH_BUDGET_S: seconds a snapshot may spend recomputing ledgers whose run received "
+        "events since they were stored; past the budget it serves the previous stored ledger of the run, so a "
+        "scrape never runs the analysis of every busy run at once (the next snapshot continues where this one "
+        "stopped)"))
+
+
+class DashboardSettings(BaseSettings):
+    """The dashboard, embedded in the collector or standalone (`python -m dashboards`, dashboards.wsgi)."""
+
+    model_config = _read_from("GOODPUT_DASHBOARD_")
+
+    api_url: str | None = Field(None, description=(
+        "GOODPUT_DASHBOARD_API_URL: the collector's base URL. Unset in the embedded mode: the dashboard then calls "
+        "the server that received the browser's request (its local address)"))
+    refresh_s: float = Field(5.0, ge=1, description=(
+        "GOODPUT_DASHBOARD_REFRESH_S: seconds between automatic refreshes of a page (`--refresh` of a standalone "
+        "dashboard)"))
+    timeout_s: float = Field(60.0, gt=0, description=(
+        "GOODPUT_DASHBOARD_TIMEOUT_S: seconds the dashboard waits for one API answer"))
+    token: str | None = Field(None, repr=False, description=(
+        "GOODPUT_DASHBOARD_TOKEN: read token (gpr_...) the dashboard sends to the collector for a browser on the "
+        "dashboard's own host that sent none (standalone mode; dashboards.access). Every other browser signs in "
+        "(HTTP Basic, the token as password) and its credential is forwarded instead, so each user sees only "
+        "their token's project"))
+
+
+class ClientSettings(BaseSettings):
+    """The CLI's commands that call a collector (`goodput runs`, `ledger`, `report`, `advise`, `simulate`).
+    GOODPUT_URL and GOODPUT_TOKEN are the training client's variables too (ingest_client.config reads them
+    itself: it runs where only the standard library is)."""
+
+    model_config = _read_from("GOODPUT_")
+
+    url: str = Field("http://127.0.0.1:8000", description="GOODPUT_URL: the collector's base URL (`--url`)")
+    token: str | None = Field(None, repr=False, description=(
+        "GOODPUT_TOKEN: write token `goodput simulate` sends (`--token`)"))
+    read_token: str | None = Field(None, repr=False, description=(
+        "GOODPUT_READ_TOKEN: read token the CLI's read commands send"))
+
+
+class ServiceSettings(BaseModel):
+    """Every section of the collector; a section not given is read from the environment."""
+
+    model_config = ConfigDict(frozen=True)
+
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    ingest: IngestSettings = Field(default_factory=IngestSettings)
+    plausibility: PlausibilitySettings = Field(default_factory=PlausibilitySettings)
+    live: LiveSettings = Field(default_factory=LiveSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
+
+
+def worker_environment(settings: ServiceSettings) -> dict[str, str | None]:
+    """Every setting as the variable that sets it (None: unset), so that `ServiceSettings()` read from it
+    equals `settings`."""
+    variables: dict[str, str | None] = {}
+    for name in ServiceSettings.model_fields:
+        section: BaseSettings = getattr(settings, name)
+        for field, info in type(section).model_fields.items():
+            value = getattr(section, field)
+            assert isinstance(info.validation_alias, str)  # set on every field by _read_from
+            variables[info.validation_alias] = (None if value is None else
+                                                str(value).lower() if isinstance(value, bool) else str(value))
+    return variables
+
+
+def hand_to_worker_processes(settings: ServiceSettings) -> None:
+    """Make `settings` what every uvicorn worker of `goodput serve` reads. uvicorn builds the app in each worker
+    by calling `create_app()` without arguments, so the environment the workers inherit is the only way in."""
+    for variable, value in worker_environment(settings).items():
+        if value is None:
+            os.environ.pop(variable, None)
+        else:
+            os.environ[variable] = value

@@ -70,10 +70,10 @@ def engine(database_url: str):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def settings(database_url: str):  # type: ignore[no-untyped-def]
-    from services.settings import ServiceSettings
+    from services.settings import ServerSettings, ServiceSettings
 
     # no background analyses: tests that count builds see only their own (tests/collector/test_warm_analyses.py)
-    return ServiceSettings(database_url=database_url, dashboard=False, warm_analyses_s=0)
+    return ServiceSettings(server=ServerSettings(database_url=database_url, serve_dashboard=False, warm_analyses_s=0))
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -137,29 +136,31 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _url(ns: argparse.Namespace) -> str:
-    return (getattr(ns, "url", None) or os.environ.get("GOODPUT_URL") or "http://127.0.0.1:8000").rstrip("/")
+    from services.settings import ClientSettings
+
+    return (getattr(ns, "url", None) or ClientSettings().url).rstrip("/")
 
 
 def _database_url(ns: argparse.Namespace) -> str:
-    from services.settings import ServiceSettings
+    from services.settings import ServerSettings
 
-    return getattr(ns, "db", None) or ServiceSettings().database_url
+    return getattr(ns, "db", None) or ServerSettings().database_url
 
 
 def _serve(ns: argparse.Namespace) -> int:
     import uvicorn
 
-    from services.settings import ServiceSettings
+    from services.settings import ServerSettings, ServiceSettings, hand_to_worker_processes
     from services.storage.db import make_engine
     from services.storage.migrate import upgrade
 
-    url = _database_url(ns)
-    os.environ["GOODPUT_DATABASE_URL"] = url
+    server: dict[str, Any] = {name: value for name, value in (("database_url", ns.db), ("host", ns.host),
+                                                             ("port", ns.port)) if value}
     if ns.no_dashboard:
-        os.environ["GOODPUT_DASHBOARD"] = "false"
-    settings = ServiceSettings()
-    host = ns.host or settings.host
-    port = ns.port or settings.port
+        server["serve_dashboard"] = False
+    settings = ServiceSettings(server=ServerSettings(**server))
+    hand_to_worker_processes(settings)
+    url, host, port = settings.server.database_url, settings.server.host, settings.server.port
     engine = make_engine(url)
     upgrade(engine)
     auth = _auth_mode(engine, host)
@@ -221,6 +222,7 @@ def _db_check(ns: argparse.Namespace) -> int:
 def _simulate(ns: argparse.Namespace) -> int:
     import time
 
+    from services.settings import ClientSettings
     from services.simulate import SimConfig, simulate
     from services.simulate.send import send_events
 
@@ -237,7 +239,7 @@ def _simulate(ns: argparse.Namespace) -> int:
     if ns.start_time is None:  # shift so the simulated job ends now
         last = max(_event_end(e) for e in result.events)
         result = simulate(SimConfig(**kwargs, start_time=2 * time.time() - last))
-    sent = send_events(_url(ns), result.events, token=ns.token or os.environ.get("GOODPUT_TOKEN"))
+    sent = send_events(_url(ns), result.events, token=ns.token or ClientSettings().token)
     print(f"run {result.config.run_id}: sent {len(result.events)} events ({sent.accepted} accepted, "
           f"{sent.duplicates} duplicates) to {_url(ns)}")
     if ns.truth:

@@ -2,13 +2,12 @@
 
 Run on the collector's host (or anywhere that reaches its database): the token is printed once and only its
 salted hash is stored. Also the read credential of the CLI's own read commands (`goodput runs`, `ledger`,
-`report`, `advise`): `--token`, else GOODPUT_READ_TOKEN.
+`report`, `advise`): GOODPUT_READ_TOKEN.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
@@ -36,18 +35,20 @@ def add_token_parser(sub: Any, db_help: str) -> None:  # Any: argparse's subpars
     token.set_defaults(handler=lambda ns: token.print_help() or 2)
 
 
-def read_headers(token: str | None = None) -> dict[str, str]:
-    """Authorization header for the CLI's read commands: --token, else GOODPUT_READ_TOKEN, else none."""
-    token = token or os.environ.get("GOODPUT_READ_TOKEN")
+def read_headers() -> dict[str, str]:
+    """Authorization header for the CLI's read commands: GOODPUT_READ_TOKEN, else none."""
+    from services.settings import ClientSettings
+
+    token = ClientSettings().read_token
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def _engine(ns: argparse.Namespace) -> Any:  # Any: sqlalchemy is imported lazily
-    from services.settings import ServiceSettings
+    from services.settings import ServerSettings
     from services.storage.db import make_engine
     from services.storage.migrate import upgrade
 
-    engine = make_engine(ns.db or ServiceSettings().database_url)
+    engine = make_engine(ns.db or ServerSettings().database_url)
     upgrade(engine)
     return engine
 

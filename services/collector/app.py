@@ -17,7 +17,7 @@ from services.collector.errors import install_error_handlers
 from services.collector.routes import (advice, health, ingest, live, metrics, reports, resume, runs, signals, stragglers,
                                       views, whoami)
 from services.collector.schemas import EventBatch
-from services.settings import ServiceSettings
+from services.settings import DashboardSettings, ServiceSettings
 from services.storage.db import make_engine
 from services.storage.writer import BatchWriter
 from services.derive.analyst import WarmAnalyses
@@ -27,9 +27,9 @@ logger = logging.getLogger(__name__)
 
 def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None = None) -> FastAPI:
     settings = settings or ServiceSettings()
-    engine = engine or make_engine(settings.database_url)
-    writer = BatchWriter(engine, max_pending_events=settings.writer_max_pending_events)
-    warm = WarmAnalyses(engine, interval_s=settings.warm_analyses_s)
+    engine = engine or make_engine(settings.server.database_url)
+    writer = BatchWriter(engine, max_pending_events=settings.ingest.writer_max_pending_events)
+    warm = WarmAnalyses(engine, interval_s=settings.server.warm_analyses_s)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -53,9 +53,9 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     app.state.settings = settings
     app.state.engine = engine
     app.state.writer = writer
-    app.state.auth = auth = Authenticator(engine, cache_ttl_s=settings.auth_cache_ttl_s)
-    app.state.body_budget = ingest.BodyBudget(settings.max_inflight_body_bytes,
-                                              settings.max_inflight_body_bytes_per_client)
+    app.state.auth = auth = Authenticator(engine, cache_ttl_s=settings.server.auth_cache_ttl_s)
+    app.state.body_budget = ingest.BodyBudget(settings.ingest.max_inflight_body_bytes,
+                                              settings.ingest.max_inflight_body_bytes_per_client)
     install_error_handlers(app)
     metrics.install(app)  # app.state.metrics and the request-duration middleware
     app.include_router(ingest.router)
@@ -71,19 +71,19 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     app.include_router(whoami.router)
     app.include_router(metrics.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
-    if settings.dashboard:
-        _mount_dashboard(app)
+    if settings.server.serve_dashboard:
+        _mount_dashboard(app, settings.dashboard)
     return app
 
 
-def _mount_dashboard(app: FastAPI) -> None:
+def _mount_dashboard(app: FastAPI, config: DashboardSettings) -> None:
     """Single-process mode: the Dash app under /dashboard/, reading this same collector's API over HTTP."""
     try:
         from dashboards.mount import mount_dashboard
     except ImportError as exc:  # the dashboard's own dependencies are missing
         logger.warning("dashboard not served: %s (install goodput[server])", exc)
         return
-    mount_dashboard(app, guard=lambda inner: DashboardGuard(inner, app.state.auth))
+    mount_dashboard(app, config, guard=lambda inner: DashboardGuard(inner, app.state.auth))
 
 
 def _log_auth_mode(auth: Authenticator) -> None:

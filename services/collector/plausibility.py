@@ -19,30 +19,14 @@ stored. Contradictions across batches are the ledger's to resolve (docs/ledger.m
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 import numpy as np
 
 from services.errors import InvalidBatch
-from services.settings import ServiceSettings
+from services.settings import PlausibilitySettings
 from services.storage.records import IngestRecord
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Limits:
-    max_world_size: int = 65_536
-    max_step_s: float = 86_400.0
-    max_checkpoint_s: float = 86_400.0
-    max_allocation_s: float = 90 * 86_400.0
-    max_future_s: float = 86_400.0
-
-    @classmethod
-    def from_settings(cls, settings: ServiceSettings) -> Limits:
-        return cls(max_world_size=settings.max_world_size, max_step_s=settings.max_step_s,
-                   max_checkpoint_s=settings.max_checkpoint_s, max_allocation_s=settings.max_allocation_s,
-                   max_future_s=settings.max_future_s)
-
-
-def check_plausible(records: Sequence[IngestRecord], limits: Limits, *, now: float) -> None:
+def check_plausible(records: Sequence[IngestRecord], limits: PlausibilitySettings, *, now: float) -> None:
     """Raise InvalidBatch (422) for the first event of the batch that breaks a limit or contradicts another."""
     latest = now + limits.max_future_s
     for index, record in enumerate(records):
@@ -57,7 +41,7 @@ def check_plausible(records: Sequence[IngestRecord], limits: Limits, *, now: flo
     _check_pairs(records, limits)
 
 
-def _check_claims(index: int, record: IngestRecord, limits: Limits) -> None:
+def _check_claims(index: int, record: IngestRecord, limits: PlausibilitySettings) -> None:
     data = record.data or {}
     cap = limits.max_world_size
     for name in ("world_size", "gpus"):
@@ -70,8 +54,8 @@ def _check_claims(index: int, record: IngestRecord, limits: Limits) -> None:
             _fail(index, record, name, f"{name} {value} is not below GOODPUT_MAX_WORLD_SIZE ({cap})")
 
 
-def _check_spans(index: int, record: IngestRecord, start: np.ndarray, end: np.ndarray, limits: Limits,
-                 latest: float, now: float) -> None:
+def _check_spans(index: int, record: IngestRecord, start: np.ndarray, end: np.ndarray,
+                 limits: PlausibilitySettings, latest: float, now: float) -> None:
     compact = record.kind in ("steps", "collectives")
     if len(end):
         late = np.flatnonzero(end > latest)
@@ -89,7 +73,7 @@ def _check_spans(index: int, record: IngestRecord, start: np.ndarray, end: np.nd
                   f"{float(end[i])}), more than GOODPUT_MAX_STEP_S ({limits.max_step_s:g} s)")
 
 
-def _check_pairs(records: Sequence[IngestRecord], limits: Limits) -> None:
+def _check_pairs(records: Sequence[IngestRecord], limits: PlausibilitySettings) -> None:
     """Contradictions between events of the batch (duplicates of one event_id are the same event: skipped)."""
     seen: set[tuple[str, str]] = set()
     attempt_starts: dict[tuple[str, int, int], float] = {}
@@ -133,7 +117,7 @@ def _check_pairs(records: Sequence[IngestRecord], limits: Limits) -> None:
         _check_allocations(sorted(run_events, key=lambda e: (e[0], e[1], e[2])), limits)
 
 
-def _check_allocations(ordered: list[tuple[float, int, int, IngestRecord]], limits: Limits) -> None:
+def _check_allocations(ordered: list[tuple[float, int, int, IngestRecord]], limits: PlausibilitySettings) -> None:
     open_start: IngestRecord | None = None
     for time, is_start, index, record in ordered:
         if is_start:

@@ -34,8 +34,9 @@ MAX_FLEET_SUSPECTS = 16  # suspects listed per run in /v1/live (the per-run endp
 
 
 def live_config(settings: ServiceSettings) -> LiveConfig:
-    return LiveConfig(floor_s=settings.hang_floor_s, step_factor=settings.hang_step_factor,
-                      heartbeat_interval_s=settings.heartbeat_interval_s)
+    live = settings.live
+    return LiveConfig(floor_s=live.hang_floor_s, step_factor=live.hang_step_factor,
+                      heartbeat_interval_s=live.heartbeat_interval_s)
 
 
 def live_status(engine: Engine, row: RunRow, now: float, config: LiveConfig) -> LiveStatus:

@@ -29,6 +29,8 @@ from prometheus_client.registry import Collector
 
 from services.metrics.collectors import PREFIX
 
+# prometheus_client reads this variable itself, in every worker, when it creates a metric value: it is not a
+# setting of ours (services.settings), and the environment is where prometheus_client looks for it.
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 REQUEST_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 EVENT_OUTCOMES = ("accepted", "duplicate")

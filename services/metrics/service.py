@@ -9,18 +9,18 @@ from sqlalchemy import Engine
 
 from services.analysis.live import LiveConfig
 from services.metrics.collectors import RunMetricsCollector
-from services.metrics.config import MetricsConfig
 from services.metrics.instruments import CollectorInstruments
 from services.metrics.snapshot import SnapshotCache, build_snapshot
+from services.settings import MetricsSettings
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class MetricsService:
-    def __init__(self, engine: Engine, config: MetricsConfig | None = None, live: LiveConfig | None = None) -> None:
+    def __init__(self, engine: Engine, config: MetricsSettings, live: LiveConfig | None = None) -> None:
         # No `*_created` series: multiprocess mode never has them, so one worker and N workers expose the same names.
         disable_created_metrics()
-        self.config = config or MetricsConfig.from_env()
+        self.config = config
         self.instruments = CollectorInstruments.create()
         self.snapshots = SnapshotCache(lambda: build_snapshot(engine, self.config, time.time(), live=live),
                                        self.config.cache_ttl_s)

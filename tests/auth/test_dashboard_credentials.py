@@ -7,10 +7,10 @@ import httpx
 import pytest
 
 from dashboards import data
-from dashboards.config import DashboardConfig
+from services.settings import DashboardSettings
 
 
-def _headers_sent(config: DashboardConfig, request_headers: dict[str, str]) -> dict[str, str]:
+def _headers_sent(config: DashboardSettings, request_headers: dict[str, str]) -> dict[str, str]:
     app = flask.Flask(__name__)
     app.config[data.CONFIG_KEY] = config
     seen: dict[str, str] = {}
@@ -26,20 +26,20 @@ def _headers_sent(config: DashboardConfig, request_headers: dict[str, str]) -> d
 
 
 def test_the_browsers_credential_is_forwarded_as_is() -> None:
-    seen = _headers_sent(DashboardConfig(api_url="http://c", token="gpr_000000000000_configured-token-xxxxx"),
+    seen = _headers_sent(DashboardSettings(api_url="http://c", token="gpr_000000000000_configured-token-xxxxx"),
                          {"Authorization": "Basic bWU6Z3ByXzEyMzQ1Njc4OWFiY19zZWNyZXQ="})
     assert seen["authorization"] == "Basic bWU6Z3ByXzEyMzQ1Njc4OWFiY19zZWNyZXQ="
 
 
 def test_without_one_the_configured_token_is_sent(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GOODPUT_DASHBOARD_TOKEN", "gpr_000000000000_configured-token-xxxxx")
-    config = DashboardConfig.from_env(api_url="http://c")
+    config = DashboardSettings(api_url="http://c")
     assert "configured-token" not in repr(config)
     assert _headers_sent(config, {})["authorization"] == "Bearer gpr_000000000000_configured-token-xxxxx"
 
 
 def test_no_credential_at_all_sends_none() -> None:
-    assert "authorization" not in _headers_sent(DashboardConfig(api_url="http://c"), {})
+    assert "authorization" not in _headers_sent(DashboardSettings(api_url="http://c", token=None), {})
 
 
 def test_a_refused_credential_is_explained_on_the_page() -> None:

@@ -7,7 +7,7 @@ from fastapi.routing import APIRoute
 
 from services.collector import auth
 from services.collector.app import create_app
-from services.settings import ServiceSettings
+from services.settings import ServerSettings, ServiceSettings
 
 RUN_CHECKS = {auth._readable_run, auth._writable_run, auth._client_run}
 ANY_CHECK = RUN_CHECKS | {auth._principal, auth._writer, auth._reader, auth._fleet_reader, auth._network,
@@ -29,7 +29,7 @@ def _flat(routes):  # type: ignore[no-untyped-def]
 
 
 def test_every_api_route_checks_access_and_every_run_route_checks_the_project() -> None:
-    app = create_app(ServiceSettings(database_url="sqlite://", dashboard=False))
+    app = create_app(ServiceSettings(server=ServerSettings(database_url="sqlite://", serve_dashboard=False)))
     routes = [r for r in _flat(app.routes) if isinstance(r, APIRoute)]
     assert len(routes) >= 15
     for route in routes:

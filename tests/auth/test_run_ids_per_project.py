@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from services.collector.app import create_app
-from services.settings import ServiceSettings
+from services.settings import ServerSettings, ServiceSettings
 from services.storage.tokens import create_token
 
 T = 1_700_000_000.0
@@ -54,7 +54,8 @@ def squat() -> list[dict[str, Any]]:
 
 @pytest.fixture
 def app(database_url: str, engine):  # type: ignore[no-untyped-def]
-    return create_app(ServiceSettings(database_url=database_url, dashboard=False, auth_cache_ttl_s=0), engine=engine)
+    server = ServerSettings(database_url=database_url, serve_dashboard=False, auth_cache_ttl_s=0)
+    return create_app(ServiceSettings(server=server), engine=engine)
 
 
 @pytest.fixture
@@ -167,7 +168,8 @@ def test_a_reader_of_every_project_names_the_project_when_several_use_the_run_id
 
 
 def test_local_clients_without_tokens_write_to_project_default_and_read_every_project(database_url, engine) -> None:  # type: ignore[no-untyped-def]
-    app = create_app(ServiceSettings(database_url=database_url, dashboard=False, auth_cache_ttl_s=0), engine=engine)
+    server = ServerSettings(database_url=database_url, serve_dashboard=False, auth_cache_ttl_s=0)
+    app = create_app(ServiceSettings(server=server), engine=engine)
     with TestClient(app) as local:
         assert local.post("/v1/events", json={"events": b_job(2)}).status_code == 200
         assert local.get(f"/v1/runs/{RUN}").json()["project"] == "default"

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from services.collector.app import create_app
-from services.settings import ServiceSettings
+from services.settings import ServerSettings, ServiceSettings
 from services.storage.tables import ApiToken
 from services.storage.tokens import create_token, parse_token, revoke_token
 
@@ -30,7 +30,8 @@ def bearer(token: str) -> dict[str, str]:
 
 @pytest.fixture
 def app(database_url: str, engine):  # type: ignore[no-untyped-def]
-    settings = ServiceSettings(database_url=database_url, dashboard=False, auth_cache_ttl_s=0)
+    server = ServerSettings(database_url=database_url, serve_dashboard=False, auth_cache_ttl_s=0)
+    settings = ServiceSettings(server=server)
     return create_app(settings, engine=engine)
 
 

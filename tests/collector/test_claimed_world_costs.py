@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from services.collector.app import create_app
-from services.settings import ServiceSettings
+from services.settings import PlausibilitySettings, ServerSettings, ServiceSettings
 
 WORLD = 1 << 20
 PAGES = ("/v1/runs/w/live", "/v1/runs/w/view", "/v1/live", "/metrics")
@@ -38,7 +38,8 @@ def attack_body(now: float) -> bytes:
 
 
 def app_client(database_url: str, engine, **limits: int) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
-    settings = ServiceSettings(database_url=database_url, dashboard=False, warm_analyses_s=0, **limits)
+    server = ServerSettings(database_url=database_url, serve_dashboard=False, warm_analyses_s=0)
+    settings = ServiceSettings(server=server, plausibility=PlausibilitySettings(**limits))
     with TestClient(create_app(settings, engine=engine)) as client:
         yield client
 

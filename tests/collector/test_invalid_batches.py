@@ -120,8 +120,9 @@ def small_client(settings, engine):  # type: ignore[no-untyped-def]
 
     from services.collector.app import create_app
 
-    limited = settings.model_copy(update={"max_events_per_batch": 5, "max_body_bytes": 4096,
-                                          "max_rows_per_batch": 50})
+    ingest = settings.ingest.model_copy(update={"max_events_per_batch": 5, "max_body_bytes": 4096,
+                                                "max_rows_per_batch": 50})
+    limited = settings.model_copy(update={"ingest": ingest})
     with TestClient(create_app(limited, engine=engine)) as test_client:
         yield test_client
 

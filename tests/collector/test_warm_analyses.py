@@ -54,14 +54,15 @@ def test_serve_analyses_in_the_background_by_default(database_url: str) -> None:
     from fastapi.testclient import TestClient
 
     from services.collector.app import create_app
-    from services.settings import ServiceSettings
+    from services.settings import ServerSettings, ServiceSettings
     from services.storage.db import make_engine
     from services.storage.migrate import upgrade
 
-    assert ServiceSettings().warm_analyses_s == 15.0
+    assert ServiceSettings().server.warm_analyses_s == 15.0
     engine = make_engine(database_url)
     upgrade(engine)
-    settings = ServiceSettings(database_url=database_url, dashboard=False, warm_analyses_s=0.2)
+    settings = ServiceSettings(server=ServerSettings(database_url=database_url, serve_dashboard=False,
+                                                     warm_analyses_s=0.2))
     with TestClient(create_app(settings, engine=engine)) as client:
         post(client, "bg", seed=5)
         deadline = time.monotonic() + 30

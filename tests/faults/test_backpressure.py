@@ -13,7 +13,7 @@ import pytest
 from services.collector.app import create_app
 from services.collector.routes.ingest import BodyBudget
 from services.errors import Overloaded
-from services.settings import ServiceSettings
+from services.settings import IngestSettings, ServerSettings, ServiceSettings
 
 
 def test_the_body_budget_refuses_a_second_request_that_would_overflow_it() -> None:
@@ -36,7 +36,8 @@ def _batch(i: int, steps: int) -> bytes:
 
 
 def test_concurrent_posts_over_the_budget_get_503_with_retry_after(database_url: str, engine) -> None:  # type: ignore[no-untyped-def]
-    settings = ServiceSettings(database_url=database_url, dashboard=False, max_inflight_body_bytes=60_000)
+    settings = ServiceSettings(server=ServerSettings(database_url=database_url, serve_dashboard=False),
+                               ingest=IngestSettings(max_inflight_body_bytes=60_000))
     app = create_app(settings, engine=engine)
 
     async def run() -> list[httpx.Response]:

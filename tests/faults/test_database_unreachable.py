@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 
 from services.collector.app import create_app
-from services.settings import ServiceSettings
+from services.settings import ServerSettings, ServiceSettings
 from services.storage.tokens import create_token
 from tests.conftest import create_postgres_database, drop_postgres_database
 
@@ -61,7 +61,8 @@ def test_every_route_answers_503_with_retry_after_while_the_database_is_unreacha
     with engine.begin() as conn:
         write, _ = create_token(conn, kind="write", project="team", name="jobs")
         read, _ = create_token(conn, kind="read", project="*", name="ops")
-    settings = ServiceSettings(database_url=postgres_url, dashboard=True, auth_cache_ttl_s=0, warm_analyses_s=0)
+    server = ServerSettings(database_url=postgres_url, serve_dashboard=True, auth_cache_ttl_s=0, warm_analyses_s=0)
+    settings = ServiceSettings(server=server)
     app = create_app(settings, engine=engine)
     writer_auth = {"Authorization": f"Bearer {write}"}
     reader_auth = {"Authorization": f"Bearer {read}"}

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.collector.app import create_app
-from services.settings import ServiceSettings
+from services.settings import IngestSettings, ServerSettings, ServiceSettings
 from tests.fuzz.conftest import CASES, budget
 from tests.fuzz.strategies import INJECTIONS, body, consistent, events, implausible, json_values, mutated, reachable
 
@@ -29,8 +29,8 @@ FUZZ = settings(derandomize=True, deadline=None, database=None, max_examples=bud
 
 @pytest.fixture
 def client(database_url: str, engine) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
-    settings_ = ServiceSettings(database_url=database_url, dashboard=False, max_body_bytes=1 << 20,
-                                max_events_per_batch=200)
+    settings_ = ServiceSettings(server=ServerSettings(database_url=database_url, serve_dashboard=False),
+                                ingest=IngestSettings(max_body_bytes=1 << 20, max_events_per_batch=200))
     with TestClient(create_app(settings_, engine=engine), raise_server_exceptions=False) as c:
         yield c
 

@@ -19,7 +19,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
 from services.collector.app import create_app
-from services.settings import ServiceSettings
+from services.settings import IngestSettings, ServerSettings, ServiceSettings
 from services.simulate import SimConfig, simulate
 from tests.fuzz.conftest import CASES, budget
 
@@ -30,7 +30,8 @@ PASSES = (("valid", GenerationMode.POSITIVE, False, 20), ("invalid", GenerationM
 
 @pytest.fixture
 def app(database_url: str, engine) -> Iterator[FastAPI]:  # type: ignore[no-untyped-def]
-    app = create_app(ServiceSettings(database_url=database_url, dashboard=False, max_body_bytes=1 << 20),
+    app = create_app(ServiceSettings(server=ServerSettings(database_url=database_url, serve_dashboard=False),
+                                     ingest=IngestSettings(max_body_bytes=1 << 20)),
                      engine=engine)
     result = simulate(SimConfig(run_id=SEEDED_RUN, ranks=4, hours=0.05, step_s=1.0, mtbf_s=60.0,
                                 checkpoint_every=20, checkpoint_s=2.0, startup_s=5.0, detect_s=3.0,

@@ -20,12 +20,13 @@ def real_collector(tmp_path: Path) -> Iterator[str]:
     pytest.importorskip("fastapi")
     uvicorn = pytest.importorskip("uvicorn")
     from services.collector.app import create_app
-    from services.settings import ServiceSettings
+    from services.settings import ServerSettings, ServiceSettings
     from services.storage.db import make_engine
     from services.storage.migrate import upgrade
 
-    settings = ServiceSettings(database_url=f"sqlite:///{tmp_path / 'goodput.db'}", dashboard=False)
-    engine = make_engine(settings.database_url)
+    settings = ServiceSettings(server=ServerSettings(database_url=f"sqlite:///{tmp_path / 'goodput.db'}",
+                                                     serve_dashboard=False))
+    engine = make_engine(settings.server.database_url)
     upgrade(engine)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

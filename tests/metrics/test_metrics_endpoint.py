@@ -39,13 +39,15 @@ def make_client(settings, engine, monkeypatch) -> Iterator[Callable[..., Any]]: 
     from fastapi.testclient import TestClient
 
     from services.collector.app import create_app
+    from services.settings import MetricsSettings
 
     clients: list[Any] = []
 
     def make(**env: str) -> Any:
         for key, val in env.items():
             monkeypatch.setenv(f"GOODPUT_METRICS_{key.upper()}", val)
-        client = TestClient(create_app(settings, engine=engine))
+        metrics = MetricsSettings()  # read now, from the variables just set
+        client = TestClient(create_app(settings.model_copy(update={"metrics": metrics}), engine=engine))
         client.__enter__()
         clients.append(client)
         return client

@@ -13,11 +13,11 @@ from starlette.concurrency import run_in_threadpool
 from services.collector.auth import Principal, WritePrincipalDep
 from services.collector.batch import decompress, parse_batch
 from services.collector.deps import SettingsDep, WriterDep
-from services.collector.plausibility import Limits, check_plausible
+from services.collector.plausibility import check_plausible
 from services.collector.routes.metrics import IngestCountersDep
 from services.collector.schemas import ErrorResponse, EventBatch, IngestAck
 from services.errors import InvalidBatch, Overloaded
-from services.settings import ServiceSettings
+from services.settings import IngestSettings
 
 router = APIRouter(tags=["ingest"])
 
@@ -36,17 +36,18 @@ async def ingest_events(request: Request, writer: WriterDep, settings: SettingsD
                         counters: IngestCountersDep, principal: WritePrincipalDep) -> IngestAck:
     budget: BodyBudget = request.app.state.body_budget
     with counters.rejections(), budget.hold(_client_key(principal, request)) as take:  # counts 4xx by code
-        raw = await _read_capped(request, settings.max_body_bytes, take, settings.body_timeout_s)
-        body = await _inflate(request, raw, settings, take)
-        records = await run_in_threadpool(parse_batch, body, max_events=settings.max_events_per_batch,
-                                          max_rows=settings.max_rows_per_batch)
-        await run_in_threadpool(check_plausible, records, Limits.from_settings(settings), now=time.time())
+        limits = settings.ingest
+        raw = await _read_capped(request, limits.max_body_bytes, take, limits.body_timeout_s)
+        body = await _inflate(request, raw, limits, take)
+        records = await run_in_threadpool(parse_batch, body, max_events=limits.max_events_per_batch,
+                                          max_rows=limits.max_rows_per_batch)
+        await run_in_threadpool(check_plausible, records, settings.plausibility, now=time.time())
     result = await asyncio.wrap_future(writer.submit(records, project=principal.project))
     counters.ingested(result.accepted, result.duplicates)
     return IngestAck(accepted=result.accepted, duplicates=result.duplicates)
 
 
-async def _inflate(request: Request, raw: bytearray, settings: ServiceSettings,
+async def _inflate(request: Request, raw: bytearray, limits: IngestSettings,
                    take: Callable[[int], None]) -> bytes | bytearray:
     """Undo Content-Encoding on the app's one inflating thread (zlib releases the GIL): neither the event loop
     nor more than one core is ever spent inflating, however many clients post bombs at once."""
@@ -55,7 +56,7 @@ async def _inflate(request: Request, raw: bytearray, settings: ServiceSettings,
         return raw
     inflater: ThreadPoolExecutor = request.app.state.inflater
     body = await asyncio.get_running_loop().run_in_executor(inflater, decompress, raw, encoding,
-                                                            settings.max_body_bytes)
+                                                            limits.max_body_bytes)
     take(len(body))  # the inflated copy counts too
     return body
 

@@ -25,7 +25,8 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 
 
 def install(app: FastAPI) -> None:
-    service = MetricsService(app.state.engine, live=live_config(app.state.settings))
+    settings = app.state.settings
+    service = MetricsService(app.state.engine, settings.metrics, live=live_config(settings))
     app.state.metrics = service
     app.add_middleware(RequestTimer, instruments=service.instruments)
 
