@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.analysis.scenarios import reference_s1
+from tests.analysis.scenarios import ev, reference_s1
 
 GOODPUT = [sys.executable, "-m", "services.cli"]
 REPO = Path(__file__).resolve().parents[1]
@@ -65,6 +65,30 @@ def test_serve_applies_migrations_and_serves_the_ledger(backend: str, tmp_path: 
         proc.wait(timeout=30)
     if backend == "sqlite":  # no configuration: a goodput.db file in the working directory
         assert (tmp_path / "goodput.db").exists()
+
+
+def test_serve_hands_its_options_and_variables_to_every_worker(database_url_postgres: str, tmp_path: Path) -> None:
+    port = free_port()
+    proc = subprocess.Popen([*GOODPUT, "serve", "--port", str(port), "--workers", "2", "--db", database_url_postgres,
+                             "--no-dashboard"], cwd=tmp_path, env=env_with(GOODPUT_MAX_EVENTS_PER_BATCH="3"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    runs = [f"worker-{i}" for i in range(16)]
+    try:
+        wait_healthy(url, proc)
+        for run_id in runs:
+            with httpx.Client(base_url=url, timeout=30) as fresh:  # a new connection: the kernel picks the worker
+                assert fresh.get("/dashboard/").status_code == 404  # --no-dashboard
+                too_many = fresh.post("/v1/events", json={"events": [ev("run_submitted", 0, run_id)] * 4})
+                assert too_many.status_code == 413, too_many.text  # GOODPUT_MAX_EVENTS_PER_BATCH
+                assert fresh.post("/v1/events", json={"events": [ev("run_submitted", 0, run_id)]}).status_code == 200
+        for _ in range(8):  # --db: every worker reads the one PostgreSQL database every worker wrote to
+            with httpx.Client(base_url=url, timeout=30) as fresh:
+                assert {r["run_id"] for r in fresh.get("/v1/runs").json()["runs"]} == set(runs)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert not (tmp_path / "goodput.db").exists()
 
 
 @pytest.fixture
