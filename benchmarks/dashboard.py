@@ -172,17 +172,16 @@ def main() -> int:
     print(f"generated {len(data.steps):,} step rows, {len(data.events):,} control events in {t_gen:.1f} s")
 
     t_structure, structure = timed(lambda: build_run_structure(data))
-    t_ledger, ledger_obj = timed(lambda: build_ledger(data, structure))
-    ledger = ledger_obj
+    t_ledger, ledger = timed(lambda: build_ledger(data, structure))
     t_views, views = timed(lambda: build_run_views(data, ledger, run=structure))
     build = t_structure + t_ledger + t_views
     print("\n## one build of the run's analysis, in memory (paid once per change of the run, in the background)")
     print(f"structure {t_structure:.2f} s + ledger {t_ledger:.2f} s + views {t_views:.2f} s = {build:.2f} s")
 
     views["version"] = 1
-    live = detect_hang(live_state_from_run_data(data, status=ledger["status"]),
-                       float(ledger["latest_time"] or 0) + 5).to_dict(with_ranks=False)
-    view_json = json.dumps({**views, "ledger": ledger, "live": live})
+    live = detect_hang(live_state_from_run_data(data, status=ledger.status),
+                       float(ledger.latest_time or 0) + 5).to_dict(with_ranks=False)
+    view_json = json.dumps({**views, "ledger": ledger.model_dump(mode="json"), "live": live})
     print(f"/view document: {len(view_json) / 1024:,.0f} KiB "
           f"(progress points {sum(len(p['step']) for p in views['timeline']['progress']):,}, "
           f"timeline pieces {len(views['timeline']['segments']):,}, rank rows {len(views['ranks']['rows']):,}, "
