@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PORT ?= 8000
 
-.PHONY: install system-deps demo test test-fast bench clean
+.PHONY: install system-deps demo lint test test-fast bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,14 @@ system-deps:
 demo: install
 	$(PY) scripts/demo.py --port $(PORT)
 
+# Static checks, configured in pyproject.toml: ruff (lint) and mypy (types) over the whole tree. The import
+# boundaries are a test (tests/test_import_boundaries.py), run by pytest with the rest.
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
 # The venv's bin first on PATH: tests start `goodput`, `torchrun` and `alembic` the way a user would.
-test: install system-deps
+test: install system-deps lint
 	@bash scripts/ensure-postgres.sh
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q
 

@@ -1,0 +1,279 @@
+"""The layer rules, stated as data and checked against every module's imports.
+
+Imports are read with `ast` (nothing is imported or executed), so a rule also holds for a module whose
+dependencies are not installed. An import counts wherever it stands (module level, inside a function, under
+`if TYPE_CHECKING:`), except where a rule says otherwise. A violation names the file and line, the importing
+module, what it imports and the rule it breaks.
+
+The rules (docs/architecture.md draws the same picture in words):
+
+- services.analysis is pure: no I/O, no clock, no other layer. It imports only the computational part of the
+  standard library, numpy, pandas and pydantic (the typed Ledger is a pydantic model).
+- Only services.storage speaks SQL: no other application module imports SQLAlchemy, Alembic or psycopg, except
+  SQLAlchemy's `Engine` and `Connection`, handles that callers pass into storage functions and that carry no SQL.
+  Outside the application, migrations/ (Alembic) and the tests and benchmarks (which set up and inspect
+  databases directly) are not bound by this rule.
+- The dashboards, the CLI and the simulator reach the server only through services.api_client: none of their
+  modules imports an HTTP client.
+- ingest_client runs inside every training process: it imports the standard library, torch only lazily (inside a
+  function, or for type checking), and nothing of the server. Its framework integrations import their framework.
+- The arrows between the packages of services (and the dashboards) point one way: each package imports only the
+  ones listed for it in `MAY_IMPORT`.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+APPLICATION = ("services", "dashboards", "ingest_client")
+
+# --- services.analysis: pure -------------------------------------------------------------------------------------
+# The standard library's modules that compute without touching the outside world (`random` is seeded by callers:
+# random.Random(seed)). Not here on purpose: os, io, pathlib, socket, subprocess, threading, logging, time,
+# datetime (a clock), and anything else that reads or writes the world.
+PURE_STDLIB = frozenset({
+    "__future__", "abc", "bisect", "collections", "copy", "dataclasses", "decimal", "enum", "fractions",
+    "functools", "heapq", "itertools", "math", "numbers", "operator", "random", "re", "statistics", "string",
+    "textwrap", "types", "typing",
+})
+ANALYSIS_MAY_IMPORT = (*PURE_STDLIB, "numpy", "pandas", "pydantic", "services.analysis")
+
+# --- SQL lives in services.storage -------------------------------------------------------------------------------
+SQL_LIBRARIES = ("sqlalchemy", "alembic", "psycopg")
+SQL_HOME = "services.storage"
+SQL_HANDLES = frozenset({
+    "sqlalchemy.Engine", "sqlalchemy.Connection", "sqlalchemy.engine.Engine", "sqlalchemy.engine.Connection",
+})
+
+# --- one client of our API ---------------------------------------------------------------------------------------
+API_CLIENT = "services.api_client"
+API_CONSUMERS = ("dashboards", "services.cli", "services.simulate")
+HTTP_CLIENTS = ("httpx", "requests", "urllib3", "urllib.request", "http.client", "aiohttp", "socket")
+
+# --- the ingest client: standard library only --------------------------------------------------------------------
+CLIENT = "ingest_client"
+CLIENT_LAZY_IMPORTS = ("torch",)
+# Opt-in modules that exist to hook into one framework; nothing else in the client imports them.
+CLIENT_INTEGRATIONS = {
+    "ingest_client.integrations.dcp": ("torch",),
+    "ingest_client.integrations.huggingface": ("transformers",),
+    "ingest_client.integrations.lightning": ("lightning", "pytorch_lightning"),
+}
+CLIENT_MAY_NOT_IMPORT = ("services", "dashboards")
+
+# --- the arrows between layers -----------------------------------------------------------------------------------
+# Every package (or loose module) of services, and the dashboards: what of services and dashboards it may import
+# besides itself. Lower layers first; nothing imports a layer listed after it, except the collector, which mounts
+# the dashboard in single-process mode.
+MAY_IMPORT: dict[str, tuple[str, ...]] = {
+    "services.errors": (),
+    "services.settings": (),
+    "services.analysis": (),
+    "services.presentation": ("services.analysis",),
+    "services.storage": ("services.analysis", "services.errors", "services.settings"),
+    "services.derive": ("services.analysis", "services.storage", "services.errors", "services.settings"),
+    "services.reports": ("services.analysis", "services.presentation"),
+    "services.metrics": ("services.analysis", "services.derive", "services.storage", "services.settings"),
+    "services.collector": (
+        "services.analysis", "services.storage", "services.derive", "services.reports", "services.metrics",
+        "services.presentation", "services.errors", "services.settings", "dashboards.mount",
+    ),
+    API_CLIENT: ("services.analysis", "services.collector.schemas", "services.errors", "services.settings"),
+    "services.simulate": ("services.analysis", API_CLIENT, "services.settings"),
+    # The CLI's admin commands (migrate, tokens) work on the database of the host they run on, and `serve`
+    # prepares the metrics directory before it starts the collector.
+    "services.cli": (
+        "services.analysis", "services.storage", "services.metrics", "services.simulate", "services.reports",
+        "services.presentation", "services.errors", "services.settings", API_CLIENT, "ingest_client",
+    ),
+    "dashboards": ("services.analysis", "services.presentation", "services.errors", "services.settings", API_CLIENT),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Import:
+    """One imported name: `from a.b import c` is the target `a.b.c`, `import a.b` the target `a.b`."""
+
+    path: Path
+    line: int
+    importer: str  # the importing module, e.g. services.analysis.ledger
+    target: str
+    lazy: bool  # inside a function body: runs only when the function does
+    type_only: bool  # under `if TYPE_CHECKING:`: never runs
+
+    def __str__(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}: {self.importer} imports {self.target}"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return ast.unparse(test) in {"TYPE_CHECKING", "typing.TYPE_CHECKING"}
+
+
+def _base_of(node: ast.ImportFrom, importer: str, is_package: bool) -> str:
+    if node.level == 0:
+        return node.module or ""
+    package = importer.split(".") if is_package else importer.split(".")[:-1]
+    anchor = package[: len(package) - (node.level - 1)]
+    return ".".join([*anchor, node.module] if node.module else anchor)
+
+
+def imports_in(source: str, path: Path, importer: str) -> Iterator[Import]:
+    is_package = path.name == "__init__.py"
+
+    def walk(node: ast.AST, lazy: bool, type_only: bool) -> Iterator[Import]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    yield Import(path, child.lineno, importer, alias.name, lazy, type_only)
+            elif isinstance(child, ast.ImportFrom):
+                base = _base_of(child, importer, is_package)
+                for alias in child.names:
+                    yield Import(path, child.lineno, importer, f"{base}.{alias.name}", lazy, type_only)
+            elif isinstance(child, ast.If) and _is_type_checking(child.test):
+                for branch in child.body:
+                    yield from walk(ast.Module(body=[branch], type_ignores=[]), lazy, True)
+                for branch in child.orelse:
+                    yield from walk(ast.Module(body=[branch], type_ignores=[]), lazy, type_only)
+            else:
+                inside = lazy or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+                yield from walk(child, inside, type_only)
+
+    yield from walk(ast.parse(source, filename=str(path)), False, False)
+
+
+def application_imports() -> list[Import]:
+    found: list[Import] = []
+    for top in APPLICATION:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            found.extend(imports_in(path.read_text(encoding="utf-8"), path, module_name(path)))
+    return found
+
+
+IMPORTS = application_imports()
+
+
+def is_in(module: str, packages: Iterable[str]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def layer_of(module: str) -> str | None:
+    """The key of MAY_IMPORT that owns a module, or None for modules outside services and dashboards."""
+    for layer in MAY_IMPORT:
+        if is_in(module, [layer]):
+            return layer
+    return None
+
+
+def assert_none(violations: list[str], rule: str) -> None:
+    if violations:
+        pytest.fail(f"{len(violations)} import(s) break the rule: {rule}\n" + "\n".join(violations), pytrace=False)
+
+
+def test_analysis_imports_no_io_no_clock_and_no_other_layer() -> None:
+    rule = ("services.analysis is pure (no I/O, no clock, no other layer): it imports only "
+            + ", ".join(sorted(ANALYSIS_MAY_IMPORT)))
+    violations = [f"{imp}" for imp in IMPORTS
+                  if is_in(imp.importer, ["services.analysis"]) and not is_in(imp.target, ANALYSIS_MAY_IMPORT)]
+    assert_none(violations, rule)
+
+
+def test_only_storage_speaks_sql() -> None:
+    rule = (f"only {SQL_HOME} imports {', '.join(SQL_LIBRARIES)}; other modules may import only the handles "
+            + ", ".join(sorted(SQL_HANDLES)) + " and pass them to storage")
+    violations = [f"{imp}" for imp in IMPORTS
+                  if is_in(imp.target, SQL_LIBRARIES) and not is_in(imp.importer, [SQL_HOME])
+                  and imp.target not in SQL_HANDLES]
+    assert_none(violations, rule)
+
+
+def test_dashboards_cli_and_simulator_reach_the_server_only_through_the_api_client() -> None:
+    rule = (f"{', '.join(API_CONSUMERS)} reach the server only through {API_CLIENT}: "
+            f"they import no HTTP client ({', '.join(HTTP_CLIENTS)})")
+    violations = [f"{imp}" for imp in IMPORTS
+                  if is_in(imp.importer, API_CONSUMERS) and is_in(imp.target, HTTP_CLIENTS)]
+    assert_none(violations, rule)
+
+
+def _client_may_import(imp: Import) -> bool:
+    if is_in(imp.target, CLIENT_MAY_NOT_IMPORT):
+        return False
+    root = imp.target.split(".")[0]
+    if root in sys.stdlib_module_names or root == CLIENT:
+        return True
+    if is_in(imp.target, CLIENT_INTEGRATIONS.get(imp.importer, ())):
+        return True
+    return is_in(imp.target, CLIENT_LAZY_IMPORTS) and (imp.lazy or imp.type_only)
+
+
+def test_ingest_client_imports_only_the_standard_library() -> None:
+    rule = (f"{CLIENT} imports the standard library, {', '.join(CLIENT_LAZY_IMPORTS)} only inside a function or "
+            f"for type checking, nothing of {', '.join(CLIENT_MAY_NOT_IMPORT)}; only its framework integrations "
+            "import their framework (" + "; ".join(f"{m}: {', '.join(f)}" for m, f in CLIENT_INTEGRATIONS.items())
+            + ")")
+    violations = [f"{imp}" + (" (at module level)" if not imp.lazy and not imp.type_only else "")
+                  for imp in IMPORTS if is_in(imp.importer, [CLIENT]) and not _client_may_import(imp)]
+    assert_none(violations, rule)
+
+
+def test_services_and_dashboards_import_only_the_layers_listed_for_them() -> None:
+    violations: list[str] = []
+    for imp in IMPORTS:
+        layer = layer_of(imp.importer)
+        if layer is None or not is_in(imp.target, ["services", "dashboards"]) or is_in(imp.target, [layer]):
+            continue
+        if imp.target == "services" or is_in(imp.target, MAY_IMPORT[layer]):
+            continue
+        violations.append(f"{imp}: {layer} may import only {', '.join(MAY_IMPORT[layer]) or 'itself'}")
+    assert_none(violations, "each layer imports only the ones MAY_IMPORT lists for it")
+
+
+def test_every_package_of_services_has_a_layer_rule() -> None:
+    children = [p for p in (ROOT / "services").iterdir()
+                if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.name != "__init__.py")]
+    missing = [module_name(p if p.is_file() else p / "__init__.py") for p in children]
+    missing = [m for m in missing if layer_of(m) is None]
+    if missing:
+        pytest.fail(f"add these to MAY_IMPORT with what they may import: {', '.join(sorted(missing))}", pytrace=False)
+
+
+def test_every_layer_rule_names_modules_that_exist() -> None:
+    modules = {module_name(p) for top in APPLICATION for p in (ROOT / top).rglob("*.py")}
+    named = {*MAY_IMPORT, *(t for targets in MAY_IMPORT.values() for t in targets), *CLIENT_INTEGRATIONS}
+    stale = sorted(n for n in named if not any(is_in(m, [n]) for m in modules))
+    if stale:
+        pytest.fail(f"rules name modules that do not exist (moved, renamed or not written yet): {', '.join(stale)}",
+                    pytrace=False)
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ("import os", [("os", False, False)]),
+    ("from . import ledger", [("services.analysis.ledger", False, False)]),
+    ("from ..storage.db import make_engine", [("services.storage.db.make_engine", False, False)]),
+    ("def f():\n    import torch", [("torch", True, False)]),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from sqlalchemy import Engine",
+     [("typing.TYPE_CHECKING", False, False), ("sqlalchemy.Engine", False, True)]),
+    ("try:\n    import httpx\nexcept ImportError:\n    httpx = None", [("httpx", False, False)]),
+])
+def test_the_reader_resolves_relative_lazy_and_type_only_imports(
+        source: str, expected: list[tuple[str, bool, bool]]) -> None:
+    path = ROOT / "services" / "analysis" / "views.py"
+    found = [(i.target, i.lazy, i.type_only) for i in imports_in(source, path, module_name(path))]
+    assert found == expected
+
+
+def test_the_reader_sees_the_imports_the_rules_are_about() -> None:
+    targets = {imp.target.split(".")[0] for imp in IMPORTS}
+    assert {"numpy", "pandas", "sqlalchemy", "fastapi", "dash"} <= targets
+    assert any(is_in(imp.importer, ["services.analysis"]) for imp in IMPORTS)
