@@ -22,13 +22,19 @@ import os
 from pydantic import AliasGenerator, BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+
+class _Section(BaseSettings):
+    """Constructor arguments by field name, the environment by variable (each section names its prefix)."""
+
+    model_config = SettingsConfigDict(populate_by_name=True, env_ignore_empty=True, extra="ignore", frozen=True)
+
+
 def _read_from(prefix: str) -> SettingsConfigDict:
-    """A section's fields read from `prefix` + NAME; constructor arguments use the field names."""
-    return SettingsConfigDict(alias_generator=AliasGenerator(validation_alias=lambda name: prefix + name.upper()),
-                              populate_by_name=True, env_ignore_empty=True, extra="ignore", frozen=True)
+    """A section's fields read from `prefix` + NAME."""
+    return SettingsConfigDict(alias_generator=AliasGenerator(validation_alias=lambda name: prefix + name.upper()))
 
 
-class ServerSettings(BaseSettings):
+class ServerSettings(_Section):
     """What `goodput serve` runs: its database, address, dashboard and background work."""
 
     model_config = _read_from("GOODPUT_")
@@ -48,7 +54,7 @@ class ServerSettings(BaseSettings):
         "stored analysis; 0 turns it off (pages then build an analysis the first time they need it)"))
 
 
-class IngestSettings(BaseSettings):
+class IngestSettings(_Section):
     """What one request to `POST /v1/events` may send, and what the collector holds at once."""
 
     model_config = _read_from("GOODPUT_")
@@ -71,7 +77,7 @@ class IngestSettings(BaseSettings):
         "GOODPUT_WRITER_MAX_PENDING_EVENTS: rows waiting for the database before ingestion answers 503"))
 
 
-class PlausibilitySettings(BaseSettings):
+class PlausibilitySettings(_Section):
     """What one event may claim (docs/events.md, "Plausibility limits"). Costs follow what the run reported,
     never what it claimed; these keep the claims themselves (and the GPU-seconds they book) sane."""
 
@@ -96,7 +102,7 @@ class PlausibilitySettings(BaseSettings):
         "of a host whose clock is set at all"))
 
 
-class LiveSettings(BaseSettings):
+class LiveSettings(_Section):
     """Live hang detection (docs/ledger.md, "Live hang detection")."""
 
     model_config = _read_from("GOODPUT_")
@@ -110,7 +116,7 @@ class LiveSettings(BaseSettings):
         "suspect"))
 
 
-class MetricsSettings(BaseSettings):
+class MetricsSettings(_Section):
     """`GET /metrics`: how often the run series are read and which runs get their own."""
 
     model_config = _read_from("GOODPUT_METRICS_")
@@ -132,7 +138,7 @@ class MetricsSettings(BaseSettings):
         "stopped)"))
 
 
-class DashboardSettings(BaseSettings):
+class DashboardSettings(_Section):
     """The dashboard, embedded in the collector or standalone (`python -m dashboards`, dashboards.wsgi)."""
 
     model_config = _read_from("GOODPUT_DASHBOARD_")
@@ -152,7 +158,7 @@ class DashboardSettings(BaseSettings):
         "their token's project"))
 
 
-class ClientSettings(BaseSettings):
+class ClientSettings(_Section):
     """The CLI's commands that call a collector (`goodput runs`, `ledger`, `report`, `advise`, `simulate`).
     GOODPUT_URL and GOODPUT_TOKEN are the training client's variables too (ingest_client.config reads them
     itself: it runs where only the standard library is)."""
@@ -184,7 +190,7 @@ def worker_environment(settings: ServiceSettings) -> dict[str, str | None]:
     equals `settings`."""
     variables: dict[str, str | None] = {}
     for name in ServiceSettings.model_fields:
-        section: BaseSettings = getattr(settings, name)
+        section: _Section = getattr(settings, name)
         for field, info in type(section).model_fields.items():
             value = getattr(section, field)
             assert isinstance(info.validation_alias, str)  # set on every field by _read_from
