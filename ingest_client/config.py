@@ -57,6 +57,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from enum import Enum
 from pathlib import Path
+from typing import Any, SupportsFloat, SupportsIndex, SupportsInt
 
 from ingest_client.errors import ConfigError
 
@@ -175,14 +176,15 @@ class ClientConfig:
         return None if self.url is None else self.url.rstrip("/") + "/v1/events"
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> ClientConfig:
+    def from_env(cls, environ: Mapping[str, str] | None = None, /, **overrides: object) -> ClientConfig:
         """Resolve each field from ``overrides`` (not None), then ``GOODPUT_*``, then the default."""
         env = os.environ if environ is None else environ
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(overrides) - known)
         if unknown:
-            raise ConfigError(f"unknown init() argument(s): {', '.join(unknown)}; accepted: {', '.join(sorted(known))}.")
-        values: dict[str, object] = {}
+            raise ConfigError(
+                f"unknown init() argument(s): {', '.join(unknown)}; accepted: {', '.join(sorted(known))}.")
+        values: dict[str, Any] = {}  # Any: each value is converted to its field's type by _convert
         for f in fields(cls):
             raw: object = overrides.get(f.name)
             if raw is None and f.name in ENV_VARS:
@@ -194,7 +196,7 @@ class ClientConfig:
         values.setdefault("spool_dir", DEFAULT_SPOOL_DIR.expanduser())
         if "mode" not in values:
             values["mode"] = Mode.ONLINE if values.get("url") else Mode.OFFLINE
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**values)
 
 
 def _convert(name: str, raw: object, default: object) -> object:
@@ -210,9 +212,13 @@ def _convert(name: str, raw: object, default: object) -> object:
         if isinstance(default, int):
             if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
                 raise ValueError(raw)
-            return int(raw)  # type: ignore[call-overload]
+            if not isinstance(raw, str | bytes | SupportsInt | SupportsIndex):
+                raise TypeError(raw)
+            return int(raw)
         if isinstance(default, float):
-            return float(raw)  # type: ignore[arg-type]
+            if not isinstance(raw, str | bytes | SupportsFloat | SupportsIndex):
+                raise TypeError(raw)
+            return float(raw)
         return str(raw)
     except (TypeError, ValueError) as exc:
         accepted = {
@@ -221,5 +227,5 @@ def _convert(name: str, raw: object, default: object) -> object:
         raise ConfigError(f"{name} must be {accepted}, got {raw!r} {_where(name)}") from exc
 
 
-def _is_printable_id(value: str, max_len: int) -> bool:
+def _is_printable_id(value: object, max_len: int) -> bool:
     return isinstance(value, str) and 1 <= len(value) <= max_len and value.isprintable()

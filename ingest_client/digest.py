@@ -162,7 +162,8 @@ def _update_array(h: _Hash, a: Any, np: Any) -> None:  # Any: a numpy array
 def _dtype_name(dtype: Any) -> str:  # Any: numpy dtype
     if dtype.fields is not None:
         return "struct" + repr([(name, _dtype_name(dtype.fields[name][0])) for name in dtype.names])
-    return dtype.newbyteorder("<").str if dtype.byteorder != "|" else dtype.str
+    name: str = dtype.newbyteorder("<").str if dtype.byteorder != "|" else dtype.str
+    return name
 
 
 def _update_tensor(h: _Hash, t: Any, torch: Any) -> None:  # Any: torch imported lazily

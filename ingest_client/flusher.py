@@ -34,8 +34,8 @@ from typing import Any
 from ingest_client.buffer import RowBuffer
 from ingest_client.errors import report_internal_error
 from ingest_client.events import Record, RecordBuilder, rows_in_record
-from ingest_client.ratelimit import RateLimitedLogger
 from ingest_client.quarantine import AUTH_STATUSES, QuarantinedBatch, Refusal, advice
+from ingest_client.ratelimit import RateLimitedLogger
 from ingest_client.spool import OrphanSpool, Segment, SpoolWriter, claim_orphans, encode_record
 from ingest_client.transport.base import SendResult, SendStatus, Transport
 

@@ -33,6 +33,7 @@ others), else the torchrun agent that started the worker, else the process itsel
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import socket
@@ -48,10 +49,6 @@ LAUNCH_BASE_ENV = "GOODPUT_LAUNCH_BASE"  # the launch's first attempt, passed on
 COUNTER_DIR = "generations"
 LAUNCHES_LOCK = "launches.lock"
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not on Windows; the count is then unlocked (one writer per key anyway)
-    fcntl = None  # type: ignore[assignment]
 
 
 def is_torchrun_worker(env: Mapping[str, str]) -> bool:
@@ -104,9 +101,8 @@ def claim_generation(run_dir: Path, env: MutableMapping[str, str]) -> int:
     path = directory / f"{agent_key(env)}-local{re.sub(r'[^0-9]', '_', local_rank)}.starts"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     try:
-        if fcntl is not None:
-            with contextlib.suppress(OSError):  # no flock on some network file systems: one writer per key anyway
-                fcntl.flock(fd, fcntl.LOCK_EX)
+        with contextlib.suppress(OSError):  # no flock on some network file systems: one writer per key anyway
+            fcntl.flock(fd, fcntl.LOCK_EX)
         with os.fdopen(os.dup(fd), "rb") as f:
             generation = sum(1 for line in f.read().splitlines() if line.strip())
         # One line per worker-process start: pid and time, for whoever audits the count.
@@ -150,9 +146,8 @@ def claim_launch_attempt(run_dir: Path, env: MutableMapping[str, str], *, torchr
     directory.mkdir(parents=True, exist_ok=True)
     lock_fd = os.open(directory / LAUNCHES_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        if fcntl is not None:
-            with contextlib.suppress(OSError):  # no flock on some network file systems: best effort
-                fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        with contextlib.suppress(OSError):  # no flock on some network file systems: best effort
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
         host = _host()
         launches = {path.name[: -len(".launch")]: _read_launch(path) for path in directory.glob("*.launch")}
         mine = {name: launch for name, launch in launches.items() if launch is not None and launch.host == host}

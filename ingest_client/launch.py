@@ -3,8 +3,8 @@
 Picks the run id and exports it (``GOODPUT_RUN_ID``, plus ``GOODPUT_URL``/``GOODPUT_TOKEN`` and
 ``GOODPUT_ATTEMPT_BASE``) to the command, which runs as a child process with SIGTERM/SIGINT
 forwarded to it. It also exports ``GOODPUT_LAUNCHED=1``, so that workers can leave ``run_end`` to
-the launcher, which alone sees torchrun's exit code. Node rank 0 (or a node whose rank is unknown) sends ``run_submitted`` (when
-the submission time is known), ``allocation_start``, then ``allocation_end`` and ``run_end``.
+the launcher, which alone sees torchrun's exit code. Node rank 0 (or a node whose rank is unknown) sends
+``run_submitted`` (when the submission time is known), ``allocation_start``, then ``allocation_end`` and ``run_end``.
 
 Every attempt is seen: the launcher prepends ``ingest_client/_bootstrap`` to the command's ``PYTHONPATH`` (the
 user's entries stay after it), whose ``sitecustomize`` starts each torchrun worker's tracker as its interpreter
@@ -190,7 +190,8 @@ def launch_main(argv: list[str]) -> int:
     env = dict(os.environ)
     run_id = resolve_run_id(args.run_id, env)
     child_env = worker_environment(env, run_id=run_id, bootstrap=not args.no_bootstrap)
-    for name, value in (("GOODPUT_URL", args.url), ("GOODPUT_TOKEN", args.token), ("GOODPUT_SPOOL_DIR", args.spool_dir)):
+    exported = (("GOODPUT_URL", args.url), ("GOODPUT_TOKEN", args.token), ("GOODPUT_SPOOL_DIR", args.spool_dir))
+    for name, value in exported:
         if value:
             child_env[name] = value
     if "GOODPUT_ATTEMPT_BASE" not in env and (base := attempt_base_for(command, env)) is not None:
@@ -204,7 +205,8 @@ def launch_main(argv: list[str]) -> int:
         # from Slurm's state (run_end).
         preempted_marker = Path(tempfile.gettempdir()) / f"goodput-preempted-{child_env[LAUNCH_ID_ENV]}"
         child_env[PREEMPTED_MARKER_ENV] = str(preempted_marker)
-    job_id = args.job_id or env.get("SLURM_JOB_ID") or (env.get("JOB_NAME") if env.get("KUBERNETES_SERVICE_HOST") else None)
+    job_id = (args.job_id or env.get("SLURM_JOB_ID")
+              or (env.get("JOB_NAME") if env.get("KUBERNETES_SERVICE_HOST") else None))
 
     slurm_job = read_job(env["SLURM_JOB_ID"]) if env.get("SLURM_JOB_ID") else None
     sender: RunEventSender | None = None

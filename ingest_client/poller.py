@@ -71,15 +71,17 @@ class SignalPoller:
             self._warn.warning("signals", "goodput: polling %s for checkpoint requests failed: %s", self.url, exc)
             return
         found = payload.get("checkpoint_request") if isinstance(payload, dict) else None
-        rid = found.get("id") if isinstance(found, dict) else None
+        if not isinstance(found, dict):
+            return
+        rid, reason = found.get("id"), found.get("reason")
         if isinstance(rid, int) and rid not in self._honoured:
-            self.pending_reason = found.get("reason") if isinstance(found.get("reason"), str) else None
+            self.pending_reason = reason if isinstance(reason, str) else None
             self.pending = rid
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             try:
                 self.poll_once()
-            except Exception as exc:  # noqa: BLE001 - never let a bug here reach training
+            except Exception as exc:  # never let a bug here reach training
                 report_internal_error(exc)
                 self._warn.warning("signals-internal", "goodput: internal error in the signal poller: %r", exc)

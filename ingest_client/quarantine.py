@@ -93,10 +93,7 @@ class QuarantinedBatch:
 
     def delete(self) -> None:
         for p in (self.path, self.reason_path):
-            try:
-                p.unlink()
-            except FileNotFoundError:
-                pass
+            p.unlink(missing_ok=True)
 
 
 def quarantine_batch(run_dir: Path, stem: str, offset: int, payloads: list[bytes],

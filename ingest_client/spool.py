@@ -21,6 +21,7 @@ their unsent records are counted as ``spool_dropped_events``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -123,10 +124,7 @@ class Segment:
 
     def delete(self) -> None:
         for p in (self.path, self.ack_path):
-            try:
-                p.unlink()
-            except FileNotFoundError:
-                pass
+            p.unlink(missing_ok=True)
 
 
 def try_lock(lock_path: Path, *, create: bool) -> int | None:
@@ -276,7 +274,7 @@ class SpoolWriter:
             for s in self.segments:
                 s.delete()
             self.segments.clear()
-            _unlink(self.lock_path)
+            self.lock_path.unlink(missing_ok=True)
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the flock: replayable by the next process
             self._lock_fd = None
@@ -285,10 +283,8 @@ class SpoolWriter:
         """In a forked child: close inherited fds without unlocking or writing anything."""
         for fd in (self._fd, self._lock_fd):
             if fd is not None:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
         self._fd = None
         self._lock_fd = None
 
@@ -318,17 +314,10 @@ class OrphanSpool:
         if all(s.is_done for s in self.segments):
             for s in self.segments:
                 s.delete()
-            _unlink(self.lock_path)
+            self.lock_path.unlink(missing_ok=True)
         if self.lock_fd is not None:
             os.close(self.lock_fd)
             self.lock_fd = None
-
-
-def _unlink(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
 
 
 def process_ids_in(directory: Path) -> dict[str, list[Path]]:

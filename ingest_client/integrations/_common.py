@@ -45,8 +45,10 @@ def start_tracker(tracker: Tracker | None, init_kwargs: dict[str, Any], *, rank:
     return ingest_client.init(**init_kwargs)
 
 
-def check_digest_every(value: int | None) -> int | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+def check_digest_every(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"digest_every_n_steps must be a positive integer or None, got {value!r}")
     return value
 

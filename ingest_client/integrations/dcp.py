@@ -40,10 +40,11 @@ class AsyncCheckpointer:
         with self._tracker.checkpoint(step):
             self.wait()
             response = dcp.async_save(state_dict, checkpoint_id=checkpoint_id, **kwargs)
-            staging = getattr(response, "staging_completion", None)
-            if staging is not None:  # a non-blocking stager: the state may change only once it is copied
-                staging.result()
-            upload = getattr(response, "upload_completion", response)
+            if isinstance(response, Future):
+                upload = response
+            else:  # a non-blocking stager: the state may change only once it is copied
+                response.staging_completion.result()
+                upload = response.upload_completion
         self._upload, self._upload_id = upload, str(checkpoint_id)
         return upload
 

@@ -36,7 +36,7 @@ from ingest_client.integrations._common import (
 from ingest_client.tracker import CheckpointSpan, Tracker
 
 
-class GoodputCallback(TrainerCallback):  # type: ignore[misc]  # TrainerCallback is an optional import
+class GoodputCallback(TrainerCallback):
     def __init__(self, tracker: Tracker | None = None, *, digest_every_n_steps: int | None = None,
                  finish_at_train_end: bool = True, **init_kwargs: Any) -> None:
         self._tracker = tracker

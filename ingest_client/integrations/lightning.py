@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     from lightning.pytorch.callbacks import Callback
 except ImportError:  # the older package name
-    from pytorch_lightning.callbacks import Callback  # type: ignore[no-redef]
+    if not TYPE_CHECKING:  # the same class under its former package, typed apart
+        from pytorch_lightning.callbacks import Callback
 
 from ingest_client.integrations._common import (
     check_digest_every,
@@ -42,7 +43,7 @@ from ingest_client.integrations._common import (
 from ingest_client.tracker import Tracker
 
 
-class GoodputCallback(Callback):  # type: ignore[misc]  # Callback comes from an untyped optional package
+class GoodputCallback(Callback):
     def __init__(self, tracker: Tracker | None = None, *, digest_every_n_steps: int | None = None,
                  finish_at_train_end: bool = True, **init_kwargs: Any) -> None:
         super().__init__()
@@ -80,7 +81,7 @@ class GoodputCallback(Callback):  # type: ignore[misc]  # Callback comes from an
             with tracker.checkpoint(int(trainer.global_step)):
                 return save(*args, **kwargs)
 
-        save_checkpoint._goodput_wrapped = True  # type: ignore[attr-defined]
+        save_checkpoint._goodput_wrapped = True  # type: ignore[attr-defined]  # a marker, read back with getattr
         trainer.save_checkpoint = save_checkpoint
 
     def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
@@ -134,8 +135,7 @@ def _loss_of(outputs: Any) -> Any:
 
 
 def _lr_of(trainer: Any) -> float | None:
-    optimizers = getattr(trainer, "optimizers", None) or ()
     try:
-        return float(optimizers[0].param_groups[0]["lr"])
+        return float(trainer.optimizers[0].param_groups[0]["lr"])
     except (IndexError, KeyError, TypeError, AttributeError, ValueError):
         return None

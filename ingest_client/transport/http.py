@@ -5,7 +5,6 @@ from __future__ import annotations
 import email.utils
 import gzip
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -45,7 +44,7 @@ class HttpTransport:
                 text = response.read(64 * 1024)
         except urllib.error.HTTPError as exc:
             return _result_from_error(exc)
-        except (urllib.error.URLError, OSError, socket.timeout, ValueError) as exc:
+        except (OSError, ValueError) as exc:  # URLError and timeouts are OSErrors
             reason = getattr(exc, "reason", exc)
             return SendResult(status=SendStatus.RETRY, message=f"{type(exc).__name__}: {reason}")
         if not 200 <= status < 300:
