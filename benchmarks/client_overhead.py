@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ingest_client.config import ClientConfig, Mode  # noqa: E402
-from ingest_client.context import RunContext  # noqa: E402
-from ingest_client.tracker import Tracker  # noqa: E402
-from tests.ingest_client.fake_collector import FakeCollector, closed_port_url  # noqa: E402
+from ingest_client.config import ClientConfig, Mode
+from ingest_client.context import RunContext
+from ingest_client.tracker import Tracker
+from tests.ingest_client.fake_collector import FakeCollector, closed_port_url
 
 GOAL_MEDIAN_US = 5.0
 GOAL_P99_US = 50.0
@@ -92,7 +92,7 @@ def durable_rows(url: str, calls: int) -> list[tuple[str, float, float]]:
     per kind (end_attempt happens once per tracker)."""
     rows = []
 
-    def measure(name: str, call: Callable[[Tracker, int], None], per_tracker: int) -> None:
+    def measure(name: str, call: Callable[[Tracker, int], object], per_tracker: int) -> None:
         clock = time.perf_counter_ns
         samples: list[int] = []
         with tempfile.TemporaryDirectory() as spool:

@@ -16,7 +16,7 @@ import time
 
 import httpx
 import numpy as np
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 
 from benchmarks._common import collector, machine, postgres_database
 from services.storage.db import make_engine
@@ -76,9 +76,9 @@ def send_all(url: str, bodies: list[bytes], concurrency: int) -> tuple[float, in
     return elapsed, accepted[0]
 
 
-def copy_baseline(engine, rows: int, chunk: int = 100_000) -> float:  # type: ignore[no-untyped-def]
+def copy_baseline(engine: Engine, rows: int, chunk: int = 100_000) -> float:
     n = rows
-    cols = {
+    cols: dict[str, np.ndarray] = {
         "run_pk": np.ones(n, dtype=np.int32), "attempt": np.zeros(n, dtype=np.int32),
         "rank": (np.arange(n) % 10).astype(np.int32), "step": np.arange(n, dtype=np.int64),
         "start_time": T0 + np.arange(n) * 0.5, "end_time": T0 + np.arange(n) * 0.5 + 0.4,

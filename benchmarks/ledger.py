@@ -14,21 +14,27 @@ import argparse
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from benchmarks._common import machine, postgres_database
 from services.analysis.ledger import build_ledger
-from services.analysis.run_data import run_data_from_events
+from services.analysis.run_data import RunData, run_data_from_events
 from services.collector.batch import parse_batch
 from services.simulate import SimConfig, simulate
 from services.storage.db import make_engine
-from services.storage.load import get_run, load_run_data
+from services.storage.load import load_run_data
 from services.storage.migrate import upgrade
+from services.storage.runs import get_run
 from services.storage.writer import BatchWriter
 
+T = TypeVar("T")
 
-def best(fn, repeats: int) -> tuple[float, object]:  # type: ignore[no-untyped-def]
-    times, value = [], None
+
+def best(fn: Callable[[], T], repeats: int) -> tuple[float, T]:
+    """The fastest of ``repeats`` calls, and the last call's value."""
+    times: list[float] = []
     for _ in range(repeats):
         t = time.perf_counter()
         value = fn()
@@ -36,7 +42,7 @@ def best(fn, repeats: int) -> tuple[float, object]:  # type: ignore[no-untyped-d
     return min(times), value
 
 
-def store(url: str, events: list[dict]) -> None:  # type: ignore[type-arg]
+def store(url: str, events: list[dict[str, Any]]) -> None:
     engine = make_engine(url)
     upgrade(engine)
     writer = BatchWriter(engine)
@@ -54,12 +60,12 @@ def store(url: str, events: list[dict]) -> None:  # type: ignore[type-arg]
 def from_database(url: str, run_id: str, repeats: int) -> tuple[float, float]:
     engine = make_engine(url)
 
-    def load():  # type: ignore[no-untyped-def]
+    def load() -> RunData:
         with engine.connect() as conn:
             return load_run_data(conn, get_run(conn, run_id))
 
     t_load, data = best(load, repeats)
-    t_ledger, _ = best(lambda: build_ledger(data), repeats)  # type: ignore[arg-type]
+    t_ledger, _ = best(lambda: build_ledger(data), repeats)
     engine.dispose()
     return t_load, t_ledger
 
@@ -97,7 +103,7 @@ def main() -> None:
     print(f"{'':<28}{'seconds':>10}{'us/step event':>16}{'x memory':>10}")
     for name, seconds in rows:
         print(f"{name:<28}{seconds:>10.3f}{seconds / n * 1e6:>16.3f}{seconds / t_mem:>10.2f}")
-    print(f"goal: under 1 s from the database; goodput of the run {ledger.goodput:.4f}")  # type: ignore[union-attr]
+    print(f"goal: under 1 s from the database; goodput of the run {ledger.goodput:.4f}")
 
 
 if __name__ == "__main__":

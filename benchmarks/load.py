@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,7 +64,7 @@ def _record(rank: Rank, first: int, last: int, t0: float, rng: random.Random) ->
             "end": [t0 + s - 0.02 for s in steps], "comm": [round(rng.uniform(0.05, 0.2), 4) for _ in steps]}
 
 
-async def _post(client: httpx.AsyncClient, url: str, body: dict[str, object], stats: Stats,
+async def _post(client: httpx.AsyncClient, url: str, body: Mapping[str, object], stats: Stats,
                 deadline: float) -> int | None:
     """Post until acknowledged or the deadline; the accepted row count, None if given up."""
     delay = 0.5

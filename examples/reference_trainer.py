@@ -28,6 +28,7 @@ numbers the attempt); ``tracker.step`` with loss and lr, ``tracker.checkpoint`` 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -169,7 +170,7 @@ def state_files(state: State) -> list[tuple[str, Callable[[Path], None]]]:
     files: list[tuple[str, Callable[[Path], None]]] = []
     for group, arrays in (("params", state.params), ("mom", state.mom)):
         for name in PARAM_NAMES:
-            files.append((f"{group}.{name}.npy", lambda path, a=arrays[name]: _save_array(path, a)))
+            files.append((f"{group}.{name}.npy", functools.partial(_save_array, array=arrays[name])))
     meta = {"step": state.step, "epoch": state.epoch, "pos": state.pos,
             "drop_rng": state.drop_rng.bit_generator.state}
     files.append((META, lambda path: _write_synced(path, json.dumps(meta).encode())))

@@ -104,6 +104,7 @@ class EventLog:
 
     def __init__(self, log_dir: Path, rank: int, attempt: int) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
+        # Open for the process' life: the exit closes it (line-buffered, so a killed worker's lines are written).
         self._file = open(log_dir / f"rank{rank}.jsonl", "a", buffering=1, encoding="utf-8")  # noqa: SIM115
         self._common = {"rank": rank, "attempt": attempt}
 

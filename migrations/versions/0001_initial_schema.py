@@ -1,7 +1,7 @@
 """initial schema: runs, events, steps, collectives
 
 Revision ID: 0001
-Revises: 
+Revises:
 Create Date: 2026-11-29 19:02:31.787350
 """
 
