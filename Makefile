@@ -42,9 +42,9 @@ test-fast: install
 
 bench: install
 	@bash scripts/ensure-postgres.sh
-	$(PY) benchmarks/ingest.py
-	$(PY) benchmarks/ledger.py
-	$(PY) benchmarks/client_overhead.py
+	$(PY) -m benchmarks.ingest
+	$(PY) -m benchmarks.ledger
+	$(PY) -m benchmarks.client_overhead
 
 clean:
 	rm -rf $(VENV) .demo *.egg-info
