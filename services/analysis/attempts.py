@@ -58,6 +58,17 @@ class RunStructure:
     job_steps: pd.DataFrame  # attempt, step, start, end, ranks (one row per attempt and step)
     checkpoints: pd.DataFrame  # attempt, step, start, end, ok, torn
 
+    def saved_step(self, attempt: Attempt) -> float:
+        """The last state `attempt` saved: the later of its resume step (0 without one) and the last checkpoint it
+        completed; what a restart after it could resume from."""
+        saved = float(attempt.resume_step or 0)
+        ck = self.checkpoints
+        if not ck.empty:
+            ok = ck[(ck["attempt"] == attempt.attempt) & ck["ok"].astype(bool)]
+            if not ok.empty:
+                saved = max(saved, float(ok["step"].max()))
+        return saved
+
 
 def latest_time(data: RunData) -> float | None:
     return _extreme(data, max, ("time", "end", "end"))

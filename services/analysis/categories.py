@@ -15,6 +15,7 @@ class WasteCategory(str, Enum):
 
 
 WASTE_KEYS: tuple[str, ...] = tuple(c.value for c in WasteCategory)
+PRODUCTIVE = "productive"  # the rest of the partition of allocated time: kept steps, net of stragglers
 
 
 class RunStatus(str, Enum):

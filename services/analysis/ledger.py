@@ -2,8 +2,9 @@
 
 Rules (docs/ledger.md explains them with the reference scenario):
 - allocated: sum over allocations of (end - start) x gpus; with no allocation events, attempt spans x world size.
-- wall time inside the allocations is painted by claims, strongest first:
-  kept step > reworked step > checkpoint write > hang > startup; what no claim covers is idle.
+- wall time inside the allocations is painted by claims (services.analysis.claims), strongest first:
+  kept step > reworked step > checkpoint write > hang > startup; between two claims of one kind, the later
+  attempt's; what no claim covers is idle.
 - hang: a failed attempt's last step end to its end, and its teardown (its end to its allocation's end) when
   no attempt follows in that allocation; a following attempt's startup claims the time after a failure.
 - a claim of an attempt counts on min(world size, allocated GPUs) GPUs; the other allocated GPUs are idle.
@@ -13,13 +14,12 @@ Rules (docs/ledger.md explains them with the reference scenario):
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
 from services.analysis.attempts import Attempt, RunStructure, build_run_structure
-from services.analysis.categories import WASTE_KEYS, RunStatus, WasteCategory
+from services.analysis.categories import PRODUCTIVE, WASTE_KEYS, RunStatus, WasteCategory
+from services.analysis.claims import CLAIM_CATEGORY, Claim, RunPainting, paint_run
 from services.analysis.ledger_types import (
     Allocation,
     AttemptLedger,
@@ -29,53 +29,31 @@ from services.analysis.ledger_types import (
     StepSummary,
     WasteBreakdown,
 )
-from services.analysis.painting import paint
 from services.analysis.run_data import RunData
 from services.analysis.stragglers import rank_compute, step_straggle
 
-_STARTUP, _HANG, _CHECKPOINT, _REWORK, _KEPT = range(5)
-_CLAIM_CATEGORY = {
-    _STARTUP: WasteCategory.STARTUP.value,
-    _HANG: WasteCategory.HANG.value,
-    _CHECKPOINT: WasteCategory.CHECKPOINT.value,
-    _REWORK: WasteCategory.REWORK.value,
-    _KEPT: "productive",
-}
 
-
-def build_ledger(data: RunData, run: RunStructure | None = None) -> Ledger:
+def build_ledger(data: RunData, painting: RunPainting | None = None) -> Ledger:
     """Attribute every allocated GPU-second of the run to productive time or exactly one waste category.
 
-    `run`: the data's structure when the caller already built it (the views read the same one)."""
-    run = build_run_structure(data) if run is None else run
+    `painting`: the data's painted structure when the caller already built it (the views read the same one)."""
+    painting = paint_run(build_run_structure(data)) if painting is None else painting
+    run, job_steps = painting.run, painting.job_steps
     attempts = run.attempts
-    position = {a.attempt: i for i, a in enumerate(attempts)}
-    n_pos = max(len(attempts), 1)
 
-    job_steps = run.job_steps.copy()
-    job_steps["pos"] = job_steps["attempt"].map(position).astype(np.int64) if not job_steps.empty else []
-    job_steps["kept"] = kept_mask(run, job_steps)
-
-    claims = build_claims(run, job_steps, position)
-    alloc_start = np.array([a.start for a in run.allocations], dtype=np.float64)
-    alloc_end = np.array([a.end for a in run.allocations], dtype=np.float64)
-    alloc_gpus = np.array([a.gpus for a in run.allocations], dtype=np.int64)
-    painted = paint(alloc_start, alloc_end, alloc_gpus, claims[0], claims[1], claims[2])
-
-    lengths = painted.lengths
-    gpus = painted.base.astype(np.float64)
-    claimed = painted.key >= 0
-    prio = np.where(claimed, painted.key // n_pos, -1)
-    pos = np.where(claimed, painted.key % n_pos, 0)
+    lengths = painting.lengths
+    gpus = painting.gpus.astype(np.float64)
+    claimed = painting.claim >= 0
+    pos = painting.position
     world = np.array([a.world_size for a in attempts], dtype=np.float64) if attempts else np.zeros(1)
     on_gpus = np.where(claimed, np.minimum(world[pos], gpus), 0.0)
     claimed_gpu_s = lengths * on_gpus
     idle_gpu_s = lengths * (gpus - on_gpus)
 
-    totals = {key: 0.0 for key in (*WASTE_KEYS, "productive")}
+    totals = {key: 0.0 for key in (*WASTE_KEYS, PRODUCTIVE)}
     per_attempt: list[dict[str, float]] = [{} for _ in attempts]
-    for p, category in _CLAIM_CATEGORY.items():
-        sel = prio == p
+    for claim, category in CLAIM_CATEGORY.items():
+        sel = painting.claim == claim
         totals[category] = float(claimed_gpu_s[sel].sum())
         for i in range(len(attempts)):
             value = float(claimed_gpu_s[sel & (pos == i)].sum())
@@ -84,12 +62,12 @@ def build_ledger(data: RunData, run: RunStructure | None = None) -> Ledger:
     totals[WasteCategory.IDLE.value] = float(idle_gpu_s.sum())
     allocated = float((lengths * gpus).sum())
 
-    straggler_total, by_rank = _straggler(data, job_steps, run, totals["productive"])
-    productive = totals["productive"] - straggler_total
+    straggler_total, by_rank = _straggler(data, job_steps, run, totals[PRODUCTIVE])
+    productive = totals[PRODUCTIVE] - straggler_total
     waste = {key: totals[key] for key in WASTE_KEYS}
     waste[WasteCategory.STRAGGLER.value] = straggler_total
 
-    at_risk = _at_risk(run, job_steps, painted, prio, pos, claimed_gpu_s)
+    at_risk = _at_risk(painting, claimed_gpu_s)
     failures = sum(1 for a in attempts if a.failed)
     wall = float(sum(a.end - a.start for a in run.allocations))
     return Ledger(
@@ -113,92 +91,8 @@ def build_ledger(data: RunData, run: RunStructure | None = None) -> Ledger:
         latest_time=run.latest_time,
         allocations=[Allocation(start=a.start, end=a.end, gpus=a.gpus, open=a.open, reported=run.allocations_reported)
                      for a in run.allocations],
-        running_tail=_running_tail(run, painted),
+        running_tail=_running_tail(painting),
     )
-
-
-def _resume_points(run: RunStructure) -> list[float]:
-    """The step each attempt's successor state starts from; +inf where nothing constrains it."""
-    points = [float(a.resume_step) if a.resume_step is not None else np.inf for a in run.attempts]
-    if run.status is RunStatus.FAILED and run.attempts:
-        last = run.attempts[-1]
-        saved = [float(last.resume_step or 0)]
-        ok = run.checkpoints[(run.checkpoints["attempt"] == last.attempt) & (run.checkpoints["ok"] == True)]  # noqa: E712
-        if not ok.empty:
-            saved.append(float(ok["step"].max()))
-        points.append(max(saved))  # the state a later attempt could have resumed from
-    return points
-
-
-def kept_mask(run: RunStructure, job_steps: pd.DataFrame) -> np.ndarray:
-    """A step of attempt k is kept unless some later attempt (or, for a failed run, the last saved state)
-    resumed from below it: that rollback threw the step's result away."""
-    if job_steps.empty:
-        return np.zeros(0, dtype=bool)
-    points = _resume_points(run)
-    bound_after = np.full(len(run.attempts), np.inf)
-    running = np.inf
-    for i in range(len(points) - 1, -1, -1):
-        if i < len(run.attempts):
-            bound_after[i] = running
-        running = min(running, points[i])
-    bounds = bound_after[job_steps["pos"].to_numpy()]
-    return job_steps["step"].to_numpy(dtype=np.float64) <= bounds
-
-
-def build_claims(run: RunStructure, job_steps: pd.DataFrame, position: dict[int, int]) -> tuple[np.ndarray, ...]:
-    n_pos = max(len(run.attempts), 1)
-    starts: list[np.ndarray] = []
-    ends: list[np.ndarray] = []
-    keys: list[np.ndarray] = []
-
-    def add(s: Any, e: Any, prio: int, pos: Any) -> None:
-        s_arr = np.atleast_1d(np.asarray(s, dtype=np.float64))
-        starts.append(s_arr)
-        ends.append(np.atleast_1d(np.asarray(e, dtype=np.float64)))
-        keys.append(prio * n_pos + np.broadcast_to(np.asarray(pos, dtype=np.int64), s_arr.shape))
-
-    if not job_steps.empty:
-        kept = job_steps["kept"].to_numpy()
-        for prio, sel in ((_KEPT, kept), (_REWORK, ~kept)):
-            part = job_steps[sel]
-            add(part["start"].to_numpy(), part["end"].to_numpy(), prio, part["pos"].to_numpy())
-    ck = run.checkpoints
-    if not ck.empty:
-        add(ck["start"].to_numpy(), ck["end"].to_numpy(), _CHECKPOINT,
-            ck["attempt"].map(position).to_numpy(dtype=np.int64))
-    alloc_starts = sorted(a.start for a in run.allocations)
-    for i, a in enumerate(run.attempts):
-        if a.failed and a.last_step_end is not None and a.end > a.last_step_end:
-            add(a.last_step_end, a.end, _HANG, i)
-        if a.failed and (teardown_end := _teardown_end(run, i)) is not None:
-            add(a.end, teardown_end, _HANG, i)  # detected, torn down, no attempt follows: still failure cost
-        # Startup: from the allocation start, or the previous attempt's end, to this attempt's first step.
-        begin_candidates = [t for t in alloc_starts if t <= a.start]
-        begin = begin_candidates[-1] if begin_candidates else a.start
-        if i > 0:
-            begin = max(begin, run.attempts[i - 1].end)
-        finish = a.first_step_start if a.first_step_start is not None else a.end
-        if finish > begin:
-            add(begin, finish, _STARTUP, i)
-    if not starts:
-        empty = np.zeros(0)
-        return empty, empty, np.zeros(0, dtype=np.int64)
-    return np.concatenate(starts), np.concatenate(ends), np.concatenate(keys)
-
-
-def _teardown_end(run: RunStructure, i: int) -> float | None:
-    """Where the teardown of failed attempt `i` ends when no attempt follows it in its allocation: that
-    allocation's end (None when the next attempt starts inside it: its startup claims the time)."""
-    end = run.attempts[i].end
-    holding = [alloc for alloc in run.allocations if alloc.start <= end < alloc.end]
-    if not holding:
-        return None
-    alloc_end = max(alloc.end for alloc in holding)
-    following = run.attempts[i + 1].start if i + 1 < len(run.attempts) else None
-    if following is not None and following < alloc_end:
-        return None
-    return alloc_end
 
 
 def _straggler(
@@ -231,36 +125,31 @@ def _gpus_at(run: RunStructure, attempt: Attempt) -> int:
     return attempt.world_size
 
 
-def _at_risk(run: RunStructure, job_steps: pd.DataFrame, painted: Any, prio: np.ndarray, pos: np.ndarray,
-             claimed_gpu_s: np.ndarray) -> float:
+def _at_risk(painting: RunPainting, claimed_gpu_s: np.ndarray) -> float:
     """A running run's kept work since its last saved state: lost if it failed now."""
+    run, job_steps = painting.run, painting.job_steps
     if run.status is not RunStatus.RUNNING or not run.attempts or job_steps.empty:
         return 0.0
     last_pos = len(run.attempts) - 1
-    last = run.attempts[last_pos]
-    saved = float(last.resume_step or 0)
-    ck = run.checkpoints
-    if not ck.empty:
-        ok = ck[(ck["attempt"] == last.attempt) & (ck["ok"] == True)]  # noqa: E712
-        if not ok.empty:
-            saved = max(saved, float(ok["step"].max()))
+    saved = run.saved_step(run.attempts[last_pos])
     unsaved = job_steps[(job_steps["pos"] == last_pos) & job_steps["kept"] & (job_steps["step"] > saved)]
     if unsaved.empty:
         return 0.0
     t0 = float(unsaved["start"].min())
-    sel = (prio == _KEPT) & (pos == last_pos) & (painted.bounds[:-1] >= t0)
+    sel = (painting.claim == Claim.KEPT) & (painting.position == last_pos) & (painting.bounds[:-1] >= t0)
     return float(claimed_gpu_s[sel].sum())
 
 
-def _running_tail(run: RunStructure, painted: Any) -> RunningTail | None:
+def _running_tail(painting: RunPainting) -> RunningTail | None:
     """Of a running run: the stretch at the end of its last allocation that no claim covers."""
+    run = painting.run
     if run.status is not RunStatus.RUNNING or not run.allocations:
         return None
     last = max(run.allocations, key=lambda a: (a.end, a.start))
-    bounds = painted.bounds
+    bounds = painting.bounds
     lo = int(np.searchsorted(bounds, last.start, side="left"))
     hi = int(np.searchsorted(bounds, last.end, side="left"))
-    claimed = np.flatnonzero(painted.key[lo:hi] >= 0)
+    claimed = np.flatnonzero(painting.claim[lo:hi] >= 0)
     since = float(bounds[lo + int(claimed[-1]) + 1]) if len(claimed) else float(last.start)
     gpus = min(run.attempts[-1].world_size, last.gpus) if run.attempts else last.gpus
     return RunningTail(since=min(since, float(last.end)), until=float(last.end), gpus=int(gpus),

@@ -8,45 +8,64 @@ cost = at-risk GPU-seconds (kept work since its last good checkpoint: recomputed
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, Field
 
 from services.analysis.advice import restart_seconds, world_size
+from services.analysis.categories import RunStatus, WasteCategory
+from services.analysis.ledger_types import Ledger
+
+RestartBasis = Literal["failures", "first_startup", "default"]
+K = TypeVar("K", int, str, tuple[Any, ...])
 
 
-def expected_restart_seconds(ledger: dict[str, Any]) -> tuple[float, str]:
+class PreemptionCost(BaseModel):
+    run_id: str
+    gpus: int = Field(description="the GPUs a preemption frees")
+    cost_gpu_seconds: float = Field(description="at_risk_gpu_seconds + restart_gpu_seconds")
+    at_risk_gpu_seconds: float
+    restart_gpu_seconds: float = Field(description="expected restart seconds x GPUs")
+    restart_seconds: float
+    restart_basis: RestartBasis = Field(description="failures: measured over the run's failures; first_startup: "
+                                        "its first attempt's startup; default: none measured yet")
+    last_checkpoint_step: int | None
+    last_step: int | None
+
+
+def expected_restart_seconds(ledger: Ledger) -> tuple[float, RestartBasis]:
     """(seconds, basis): the run's measured restart cost, its first startup, or 0 with nothing measured."""
     measured = restart_seconds(ledger)
     if measured is not None:
         return measured, "failures"
-    attempts = ledger.get("attempts", [])
-    if attempts:
-        world = max(int(attempts[0].get("world_size") or 0), 1)
-        startup = float(attempts[0].get("gpu_seconds", {}).get("startup", 0.0))
+    if ledger.attempts:
+        first = ledger.attempts[0]
+        startup = float(first.gpu_seconds.get(WasteCategory.STARTUP.value, 0.0))
         if startup > 0:
-            return startup / world, "first_startup"
+            return startup / max(first.world_size, 1), "first_startup"
     return 0.0, "default"
 
 
-def allocated_gpus(ledger: dict[str, Any]) -> int:
+def allocated_gpus(ledger: Ledger) -> int:
     """The GPUs a preemption frees: the open allocation's, else the world size."""
-    open_allocations = [int(a["gpus"]) for a in ledger.get("allocations", []) if a.get("open")]
+    open_allocations = [a.gpus for a in ledger.allocations if a.open]
     return max(open_allocations[-1] if open_allocations else 0, world_size(ledger), 1)
 
 
-def preemption_cost(ledger: dict[str, Any]) -> dict[str, Any]:
+def preemption_cost(ledger: Ledger) -> PreemptionCost:
     restart_s, basis = expected_restart_seconds(ledger)
     gpus = allocated_gpus(ledger)
-    at_risk = float(ledger.get("at_risk_gpu_seconds", 0.0))
-    steps = [a["last_step"] for a in ledger.get("attempts", []) if a.get("last_step") is not None]
-    return {
-        "run_id": ledger["run_id"], "gpus": gpus, "cost_gpu_seconds": at_risk + restart_s * gpus,
-        "at_risk_gpu_seconds": at_risk, "restart_gpu_seconds": restart_s * gpus, "restart_seconds": restart_s,
-        "restart_basis": basis, "last_checkpoint_step": ledger.get("checkpoints", {}).get("last_ok_step"),
-        "last_step": max(steps) if steps else None,
-    }
+    at_risk = ledger.at_risk_gpu_seconds
+    steps = [a.last_step for a in ledger.attempts if a.last_step is not None]
+    return PreemptionCost(
+        run_id=ledger.run_id, gpus=gpus, cost_gpu_seconds=at_risk + restart_s * gpus, at_risk_gpu_seconds=at_risk,
+        restart_gpu_seconds=restart_s * gpus, restart_seconds=restart_s, restart_basis=basis,
+        last_checkpoint_step=ledger.checkpoints.last_ok_step, last_step=max(steps) if steps else None,
+    )
 
 
-def rank_preemption_candidates(ledgers: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Running runs, cheapest to preempt first (ties: more GPUs freed first, then run id)."""
-    costs = [preemption_cost(ledger) for ledger in ledgers if ledger.get("status") == "running"]
-    return sorted(costs, key=lambda c: (c["cost_gpu_seconds"], -c["gpus"], c["run_id"]))
+def cheapest_to_preempt(runs: Iterable[tuple[K, Ledger]]) -> list[tuple[K, PreemptionCost]]:
+    """The running runs among `runs` with their cost, cheapest to preempt first (ties: more GPUs freed first, then
+    run id, then the caller's key: run ids repeat across projects)."""
+    costs = [(key, preemption_cost(ledger)) for key, ledger in runs if ledger.status == RunStatus.RUNNING.value]
+    return sorted(costs, key=lambda kc: (kc[1].cost_gpu_seconds, -kc[1].gpus, kc[1].run_id, kc[0]))

@@ -62,21 +62,47 @@ class FlagRule:
 DEFAULT_FLAG_RULE = FlagRule()
 
 
+@dataclass(frozen=True, slots=True)
+class StepCompute:
+    """Per row of a run's steps (one per attempt, rank and step): its compute seconds, and whether the collective
+    time subtracted from its duration is known (where it is not, compute is the whole step)."""
+
+    seconds: np.ndarray
+    known: np.ndarray
+
+
+def step_compute(data: RunData, steps: pd.DataFrame) -> StepCompute:
+    """compute = step duration - time inside collectives (module docstring), for every row of `steps`."""
+    comm = steps["comm"].to_numpy(np.float64)
+    summed = _comm_seconds(data.collectives) if data.comm is None else data.comm.rename(columns={"seconds": "coll_s"})
+    if summed is not None and not summed.empty and np.isnan(comm).any():
+        rows = steps[["attempt", "rank", "step"]].merge(summed, on=["attempt", "rank", "step"], how="left")
+        # A step's own `comm` (the client sums its collectives) wins; collective rows fill the rest.
+        comm = np.where(np.isnan(comm), rows["coll_s"].to_numpy(np.float64), comm)
+    known = ~np.isnan(comm)
+    duration = (steps["end"] - steps["start"]).to_numpy(np.float64)
+    return StepCompute(seconds=np.clip(duration - np.where(known, comm, 0.0), 0.0, None), known=known)
+
+
 def rank_compute(run: RunStructure, data: RunData, kept: pd.DataFrame) -> pd.DataFrame:
     """(attempt, rank, step, compute) for kept steps whose collective time is known."""
     steps = run.steps
     if steps.empty or kept.empty:
         return pd.DataFrame(columns=["attempt", "rank", "step", "compute"])
-    frame = steps[["attempt", "rank", "step", "start", "end", "comm"]]
-    comm = _comm_seconds(data.collectives) if data.comm is None else data.comm.rename(columns={"seconds": "coll_s"})
-    if comm is not None and not comm.empty:
-        frame = frame.merge(comm, on=["attempt", "rank", "step"], how="left")
-        # A step's own `comm` (the client sums its collectives) wins; collective rows fill the rest.
-        frame["comm"] = frame["comm"].where(frame["comm"].notna(), frame["coll_s"])
-    frame = frame[frame["comm"].notna()].merge(kept[["attempt", "step"]], on=["attempt", "step"], how="inner")
-    compute = (frame["end"] - frame["start"] - frame["comm"]).clip(lower=0.0)
-    return pd.DataFrame({"attempt": frame["attempt"].to_numpy(), "rank": frame["rank"].to_numpy(),
-                         "step": frame["step"].to_numpy(), "compute": compute.to_numpy()})
+    compute = step_compute(data, steps)
+    known = compute.known
+    frame = pd.DataFrame({"attempt": steps["attempt"].to_numpy()[known], "rank": steps["rank"].to_numpy()[known],
+                          "step": steps["step"].to_numpy()[known], "compute": compute.seconds[known]})
+    return frame.merge(kept[["attempt", "step"]], on=["attempt", "step"], how="inner")
+
+
+def rank_hosts(events: pd.DataFrame) -> dict[int, str]:
+    """Each rank's host, from its latest attempt_start."""
+    started = events[(events["kind"] == "attempt_start") & events["rank"].notna() & events["host"].notna()]
+    if started.empty:
+        return {}
+    last = started.sort_values("time").drop_duplicates("rank", keep="last")
+    return {int(r): str(h) for r, h in zip(last["rank"], last["host"])}
 
 
 def step_straggle(run: RunStructure, compute: pd.DataFrame, gpus_by_attempt: Mapping[int, int]) -> pd.DataFrame:

@@ -1,12 +1,12 @@
 """Read models for the dashboard: one run's timeline, step progress, per-rank compute, checkpoints, restarts.
 
-Pure functions: a RunData and the run's ledger (``WasteLedger.to_dict()``) in, JSON-able dicts out. Every
+Pure functions: a RunData and the run's typed ledger in, JSON-able dicts out. Every
 GPU-second figure shown next to these views comes from the ledger; the views only say *when* and *where*.
 Sizes are bounded so a run of any size sends the browser a few thousand points:
 
 - step progress: at most ``max_points`` points over all attempts (``2,000`` per attempt at most);
-- the "where the time went" band: painted exactly as the ledger paints it, adjacent pieces of one category
-  merged, then binned to at most ``max_segments`` pieces when still longer;
+- the "where the time went" band: the ledger's own painting (services.analysis.claims), adjacent pieces of one
+  category merged, then binned to at most ``max_segments`` pieces when still longer;
 - per-rank compute: one row per rank (median / p90 / mean of step duration minus collective time) and a heat
   map of at most ``heat_rows`` rank groups x ``heat_cols`` step buckets (the slowest rank of a group wins,
   so a straggler stays visible);
@@ -20,21 +20,18 @@ Whether a running run still makes progress is services.analysis.live's job (GET 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from pydantic import BaseModel
 
 from services.analysis.attempts import RunStructure, build_run_structure
-from services.analysis.ledger import (  # the ledger's own painting rules
-    _CLAIM_CATEGORY,
-    build_claims,
-    kept_mask,
-)
-from services.analysis.painting import paint
+from services.analysis.categories import WasteCategory
+from services.analysis.claims import CLAIM_CATEGORY, Claim, RunPainting, paint_run
+from services.analysis.ledger_types import Ledger
 from services.analysis.run_data import RunData
-from services.analysis.stragglers import flagged_ranks
+from services.analysis.stragglers import flagged_ranks, rank_hosts, step_compute
 
 MAX_POINTS_PER_ATTEMPT = 2000
 MAX_POINTS = 20_000
@@ -45,35 +42,32 @@ MAX_CHECKPOINT_ROWS = 5000
 MAX_TIMELINE_ROWS = 500
 MAX_RANK_ROWS = 512
 
-_IDLE = "idle"
+_IDLE = WasteCategory.IDLE.value
 
 
 def build_run_views(
     data: RunData,
-    ledger: Mapping[str, Any],
+    ledger: Ledger,
     *,
     max_points: int = MAX_POINTS,
     max_segments: int = MAX_SEGMENTS,
     heat_rows: int = HEAT_ROWS,
     heat_cols: int = HEAT_COLS,
-    run: RunStructure | None = None,
+    painting: RunPainting | None = None,
 ) -> dict[str, Any]:
     """Everything the run page draws besides the ledger's numbers, as one JSON-able dict.
 
-    `run`: the data's structure when the caller already built it for the ledger."""
-    run = build_run_structure(data) if run is None else run
+    `painting`: the data's painted structure when the caller already built it for the ledger."""
+    painting = paint_run(build_run_structure(data)) if painting is None else painting
+    run, job_steps = painting.run, painting.job_steps
     attempts = run.attempts
-    position = {a.attempt: i for i, a in enumerate(attempts)}
-    job_steps = run.job_steps.copy()
-    job_steps["pos"] = job_steps["attempt"].map(position).astype(np.int64) if not job_steps.empty else []
-    job_steps["kept"] = kept_mask(run, job_steps)
 
     checkpoints = _checkpoint_rows(run.checkpoints)
     hangs = [
         {"attempt": a.attempt, "start": a.last_step_end, "end": a.end, "seconds": a.end - a.last_step_end}
         for a in attempts if a.failed and a.last_step_end is not None and a.end > a.last_step_end
     ]
-    segments = _segments(run, job_steps, position, max_segments)
+    segments = _segments(painting, max_segments)
     timeline: dict[str, Any] = {}
     _capped(timeline, "allocations", [{"start": a.start, "end": a.end, "gpus": a.gpus, "open": a.open}
                                       for a in run.allocations[-MAX_TIMELINE_ROWS:]], len(run.allocations))
@@ -102,7 +96,7 @@ def build_run_views(
         "ranks": _rank_compute(data, run.steps, ledger, heat_rows, heat_cols),
     }
     _capped(out, "checkpoints", checkpoints[-MAX_CHECKPOINT_ROWS:], len(checkpoints))
-    restarts = build_restart_rows(ledger)
+    restarts = [row.model_dump() for row in build_restart_rows(ledger)]
     _capped(out, "restarts", restarts[-MAX_TIMELINE_ROWS:], len(restarts))
     return out
 
@@ -114,57 +108,55 @@ def _capped(out: dict[str, Any], name: str, items: list[Any], total: int) -> Non
     out[f"{name}_truncated"] = total > len(items)
 
 
-def build_restart_rows(ledger: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One row per restart, from the ledger's attempts: what the failure before it cost, in GPU-seconds.
+class RestartRow(BaseModel):
+    """What the failure before a restart cost, in GPU-seconds: rework and hang are booked on the attempt that
+    failed, startup on the attempt that restarted."""
 
-    rework and hang are booked on the attempt that failed, startup on the attempt that restarted.
-    """
-    attempts = list(ledger.get("attempts", []))
-    rows = []
-    for prev, cur in itertools.pairwise(attempts):
-        prev_s, cur_s = prev["gpu_seconds"], cur["gpu_seconds"]
-        rows.append({
-            "attempt": cur["attempt"],
-            "time": cur["start"],
-            "after": prev["reason"] or ("failed" if prev["failed"] else "ended"),
-            "failed_at_step": prev["last_step"],
-            "resume_step": cur["resume_step"],
-            "steps_reworked": prev["steps_reworked"],
-            "rework_gpu_seconds": float(prev_s.get("rework", 0.0)),
-            "hang_gpu_seconds": float(prev_s.get("hang", 0.0)),
-            "startup_gpu_seconds": float(cur_s.get("startup", 0.0)),
-        })
-    return rows
+    attempt: int
+    time: float
+    after: str  # the failed attempt's end reason ("failed" / "ended" when it reported none)
+    failed_at_step: int | None
+    resume_step: int | None
+    steps_reworked: int
+    rework_gpu_seconds: float
+    hang_gpu_seconds: float
+    startup_gpu_seconds: float
+
+
+def build_restart_rows(ledger: Ledger) -> list[RestartRow]:
+    """One row per restart, from the ledger's attempts."""
+    return [
+        RestartRow(attempt=cur.attempt, time=cur.start,
+                   after=prev.reason or ("failed" if prev.failed else "ended"),
+                   failed_at_step=prev.last_step, resume_step=cur.resume_step, steps_reworked=prev.steps_reworked,
+                   rework_gpu_seconds=float(prev.gpu_seconds.get(WasteCategory.REWORK.value, 0.0)),
+                   hang_gpu_seconds=float(prev.gpu_seconds.get(WasteCategory.HANG.value, 0.0)),
+                   startup_gpu_seconds=float(cur.gpu_seconds.get(WasteCategory.STARTUP.value, 0.0)))
+        for prev, cur in itertools.pairwise(ledger.attempts)
+    ]
 
 
 # -- timeline --------------------------------------------------------------------------------------------
 
 
-def _segments(run: Any, job_steps: pd.DataFrame, position: dict[int, int], max_segments: int) -> list[dict[str, Any]]:
-    """The allocated wall time painted with the ledger's claims: [{start, end, category}], one category each."""
-    if not run.allocations:
+_SEGMENT_NAMES = np.array([CLAIM_CATEGORY[claim] for claim in Claim] + [_IDLE], dtype=object)
+_IDLE_CODE = len(Claim)
+
+
+def _segments(painting: RunPainting, max_segments: int) -> list[dict[str, Any]]:
+    """The allocated wall time as the ledger painted it: [{start, end, category}], one category each."""
+    if not painting.run.allocations or len(painting.bounds) < 2:
         return []
-    claims = build_claims(run, job_steps, position)
-    painted = paint(
-        np.array([a.start for a in run.allocations], dtype=np.float64),
-        np.array([a.end for a in run.allocations], dtype=np.float64),
-        np.array([a.gpus for a in run.allocations], dtype=np.int64),
-        claims[0], claims[1], claims[2],
-    )
-    if len(painted.bounds) < 2:
-        return []
-    n_pos = max(len(run.attempts), 1)
-    names = np.array([_CLAIM_CATEGORY[p] for p in sorted(_CLAIM_CATEGORY)] + [_IDLE], dtype=object)
-    prio = np.where(painted.key >= 0, painted.key // n_pos, len(names) - 1)
-    inside = painted.base > 0
-    starts, ends = painted.bounds[:-1][inside], painted.bounds[1:][inside]
-    codes = prio[inside]
+    codes = np.where(painting.claim >= 0, painting.claim, _IDLE_CODE)
+    inside = painting.gpus > 0
+    starts, ends = painting.bounds[:-1][inside], painting.bounds[1:][inside]
+    codes = codes[inside]
     if len(starts) == 0:
         return []
     starts, ends, codes = _merge_runs(starts, ends, codes)
     if len(starts) > max_segments:
-        starts, ends, codes = _bin_segments(starts, ends, codes, max_segments, len(names))
-    return [{"start": float(s), "end": float(e), "category": str(names[c])}
+        starts, ends, codes = _bin_segments(starts, ends, codes, max_segments, len(_SEGMENT_NAMES))
+    return [{"start": float(s), "end": float(e), "category": str(_SEGMENT_NAMES[c])}
             for s, e, c in zip(starts, ends, codes)]
 
 
@@ -197,7 +189,7 @@ def _bin_segments(starts: np.ndarray, ends: np.ndarray, codes: np.ndarray, n_bin
     return _merge_runs(edges[:-1][has], edges[1:][has], bin_codes[has])
 
 
-def _progress(run: Any, job_steps: pd.DataFrame, max_points: int) -> list[dict[str, Any]]:
+def _progress(run: RunStructure, job_steps: pd.DataFrame, max_points: int) -> list[dict[str, Any]]:
     """Step number over time per attempt (a step's end), downsampled; `rework_after_step` marks thrown-away work."""
     if job_steps.empty:
         return []
@@ -251,59 +243,46 @@ def _progress_stats(job_steps: pd.DataFrame, checkpoints: pd.DataFrame) -> dict[
     return {"median_step_seconds": usual, "last_progress_time": last_time, "last_step": int(last_row["step"])}
 
 
+class CheckpointRow(BaseModel):
+    attempt: int
+    step: int
+    start: float
+    end: float
+    blocking_seconds: float
+    ok: bool
+    torn: bool  # never completed: blocked until the attempt's next step or its end
+
+
 def _checkpoint_rows(checkpoints: pd.DataFrame) -> list[dict[str, Any]]:
     if checkpoints.empty:
         return []
     ck = checkpoints.sort_values("start")
+    columns = (ck[name].to_numpy() for name in ("attempt", "step", "start", "end", "ok", "torn"))
     return [
-        {"attempt": int(r.attempt), "step": int(r.step), "start": float(r.start), "end": float(r.end),
-         "blocking_seconds": float(r.end - r.start), "ok": bool(r.ok), "torn": bool(r.torn)}
-        for r in ck.itertuples(index=False)
+        CheckpointRow(attempt=int(attempt), step=int(step), start=float(start), end=float(end),
+                      blocking_seconds=float(end - start), ok=bool(ok), torn=bool(torn)).model_dump()
+        for attempt, step, start, end, ok, torn in zip(*columns, strict=True)
     ]
 
 
 # -- per-rank compute ------------------------------------------------------------------------------------
 
 
-def _rank_compute(data: RunData, steps: pd.DataFrame, ledger: Mapping[str, Any], heat_rows: int,
+def _rank_compute(data: RunData, steps: pd.DataFrame, ledger: Ledger, heat_rows: int,
                   heat_cols: int) -> dict[str, Any]:
     """Per rank: compute seconds per step (duration minus time in collectives), median / p90 / mean.
 
     `steps`: the run's steps, one row per (attempt, rank, step) (RunStructure.steps)."""
-    by_rank_cost = {int(k): float(v) for k, v in ledger.get("straggler_gpu_seconds_by_rank", {}).items()}
-    empty = {"rows": [], "heatmap": None, "compute_source": None, "straggler_ranks": []}
+    by_rank_cost = {int(k): float(v) for k, v in ledger.straggler_gpu_seconds_by_rank.items()}
+    empty: dict[str, Any] = {"rows": [], "heatmap": None, "compute_source": None, "straggler_ranks": []}
     if steps.empty:
         return empty
     attempt = steps["attempt"].to_numpy(np.int64)
     rank = steps["rank"].to_numpy(np.int64)
     step = steps["step"].to_numpy(np.int64)
-    duration = (steps["end"] - steps["start"]).to_numpy(np.float64)
-    comm = steps["comm"].to_numpy(np.float64)
-    source = "step duration"
-    summed = getattr(data, "comm", None)  # collective seconds per (attempt, rank, step), summed by storage
-    coll = data.collectives
-    if summed is not None and not summed.empty:
-        ckey = _key(summed["attempt"].to_numpy(np.int64), summed["rank"].to_numpy(np.int64),
-                    summed["step"].to_numpy(np.int64))
-        order = np.argsort(ckey, kind="stable")
-        ukeys, csum = ckey[order], summed["seconds"].to_numpy(np.float64)[order]
-    elif not coll.empty:
-        coll = coll[~coll.duplicated(["attempt", "rank", "step", "op", "start"])]
-        ckey = _key(coll["attempt"].to_numpy(np.int64), coll["rank"].to_numpy(np.int64),
-                    coll["step"].to_numpy(np.int64))
-        cdur = (coll["end"] - coll["start"]).to_numpy(np.float64)
-        ukeys, inverse = np.unique(ckey, return_inverse=True)
-        csum = np.bincount(inverse, weights=cdur, minlength=len(ukeys))
-    else:
-        ukeys = None
-    if ukeys is not None and len(ukeys):
-        where = np.searchsorted(ukeys, _key(attempt, rank, step))
-        where = np.clip(where, 0, len(ukeys) - 1)
-        found = ukeys[where] == _key(attempt, rank, step)
-        comm = np.where(np.isnan(comm) & found, csum[where], comm)  # a step's own comm wins, as in the ledger
-    if np.isfinite(comm).any():
-        source = "step duration minus collectives"
-    compute = np.clip(duration - np.nan_to_num(comm, nan=0.0), 0.0, None)
+    measured = step_compute(data, steps)
+    compute, known = measured.seconds, measured.known  # known: the steps with collective timings
+    source = "step duration minus collectives" if known.any() else "step duration"
 
     frame = pd.DataFrame({"rank": rank, "step": step, "compute": compute})
     grouped = frame.groupby("rank", sort=True)["compute"]
@@ -313,11 +292,10 @@ def _rank_compute(data: RunData, steps: pd.DataFrame, ledger: Mapping[str, Any],
         "p90_s": grouped.quantile(0.9),
         "mean_s": grouped.mean(),
     })
-    hosts = _hosts(data.events)
+    hosts = rank_hosts(data.events)
     overall = float(stats["median_s"].median())
     total_cost = sum(by_rank_cost.values())
-    known = np.isfinite(comm)  # the flag rule of /stragglers, over the steps with collective timings
-    evidence = flagged_ranks(
+    evidence = flagged_ranks(  # the flag rule of /stragglers, over the steps with collective timings
         pd.DataFrame({"attempt": attempt[known], "rank": rank[known], "step": step[known],
                       "compute": compute[known]}),
         {r: v / total_cost for r, v in by_rank_cost.items()} if total_cost > 0 else {})
@@ -343,12 +321,6 @@ def _rank_compute(data: RunData, steps: pd.DataFrame, ledger: Mapping[str, Any],
         "compute_source": source,
         "straggler_ranks": sorted(stragglers),
     }
-
-
-def _key(attempt: np.ndarray, rank: np.ndarray, step: np.ndarray) -> np.ndarray:
-    # attempt < 2**15, rank < 2**21 (world_size <= 2**20), step < 2**27 covers every real run; larger steps
-    # still sort uniquely as long as attempt and rank stay small
-    return (attempt << 48) | (rank << 27) | step
 
 
 def _heatmap(frame: pd.DataFrame, heat_rows: int, heat_cols: int) -> dict[str, Any]:
@@ -382,11 +354,3 @@ def _heatmap(frame: pd.DataFrame, heat_rows: int, heat_cols: int) -> dict[str, A
         "step_edges": [float(x) for x in col_edges],
         "z": [[None if not np.isfinite(v) else round(float(v), 6) for v in row] for row in grid],
     }
-
-
-def _hosts(events: pd.DataFrame) -> dict[int, str]:
-    started = events[(events["kind"] == "attempt_start") & events["rank"].notna() & events["host"].notna()]
-    if started.empty:
-        return {}
-    last = started.sort_values("time").drop_duplicates("rank", keep="last")
-    return {int(r): str(h) for r, h in zip(last["rank"], last["host"])}

@@ -77,28 +77,28 @@ def _run_families(runs: Iterable[RunSample], now: float) -> Iterator[Metric]:
     for sample in runs:
         ledger = sample.ledger_at(now)  # a hung run's hang so far, provisionally
         rid = [sample.run_id, sample.project]
-        if ledger.get("goodput") is not None:
-            ratio.add_metric(rid, float(ledger["goodput"]))
-        allocated.add_metric(rid, float(ledger["allocated_gpu_seconds"]))
-        productive.add_metric(rid, float(ledger["productive_gpu_seconds"]))
-        for category in WASTE_KEYS:
-            waste.add_metric([*rid, category], float(ledger["waste_gpu_seconds"].get(category, 0.0)))
-        at_risk.add_metric(rid, float(ledger.get("at_risk_gpu_seconds", 0.0)))
-        restarts.add_metric(rid, float(ledger.get("restarts", 0)))
-        ck = ledger.get("checkpoints", {})
-        checkpoints.add_metric([*rid, "ok"], float(ck.get("ok", 0)))
-        checkpoints.add_metric([*rid, "failed"], float(ck.get("failed", 0)))
-        if ck.get("median_blocking_seconds") is not None:
-            blocking.add_metric(rid, float(ck["median_blocking_seconds"]))
+        if ledger.goodput is not None:
+            ratio.add_metric(rid, ledger.goodput)
+        allocated.add_metric(rid, ledger.allocated_gpu_seconds)
+        productive.add_metric(rid, ledger.productive_gpu_seconds)
+        for category, gpu_s in ledger.waste_gpu_seconds.items():
+            waste.add_metric([*rid, category], gpu_s)
+        at_risk.add_metric(rid, ledger.at_risk_gpu_seconds)
+        restarts.add_metric(rid, float(ledger.restarts))
+        ck = ledger.checkpoints
+        checkpoints.add_metric([*rid, "ok"], float(ck.ok))
+        checkpoints.add_metric([*rid, "failed"], float(ck.failed))
+        if ck.median_blocking_seconds is not None:
+            blocking.add_metric(rid, ck.median_blocking_seconds)
         running.add_metric(rid, 1.0 if sample.running else 0.0)
         if sample.running and sample.last_progress_time is not None:
             since.add_metric(rid, max(0.0, now - sample.last_progress_time))
         if sample.running and sample.hung is not None:
             hung.add_metric(rid, 1.0 if sample.hung else 0.0)
-            provisional.add_metric(rid, float((ledger.get("provisional") or {}).get("hang_gpu_seconds", 0.0)))
+            provisional.add_metric(rid, ledger.provisional.hang_gpu_seconds if ledger.provisional else 0.0)
             suspects.add_metric(rid, float(sample.hang_suspects))
-        if ledger.get("latest_time") is not None:
-            latest.add_metric(rid, float(ledger["latest_time"]))
+        if ledger.latest_time is not None:
+            latest.add_metric(rid, ledger.latest_time)
         for reason, value in sample.client_dropped.items():
             dropped.add_metric([*rid, reason], float(value))
     yield from (ratio, allocated, productive, waste, at_risk, restarts, checkpoints, blocking, since, running,
@@ -108,8 +108,8 @@ def _run_families(runs: Iterable[RunSample], now: float) -> Iterator[Metric]:
 def _fleet_families(snap: Snapshot, now: float) -> Iterator[Metric]:
     runs = snap.runs
     ledgers = [s.ledger_at(now) for s in runs]
-    alloc = sum(float(ledger["allocated_gpu_seconds"]) for ledger in ledgers)
-    prod = sum(float(ledger["productive_gpu_seconds"]) for ledger in ledgers)
+    alloc = sum(ledger.allocated_gpu_seconds for ledger in ledgers)
+    prod = sum(ledger.productive_gpu_seconds for ledger in ledgers)
     scope = " of the runs running or active within the window"
     ratio = _gauge("fleet_goodput_ratio", "Productive / allocated GPU-seconds" + scope)
     if alloc > 0:
@@ -119,15 +119,15 @@ def _fleet_families(snap: Snapshot, now: float) -> Iterator[Metric]:
     yield GaugeMetricFamily(f"{PREFIX}_fleet_productive_gpu_seconds", "Productive GPU-seconds" + scope, value=prod)
     waste = _gauge("fleet_waste_gpu_seconds", "Waste GPU-seconds by category" + scope, ["category"])
     for category in WASTE_KEYS:
-        waste.add_metric([category], sum(float(ledger["waste_gpu_seconds"].get(category, 0.0)) for ledger in ledgers))
+        waste.add_metric([category], sum(ledger.waste_gpu_seconds[category] for ledger in ledgers))
     yield waste
     yield GaugeMetricFamily(f"{PREFIX}_fleet_hung_runs", "Running runs flagged hung (of those with a run_id label)",
                             value=float(sum(1 for s in runs if s.hung)))
     yield GaugeMetricFamily(f"{PREFIX}_fleet_at_risk_gpu_seconds", "At-risk GPU-seconds of the running runs",
-                            value=sum(float(s.ledger.get("at_risk_gpu_seconds", 0.0)) for s in runs if s.running))
+                            value=sum(s.ledger.at_risk_gpu_seconds for s in runs if s.running))
     by_status = _gauge("fleet_runs", "Runs running or active within the window, by status", ["status"])
     for status in RunStatus:
-        by_status.add_metric([status.value], float(sum(1 for s in runs if s.ledger["status"] == status.value)))
+        by_status.add_metric([status.value], float(sum(1 for s in runs if s.ledger.status == status.value)))
     yield by_status
     dropped = _gauge("fleet_client_dropped_events", "Events the clients report lost" + scope, ["reason"])
     for reason in CLIENT_COUNTERS:

@@ -1,66 +1,110 @@
-"""A run's report as one JSON-able dict: the ledger, a per-category breakdown, restarts, checkpoints,
-stragglers and recommendations. Pure: the caller passes the ledger, the views and the time of writing."""
+"""A run's report: the ledger, a per-category breakdown, restarts, checkpoints, stragglers and recommendations.
+Pure: the caller passes the ledger, the views and the time of writing; `RunReport.to_json_dict` is the document
+`GET /v1/runs/{id}/report` serves."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from services.analysis.views import build_restart_rows
-from services.reports.recommend import DEFAULT_PROVIDERS, Provider, ReportInput, recommend
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
+
+from services.analysis.categories import PRODUCTIVE
+from services.analysis.ledger_types import CheckpointSummary, Ledger
+from services.analysis.views import CheckpointRow, RestartRow, build_restart_rows
 from services.presentation import CATEGORY_ORDER
+from services.reports.recommend import DEFAULT_PROVIDERS, Provider, Recommendation, ReportInput, recommend
 
 REPORT_VERSION = 1
 MAX_STRAGGLER_ROWS = 32
+ALLOCATED = "allocated"  # the breakdown's last row: the whole the categories partition
 
 
-def build_breakdown(ledger: Mapping[str, Any]) -> list[dict[str, Any]]:
+class BreakdownRow(BaseModel):
+    category: str = Field(description="productive, a waste category, or allocated (the last row)")
+    gpu_seconds: float
+    gpu_hours: float
+    share: float | None = Field(description="of allocated; None when nothing was allocated")
+
+
+class StragglerRow(BaseModel):
+    rank: int
+    host: str | None
+    straggler_gpu_seconds: float
+    share_of_straggler: float | None
+    median_compute_seconds: float | None
+
+
+class ReportCheckpoints(BaseModel):
+    summary: CheckpointSummary
+    rows: list[CheckpointRow] | None = Field(None, description="every checkpoint, from the views (when given)")
+    rows_total: int | None = None
+
+    @model_serializer(mode="wrap")
+    def _rows_only_when_known(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if self.rows is None:  # a report from the ledger alone has no rows at all, not empty ones
+            del out["rows"], out["rows_total"]
+        return out
+
+
+class RunReport(BaseModel):
+    report_version: int
+    run_id: str
+    generated_at: float
+    ledger: Ledger
+    breakdown: list[BreakdownRow]
+    restarts: list[RestartRow]
+    checkpoints: ReportCheckpoints
+    stragglers: list[StragglerRow]
+    recommendations: list[Recommendation]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def build_breakdown(ledger: Ledger) -> list[BreakdownRow]:
     """One row per category (productive first, then the six waste categories) and a last `allocated` row:
     GPU-seconds, GPU-hours and share of allocated (None when nothing was allocated)."""
-    allocated = float(ledger["allocated_gpu_seconds"])
-    values = {"productive": float(ledger["productive_gpu_seconds"]),
-              **{k: float(v) for k, v in ledger["waste_gpu_seconds"].items()}}
+    allocated = ledger.allocated_gpu_seconds
+    values = {PRODUCTIVE: ledger.productive_gpu_seconds, **dict(ledger.waste_gpu_seconds.items())}
     rows = []
-    for category in (*CATEGORY_ORDER, "allocated"):
-        gpu_s = allocated if category == "allocated" else values.get(category, 0.0)
-        rows.append({"category": category, "gpu_seconds": gpu_s, "gpu_hours": gpu_s / 3600.0,
-                     "share": gpu_s / allocated if allocated > 0 else None})
+    for category in (*CATEGORY_ORDER, ALLOCATED):
+        gpu_s = allocated if category == ALLOCATED else values[category]
+        rows.append(BreakdownRow(category=category, gpu_seconds=gpu_s, gpu_hours=gpu_s / 3600.0,
+                                 share=gpu_s / allocated if allocated > 0 else None))
     return rows
 
 
-def build_stragglers(ledger: Mapping[str, Any], views: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+def build_stragglers(ledger: Ledger, views: Mapping[str, Any] | None) -> list[StragglerRow]:
     """Ranks charged with straggler time, costliest first, with their host and median compute when known."""
-    by_rank = {int(k): float(v) for k, v in ledger.get("straggler_gpu_seconds_by_rank", {}).items() if v > 0}
+    by_rank = {rank: gpu_s for rank, gpu_s in ledger.straggler_gpu_seconds_by_rank.items() if gpu_s > 0}
     total = sum(by_rank.values())
     rows_by_rank = {r["rank"]: r for r in (views or {}).get("ranks", {}).get("rows", [])}
     out = []
     for rank, gpu_s in sorted(by_rank.items(), key=lambda kv: -kv[1])[:MAX_STRAGGLER_ROWS]:
         row = rows_by_rank.get(rank, {})
-        out.append({"rank": rank, "host": row.get("host"), "straggler_gpu_seconds": gpu_s,
-                    "share_of_straggler": gpu_s / total if total else None,
-                    "median_compute_seconds": row.get("median_compute_s")})
+        out.append(StragglerRow(rank=rank, host=row.get("host"), straggler_gpu_seconds=gpu_s,
+                                share_of_straggler=gpu_s / total if total else None,
+                                median_compute_seconds=row.get("median_compute_s")))
     return out
 
 
-def build_report(ledger: Mapping[str, Any], views: Mapping[str, Any] | None, *, generated_at: float,
+def build_report(ledger: Ledger, views: Mapping[str, Any] | None, *, generated_at: float,
                  providers: Sequence[Provider] = DEFAULT_PROVIDERS,
-                 resume_check: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """`ledger` is the API's ledger document (GET /v1/runs/{id}/waste); `views` the run's dashboard views of the
+                 resume_check: Mapping[str, Any] | None = None) -> RunReport:
+    """`ledger` is the run's ledger as GET /v1/runs/{id}/waste serves it; `views` the run's dashboard views of the
     same version (services.analysis.views), or None for a report from the ledger alone; `resume_check` the run's
     GET /v1/runs/{id}/resume-check, when known (a flagged one becomes a recommendation)."""
-    checkpoints: dict[str, Any] = {"summary": dict(ledger.get("checkpoints", {}))}
+    checkpoints = ReportCheckpoints(summary=ledger.checkpoints)
     if views is not None:
-        checkpoints["rows"] = list(views.get("checkpoints", []))
-        checkpoints["rows_total"] = views.get("checkpoints_total", len(checkpoints["rows"]))
-    return {
-        "report_version": REPORT_VERSION,
-        "run_id": ledger["run_id"],
-        "generated_at": generated_at,
-        "ledger": dict(ledger),
-        "breakdown": build_breakdown(ledger),
-        "restarts": list(views["restarts"]) if views is not None else build_restart_rows(ledger),
-        "checkpoints": checkpoints,
-        "stragglers": build_stragglers(ledger, views),
-        "recommendations": [r.to_dict() for r in recommend(
-            ReportInput(ledger=ledger, views=views, resume_check=resume_check), providers)],
-    }
+        rows = [CheckpointRow.model_validate(row) for row in views.get("checkpoints", [])]
+        checkpoints = ReportCheckpoints(summary=ledger.checkpoints, rows=rows,
+                                        rows_total=views.get("checkpoints_total", len(rows)))
+    restarts = ([RestartRow.model_validate(row) for row in views["restarts"]] if views is not None
+                else build_restart_rows(ledger))
+    recommendations: list[Recommendation] = recommend(
+        ReportInput(ledger=ledger, views=views, resume_check=resume_check), providers)
+    return RunReport(report_version=REPORT_VERSION, run_id=ledger.run_id, generated_at=generated_at, ledger=ledger,
+                     breakdown=build_breakdown(ledger), restarts=restarts, checkpoints=checkpoints,
+                     stragglers=build_stragglers(ledger, views), recommendations=recommendations)

@@ -9,18 +9,20 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from services.analysis.categories import WASTE_KEYS
+from services.analysis.ledger_types import Ledger
 from services.presentation import iso
+from services.reports.content import RunReport
 
 BREAKDOWN_COLUMNS = ("run_id", "category", "gpu_seconds", "gpu_hours", "share")
 FLEET_COLUMNS = (
-    "run_id", "project", "status", "first_time", "last_time", "first_time_utc", "last_time_utc", "allocated_gpu_seconds",
-    "allocated_gpu_hours", "productive_gpu_seconds", "goodput",
+    "run_id", "project", "status", "first_time", "last_time", "first_time_utc", "last_time_utc",
+    "allocated_gpu_seconds", "allocated_gpu_hours", "productive_gpu_seconds", "goodput",
     *(f"{k}_gpu_seconds" for k in WASTE_KEYS), "at_risk_gpu_seconds", "restarts", "failures", "queue_seconds",
 )
 
 
-def report_json(report: Mapping[str, Any]) -> str:
-    return json.dumps(report, indent=2, allow_nan=False)
+def report_json(report: RunReport) -> str:
+    return json.dumps(report.to_json_dict(), indent=2, allow_nan=False)
 
 
 def _cell(value: Any) -> Any:
@@ -40,31 +42,27 @@ def _write(columns: Iterable[str], rows: Iterable[Mapping[str, Any]]) -> str:
     return out.getvalue()
 
 
-def breakdown_csv(report: Mapping[str, Any]) -> str:
+def breakdown_csv(report: RunReport) -> str:
     """One row per category (productive, the six waste categories, allocated): GPU-seconds, GPU-hours, share."""
-    run_id = report["run_id"]
-    return _write(BREAKDOWN_COLUMNS, ({"run_id": run_id, **row} for row in report["breakdown"]))
+    return _write(BREAKDOWN_COLUMNS, ({"run_id": report.run_id, **row.model_dump()} for row in report.breakdown))
 
 
-def fleet_rows(ledgers: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    rows = []
-    for ledger in ledgers:
-        waste = ledger["waste_gpu_seconds"]
-        rows.append({
-            "run_id": ledger["run_id"], "project": ledger.get("project", "default"), "status": ledger["status"],
-            "first_time": ledger.get("first_time"), "last_time": ledger.get("latest_time"),
-            "first_time_utc": iso(ledger.get("first_time")), "last_time_utc": iso(ledger.get("latest_time")),
-            "allocated_gpu_seconds": float(ledger["allocated_gpu_seconds"]),
-            "allocated_gpu_hours": float(ledger["allocated_gpu_seconds"]) / 3600.0,
-            "productive_gpu_seconds": float(ledger["productive_gpu_seconds"]), "goodput": ledger.get("goodput"),
-            **{f"{k}_gpu_seconds": float(waste.get(k, 0.0)) for k in WASTE_KEYS},
-            "at_risk_gpu_seconds": float(ledger.get("at_risk_gpu_seconds", 0.0)),
-            "restarts": int(ledger.get("restarts", 0)), "failures": int(ledger.get("failures", 0)),
-            "queue_seconds": float(ledger.get("queue_seconds", 0.0)),
-        })
-    return rows
+def fleet_rows(runs: Iterable[tuple[str, Ledger]]) -> list[dict[str, Any]]:
+    """One row per (project, ledger)."""
+    return [{
+        "run_id": ledger.run_id, "project": project, "status": ledger.status,
+        "first_time": ledger.first_time, "last_time": ledger.latest_time,
+        "first_time_utc": iso(ledger.first_time), "last_time_utc": iso(ledger.latest_time),
+        "allocated_gpu_seconds": ledger.allocated_gpu_seconds,
+        "allocated_gpu_hours": ledger.allocated_gpu_seconds / 3600.0,
+        "productive_gpu_seconds": ledger.productive_gpu_seconds, "goodput": ledger.goodput,
+        **{f"{k}_gpu_seconds": v for k, v in ledger.waste_gpu_seconds.items()},
+        "at_risk_gpu_seconds": ledger.at_risk_gpu_seconds, "restarts": ledger.restarts,
+        "failures": ledger.failures, "queue_seconds": ledger.queue_seconds,
+    } for project, ledger in runs]
 
 
-def fleet_csv(ledgers: Iterable[Mapping[str, Any]]) -> str:
-    """One row per run: times (epoch seconds and ISO 8601 UTC), GPU-seconds per category, goodput, restarts."""
-    return _write(FLEET_COLUMNS, fleet_rows(ledgers))
+def fleet_csv(runs: Iterable[tuple[str, Ledger]]) -> str:
+    """One row per run (its project and ledger): times (epoch seconds and ISO 8601 UTC), GPU-seconds per category,
+    goodput, restarts."""
+    return _write(FLEET_COLUMNS, fleet_rows(runs))

@@ -1,29 +1,35 @@
 """A run's report as one self-contained HTML file: plotly.js inlined once, no external request, print-friendly.
 
-Pure: the report dict from `services.reports.content.build_report` in, an HTML string out. Figures have a fixed
+Pure: the report from `services.reports.content.build_report` in, an HTML string out. Figures have a fixed
 width that fits an A4 page, so the printed report looks like the screen one.
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import plotly.graph_objects as go
 
+from services.analysis.categories import WasteCategory
+from services.analysis.ledger_types import AttemptLedger, ProvisionalHang
+from services.analysis.views import CheckpointRow, RestartRow
 from services.presentation import (
-    STATUS_COLORS,
     CATEGORY_ORDER,
     COLORS,
+    DASH,
     DESCRIPTIONS,
+    STATUS_COLORS,
     duration,
     gpu_hours,
     gpu_seconds,
     percent,
     timestamp,
 )
+from services.reports.content import ALLOCATED, BreakdownRow, RunReport, StragglerRow
+from services.reports.recommend import Recommendation
 
 FIG_WIDTH = 700
 _FONT = "Inter, -apple-system, BlinkMacSystemFont, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
@@ -84,28 +90,29 @@ def _layout(fig: go.Figure, height: int, **extra: Any) -> go.Figure:
     return fig
 
 
-def _ledger_bar(breakdown: Sequence[Mapping[str, Any]]) -> go.Figure:
+def _ledger_bar(breakdown: Sequence[BreakdownRow]) -> go.Figure:
     fig = go.Figure()
     for row in breakdown:
-        if row["category"] == "allocated" or not row["gpu_seconds"]:
+        if row.category == ALLOCATED or not row.gpu_seconds:
             continue
-        share = row["share"] or 0.0
-        fig.add_bar(y=["allocation"], x=[share], orientation="h", name=row["category"],
-                    marker_color=COLORS[row["category"]], text=[percent(share) if share >= 0.04 else ""],
+        share = row.share or 0.0
+        fig.add_bar(y=["allocation"], x=[share], orientation="h", name=row.category,
+                    marker_color=COLORS[row.category], text=[percent(share) if share >= 0.04 else ""],
                     textposition="inside", insidetextanchor="middle", textfont={"color": "white"},
-                    hovertemplate=f"{row['category']}: {percent(row['share'])}, "
-                                  f"{gpu_hours(row['gpu_seconds'])}<extra></extra>")
+                    hovertemplate=f"{row.category}: {percent(row.share)}, "
+                                  f"{gpu_hours(row.gpu_seconds)}<extra></extra>")
     fig.update_layout(barmode="stack", showlegend=True)
     fig.update_xaxes(range=[0, 1], tickformat=".0%")
     fig.update_yaxes(visible=False)
-    return _layout(fig, 150, margin={"l": 10, "r": 16, "t": 6, "b": 30}, legend={"orientation": "h", "y": -0.55, "traceorder": "normal"})
+    return _layout(fig, 150, margin={"l": 10, "r": 16, "t": 6, "b": 30},
+                   legend={"orientation": "h", "y": -0.55, "traceorder": "normal"})
 
 
-def _attempts_figure(attempts: Sequence[Mapping[str, Any]]) -> go.Figure:
-    labels = [str(a["attempt"]) for a in attempts]
+def _attempts_figure(attempts: Sequence[AttemptLedger]) -> go.Figure:
+    labels = [str(a.attempt) for a in attempts]
     fig = go.Figure()
     for category in CATEGORY_ORDER:
-        values = [float(a["gpu_seconds"].get(category, 0.0)) / 3600 for a in attempts]
+        values = [a.gpu_seconds.get(category, 0.0) / 3600 for a in attempts]
         if any(values):
             fig.add_bar(x=labels, y=values, name=category, marker_color=COLORS[category],
                         hovertemplate=f"attempt %{{x}} {category}: %{{y:,.2f}} GPU-h<extra></extra>")
@@ -115,26 +122,27 @@ def _attempts_figure(attempts: Sequence[Mapping[str, Any]]) -> go.Figure:
     return _layout(fig, 300, legend={"orientation": "h", "y": -0.3, "x": 0, "traceorder": "normal"})
 
 
-def _checkpoint_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
+def _checkpoint_figure(rows: Sequence[CheckpointRow]) -> go.Figure:
     fig = go.Figure()
-    for ok, name, color in ((True, "ok", COLORS["checkpoint"]), (False, "failed or torn", COLORS["hang"])):
-        part = [r for r in rows if bool(r["ok"]) is ok and not (ok and r.get("torn"))]
+    for ok, name, color in ((True, "ok", COLORS[WasteCategory.CHECKPOINT.value]),
+                            (False, "failed or torn", COLORS[WasteCategory.HANG.value])):
+        part = [r for r in rows if r.ok is ok and not (ok and r.torn)]
         if part:
-            fig.add_scatter(x=[datetime.fromtimestamp(r["start"], UTC) for r in part],
-                            y=[r["blocking_seconds"] for r in part], mode="markers", name=name,
+            fig.add_scatter(x=[datetime.fromtimestamp(r.start, UTC) for r in part],
+                            y=[r.blocking_seconds for r in part], mode="markers", name=name,
                             marker={"color": color, "size": 6},
-                            customdata=[[r["step"], r["attempt"]] for r in part],
+                            customdata=[[r.step, r.attempt] for r in part],
                             hovertemplate="step %{customdata[0]} (attempt %{customdata[1]}): "
                                           "%{y:,.1f} s<extra></extra>")
     fig.update_yaxes(title_text="seconds blocked", rangemode="tozero")
     return _layout(fig, 260)
 
 
-def _straggler_figure(rows: Sequence[Mapping[str, Any]]) -> go.Figure:
+def _straggler_figure(rows: Sequence[StragglerRow]) -> go.Figure:
     fig = go.Figure()
-    fig.add_bar(x=[f"rank {r['rank']}" for r in rows], y=[r["straggler_gpu_seconds"] / 3600 for r in rows],
-                marker_color=COLORS["straggler"], hovertemplate="%{x}: %{y:,.3f} GPU-h<extra></extra>",
-                showlegend=False)
+    fig.add_bar(x=[f"rank {r.rank}" for r in rows], y=[r.straggler_gpu_seconds / 3600 for r in rows],
+                marker_color=COLORS[WasteCategory.STRAGGLER.value],
+                hovertemplate="%{x}: %{y:,.3f} GPU-h<extra></extra>", showlegend=False)
     fig.update_yaxes(title_text="straggler GPU-hours")
     return _layout(fig, 240, bargap=0.3 if len(rows) > 3 else 0.8)
 
@@ -157,116 +165,118 @@ def _kpi(label: str, value: str, sub: str = "") -> str:
             f'<div class="sub">{_e(sub)}</div></div>')
 
 
-def _breakdown_table(breakdown: Sequence[Mapping[str, Any]]) -> str:
+def _breakdown_table(breakdown: Sequence[BreakdownRow]) -> str:
     body = []
     for row in breakdown:
-        category = row["category"]
+        category = row.category
         swatch = f'<span class="swatch" style="background:{COLORS[category]}"></span>' if category in COLORS else ""
-        css = ' class="total"' if category == "allocated" else ""
-        body.append(f"<tr{css}><td>{swatch}{_e(category)}</td><td>{gpu_seconds(row['gpu_seconds'])}</td>"
-                    f"<td>{gpu_hours(row['gpu_seconds'], unit=False)}</td><td>{percent(row['share'])}</td>"
+        css = ' class="total"' if category == ALLOCATED else ""
+        body.append(f"<tr{css}><td>{swatch}{_e(category)}</td><td>{gpu_seconds(row.gpu_seconds)}</td>"
+                    f"<td>{gpu_hours(row.gpu_seconds, unit=False)}</td><td>{percent(row.share)}</td>"
                     f'<td class="desc">{_e(DESCRIPTIONS.get(category, ""))}</td></tr>')
     return ("<table><thead><tr><th>category</th><th>GPU&#8209;seconds</th><th>GPU&#8209;hours</th><th>share</th>"
             f"<th></th></tr></thead><tbody>{''.join(body)}</tbody></table>")
 
 
-def _restarts_table(rows: Sequence[Mapping[str, Any]]) -> str:
+def _or_dash(value: object | None) -> object:
+    return DASH if value is None else value
+
+
+def _restarts_table(rows: Sequence[RestartRow]) -> str:
     if not rows:
         return '<p class="note">No restart.</p>'
     body = "".join(
-        f"<tr><td>{_e(r['attempt'])}</td><td>{_e(timestamp(r.get('time'))[5:-4])}</td><td>{_e(r.get('after') or '')}</td>"
-        f"<td>{_e(r.get('failed_at_step') if r.get('failed_at_step') is not None else '—')}</td>"
-        f"<td>{_e(r.get('resume_step') if r.get('resume_step') is not None else '—')}</td>"
-        f"<td>{gpu_hours(r.get('rework_gpu_seconds'), unit=False)}</td><td>{gpu_hours(r.get('hang_gpu_seconds'), unit=False)}</td>"
-        f"<td>{gpu_hours(r.get('startup_gpu_seconds'), unit=False)}</td></tr>"
+        f"<tr><td>{_e(r.attempt)}</td><td>{_e(timestamp(r.time)[5:-4])}</td><td>{_e(r.after or '')}</td>"
+        f"<td>{_e(_or_dash(r.failed_at_step))}</td><td>{_e(_or_dash(r.resume_step))}</td>"
+        f"<td>{gpu_hours(r.rework_gpu_seconds, unit=False)}</td><td>{gpu_hours(r.hang_gpu_seconds, unit=False)}</td>"
+        f"<td>{gpu_hours(r.startup_gpu_seconds, unit=False)}</td></tr>"
         for r in rows)
     return ("<table><thead><tr><th>attempt</th><th>restarted (UTC)</th><th>after</th><th>failed at</th>"
-            "<th>resumed at</th><th>rework GPU&#8209;h</th><th>hang GPU&#8209;h</th><th>startup GPU&#8209;h</th></tr></thead>"
-            f"<tbody>{body}</tbody></table>")
+            "<th>resumed at</th><th>rework GPU&#8209;h</th><th>hang GPU&#8209;h</th><th>startup GPU&#8209;h</th>"
+            f"</tr></thead><tbody>{body}</tbody></table>")
 
 
 def _compute(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f} s"
+    return DASH if value is None else f"{value:.3f} s"
 
 
-def _straggler_table(rows: Sequence[Mapping[str, Any]]) -> str:
+def _straggler_table(rows: Sequence[StragglerRow]) -> str:
     body = "".join(
-        f"<tr><td>{_e(r['rank'])}</td><td>{_e(r.get('host') or '—')}</td><td>{gpu_hours(r['straggler_gpu_seconds'], unit=False)}</td>"
-        f"<td>{percent(r.get('share_of_straggler'))}</td>"
-        f"<td>{_compute(r.get('median_compute_seconds'))}</td></tr>"
+        f"<tr><td>{_e(r.rank)}</td><td>{_e(r.host or DASH)}</td>"
+        f"<td>{gpu_hours(r.straggler_gpu_seconds, unit=False)}</td><td>{percent(r.share_of_straggler)}</td>"
+        f"<td>{_compute(r.median_compute_seconds)}</td></tr>"
         for r in rows[:10])
     return ("<table><thead><tr><th>rank</th><th>host</th><th>straggler GPU&#8209;h</th><th>share of straggler</th>"
             f"<th>median compute / step</th></tr></thead><tbody>{body}</tbody></table>")
 
 
-def _recommendations(recs: Sequence[Mapping[str, Any]]) -> str:
+def _recommendations(recs: Sequence[Recommendation]) -> str:
     if not recs:
         return '<p class="note">No waste category is above the thresholds the advice rests on.</p>'
     items = "".join(
-        f'<li><div class="title">{_e(r["title"])}</div><div>{_e(r["detail"])}</div>'
-        f'<div class="stake">at stake: {gpu_hours(r["gpu_seconds"])}</div></li>' for r in recs)
+        f'<li><div class="title">{_e(r.title)}</div><div>{_e(r.detail)}</div>'
+        f'<div class="stake">at stake: {gpu_hours(r.gpu_seconds)}</div></li>' for r in recs)
     return f'<ul class="recs">{items}</ul>'
 
 
-def _provisional_note(provisional: Mapping[str, Any] | None) -> str:
+def _provisional_note(provisional: ProvisionalHang | None) -> str:
     if not provisional:
         return ""
     return (f'<p class="note provisional"><strong>Hung now (provisional):</strong> no progress since '
-            f'{_e(timestamp(provisional["since"]))}; {_e(gpu_hours(provisional["hang_gpu_seconds"]))} of hang '
-            f'up to {_e(timestamp(provisional["as_of"]))} are counted in these figures and replaced by the final '
+            f"{_e(timestamp(provisional.since))}; {_e(gpu_hours(provisional.hang_gpu_seconds))} of hang "
+            f"up to {_e(timestamp(provisional.as_of))} are counted in these figures and replaced by the final "
             "ledger once the attempt ends.</p>")
 
 
-def report_html(report: Mapping[str, Any]) -> str:
-    ledger = report["ledger"]
-    breakdown = report["breakdown"]
+def report_html(report: RunReport) -> str:
+    ledger = report.ledger
+    breakdown = report.breakdown
     figure = _Figures()
-    status = str(ledger["status"])
-    waste_total = sum(float(v) for v in ledger["waste_gpu_seconds"].values())
-    allocated = float(ledger["allocated_gpu_seconds"])
-    ck = report["checkpoints"]["summary"]
+    status = ledger.status
+    waste_total = ledger.waste_total_gpu_seconds
+    allocated = ledger.allocated_gpu_seconds
+    ck = report.checkpoints.summary
 
     parts = [
-        (f"<header><h1>Run <code>{_e(report['run_id'])}</code> "
-        f'<span class="badge" style="background:{STATUS_COLORS.get(status, "#6B7280")}">{_e(status)}</span></h1>'
-        f'<p class="meta">{_e(timestamp(ledger.get("first_time")))} to {_e(timestamp(ledger.get("latest_time")))}'
-        f' · {_e(duration(ledger.get("allocated_wall_seconds")))} allocated wall time'
-        f' · report written {_e(timestamp(report["generated_at"]))}</p></header>'),
-        _provisional_note(ledger.get("provisional")),
+        (f"<header><h1>Run <code>{_e(report.run_id)}</code> "
+         f'<span class="badge" style="background:{STATUS_COLORS.get(status, "#6B7280")}">{_e(status)}</span></h1>'
+         f'<p class="meta">{_e(timestamp(ledger.first_time))} to {_e(timestamp(ledger.latest_time))}'
+         f" · {_e(duration(ledger.allocated_wall_seconds))} allocated wall time"
+         f" · report written {_e(timestamp(report.generated_at))}</p></header>"),
+        _provisional_note(ledger.provisional),
         '<section class="kpis">',
-        _kpi("goodput", percent(ledger.get("goodput")), "productive / allocated"),
+        _kpi("goodput", percent(ledger.goodput), "productive / allocated"),
         _kpi("allocated", f"{gpu_hours(allocated)}", f"{gpu_seconds(allocated)} GPU-s"),
-        _kpi("productive", f"{gpu_hours(ledger['productive_gpu_seconds'])}",
-             f"{gpu_seconds(ledger['productive_gpu_seconds'])} GPU-s"),
+        _kpi("productive", f"{gpu_hours(ledger.productive_gpu_seconds)}",
+             f"{gpu_seconds(ledger.productive_gpu_seconds)} GPU-s"),
         _kpi("waste", f"{gpu_hours(waste_total)}", percent(waste_total / allocated) + " of allocated"
              if allocated > 0 else ""),
-        _kpi("restarts", str(ledger.get("restarts", 0)), f"{ledger.get('failures', 0)} failure(s), MTBF "
-             f"{duration(ledger.get('mtbf_seconds'))}"),
-        _kpi("at risk", f"{gpu_hours(ledger.get('at_risk_gpu_seconds'))}", "work since the last checkpoint"),
+        _kpi("restarts", str(ledger.restarts), f"{ledger.failures} failure(s), MTBF "
+             f"{duration(ledger.mtbf_seconds)}"),
+        _kpi("at risk", f"{gpu_hours(ledger.at_risk_gpu_seconds)}", "work since the last checkpoint"),
         "</section>",
         "<section><h2>Where the GPU-hours went</h2>", figure(_ledger_bar(breakdown)),
         _breakdown_table(breakdown), "</section>",
-        f"<section><h2>Recommendations</h2>{_recommendations(report['recommendations'])}</section>",
+        f"<section><h2>Recommendations</h2>{_recommendations(report.recommendations)}</section>",
     ]
-    attempts = ledger.get("attempts", [])
     parts.append("<section><h2>Attempts and restarts</h2>")
-    if len(attempts) > 0:
-        parts.append(figure(_attempts_figure(attempts)))
+    if ledger.attempts:
+        parts.append(figure(_attempts_figure(ledger.attempts)))
         parts.append('<p class="note">Per attempt, before the straggler carve-out (straggler time is counted per '
                      "rank, in the table below).</p>")
-    parts.append(_restarts_table(report["restarts"]) + "</section>")
+    parts.append(_restarts_table(report.restarts) + "</section>")
 
     parts.append("<section><h2>Checkpoints</h2>")
-    parts.append(f'<p>{_e(ck.get("count", 0))} checkpoint(s): {_e(ck.get("ok", 0))} ok, {_e(ck.get("failed", 0))} '
-                 f'failed, {_e(ck.get("torn", 0))} torn; median blocking {_e(duration(ck.get("median_blocking_seconds")))}'
-                 f', median interval {_e(duration(ck.get("median_interval_seconds")))}'
-                 f'; last good step {_e(ck.get("last_ok_step") if ck.get("last_ok_step") is not None else "—")}.</p>')
-    rows = report["checkpoints"].get("rows") or []
+    parts.append(f"<p>{_e(ck.count)} checkpoint(s): {_e(ck.ok)} ok, {_e(ck.failed)} failed, {_e(ck.torn)} torn; "
+                 f"median blocking {_e(duration(ck.median_blocking_seconds))}"
+                 f", median interval {_e(duration(ck.median_interval_seconds))}"
+                 f"; last good step {_e(_or_dash(ck.last_ok_step))}.</p>")
+    rows = report.checkpoints.rows or []
     if rows:
         parts.append(figure(_checkpoint_figure(rows)))
     parts.append("</section>")
 
-    stragglers = report["stragglers"]
+    stragglers = report.stragglers
     parts.append("<section><h2>Stragglers</h2>")
     if stragglers:
         parts.append(figure(_straggler_figure(stragglers)))
@@ -280,5 +290,5 @@ def report_html(report: Mapping[str, Any]) -> str:
     body = "\n".join(parts)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>goodput report: {_e(report['run_id'])}</title><style>{_CSS}</style></head>"
+            f"<title>goodput report: {_e(report.run_id)}</title><style>{_CSS}</style></head>"
             f"<body><main>\n{body}\n</main></body></html>\n")

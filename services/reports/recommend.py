@@ -12,10 +12,14 @@ allocated GPU-seconds (the constants below), and the advice names the numbers it
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from services.analysis.advice import checkpoint_advice
+from services.analysis.categories import WasteCategory
+from services.analysis.ledger_types import Ledger
 from services.presentation import timestamp
 
 CHECKPOINT_SHARE = 0.05  # checkpoint blocking above this share of allocated: checkpoint less often / async
@@ -28,29 +32,27 @@ IDLE_SHARE = 0.10  # idle above this: gaps between steps or GPUs beyond the worl
 INTERVAL_GAIN = 0.01  # Young/Daly interval: advise only when the model expects this much more goodput
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Recommendation:
+class Recommendation(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     code: str  # stable identifier, e.g. "checkpoint_blocking"
     title: str
     detail: str
     gpu_seconds: float  # waste the advice addresses (what is at stake, not a promised saving)
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReportInput:
-    ledger: Mapping[str, Any]  # WasteLedger.to_dict() / GET /v1/runs/{id}/waste
+    ledger: Ledger  # as GET /v1/runs/{id}/waste serves it
     views: Mapping[str, Any] | None = None  # services.analysis.views.build_run_views(), when available
     resume_check: Mapping[str, Any] | None = None  # GET /v1/runs/{id}/resume-check, when available
 
-    def share(self, category: str) -> float:
-        allocated = float(self.ledger["allocated_gpu_seconds"])
+    def share(self, category: WasteCategory) -> float:
+        allocated = self.ledger.allocated_gpu_seconds
         return self.waste(category) / allocated if allocated > 0 else 0.0
 
-    def waste(self, category: str) -> float:
-        return float(self.ledger["waste_gpu_seconds"].get(category, 0.0))
+    def waste(self, category: WasteCategory) -> float:
+        return self.ledger.waste_gpu_seconds[category.value]
 
     def host_of(self, rank: int) -> str | None:
         rows = (self.views or {}).get("ranks", {}).get("rows", [])
@@ -65,13 +67,13 @@ def _hours(gpu_s: float) -> str:
 
 
 def checkpoint_blocking(inp: ReportInput) -> Iterable[Recommendation]:
-    share = inp.share("checkpoint")
+    share = inp.share(WasteCategory.CHECKPOINT)
     if share < CHECKPOINT_SHARE:
         return
-    ck = inp.ledger.get("checkpoints", {})
-    median = ck.get("median_blocking_seconds")
-    interval = ck.get("median_interval_seconds")
-    facts = f"Writing checkpoints blocked training for {share:.1%} of the allocation ({_hours(inp.waste('checkpoint'))})"
+    wasted = inp.waste(WasteCategory.CHECKPOINT)
+    median = inp.ledger.checkpoints.median_blocking_seconds
+    interval = inp.ledger.checkpoints.median_interval_seconds
+    facts = f"Writing checkpoints blocked training for {share:.1%} of the allocation ({_hours(wasted)})"
     if median is not None and interval is not None:
         facts += f": about {median:,.0f} s per checkpoint, one every {interval:,.0f} s"
     yield Recommendation(
@@ -79,41 +81,42 @@ def checkpoint_blocking(inp: ReportInput) -> Iterable[Recommendation]:
         detail=facts + ". Save asynchronously (for example torch.distributed.checkpoint.async_save, or copy to "
                "host memory and write in a background thread) or lengthen the interval; weigh a longer interval "
                "against the rework a failure would cost.",
-        gpu_seconds=inp.waste("checkpoint"))
+        gpu_seconds=wasted)
 
 
 def hang_detection(inp: ReportInput) -> Iterable[Recommendation]:
-    provisional = inp.ledger.get("provisional")
+    provisional = inp.ledger.provisional
     if provisional:  # flagged hung now: the most urgent advice whatever its share so far
         yield Recommendation(
             code="hung_now", title="The run is hung now",
-            detail=f"No progress since {timestamp(provisional['since'])} ({_hours(provisional['hang_gpu_seconds'])} so "
+            detail=f"No progress since {timestamp(provisional.since)} ({_hours(provisional.hang_gpu_seconds)} so "
                    "far, booked as provisional hang; it grows until the attempt ends). Look at the suspect ranks "
                    "(GET /v1/runs/{id}/live, or py-spy dump on their processes), then stop the job or let the "
                    "collective timeout end it; lower that timeout (init_process_group(timeout=...)) so the next "
                    "hang costs less.",
-            gpu_seconds=inp.waste("hang"))
+            gpu_seconds=inp.waste(WasteCategory.HANG))
         return
-    share = inp.share("hang")
+    share = inp.share(WasteCategory.HANG)
     if share < HANG_SHARE:
         return
-    failures = int(inp.ledger.get("failures", 0))
+    wasted = inp.waste(WasteCategory.HANG)
     yield Recommendation(
         code="hang_detection", title="Detect hangs sooner",
-        detail=f"Failed attempts spent {share:.1%} of the allocation ({_hours(inp.waste('hang'))}, over {failures} "
+        detail=f"Failed attempts spent {share:.1%} of the allocation ({_hours(wasted)}, over {inp.ledger.failures} "
                "failure(s)) between their last step and being torn down. Lower the collective timeout "
                "(init_process_group(timeout=...), TORCH_NCCL_ASYNC_ERROR_HANDLING=1) to a few times the longest "
                "expected step, and alert on seconds since progress (goodput_run_seconds_since_progress).",
-        gpu_seconds=inp.waste("hang"))
+        gpu_seconds=wasted)
 
 
 def straggler_ranks(inp: ReportInput) -> Iterable[Recommendation]:
     """Name a rank only when the flag rule (docs/ledger.md, "Straggler") found it consistently slower; the
     ledger's cost per rank alone cannot tell (with two ranks one of them always carries most of it)."""
-    share = inp.share("straggler")
+    share = inp.share(WasteCategory.STRAGGLER)
     if share < STRAGGLER_SHARE:
         return
-    by_rank = {int(k): float(v) for k, v in inp.ledger.get("straggler_gpu_seconds_by_rank", {}).items()}
+    wasted = inp.waste(WasteCategory.STRAGGLER)
+    by_rank = inp.ledger.straggler_gpu_seconds_by_rank
     total = sum(by_rank.values())
     flagged = (inp.views or {}).get("ranks", {}).get("straggler_ranks")
     if flagged and total > 0:
@@ -126,76 +129,78 @@ def straggler_ranks(inp: ReportInput) -> Iterable[Recommendation]:
         yield Recommendation(
             code="straggler_rank", title=f"Look at {where}",
             detail=f"Waiting for the slowest rank cost {share:.1%} of the allocation "
-                   f"({_hours(inp.waste('straggler'))}); {where} was consistently slower than the others and "
+                   f"({_hours(wasted)}); {where} was consistently slower than the others and "
                    f"accounts for {cost / total:.0%} of it{others}. Check that host: thermal or power throttling, "
                    "a degraded link or NIC, another process on the GPU; exclude it from the next allocation if it "
                    "stays slow.",
-            gpu_seconds=inp.waste("straggler"))
+            gpu_seconds=wasted)
         return
     spread = ("no rank was consistently slower than the others" if flagged is not None
               else "the ledger alone does not say whether one rank was consistently slower "
                    "(GET /v1/runs/{id}/stragglers does)")
     yield Recommendation(
         code="straggler_spread", title="Even out the work per rank",
-        detail=f"Waiting for the slowest rank cost {share:.1%} of the allocation ({_hours(inp.waste('straggler'))}), "
+        detail=f"Waiting for the slowest rank cost {share:.1%} of the allocation ({_hours(wasted)}), "
                f"and {spread}: look at uneven batches (variable sequence lengths), data loading stalls and "
                "per-rank work outside the model.",
-        gpu_seconds=inp.waste("straggler"))
+        gpu_seconds=wasted)
 
 
 def rework_vs_checkpoint(inp: ReportInput) -> Iterable[Recommendation]:
-    share = inp.share("rework")
-    if share < REWORK_SHARE or inp.share("checkpoint") >= CHEAP_CHECKPOINT_SHARE:
+    share, checkpoint_share = inp.share(WasteCategory.REWORK), inp.share(WasteCategory.CHECKPOINT)
+    if share < REWORK_SHARE or checkpoint_share >= CHEAP_CHECKPOINT_SHARE:
         return
-    interval = inp.ledger.get("checkpoints", {}).get("median_interval_steps")
+    wasted = inp.waste(WasteCategory.REWORK)
+    interval = inp.ledger.checkpoints.median_interval_steps
     every = f" (now every {interval:,.0f} steps)" if interval else ""
     yield Recommendation(
         code="checkpoint_more_often", title="Checkpoint more often",
-        detail=f"Restarts threw away {share:.1%} of the allocation ({_hours(inp.waste('rework'))}) in recomputed "
-               f"steps, while checkpoints cost only {inp.share('checkpoint'):.1%}. Saving more often{every} "
+        detail=f"Restarts threw away {share:.1%} of the allocation ({_hours(wasted)}) in recomputed "
+               f"steps, while checkpoints cost only {checkpoint_share:.1%}. Saving more often{every} "
                "shortens what a failure throws away.",
-        gpu_seconds=inp.waste("rework"))
+        gpu_seconds=wasted)
 
 
 def startup_time(inp: ReportInput) -> Iterable[Recommendation]:
-    share = inp.share("startup")
+    share = inp.share(WasteCategory.STARTUP)
     if share < STARTUP_SHARE:
         return
-    restarts = int(inp.ledger.get("restarts", 0))
-    attempts = restarts + 1
+    wasted = inp.waste(WasteCategory.STARTUP)
+    attempts = inp.ledger.restarts + 1
     yield Recommendation(
         code="startup_time", title="Shorten the time to the first step",
-        detail=f"Starting up took {share:.1%} of the allocation ({_hours(inp.waste('startup'))}) over {attempts} "
+        detail=f"Starting up took {share:.1%} of the allocation ({_hours(wasted)}) over {attempts} "
                "attempt(s). Look at restart time: image pull and environment setup, dataset indexing, checkpoint "
                "loading (load only on one rank and broadcast, or read sharded) and compile warm-up (cache it).",
-        gpu_seconds=inp.waste("startup"))
+        gpu_seconds=wasted)
 
 
 def idle_gpus(inp: ReportInput) -> Iterable[Recommendation]:
-    share = inp.share("idle")
+    share = inp.share(WasteCategory.IDLE)
     if share < IDLE_SHARE:
         return
+    wasted = inp.waste(WasteCategory.IDLE)
     yield Recommendation(
         code="idle", title="Find the idle time",
-        detail=f"{share:.1%} of the allocation ({_hours(inp.waste('idle'))}) was idle: gaps between steps "
+        detail=f"{share:.1%} of the allocation ({_hours(wasted)}) was idle: gaps between steps "
                "(evaluation, logging, data loading outside the step) or GPUs allocated beyond the world size. "
                "Wrap long non-step work in the tracker so it is named, or allocate only what the job uses.",
-        gpu_seconds=inp.waste("idle"))
+        gpu_seconds=wasted)
 
 
 def checkpoint_interval(inp: ReportInput) -> Iterable[Recommendation]:
     """Young/Daly: the interval that balances checkpoint cost against rework at the run's failure rate."""
-    advice = checkpoint_advice(dict(inp.ledger))
-    rows = {r["name"]: r for r in advice["intervals"]}
-    if "current" not in rows or "daly" not in rows:
+    advice = checkpoint_advice(inp.ledger)
+    current, daly = advice.option("current"), advice.option("daly")
+    if current is None or daly is None:
         return
-    gain = rows["daly"]["expected_goodput"] - rows["current"]["expected_goodput"]
+    gain = daly.expected_goodput - current.expected_goodput
     if gain < INTERVAL_GAIN:
         return
     yield Recommendation(
         code="checkpoint_interval", title="Change the checkpoint interval",
-        detail=advice["summary"][0].upper() + advice["summary"][1:] + ".",
-        gpu_seconds=gain * float(inp.ledger["allocated_gpu_seconds"]))
+        detail=advice.summary[0].upper() + advice.summary[1:] + ".",
+        gpu_seconds=gain * inp.ledger.allocated_gpu_seconds)
 
 
 def resume_correctness(inp: ReportInput) -> Iterable[Recommendation]:

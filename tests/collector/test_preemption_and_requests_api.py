@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from services.analysis.ledger_types import Ledger
 from services.analysis.preemption import preemption_cost
 from tests.collector.test_live_api import post, running_sim
 
@@ -23,8 +24,8 @@ def test_running_runs_are_ordered_by_what_a_preemption_would_destroy(client) -> 
     costs = [c["cost_gpu_seconds"] for c in candidates]
     assert costs == sorted(costs)
     for c in candidates:
-        ledger = client.get(f"/v1/runs/{c['run_id']}/waste").json()
-        assert c == {**preemption_cost(ledger), "project": "default", "hung": False,
+        ledger = Ledger.model_validate(client.get(f"/v1/runs/{c['run_id']}/waste").json())
+        assert c == {**preemption_cost(ledger).model_dump(), "project": "default", "hung": False,
                      "pending_checkpoint_request": None}
         assert c["cost_gpu_seconds"] == pytest.approx(c["at_risk_gpu_seconds"] + c["restart_gpu_seconds"])
         assert c["at_risk_gpu_seconds"] > 0 and c["restart_basis"] == "first_startup"

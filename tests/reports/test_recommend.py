@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
+from services.analysis.ledger_types import CheckpointSummary, Ledger
 from services.reports import DEFAULT_PROVIDERS, Recommendation, ReportInput, recommend
+from tests.reports import ledgers
+
+CHECKPOINTS = CheckpointSummary(count=0, ok=0, failed=0, torn=0, median_blocking_seconds=30.0,
+                                median_interval_seconds=300.0, median_interval_steps=100.0, last_ok_step=None)
 
 
-def ledger(allocated: float = 100_000.0, **waste: float) -> dict[str, Any]:
-    categories = {k: 0.0 for k in ("startup", "checkpoint", "rework", "hang", "straggler", "idle")}
-    categories.update(waste)
-    return {"run_id": "r", "status": "finished", "allocated_gpu_seconds": allocated,
-            "productive_gpu_seconds": allocated - sum(categories.values()), "waste_gpu_seconds": categories,
-            "restarts": 2, "failures": 2, "straggler_gpu_seconds_by_rank": {},
-            "checkpoints": {"median_blocking_seconds": 30.0, "median_interval_seconds": 300.0,
-                            "median_interval_steps": 100.0}}
+def ledger(allocated: float = 100_000.0, **waste: float) -> Ledger:
+    return ledgers.ledger(allocated, checkpoints=CHECKPOINTS, restarts=2, failures=2, **waste)
 
 
 @pytest.mark.parametrize(("waste", "codes"), [
@@ -34,8 +31,7 @@ def test_each_rule_fires_on_its_share_of_the_allocation(waste: dict[str, float],
 
 
 def test_a_concentrated_straggler_is_named_with_its_host() -> None:
-    lg = ledger(straggler=5_000)
-    lg["straggler_gpu_seconds_by_rank"] = {"7": 4_000.0, "1": 1_000.0}
+    lg = ledger(straggler=5_000).model_copy(update={"straggler_gpu_seconds_by_rank": {7: 4_000.0, 1: 1_000.0}})
     views = {"ranks": {"rows": [{"rank": 7, "host": "gpu-node-12"}, {"rank": 1, "host": "gpu-node-01"}],
                        "straggler_ranks": [7]}}
     (rec,) = recommend(ReportInput(ledger=lg, views=views))
@@ -44,8 +40,8 @@ def test_a_concentrated_straggler_is_named_with_its_host() -> None:
 
 
 def test_a_rank_carrying_most_of_the_cost_is_not_named_unless_it_was_flagged() -> None:
-    lg = ledger(straggler=5_000)
-    lg["straggler_gpu_seconds_by_rank"] = {"0": 2_950.0, "1": 2_050.0}  # two healthy ranks: 59% / 41%
+    lg = ledger(straggler=5_000).model_copy(  # two healthy ranks: 59% / 41%
+        update={"straggler_gpu_seconds_by_rank": {0: 2_950.0, 1: 2_050.0}})
     views = {"ranks": {"rows": [{"rank": 0}, {"rank": 1}], "straggler_ranks": []}}
     (rec,) = recommend(ReportInput(ledger=lg, views=views))
     assert rec.code == "straggler_spread" and "no rank was consistently slower" in rec.detail
@@ -54,8 +50,7 @@ def test_a_rank_carrying_most_of_the_cost_is_not_named_unless_it_was_flagged() -
 
 
 def test_straggling_spread_over_ranks_gets_general_advice() -> None:
-    lg = ledger(straggler=5_000)
-    lg["straggler_gpu_seconds_by_rank"] = {str(r): 625.0 for r in range(8)}
+    lg = ledger(straggler=5_000).model_copy(update={"straggler_gpu_seconds_by_rank": dict.fromkeys(range(8), 625.0)})
     assert [r.code for r in recommend(ReportInput(ledger=lg))] == ["straggler_spread"]
 
 

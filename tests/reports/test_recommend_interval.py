@@ -14,11 +14,11 @@ def test_report_recommends_the_daly_interval_when_it_pays() -> None:
                                 checkpoint_s=30, seed=3))
     ledger = build_ledger(run_data_from_events("often", result.events))
     advice = checkpoint_advice(ledger)
-    rows = {r["name"]: r for r in advice["intervals"]}
+    rows = {r.name: r for r in advice.intervals}
     (rec,) = [r for r in recommend(ReportInput(ledger=ledger)) if r.code == "checkpoint_interval"]
-    gain = rows["daly"]["expected_goodput"] - rows["current"]["expected_goodput"]
+    gain = rows["daly"].expected_goodput - rows["current"].expected_goodput
     assert gain > 0.01
-    assert rec.gpu_seconds == pytest.approx(gain * ledger["allocated_gpu_seconds"])
+    assert rec.gpu_seconds == pytest.approx(gain * ledger.allocated_gpu_seconds)
     assert "instead of every" in rec.detail
 
 

@@ -8,8 +8,9 @@ from services.reports.recommend import (
     recommend,
     resume_correctness,
 )
+from tests.reports.ledgers import ledger
 
-LEDGER = {"allocated_gpu_seconds": 1000.0, "productive_gpu_seconds": 1000.0, "waste_gpu_seconds": {}}
+LEDGER = ledger(1000.0)
 
 
 def test_a_flagged_resume_check_becomes_a_recommendation_that_quotes_the_first_finding() -> None:
