@@ -49,11 +49,11 @@ STATUS_COLORS: dict[str, str] = {
 # -- numbers and times ---------------------------------------------------------------------------------------------
 
 
-def percent(ratio: float | None) -> str:
-    """A ratio as a percentage with one decimal: `57.7%`; `—` when undefined."""
+def percent(ratio: float | None, decimals: int = 1) -> str:
+    """A ratio as a percentage, with one decimal unless asked for more: `57.7%`; `—` when undefined."""
     if ratio is None or not math.isfinite(ratio):
         return DASH
-    return f"{ratio:.1%}"
+    return f"{ratio:.{decimals}%}"
 
 
 def share(part: float, whole: float) -> str:
@@ -99,6 +99,11 @@ def duration(value: float | None) -> str:
 
 def integer(value: int | None) -> str:
     return DASH if value is None else f"{value:,}"
+
+
+def number(value: float | None, decimals: int = 0) -> str:
+    """A quantity without a unit of its own (an interval in a column of seconds, a mean count): `1,234.5`."""
+    return DASH if value is None or not math.isfinite(value) else f"{value:,.{decimals}f}"
 
 
 def timestamp(epoch_s: float | None) -> str:

@@ -22,6 +22,7 @@ import random
 import statistics
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -309,7 +310,7 @@ class _Simulation:
                     if s_no > self.saved:
                         self.truth.at_risk += duration * self.on
                 return "running", t, t
-            for s_no, duration, straggle, slow_rank in done:
+            for _, duration, straggle, slow_rank in done:
                 self.keep(duration, straggle, slow_rank)
             return "finished", t, t
 
@@ -364,8 +365,9 @@ class _Simulation:
         if fault == "loss":
             return [(s, t0, t1, loss + 0.5 * attempt, tc) for s, t0, t1, loss, tc in mine]
         if fault in ("resume_step", "skip", "repeat"):
-            shift = {"resume_step": lambda i: 1, "skip": lambda i: 1 if i >= 2 else 0,
-                     "repeat": lambda i: -1 if i >= 2 else 0}[fault]
+            shifts: dict[str, Callable[[int], int]] = {"resume_step": lambda i: 1, "skip": lambda i: 1 if i >= 2 else 0,
+                                                       "repeat": lambda i: -1 if i >= 2 else 0}
+            shift = shifts[fault]
             return [(s + shift(i), t0, t1, loss, tc) for i, (s, t0, t1, loss, tc) in enumerate(mine)]
         return mine
 
@@ -390,7 +392,7 @@ class _Simulation:
                                   step=[x[0] for x in chunk], op=["allreduce"] * len(chunk),
                                   start=[x[4] for x in chunk], end=[x[2] for x in chunk])
             if self.c.digest_every is not None:
-                for (true_step, *_), (step, _, end, _, _) in zip(true_rows, mine):
+                for (true_step, *_), (step, _, end, _, _) in zip(true_rows, mine, strict=True):
                     if true_step % self.c.digest_every == 0:
                         self.out.emit("digest", end, attempt=attempt, rank=r, step=step,
                                       value=self._digest(attempt, true_step))

@@ -13,7 +13,7 @@ from services.analysis.views import MAX_POINTS_PER_ATTEMPT, build_run_views
 from services.simulate import SimConfig, simulate
 
 
-def views_of(config: SimConfig, **kwargs):  # type: ignore[no-untyped-def]
+def views_of(config: SimConfig, **kwargs):
     result = simulate(config)
     data = run_data_from_events(config.run_id, result.events)
     ledger = build_ledger(data)
@@ -26,23 +26,23 @@ def test_painted_timeline_adds_up_to_the_ledger_per_category() -> None:
     seconds: dict[str, float] = {}
     for s in views["timeline"]["segments"]:
         seconds[s["category"]] = seconds.get(s["category"], 0.0) + (s["end"] - s["start"]) * gpus
-    waste = ledger["waste_gpu_seconds"]
+    waste = ledger.waste_gpu_seconds
     for category in ("startup", "checkpoint", "rework", "hang", "idle"):
-        assert seconds.get(category, 0.0) == pytest.approx(waste[category], rel=1e-6, abs=1e-3), category
-    kept = ledger["productive_gpu_seconds"] + waste["straggler"]  # straggler is carved out of kept steps
+        assert seconds.get(category, 0.0) == pytest.approx(getattr(waste, category), rel=1e-6, abs=1e-3), category
+    kept = ledger.productive_gpu_seconds + waste.straggler  # straggler is carved out of kept steps
     assert seconds["productive"] == pytest.approx(kept, rel=1e-6)
 
 
 def test_restart_rows_carry_the_ledgers_attempt_costs() -> None:
     views, ledger = views_of(SimConfig(run_id="t", ranks=4, hours=0.2, mtbf_s=300, seed=7))
-    attempts = ledger["attempts"]
-    assert len(views["restarts"]) == ledger["restarts"] > 0
-    for row, prev, cur in zip(views["restarts"], attempts, attempts[1:]):
-        assert row["attempt"] == cur["attempt"]
-        assert row["resume_step"] == cur["resume_step"]
-        assert row["rework_gpu_seconds"] == prev["gpu_seconds"].get("rework", 0.0)
-        assert row["hang_gpu_seconds"] == prev["gpu_seconds"].get("hang", 0.0)
-        assert row["startup_gpu_seconds"] == cur["gpu_seconds"].get("startup", 0.0)
+    attempts = ledger.attempts
+    assert len(views["restarts"]) == ledger.restarts > 0
+    for row, prev, cur in zip(views["restarts"], attempts, attempts[1:], strict=False):
+        assert row["attempt"] == cur.attempt
+        assert row["resume_step"] == cur.resume_step
+        assert row["rework_gpu_seconds"] == prev.gpu_seconds.get("rework", 0.0)
+        assert row["hang_gpu_seconds"] == prev.gpu_seconds.get("hang", 0.0)
+        assert row["startup_gpu_seconds"] == cur.gpu_seconds.get("startup", 0.0)
 
 
 def test_step_progress_is_downsampled_but_keeps_both_ends() -> None:
