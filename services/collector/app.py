@@ -14,13 +14,13 @@ from sqlalchemy import Engine
 
 from services.collector.auth import Authenticator, DashboardGuard
 from services.collector.errors import install_error_handlers
-from services.collector.routes import (advice, health, ingest, live, metrics, reports, resume, runs, signals, stragglers,
-                                      views, whoami)
-from services.collector.schemas import EventBatch
+from services.collector.routes import advice, health, ingest, live, metrics, reports, resume, runs, signals, views, whoami
+from services.collector.schemas.ingest import EventBatch
+from services.derive.analyst import WarmAnalyses
+from services.derive.cache import AnalysisCache
 from services.settings import DashboardSettings, ServiceSettings
 from services.storage.db import make_engine
 from services.storage.writer import BatchWriter
-from services.derive.analyst import WarmAnalyses
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +29,8 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     settings = settings or ServiceSettings()
     engine = engine or make_engine(settings.server.database_url)
     writer = BatchWriter(engine, max_pending_events=settings.ingest.writer_max_pending_events)
-    warm = WarmAnalyses(engine, interval_s=settings.server.warm_analyses_s)
+    analyses = AnalysisCache(engine)
+    warm = WarmAnalyses(analyses, interval_s=settings.server.warm_analyses_s)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -53,6 +54,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     app.state.settings = settings
     app.state.engine = engine
     app.state.writer = writer
+    app.state.analyses = analyses  # every derived product of a run (ledger, views, ...), shared with the analyst
     app.state.auth = auth = Authenticator(engine, cache_ttl_s=settings.server.auth_cache_ttl_s)
     app.state.body_budget = ingest.BodyBudget(settings.ingest.max_inflight_body_bytes,
                                               settings.ingest.max_inflight_body_bytes_per_client)
@@ -61,8 +63,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     app.include_router(ingest.router)
     app.include_router(reports.router)  # before runs, like views
     app.include_router(views.router)  # before runs: its /v1/runs/{run_id:path} would swallow .../timeline
-    app.include_router(advice.router)
-    app.include_router(stragglers.router)  # before runs, like views
+    app.include_router(advice.router)  # before runs, like views
     app.include_router(live.router)  # before runs, like views
     app.include_router(signals.router)  # before runs, like views
     app.include_router(resume.router)  # before runs, like views

@@ -17,8 +17,9 @@ Rules (README, "Security"):
 
 Tokens are looked up by their public id and their secret's salted hash compared in constant time
 (services.storage.tokens). Lookups are cached per process for `GOODPUT_AUTH_CACHE_TTL_S` seconds, so a revoked
-token stops working within that time. Every route of one run resolves it through `RunRef` dependencies below
-(services.storage.load.resolve_run: one index lookup).
+token stops working within that time. Every route of one run resolves it for the caller with one of the run
+dependencies below (services.storage.runs.resolve_run: one index lookup); services.collector.deps names them
+for the routes (`RunDep`, `WriteRunDep`, `ClientRunDep`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import ipaddress
 import threading
 import time
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, cast
 
 from fastapi import Depends, Query, Request
 from sqlalchemy import Engine
@@ -37,9 +38,18 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from services.derive.runs import RunScope
 from services.errors import Forbidden, Unauthenticated
-from services.storage.load import RunRef, resolve_run
-from services.storage.tokens import ALL_PROJECTS, PROJECT_RE, StoredToken, find_token, has_active_tokens, parse_token, verify_secret
+from services.storage.runs import RunRow, resolve_run
+from services.storage.tokens import (
+    ALL_PROJECTS,
+    PROJECT_RE,
+    StoredToken,
+    find_token,
+    has_active_tokens,
+    parse_token,
+    verify_secret,
+)
 
 CREATE_HINT = ("create one on the collector's host with `goodput token create --project P --kind write` (for the "
                "training jobs' GOODPUT_TOKEN) or `--kind read` (API, reports, dashboard)")
@@ -108,8 +118,8 @@ class Authenticator:
             self._tokens[token_id] = _Cached(stored, time.monotonic() + self._ttl)
         return stored
 
-    def resolve_run(self, principal: Principal, run_id: str, project: str | None) -> RunRef:
-        """The run `principal` names (services.storage.load.resolve_run): RunNotFound for one it may not see."""
+    def resolve_run(self, principal: Principal, run_id: str, project: str | None) -> RunRow:
+        """The run `principal` names (services.storage.runs.resolve_run): RunNotFound for one it may not see."""
         with self._engine.connect() as conn:
             return resolve_run(conn, run_id, own_project=principal.project, project=project)
 
@@ -186,28 +196,28 @@ def credential_from_headers(scope: Scope) -> str | None:
 
 
 def _authenticator(request: Request) -> Authenticator:
-    return request.app.state.auth  # type: ignore[no-any-return]
+    return cast(Authenticator, request.app.state.auth)
 
 
-async def _principal(request: Request) -> Principal:
+async def caller(request: Request) -> Principal:
     return await _authenticator(request).authenticate_request(request)
 
 
-async def _writer(principal: Annotated[Principal, Depends(_principal)]) -> Principal:
+async def write_caller(principal: Annotated[Principal, Depends(caller)]) -> Principal:
     if principal.kind == "read":
         raise Forbidden("a read token cannot write events; the training jobs need a write token (gpw_...) of the "
                         "project (`goodput token create --project P --kind write`)", code="wrong_token_kind")
     return principal
 
 
-async def _reader(principal: Annotated[Principal, Depends(_principal)]) -> Principal:
+async def read_caller(principal: Annotated[Principal, Depends(caller)]) -> Principal:
     if principal.kind == "write":
         raise Forbidden("a write token cannot read; use a read token (gpr_...) of the project "
                         "(`goodput token create --project P --kind read`)", code="wrong_token_kind")
     return principal
 
 
-async def _fleet_reader(principal: Annotated[Principal, Depends(_reader)]) -> Principal:
+async def fleet_read_caller(principal: Annotated[Principal, Depends(read_caller)]) -> Principal:
     if principal.project is not None:
         raise Forbidden(f"this endpoint covers every project; it needs a read token of project {ALL_PROJECTS!r} "
                         f"(this one is for project {principal.project!r})", code="needs_all_projects")
@@ -219,47 +229,33 @@ ProjectQuery = Annotated[str | None, Query(
     "without tokens) when several projects use the run id. A token of one project always gets its own run")]
 
 
-async def _run_for(principal: Principal, run_id: str, project: str | None, request: Request) -> RunRef:
-    return await run_in_threadpool(_authenticator(request).resolve_run, principal, run_id, project)
-
-
-async def _readable_run(run_id: str, request: Request, principal: Annotated[Principal, Depends(_reader)],
-                        project: ProjectQuery = None) -> RunRef:
+def readable_run(run_id: str, request: Request, principal: Annotated[Principal, Depends(read_caller)],
+                  project: ProjectQuery = None) -> RunRow:
     """The run a reader names; another project's run answers 404, like a run that does not exist."""
-    return await _run_for(principal, run_id, project, request)
+    return _authenticator(request).resolve_run(principal, run_id, project)
 
 
-async def _writable_run(run_id: str, request: Request, principal: Annotated[Principal, Depends(_writer)],
-                        project: ProjectQuery = None) -> RunRef:
+def writable_run(run_id: str, request: Request, principal: Annotated[Principal, Depends(write_caller)],
+                  project: ProjectQuery = None) -> RunRow:
     """A write token acting on one run of its project (a checkpoint request); any other is 404."""
-    return await _run_for(principal, run_id, project, request)
+    return _authenticator(request).resolve_run(principal, run_id, project)
 
 
-async def _client_run(run_id: str, request: Request, principal: Annotated[Principal, Depends(_principal)],
-                      project: ProjectQuery = None) -> RunRef:
+def client_run(run_id: str, request: Request, principal: Annotated[Principal, Depends(caller)],
+                project: ProjectQuery = None) -> RunRow:
     """Either kind of token of the run's project: what a training job polls with its write token."""
-    return await _run_for(principal, run_id, project, request)
+    return _authenticator(request).resolve_run(principal, run_id, project)
 
 
-async def _network(request: Request) -> None:
+def network_rule(request: Request) -> None:
     """Only the network rule: while no token exists, loopback clients only."""
     auth = _authenticator(request)
     host = request.client.host if request.client else None
-    enabled = await run_in_threadpool(auth.enabled)
-    if not enabled and not is_loopback(host):
-        await auth.authenticate_request(request)  # raises the explanatory 403
+    if not auth.enabled() and not is_loopback(host):
+        auth.authenticate(credential_from_headers(request.scope), host)  # raises the explanatory 403
 
 
-@dataclass(frozen=True, slots=True)
-class RunScope:
-    """Which runs a list shows: `project` for SQL filters (None = every project). A reader of one project who
-    asks for another (`?project=Q`) gets an empty list (`matches_nothing`), not the other project's runs."""
-
-    project: str | None
-    matches_nothing: bool = False
-
-
-async def _run_scope(principal: Annotated[Principal, Depends(_reader)], project: Annotated[str | None, Query(
+async def run_scope(principal: Annotated[Principal, Depends(read_caller)], project: Annotated[str | None, Query(
         max_length=64, pattern=PROJECT_RE.pattern, description="only runs of this project (a token of one project sees only its own)")] = None,
                      ) -> RunScope:
     if principal.project is None:
@@ -267,18 +263,10 @@ async def _run_scope(principal: Annotated[Principal, Depends(_reader)], project:
     return RunScope(principal.project, matches_nothing=project is not None and project != principal.project)
 
 
-PrincipalDep = Annotated[Principal, Depends(_principal)]
-WritePrincipalDep = Annotated[Principal, Depends(_writer)]
-ReadPrincipalDep = Annotated[Principal, Depends(_reader)]
-RunScopeDep = Annotated[RunScope, Depends(_run_scope)]
-# The run a route of one run (/v1/runs/{run_id}/...) works on, resolved for the caller: use one of these.
-ReadRunDep = Annotated[RunRef, Depends(_readable_run)]
-WriteRunDep = Annotated[RunRef, Depends(_writable_run)]
-ClientRunDep = Annotated[RunRef, Depends(_client_run)]
 # For route decorators: dependencies=[READ_FLEET] and so on.
-READ_ANY = Depends(_reader)
-READ_FLEET = Depends(_fleet_reader)
-NETWORK = Depends(_network)
+READ_ANY = Depends(read_caller)
+READ_FLEET = Depends(fleet_read_caller)
+NETWORK = Depends(network_rule)
 
 
 # -- the dashboard mount ----------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from services.collector.event_spans import find_event_spans
-from services.collector.schemas import EVENT_ADAPTER, EVENT_KINDS, SCHEMA_VERSION, EventBatch
+from services.collector.schemas.ingest import EVENT_ADAPTER, EVENT_KINDS, SCHEMA_VERSION, EventBatch
 from services.errors import InvalidBatch
 from services.storage.records import IngestRecord
 

@@ -1,28 +1,67 @@
-"""Shared dependencies of the routes."""
+"""What routes declare they need, resolved per request: `def route(run: RunDep, analyses: AnalysesDep) -> Model`.
+
+The run dependencies resolve `{run_id}` (and `?project=`) under the caller's token scope to the run's row, or
+answer 404 for a run the caller may not see (services.collector.auth). The app's shared objects (engine,
+writer, settings, analysis cache) live in `app.state`, set once by `create_app`.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, cast
 
 from fastapi import Depends, Request
 from sqlalchemy import Engine
 
+from services.analysis.live import LiveConfig
+from services.collector.auth import (
+    Principal,
+    client_run,
+    caller,
+    readable_run,
+    read_caller,
+    run_scope,
+    writable_run,
+    write_caller,
+)
+from services.derive.cache import AnalysisCache
+from services.derive.live import live_config
+from services.derive.runs import RunScope
 from services.settings import ServiceSettings
+from services.storage.runs import RunRow
 from services.storage.writer import BatchWriter
 
 
 def _engine(request: Request) -> Engine:
-    return request.app.state.engine  # type: ignore[no-any-return]
+    return cast(Engine, request.app.state.engine)
 
 
-def _writer(request: Request) -> BatchWriter:
-    return request.app.state.writer  # type: ignore[no-any-return]
+def _writer_of_batches(request: Request) -> BatchWriter:
+    return cast(BatchWriter, request.app.state.writer)
 
 
 def _settings(request: Request) -> ServiceSettings:
-    return request.app.state.settings  # type: ignore[no-any-return]
+    return cast(ServiceSettings, request.app.state.settings)
+
+
+def _analyses(request: Request) -> AnalysisCache:
+    return cast(AnalysisCache, request.app.state.analyses)
+
+
+def _live(settings: Annotated[ServiceSettings, Depends(_settings)]) -> LiveConfig:
+    return live_config(settings)
 
 
 EngineDep = Annotated[Engine, Depends(_engine)]
-WriterDep = Annotated[BatchWriter, Depends(_writer)]
+WriterDep = Annotated[BatchWriter, Depends(_writer_of_batches)]
 SettingsDep = Annotated[ServiceSettings, Depends(_settings)]
+AnalysesDep = Annotated[AnalysisCache, Depends(_analyses)]  # every derived product of a run: ledger, views, ...
+LiveConfigDep = Annotated[LiveConfig, Depends(_live)]  # hang detection's thresholds (settings.live)
+
+PrincipalDep = Annotated[Principal, Depends(caller)]
+WritePrincipalDep = Annotated[Principal, Depends(write_caller)]
+ReadPrincipalDep = Annotated[Principal, Depends(read_caller)]
+RunScopeDep = Annotated[RunScope, Depends(run_scope)]  # the runs a list may show the caller
+# The run a route of one run (/v1/runs/{run_id}/...) works on, resolved for the caller: every such route takes one.
+RunDep = Annotated[RunRow, Depends(readable_run)]
+WriteRunDep = Annotated[RunRow, Depends(writable_run)]
+ClientRunDep = Annotated[RunRow, Depends(client_run)]

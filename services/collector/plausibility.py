@@ -1,6 +1,6 @@
 """Plausibility of a validated batch: what its events claim, against configurable limits and against each other.
 
-The wire models (services.collector.schemas) check each event alone against fixed bounds; this checks what
+The wire models (services.collector.schemas.ingest) check each event alone against fixed bounds; this checks what
 depends on settings or the collector's clock, and contradictions between events of one batch
 (docs/events.md, "Plausibility limits"):
 

@@ -1,28 +1,25 @@
-"""Load a run and build its straggler report, kept per (run, version) like the dashboard's views."""
+"""The run's straggler report, consistent with its ledger; kept by the analysis cache (in memory) per version."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine
-
 from services.analysis.straggler_report import build_straggler_report
-from services.derive.ledger import ledger_for_row
-from services.storage.load import RunRef, get_run, load_run_data
-from services.derive.version_cache import VersionCache
+from services.derive.cache import AnalysisCache, Product
+from services.derive.ledger import current_ledger
+from services.storage.load import load_run_data
+from services.storage.runs import RunRow
 
-_CACHE = VersionCache(capacity=16)
 
-
-def straggler_report(engine: Engine, ref: RunRef) -> dict[str, Any]:
-    with engine.connect() as conn:
-        run = get_run(conn, ref)
-    cached = _CACHE.get(run.ref, run.version)
-    if cached is not None:
-        return cached
-    ledger = ledger_for_row(engine, run)
-    with engine.connect() as conn:
+def _build(analyses: AnalysisCache, run: RunRow) -> dict[str, Any]:
+    ledger = current_ledger(analyses, run)
+    with analyses.engine.connect() as conn:
         data = load_run_data(conn, run)
-    report = build_straggler_report(data, ledger)
-    _CACHE.put(run.ref, run.version, report)
-    return report
+    return build_straggler_report(data, ledger)
+
+
+STRAGGLERS = Product(name="stragglers", build=_build)
+
+
+def straggler_report(analyses: AnalysisCache, run: RunRow) -> dict[str, Any]:
+    return analyses.current(STRAGGLERS, run)

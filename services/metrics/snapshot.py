@@ -1,7 +1,7 @@
 """What `/metrics` says about runs, read from the database in one pass and kept for a few seconds.
 
 A snapshot covers the runs that are running or had an event within the window (``MetricsSettings``). Ledgers
-come from the cache in the ``runs`` table (`services.derive.ledger.ledger_for_row`); a ledger made stale by new
+come from the cache in the ``runs`` table (`services.derive.ledger.current_ledger`); a ledger made stale by new
 events is recomputed within a time budget per snapshot, past which the previous stored ledger is served
 (counted in ``stale_ledgers``). Besides ledgers, a snapshot reads two cheap things per run:
 
@@ -19,18 +19,18 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, text
+from sqlalchemy import Connection, bindparam, text
 
 from services.analysis.categories import RunStatus
 from services.analysis.live import LiveConfig, detect_hang
 from services.analysis.ledger_types import Ledger
 from services.analysis.provisional import LiveHang, provisional_ledger
-from services.derive.ledger import ledger_for_row
+from services.derive.cache import AnalysisCache
+from services.derive.ledger import current_ledger
 from services.storage.live import load_live_state
 from services.settings import MetricsSettings
-from services.storage.load import RunRow, list_runs
+from services.storage.runs import RunRow, list_runs
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ MAX_RUNS_SCANNED = 5000  # runs in the window read per snapshot (fleet series co
 class RunSample:
     run_id: str
     project: str
-    ledger: dict[str, Any]
+    ledger: Ledger
     last_progress_time: float | None  # latest step end; the run's first event when it has no step yet
     client_dropped: dict[str, int]  # CLIENT_COUNTERS keys -> events, summed over the run's processes
     client_send_failures: int
@@ -55,9 +55,9 @@ class RunSample:
 
     @property
     def running(self) -> bool:
-        return bool(self.ledger["status"] == RunStatus.RUNNING.value)
+        return self.ledger.status == RunStatus.RUNNING.value
 
-    def ledger_at(self, now: float) -> dict[str, Any]:
+    def ledger_at(self, now: float) -> Ledger:
         """The ledger with a hung run's hang up to `now` booked provisionally (services.analysis.provisional)."""
         if self.live_hang is None:
             return self.ledger
@@ -78,8 +78,9 @@ class Snapshot:
         return self.runs[: self.labelled]
 
 
-def build_snapshot(engine: Engine, config: MetricsSettings, now: float,
+def build_snapshot(analyses: AnalysisCache, config: MetricsSettings, now: float,
                    clock: Callable[[], float] = time.perf_counter, live: LiveConfig | None = None) -> Snapshot:
+    engine = analyses.engine
     started = clock()
     since = now - config.run_window_h * 3600.0
     with engine.connect() as conn:
@@ -87,13 +88,13 @@ def build_snapshot(engine: Engine, config: MetricsSettings, now: float,
         recent = list_runs(conn, since=since, limit=MAX_RUNS_SCANNED)
     rows = {r.pk: r for r in (*running, *recent)}  # running first: their ledgers are refreshed first
 
-    ledgers: dict[int, tuple[dict[str, Any], bool]] = {}
+    ledgers: dict[int, tuple[Ledger, bool]] = {}
     missing = 0
     for row in rows.values():
         fresh = row.ledger_json is not None and row.ledger_version == row.version
         if fresh or clock() - started < config.refresh_budget_s:
             try:
-                ledgers[row.pk] = (ledger_for_row(engine, row), False)
+                ledgers[row.pk] = (current_ledger(analyses, row), False)
             except Exception:  # noqa: BLE001 - one bad run must not take the whole scrape down
                 logger.exception("metrics: ledger of run %s failed", row.run_id)
                 missing += 1
@@ -102,17 +103,17 @@ def build_snapshot(engine: Engine, config: MetricsSettings, now: float,
         else:
             missing += 1
 
-    def in_window(ledger: dict[str, Any]) -> bool:
-        latest = ledger.get("latest_time")
-        return ledger["status"] == RunStatus.RUNNING.value or (latest is not None and latest >= since)
+    def in_window(ledger: Ledger) -> bool:
+        latest = ledger.latest_time
+        return ledger.status == RunStatus.RUNNING.value or (latest is not None and latest >= since)
 
     kept = [(rows[pk], ledger, stale) for pk, (ledger, stale) in ledgers.items() if in_window(ledger)]
-    kept.sort(key=lambda item: (item[1]["status"] != RunStatus.RUNNING.value, -(item[1]["latest_time"] or 0.0)))
+    kept.sort(key=lambda item: (item[1].status != RunStatus.RUNNING.value, -(item[1].latest_time or 0.0)))
     labelled = min(config.max_runs, len(kept))
 
     with engine.connect() as conn:
         stats = _client_stats(conn, [row.pk for row, _, _ in kept])
-        running_rows = [row for row, ledger, _ in kept[:labelled] if ledger["status"] == RunStatus.RUNNING.value]
+        running_rows = [row for row, ledger, _ in kept[:labelled] if ledger.status == RunStatus.RUNNING.value]
         progress = _last_progress(conn, running_rows)
         hangs = _hangs(conn, running_rows, now, live or LiveConfig())
     samples = []
@@ -120,7 +121,7 @@ def build_snapshot(engine: Engine, config: MetricsSettings, now: float,
         counts = stats.get(row.pk, {})
         samples.append(RunSample(
             run_id=row.run_id, project=row.project, ledger=ledger,
-            last_progress_time=progress.get(row.pk, ledger.get("first_time")),
+            last_progress_time=progress.get(row.pk, ledger.first_time),
             client_dropped={key: int(counts.get(name, 0)) for key, name in CLIENT_COUNTERS.items()},
             client_send_failures=int(counts.get("send_failures", 0)), stale=stale,
             hung=hangs[row.pk][0] if row.pk in hangs else None,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -23,6 +23,16 @@ def normalize_url(url: str) -> str:
 
 def is_postgres(engine: Engine) -> bool:
     return engine.dialect.name == "postgresql"
+
+
+def database_status(engine: Engine) -> str:
+    """"ok" when the database answers a query now, else "unreachable: <error class>"."""
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        return f"unreachable: {exc.__class__.__name__}"
+    return "ok"
 
 
 def make_engine(url: str, *, pool_size: int = 10) -> Engine:

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, text
 
 from services.analysis.live import LiveState, RankLive
-from services.storage.load import RunRow
+from services.storage.runs import RunRow
 
 _ATTEMPT_SQL = text("SELECT max(attempt) FROM events WHERE run_pk = :pk AND kind = 'attempt_start'")
 _STARTS_SQL = text(

@@ -1,14 +1,9 @@
-"""Read one run's events back as the analysis core's RunData, and the run index.
-
-A run is identified by (project, run id) (`RunRef`); `resolve_run` turns what a caller named (a run id, maybe a
-project) into one, for the callers a principal allows (services.collector.auth).
-"""
+"""Read one run's events back as the analysis core's RunData (the run itself: services.storage.runs)."""
 
 from __future__ import annotations
 
 import io
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,102 +12,10 @@ import pandas as pd
 from sqlalchemy import Connection, select
 
 from services.analysis.run_data import RunData, collectives_frame, comm_frame, events_frame, steps_frame
-from services.errors import RunInSeveralProjects, RunNotFound
 from services.storage import pgcopy
 from services.storage.records import SERIES_KINDS
-from services.storage.tables import Event, Run, collectives
-
-DEFAULT_PROJECT = "default"  # the project of runs written without a token (local clients)
-_UNSTORABLE = re.compile(r"[\x00-\x1f\x7f]")  # ingest refuses control characters in run ids (and PostgreSQL NUL)
-
-
-@dataclass(frozen=True, slots=True)
-class RunRef:
-    """A run as it is identified: (project, run id)."""
-
-    project: str
-    run_id: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunRow:
-    pk: int
-    run_id: str
-    project: str
-    status: str
-    first_time: float | None
-    last_time: float | None
-    received_at: float | None
-    version: int
-    ledger_version: int
-    ledger_json: str | None
-
-
-    @property
-    def ref(self) -> RunRef:
-        return RunRef(self.project, self.run_id)
-
-
-_RUN_COLUMNS = (Run.id, Run.run_id, Run.project, Run.status, Run.first_time, Run.last_time, Run.received_at,
-                Run.version, Run.ledger_version, Run.ledger_json)
-
-
-def _run_row(row: Any) -> RunRow:
-    return RunRow(pk=row[0], run_id=row[1], project=row[2], status=row[3], first_time=row[4], last_time=row[5],
-                  received_at=row[6], version=row[7], ledger_version=row[8], ledger_json=row[9])
-
-
-def get_run(conn: Connection, run: RunRef | str) -> RunRow:
-    """The run's row; a bare run id names the run of project "default" (what local clients write)."""
-    ref = run if isinstance(run, RunRef) else RunRef(DEFAULT_PROJECT, run)
-    row = conn.execute(select(*_RUN_COLUMNS).where(Run.run_id == ref.run_id, Run.project == ref.project)).first()
-    if row is None:
-        raise RunNotFound(ref.run_id)
-    return _run_row(row)
-
-
-def resolve_run(conn: Connection, run_id: str, *, own_project: str | None, project: str | None) -> RunRef:
-    """The run a caller names. `own_project`: the only project the caller may see (None = every project);
-    `project`: the one it asked for (`?project=`), if any.
-
-    A caller of one project gets its project's run, and RunNotFound for anything else, worded exactly as for a
-    run that does not exist (another project's runs are never hinted at). A caller of every project gets the
-    run of `project`, or, without it, the only project that has the run id; RunInSeveralProjects when several
-    have it (the message lists them: a caller of every project may list them anyway)."""
-    if (own_project is not None and project is not None and project != own_project) or _UNSTORABLE.search(run_id):
-        raise RunNotFound(run_id)
-    wanted = own_project if own_project is not None else project
-    query = select(Run.project).where(Run.run_id == run_id)
-    if wanted is not None:
-        query = query.where(Run.project == wanted)
-    found = sorted(conn.execute(query.limit(100)).scalars())
-    if not found:
-        raise RunNotFound(run_id)
-    if len(found) > 1:
-        raise RunInSeveralProjects(run_id, found)
-    return RunRef(found[0], run_id)
-
-
-def get_run_by_pk(conn: Connection, run_pk: int) -> RunRow:
-    row = conn.execute(select(*_RUN_COLUMNS).where(Run.id == run_pk)).first()
-    if row is None:
-        raise RunNotFound(str(run_pk))
-    return _run_row(row)
-
-
-def list_runs(conn: Connection, *, since: float | None = None, until: float | None = None,
-              status: str | None = None, limit: int = 1000, project: str | None = None) -> list[RunRow]:
-    query = select(*_RUN_COLUMNS)
-    if project is not None:
-        query = query.where(Run.project == project)
-    if since is not None:
-        query = query.where(Run.last_time >= since)
-    if until is not None:
-        query = query.where(Run.first_time <= until)
-    if status is not None:
-        query = query.where(Run.status == status)
-    query = query.order_by(Run.last_time.desc()).limit(limit)
-    return [_run_row(r) for r in conn.execute(query).all()]
+from services.storage.runs import RunRow
+from services.storage.tables import Event, collectives
 
 
 def load_run_data(conn: Connection, run: RunRow, *, detail: bool = False) -> RunData:
@@ -281,13 +184,20 @@ def _load_collectives(conn: Connection, run_pk: int) -> pd.DataFrame:
     return collectives_frame(attempt=attempt, rank=rank, step=step, op=op, start=start, end=end)
 
 
-def last_ok_checkpoint(conn: Connection, run_pk: int) -> dict[str, Any] | None:
+@dataclass(frozen=True, slots=True)
+class CompletedCheckpoint:
+    step: int
+    attempt: int
+    end: float
+
+
+def last_ok_checkpoint(conn: Connection, run_pk: int) -> CompletedCheckpoint | None:
     rows = conn.execute(
         select(Event.step, Event.attempt, Event.time, Event.data)
         .where(Event.run_pk == run_pk, Event.kind == "checkpoint_end")
         .order_by(Event.time.desc()).limit(1000)
     ).all()
     for step, attempt, time, data in rows:
-        if data and json.loads(data).get("ok"):
-            return {"step": step, "attempt": attempt, "end": time}
+        if data and json.loads(data).get("ok"):  # a checkpoint_end carries its rank's attempt and step
+            return CompletedCheckpoint(int(step), int(attempt), float(time))
     return None

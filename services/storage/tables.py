@@ -57,7 +57,7 @@ class Run(Base):
 
 
 class RunViews(Base):
-    """The dashboard's read models of one version of a run, with the ledger of that same version.
+    """The dashboard's read models of one version of a run (its ledger is the run's: `runs.ledger_json`).
 
     Building them reads every step of the run, so the last build is kept here (shared by every collector
     process, kept across restarts) and served while a newer one is built: services/derive/views.py.
@@ -69,7 +69,6 @@ class RunViews(Base):
     version: Mapped[int] = mapped_column(BigInteger)  # the run's version the views describe
     analysed_at: Mapped[float] = mapped_column(Double)  # server clock when the build finished
     analysis_seconds: Mapped[float] = mapped_column(Double)  # what the build took (load + ledger + views)
-    ledger_json: Mapped[str] = mapped_column(Text)
     views_json: Mapped[str] = mapped_column(Text)
 
 

@@ -26,10 +26,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from services.storage import pgcopy
 from services.storage.records import EventConflict, IngestRecord, IngestResult
+from services.storage.runs import DEFAULT_PROJECT
 from services.storage.tables import Event, Run, collectives, steps
 
 _INSERT_CHUNK = 2000
-DEFAULT_PROJECT = "default"
 
 
 class ConflictingBatches(Exception):

@@ -306,7 +306,7 @@ def test_a_resume_whose_step_is_not_the_checkpoint_it_loaded_is_flagged() -> Non
 def test_the_wire_schema_takes_resumes_with_and_without_the_checkpoint_they_loaded() -> None:
     from pydantic import TypeAdapter, ValidationError
 
-    from services.collector.schemas import AnyEvent
+    from services.collector.schemas.ingest import AnyEvent
 
     adapter = TypeAdapter(AnyEvent)
     base = {"event_id": "e1", "run_id": "r", "kind": "resume", "time": 1.7e9, "attempt": 1, "rank": 0, "step": 250}

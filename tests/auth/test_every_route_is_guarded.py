@@ -9,9 +9,9 @@ from services.collector import auth
 from services.collector.app import create_app
 from services.settings import ServerSettings, ServiceSettings
 
-RUN_CHECKS = {auth._readable_run, auth._writable_run, auth._client_run}
-ANY_CHECK = RUN_CHECKS | {auth._principal, auth._writer, auth._reader, auth._fleet_reader, auth._network,
-                          auth._run_scope}
+RUN_CHECKS = {auth.readable_run, auth.writable_run, auth.client_run}
+ANY_CHECK = RUN_CHECKS | {auth.caller, auth.write_caller, auth.read_caller, auth.fleet_read_caller, auth.network_rule,
+                          auth.run_scope}
 
 
 def _calls(dependant) -> set[object]:  # type: ignore[no-untyped-def]
@@ -37,4 +37,4 @@ def test_every_api_route_checks_access_and_every_run_route_checks_the_project() 
         assert calls & ANY_CHECK, f"{route.path} has no access check (services/collector/auth.py)"
         if "{run_id" in route.path:
             assert calls & RUN_CHECKS, (f"{route.path} does not resolve the run for the caller: take it as "
-                                        "ReadRunDep (or WriteRunDep, ClientRunDep)")
+                                        "RunDep (or WriteRunDep, ClientRunDep: services/collector/deps.py)")

@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
-
-from services.derive.resume import _CACHE
 from services.simulate import SimConfig, simulate
 
 SIM: dict[str, Any] = {"ranks": 2, "hours": 0.05, "step_s": 1.0, "mtbf_s": 90, "checkpoint_every": 20,
                        "startup_s": 5, "detect_s": 5, "max_failures": 2, "digest_every": 5,
                        "seed": 9}  # resumes from checkpoints 20 and 40
-
-
-@pytest.fixture(autouse=True)
-def _fresh_cache() -> Iterator[None]:
-    """Results are cached per (run_id, version) in the process: every test's databases start at version 1."""
-    _CACHE.clear()
-    yield
-    _CACHE.clear()
 
 
 def post(client: Any, events: list[dict[str, Any]]) -> None:

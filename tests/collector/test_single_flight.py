@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from services.derive.single_flight import Pace, SingleFlight
+from services.derive.cache import Pace, SingleFlight
 
 
 def test_concurrent_requests_share_one_computation_and_the_next_one_starts_afresh() -> None:

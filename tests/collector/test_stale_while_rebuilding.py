@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
-from services.derive import ledger as pipeline, resume as resume_pipeline, views as views_pipeline
 from services.collector.routes import resume as resume_route
 from services.collector.routes import runs as runs_route
 from services.collector.routes import views as views_route
+from services.derive import ledger as pipeline, resume as resume_pipeline, views as views_pipeline
 from services.simulate import START_TIME, SimConfig, simulate
 
 BUDGET_S = 0.2
@@ -53,13 +53,10 @@ class Gate:
 
 
 @pytest.fixture(autouse=True)
-def _short_budgets(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _short_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(views_route, "STALE_OK_BUDGET_S", BUDGET_S)
     monkeypatch.setattr(resume_route, "STALE_OK_BUDGET_S", BUDGET_S)
     monkeypatch.setattr(runs_route, "LIST_BUDGET_S", BUDGET_S)
-    resume_pipeline._CACHE.clear()
-    yield
-    resume_pipeline._CACHE.clear()
 
 
 def wait_until(check: Callable[[], bool], what: str, timeout: float = 60) -> None:

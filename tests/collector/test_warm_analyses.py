@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from services.derive import views as views_pipeline
+from services.derive.analyst import WarmAnalyses
 from services.simulate import SimConfig, simulate
-from services.storage.load import get_run
-from services.derive.analyst import INTEREST, WarmAnalyses
+from services.storage.run_views import load_views
+from services.storage.runs import get_run
 
 
 def post(client: Any, run_id: str, seed: int) -> None:
@@ -18,18 +18,18 @@ def post(client: Any, run_id: str, seed: int) -> None:
 
 def stored_version(engine: Any, run_id: str) -> int | None:
     with engine.connect() as conn:
-        run = get_run(conn, run_id)
-    stored = views_pipeline._stored(engine, run.pk)
+        stored = load_views(conn, get_run(conn, run_id).pk)
     return stored.version if stored is not None else None
 
 
 def test_changed_runs_are_analysed_in_the_background_watched_ones_first(client: Any, engine: Any) -> None:
     for i, run_id in enumerate(("quiet", "watched", "other")):
         post(client, run_id, seed=i)
-    warm = WarmAnalyses(engine, interval_s=60.0)
+    analyses = client.app.state.analyses
+    warm = WarmAnalyses(analyses, interval_s=60.0)
     with engine.connect() as conn:
         pks = {run_id: get_run(conn, run_id).pk for run_id in ("quiet", "watched", "other")}
-    INTEREST.note(engine, pks["watched"])
+    analyses.note_watched(pks["watched"])
     order = warm.candidates()
     assert order[0] == pks["watched"] and set(order) == set(pks.values())
 
@@ -46,8 +46,9 @@ def test_a_round_stops_when_its_share_of_time_is_spent(client: Any, engine: Any)
     for i in range(3):
         post(client, f"run-{i}", seed=i)
     # zero share: the deadline has passed before the first build
-    assert WarmAnalyses(engine, interval_s=60.0, share=0.0).run_once() == 0
-    assert len(WarmAnalyses(engine, interval_s=60.0).candidates()) == 3
+    analyses = client.app.state.analyses
+    assert WarmAnalyses(analyses, interval_s=60.0, share=0.0).run_once() == 0
+    assert len(WarmAnalyses(analyses, interval_s=60.0).candidates()) == 3
 
 
 def test_serve_analyses_in_the_background_by_default(database_url: str) -> None:
@@ -75,15 +76,15 @@ def test_serve_analyses_in_the_background_by_default(database_url: str) -> None:
 def test_one_collector_process_at_a_time_runs_a_round(client: Any, engine: Any) -> None:
     from sqlalchemy import text
 
-    from services.derive.analyst import _ROUND_LOCK
+    from services.derive.analyst import ROUND_LOCK
 
     post(client, "locked", seed=7)
-    warm = WarmAnalyses(engine, interval_s=60.0)
+    warm = WarmAnalyses(client.app.state.analyses, interval_s=60.0)
     if engine.dialect.name != "postgresql":
         assert warm.run_once() == 1  # SQLite: one process, no lock
         return
     with engine.connect() as other:  # another collector process's analyst is mid-round
-        assert other.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": _ROUND_LOCK}).scalar()
+        assert other.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": ROUND_LOCK}).scalar()
         assert warm.run_once() == 0 and stored_version(engine, "locked") is None
-        other.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _ROUND_LOCK})
+        other.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": ROUND_LOCK})
     assert warm.run_once() == 1 and stored_version(engine, "locked") is not None

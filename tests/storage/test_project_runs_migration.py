@@ -10,14 +10,14 @@ from services.storage.db import make_engine
 from services.storage.migrate import current_revision, downgrade, schema_drift, upgrade
 
 
-def _seed_at_0004(engine) -> None:  # type: ignore[no-untyped-def]
+def _seed_at_0004(engine) -> None:
     with engine.begin() as conn:
         for run_id, project in (("llm-exp-42", "alpha"), ("other", "default")):
             conn.execute(text("INSERT INTO runs (run_id, project, status, version, ledger_version) "
                               "VALUES (:run_id, :project, 'running', 3, -1)"), {"run_id": run_id, "project": project})
             pk = conn.execute(text("SELECT id FROM runs WHERE run_id = :r"), {"r": run_id}).scalar_one()
-            conn.execute(text("INSERT INTO events (run_pk, event_id, kind, time) VALUES (:pk, 'e1', 'run_submitted', 1.7e9)"),
-                         {"pk": pk})
+            conn.execute(text("INSERT INTO events (run_pk, event_id, kind, time) "
+                              "VALUES (:pk, 'e1', 'run_submitted', 1.7e9)"), {"pk": pk})
             conn.execute(text("INSERT INTO steps (run_pk, attempt, rank, step, start_time, end_time) "
                               "VALUES (:pk, 0, 0, 1, 1.7e9, 1.7e9 + 1)"), {"pk": pk})
             conn.execute(text("INSERT INTO run_views (run_pk, version, analysed_at, analysis_seconds, ledger_json, "
@@ -26,7 +26,7 @@ def _seed_at_0004(engine) -> None:  # type: ignore[no-untyped-def]
                          {"pk": pk})
 
 
-def _counts(engine) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def _counts(engine) -> dict[str, int]:
     with engine.connect() as conn:
         return {t: conn.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar_one()
                 for t in ("runs", "events", "steps", "run_views", "checkpoint_requests")}
@@ -38,7 +38,7 @@ def test_upgrade_keeps_every_run_with_its_project_and_every_row_that_references_
     _seed_at_0004(engine)
     before = _counts(engine)
     upgrade(engine)
-    assert current_revision(engine) == "0005" and schema_drift(engine) == []
+    assert current_revision(engine) == "0006" and schema_drift(engine) == []
     assert _counts(engine) == before == {"runs": 2, "events": 2, "steps": 2, "run_views": 2, "checkpoint_requests": 2}
     with engine.connect() as conn:
         runs = conn.execute(text("SELECT run_id, project, version FROM runs ORDER BY id")).all()
@@ -83,11 +83,11 @@ def test_downgrade_is_refused_while_two_projects_share_a_run_id(database_url: st
                               "VALUES ('shared', :p, 'running', 0, -1)"), {"p": project})
     with pytest.raises(RuntimeError, match="'shared'"):
         downgrade(engine, "0004")
-    assert current_revision(engine) == "0005" and _counts(engine)["runs"] == 2
+    assert current_revision(engine) == "0006" and _counts(engine)["runs"] == 2
     engine.dispose()
 
 
-def test_on_sqlite_the_rebuild_refuses_to_run_while_foreign_keys_would_cascade(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_on_sqlite_the_rebuild_refuses_to_run_while_foreign_keys_would_cascade(tmp_path) -> None:
     from alembic import command
 
     from services.storage.migrate import alembic_config

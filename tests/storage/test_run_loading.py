@@ -7,7 +7,8 @@ import pytest
 
 from services.analysis.run_data import run_data_from_events
 from services.simulate import SimConfig, simulate
-from services.storage.load import get_run, load_run_data
+from services.storage.load import load_run_data
+from services.storage.runs import get_run
 from services.storage.writer import BatchWriter
 from services.collector.batch import parse_batch
 import json

@@ -174,7 +174,8 @@ def test_collector_down_for_the_first_half_loses_and_doubles_nothing(tmp_path: P
 def stored_steps(collector: Collector, run_id: str) -> list[tuple[int, int, int]]:
     """(attempt, rank, step) of every step row in the collector's database, duplicates included."""
     from services.storage.db import make_engine
-    from services.storage.load import get_run, load_run_data
+    from services.storage.load import load_run_data
+    from services.storage.runs import get_run
 
     engine = make_engine(f"sqlite:///{collector.db_path}")
     try:

@@ -1,26 +1,30 @@
+"""What to change: the checkpoint interval (from the measured failure rate and checkpoint cost) and the ranks and
+hosts that straggle."""
+
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
-from starlette.concurrency import run_in_threadpool
 
 from services.analysis.advice import checkpoint_advice
-from services.collector.auth import ReadRunDep
-from services.collector.deps import EngineDep
-from services.collector.schemas import ErrorResponse
-from services.derive.ledger import fleet_ledgers, ledger_for_run
+from services.collector.deps import AnalysesDep, RunDep
+from services.collector.schemas.advice import RunAdvice, StragglerReport
+from services.collector.schemas.errors import NOT_FOUND
+from services.derive.ledger import current_ledger, fleet_ledgers
+from services.derive.stragglers import straggler_report
 
 router = APIRouter(tags=["advice"])
 
 
-@router.get("/v1/runs/{run_id:path}/advice", responses={404: {"model": ErrorResponse}},  # type: ignore[dict-item]
+@router.get("/v1/runs/{run_id:path}/advice", response_model=RunAdvice, responses=NOT_FOUND,
             summary="What to change: the checkpoint interval from measured failure rate and checkpoint cost")
-async def get_advice(run: ReadRunDep, engine: EngineDep) -> dict[str, Any]:
-    def work() -> dict[str, Any]:
-        ledger = ledger_for_run(engine, run)
-        # similar runs of the run's own project: other teams' runs say nothing here, and are not theirs to read
-        fleet = fleet_ledgers(engine, project=run.project)
-        return {"run_id": ledger["run_id"], "checkpoint_interval": checkpoint_advice(ledger, fleet)}
+def get_advice(run: RunDep, analyses: AnalysesDep) -> RunAdvice:
+    ledger = current_ledger(analyses, run)
+    # similar runs of the run's own project: other teams' runs say nothing here, and are not theirs to read
+    fleet = fleet_ledgers(analyses, project=run.project)
+    return RunAdvice(run_id=ledger.run_id, checkpoint_interval=checkpoint_advice(ledger, fleet))
 
-    return await run_in_threadpool(work)
+
+@router.get("/v1/runs/{run_id:path}/stragglers", response_model=StragglerReport, responses=NOT_FOUND,
+            summary="Which ranks and hosts straggle, how often, what it cost, and the cost at other scales")
+def get_stragglers(run: RunDep, analyses: AnalysesDep) -> StragglerReport:
+    return StragglerReport.model_validate(straggler_report(analyses, run))

@@ -10,12 +10,13 @@ from contextlib import contextmanager
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from services.collector.auth import Principal, WritePrincipalDep
+from services.collector.auth import Principal
 from services.collector.batch import decompress, parse_batch
-from services.collector.deps import SettingsDep, WriterDep
+from services.collector.deps import SettingsDep, WritePrincipalDep, WriterDep
 from services.collector.plausibility import check_plausible
 from services.collector.routes.metrics import IngestCountersDep
-from services.collector.schemas import ErrorResponse, EventBatch, IngestAck
+from services.collector.schemas.errors import ErrorResponse
+from services.collector.schemas.ingest import EventBatch, IngestAck
 from services.errors import InvalidBatch, Overloaded
 from services.settings import IngestSettings
 
@@ -34,6 +35,8 @@ _ERRORS = {status: {"model": ErrorResponse} for status in (400, 401, 403, 408, 4
 )
 async def ingest_events(request: Request, writer: WriterDep, settings: SettingsDep,
                         counters: IngestCountersDep, principal: WritePrincipalDep) -> IngestAck:
+    # async, unlike the read routes: the body is read from the request's stream on the event loop, under a
+    # timeout and the body budget, before any thread is spent on it; parsing then runs on threads.
     budget: BodyBudget = request.app.state.body_budget
     with counters.rejections(), budget.hold(_client_key(principal, request)) as take:  # counts 4xx by code
         limits = settings.ingest

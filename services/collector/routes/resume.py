@@ -1,6 +1,6 @@
 """`GET /v1/runs/{run_id}/resume-check`: steps computed twice (before and after a restart) compared; step numbering.
 
-Thin: services.derive.resume loads the run (with losses and digests) and caches the check per run version; the
+Thin: services.derive.resume loads the run (with losses and digests) and keeps the check per run version; the
 rules are in services.analysis.resume_check and docs/resume-check.md.
 """
 
@@ -10,13 +10,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
 
 from services.analysis.resume_check import ResumeCheckConfig
-from services.collector.auth import ReadRunDep
-from services.collector.deps import EngineDep
-from services.collector.resume_models import ResumeCheck
-from services.collector.schemas import ErrorResponse
+from services.collector.deps import AnalysesDep, RunDep
+from services.collector.schemas.errors import ErrorResponse
+from services.collector.schemas.resume import ResumeCheck
 from services.derive.resume import DEFAULT_CONFIG, ResumeCheckPending, recent_resume_check, resume_check
 
 router = APIRouter(tags=["advice"])
@@ -25,13 +23,13 @@ STALE_OK_BUDGET_S = 1.0
 
 
 @router.get("/v1/runs/{run_id:path}/resume-check", response_model=ResumeCheck,
-            responses={404: {"model": ErrorResponse},  # type: ignore[dict-item]
+            responses={404: {"model": ErrorResponse},
                        202: {"model": ErrorResponse, "description": "stale_ok=true and the run's first check "
                                                                     "is still being computed: retry shortly"}},
             summary="Did each restart reproduce the steps it recomputed (loss, lr, digest), resume from a checkpoint, "
                     "and number its steps without gaps or repeats?")
-async def get_resume_check(
-    run: ReadRunDep, engine: EngineDep,
+def get_resume_check(
+    run: RunDep, analyses: AnalysesDep,
     loss_rtol: Annotated[float, Query(ge=0, le=1, description="relative tolerance on recomputed losses; raise it "
                                       "for GPU jobs that are not bitwise deterministic")] = DEFAULT_CONFIG.loss_rtol,
     lr_rtol: Annotated[float, Query(ge=0, le=1)] = DEFAULT_CONFIG.lr_rtol,
@@ -43,12 +41,10 @@ async def get_resume_check(
     config = ResumeCheckConfig(loss_rtol=loss_rtol, lr_rtol=lr_rtol)
     if stale_ok and config == DEFAULT_CONFIG:
         try:
-            check, stale = await run_in_threadpool(
-                lambda: recent_resume_check(engine, run, budget_s=STALE_OK_BUDGET_S))
+            check, stale = recent_resume_check(analyses, run, budget_s=STALE_OK_BUDGET_S)
         except ResumeCheckPending:
             return JSONResponse(status_code=202, headers={"Retry-After": "5"}, content={"error": {
                 "code": "resume_check_pending",
                 "message": f"the resume check of run {run.run_id!r} is being computed; retry in a few seconds"}})
         return ResumeCheck(**check, stale=stale)
-    check = await run_in_threadpool(resume_check, engine, run, config)
-    return ResumeCheck(**check)
+    return ResumeCheck(**resume_check(analyses, run, config))

@@ -1,31 +1,30 @@
+"""The run list, one run's summary and its waste ledger."""
+
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
-from starlette.concurrency import run_in_threadpool
 
-from services.collector.auth import ReadRunDep, RunScopeDep
-from services.collector.deps import EngineDep, SettingsDep
-from services.collector.read_models import Ledger, RunDetail, RunList, RunListItem
-from services.collector.schemas import ErrorResponse
-from services.derive.live import ledger_now, live_config, with_live_hang
-from services.derive.ledger import recent_ledger, run_detail
-from services.storage.load import list_runs
+from services.analysis.ledger_types import Ledger
+from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep, RunScopeDep
+from services.collector.schemas.errors import NOT_FOUND
+from services.collector.schemas.runs import LastCheckpoint, RunDetail, RunList, RunListItem
+from services.derive.live import ledger_now
+from services.derive.runs import ListedRun, RunSummary, listed_runs, run_summary, runs_in_scope
 
 router = APIRouter(tags=["runs"])
 
 # How long one /v1/runs request waits, over all its runs, for ledgers made stale by new events; after that
 # a run shows its last ledger (`stale: true`) while a background build catches up.
 LIST_BUDGET_S = 1.0
-_404 = {404: {"model": ErrorResponse}}
 
 
 @router.get("/v1/runs", response_model=RunList, summary="Every run with its goodput, worst first by waste")
-async def get_runs(
-    engine: EngineDep,
-    settings: SettingsDep,
+def get_runs(
+    analyses: AnalysesDep,
+    live: LiveConfigDep,
     scope: RunScopeDep,
     status: Annotated[str | None, Query(pattern="^(running|finished|failed|cancelled)$")] = None,
     since: Annotated[float | None, Query(description="only runs with events at or after this epoch time")] = None,
@@ -33,42 +32,42 @@ async def get_runs(
     run_id: Annotated[str | None, Query(max_length=256, description="substring of the run id")] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> RunList:
-    def work() -> list[dict[str, Any]]:
-        with engine.connect() as conn:
-            rows = [] if scope.matches_nothing else list_runs(conn, since=since, until=until, limit=limit,
-                                                              project=scope.project)
-        deadline = time.monotonic() + LIST_BUDGET_S
-        now, config = time.time(), live_config(settings)
-        out = []
-        for row in rows:
-            if run_id and run_id not in row.run_id:
-                continue
-            ledger, stale = recent_ledger(engine, row, budget_s=max(deadline - time.monotonic(), 0.0))
-            if status and ledger["status"] != status:
-                continue
-            ledger = with_live_hang(engine, row, ledger, now, config)  # a hung run's hang so far, provisionally
-            out.append({
-                "run_id": row.run_id, "project": row.project, "status": ledger["status"], "first_time": ledger["first_time"],
-                "last_time": ledger["latest_time"], "allocated_gpu_seconds": ledger["allocated_gpu_seconds"],
-                "productive_gpu_seconds": ledger["productive_gpu_seconds"], "goodput": ledger["goodput"],
-                "waste_gpu_seconds": ledger["waste_gpu_seconds"], "restarts": ledger["restarts"], "stale": stale,
-                "provisional": ledger.get("provisional"),
-            })
-        return out
-
-    runs = await run_in_threadpool(work)
-    return RunList(runs=[RunListItem(**r) for r in runs], count=len(runs))
+    rows = runs_in_scope(analyses, scope, since=since, until=until, limit=limit)
+    listed = listed_runs(analyses, rows, budget_s=LIST_BUDGET_S, now=time.time(), config=live, run_id_part=run_id,
+                         status=status)
+    return RunList(runs=[_list_item(run) for run in listed], count=len(listed))
 
 
-@router.get("/v1/runs/{run_id:path}/waste", response_model=Ledger, responses=_404,  # type: ignore[arg-type]
+@router.get("/v1/runs/{run_id:path}/waste", response_model=Ledger, responses=NOT_FOUND,
             summary="The run's waste ledger in GPU-seconds")
-async def get_waste(run: ReadRunDep, engine: EngineDep, settings: SettingsDep) -> Ledger:
-    return Ledger(**await run_in_threadpool(ledger_now, engine, run, time.time(), live_config(settings)))
+def get_waste(run: RunDep, analyses: AnalysesDep, live: LiveConfigDep) -> Ledger:
+    return ledger_now(analyses, run, time.time(), live)
 
 
-@router.get("/v1/runs/{run_id:path}", response_model=RunDetail, responses=_404,  # type: ignore[arg-type]
+@router.get("/v1/runs/{run_id:path}", response_model=RunDetail, responses=NOT_FOUND,
             summary="Attempts, restarts, last step and checkpoint, status")
-async def get_run(run: ReadRunDep, engine: EngineDep, settings: SettingsDep) -> RunDetail:
-    now, config = time.time(), live_config(settings)
-    return RunDetail(**await run_in_threadpool(
-        run_detail, engine, run, lambda row, ledger: with_live_hang(engine, row, ledger, now, config)))
+def get_run(run: RunDep, analyses: AnalysesDep, live: LiveConfigDep) -> RunDetail:
+    return _detail(run_summary(analyses, run, now=time.time(), config=live))
+
+
+def _list_item(listed: ListedRun) -> RunListItem:
+    ledger = listed.ledger
+    return RunListItem(run_id=listed.row.run_id, project=listed.row.project, status=ledger.status,
+                       first_time=ledger.first_time, last_time=ledger.latest_time,
+                       allocated_gpu_seconds=ledger.allocated_gpu_seconds,
+                       productive_gpu_seconds=ledger.productive_gpu_seconds, goodput=ledger.goodput,
+                       waste_gpu_seconds=ledger.waste_gpu_seconds, restarts=ledger.restarts, stale=listed.stale,
+                       provisional=ledger.provisional)
+
+
+def _detail(summary: RunSummary) -> RunDetail:
+    ledger, checkpoint = summary.ledger, summary.last_checkpoint
+    last_steps = [a.last_step for a in ledger.attempts if a.last_step is not None]
+    return RunDetail(run_id=ledger.run_id, project=summary.row.project, status=ledger.status,
+                     first_time=ledger.first_time, last_time=ledger.latest_time, attempts=ledger.attempts,
+                     world_sizes=sorted({a.world_size for a in ledger.attempts}), restarts=ledger.restarts,
+                     last_step=max(last_steps) if last_steps else None,
+                     last_checkpoint=None if checkpoint is None else LastCheckpoint(
+                         step=checkpoint.step, attempt=checkpoint.attempt, end=checkpoint.end),
+                     allocated_gpu_seconds=ledger.allocated_gpu_seconds, goodput=ledger.goodput,
+                     provisional=ledger.provisional)

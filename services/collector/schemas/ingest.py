@@ -1,4 +1,4 @@
-"""Wire models of the HTTP API (docs/events.md), kept apart from the tables so a column rename never changes it."""
+"""Wire models of `POST /v1/events` (docs/events.md), kept apart from the tables so a column rename never changes them."""
 
 from __future__ import annotations
 
@@ -297,18 +297,6 @@ class EventBatch(BaseModel):
 class IngestAck(BaseModel):
     accepted: int = Field(description="events committed to the database by this request")
     duplicates: int = Field(description="events already stored (client retries and replays); not stored again")
-
-
-class ErrorBody(BaseModel):
-    code: str
-    message: str
-    index: int | None = None
-    event_id: str | None = None
-    field: str | None = None
-
-
-class ErrorResponse(BaseModel):
-    error: ErrorBody
 
 
 def _nan(value: float | None) -> float:

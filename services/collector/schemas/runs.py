@@ -1,12 +1,10 @@
-"""Response models of the read API."""
+"""Response models of the run list and one run's summary (its ledger itself: services.analysis.ledger_types)."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from services.analysis.ledger_types import AttemptLedger, Ledger, ProvisionalHang, WasteBreakdown
-
-__all__ = ["LastCheckpoint", "Ledger", "RunDetail", "RunList", "RunListItem"]
+from services.analysis.ledger_types import AttemptLedger, ProvisionalHang, WasteBreakdown
 
 
 class RunListItem(BaseModel):

@@ -1,0 +1,273 @@
+"""One cache for every product derived from a run's events (ledger, views, resume check, straggler report), with
+one policy.
+
+Analysing a big run reads every step it has (seconds for millions of rows). Without this, a dashboard that polls
+a live run, or ten people opening the same run, would start one full analysis per request, each for a slightly
+newer version, and the work would pile up faster than it finishes. The policy, per (run, product) of the
+cache's database:
+
+- version: a result describes the run version it was built from; `current` answers with one at least as new as
+  the run its caller read, `recent` says whether its answer is `stale`.
+- single flight: at most one build at a time in this process; everyone who asks shares it. A build runs on its
+  own daemon thread, so a caller can stop waiting without cancelling it: the build keeps its result (in the
+  database, or here in memory for products the database does not hold) and the next request finds it.
+- budget: `recent` waits at most `budget_s` for a fresh result, then answers with the last one kept, flagged
+  stale, while the build goes on.
+- pace: a build that `recent` (a polled page) or the background analyst would start waits until `factor` x
+  the last build's duration has passed since it finished, so keeping a big live run current costs at most
+  about 1/factor of a core however often its pages are polled. A small run (milliseconds) refreshes at once.
+
+A product whose build keeps another one too (a views build stores the ledger it made) says so in `also_keeps`:
+a request for the other joins such a build instead of starting its own, and the pace counts it.
+
+One instance per collector app (`app.state.analyses`); every process of `goodput serve --workers N` has its own.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Generic, TypeVar, cast
+
+from sqlalchemy import Engine
+
+from services.storage.runs import RunRow, get_run_by_pk
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Built(Generic[T]):
+    version: int  # the run version `value` was derived from
+    value: T
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Product(Generic[T]):
+    """What the cache needs to know of one derived product."""
+
+    name: str
+    # from the run as read when the build starts (other products through the cache); keeps it if `stored` is set
+    build: Callable[[AnalysisCache, RunRow], T]
+    # the last result the database keeps; None: the product is kept in this process's memory (a few recent runs)
+    stored: Callable[[AnalysisCache, RunRow], Built[T] | None] | None = None
+    also_keeps: tuple[str, ...] = ()  # products each build of this one keeps too
+
+
+class SingleFlight(Generic[T]):
+    """At most one computation per key at a time; everyone who asks for the key shares its result."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._running: dict[Hashable, Future[T]] = {}
+
+    def submit(self, key: Hashable, compute: Callable[[], T]) -> Future[T]:
+        """The running computation for `key`, or a new one started with `compute`."""
+        with self._lock:
+            future = self._running.get(key)
+            if future is not None:
+                return future
+            future = Future()
+            self._running[key] = future
+        thread = threading.Thread(target=self._run, args=(key, future, compute), daemon=True,
+                                  name=f"goodput-{self._name}")
+        thread.start()
+        return future
+
+    def running(self, key: Hashable) -> Future[T] | None:
+        with self._lock:
+            return self._running.get(key)
+
+    def _run(self, key: Hashable, future: Future[T], compute: Callable[[], T]) -> None:
+        try:
+            result = compute()
+        except BaseException as exc:  # noqa: BLE001 - handed to every waiter
+            with self._lock:
+                self._running.pop(key, None)
+            future.set_exception(exc)
+        else:
+            with self._lock:
+                self._running.pop(key, None)
+            future.set_result(result)
+
+
+class Pace:
+    """When a background refresh may start: not before `factor` x the last refresh's duration has passed since it
+    finished (and at least `min_interval_s`)."""
+
+    def __init__(self, factor: float = 4.0, min_interval_s: float = 0.0, capacity: int = 10_000) -> None:
+        self._factor = factor
+        self._min_interval_s = min_interval_s
+        self._capacity = capacity
+        self._lock = threading.Lock()
+        self._last: dict[Hashable, tuple[float, float]] = {}  # key -> (finished, seconds), monotonic clock
+
+    def record(self, key: Hashable, finished: float, seconds: float) -> None:
+        with self._lock:
+            if len(self._last) >= self._capacity:
+                self._last.clear()
+            self._last[key] = (finished, seconds)
+
+    def due(self, key: Hashable, now: float) -> bool:
+        with self._lock:
+            last = self._last.get(key)
+        if last is None:
+            return True
+        finished, seconds = last
+        return now - finished >= max(self._min_interval_s, self._factor * seconds)
+
+
+_Key = tuple[str, int]  # (product name, run pk)
+
+
+class AnalysisCache:
+    """The derived products of the runs of one database (`engine`), built and kept by one policy."""
+
+    def __init__(self, engine: Engine, *, pace: Pace | None = None, memory_capacity: int = 32,
+                 watched_capacity: int = 10_000) -> None:
+        self.engine = engine
+        self._flights: SingleFlight[Built[object]] = SingleFlight("analysis")
+        self._pace = pace or Pace()
+        self._lock = threading.Lock()
+        self._memory: OrderedDict[_Key, Built[object]] = OrderedDict()
+        self._memory_capacity = memory_capacity
+        self._keepers: dict[str, set[str]] = {}  # product -> products whose builds keep it too
+        self._watched: dict[int, float] = {}  # run pk -> when a page last asked for it (monotonic clock)
+        self._watched_capacity = watched_capacity
+
+    def current(self, product: Product[T], run: RunRow) -> T:
+        """The product of at least the version `run` was read at: kept, or built now (joining a build in progress)."""
+        wanted = run.version
+        while True:
+            kept = self._kept(product, run)
+            if kept is not None and kept.version >= wanted:
+                return kept.value
+            keeper = self._running_keeper(product, run.pk)
+            if keeper is not None:
+                keeper.result()  # then look at what it kept
+                run = self._reread(run)
+                continue
+            built = self._start(product, run.pk).result()
+            if built.version >= wanted:
+                return built.value
+            # this joined a build that started before `run` was read: the next one reads the run again
+
+    def recent(self, product: Product[T], run: RunRow, *, budget_s: float) -> tuple[T, bool] | None:
+        """(value, stale): the product of the run's version when it is kept or built within `budget_s`; else the
+        last one kept, stale, while a build goes on (started now if the pace allows). None: nothing kept yet and
+        nothing ready within the budget."""
+        kept = self._kept(product, run)
+        if kept is not None and kept.version >= run.version:
+            return kept.value, False
+        keeper = self._running_keeper(product, run.pk)
+        if keeper is not None:
+            if _result_within(keeper, budget_s) is not None:
+                kept = _newer(kept, self._kept(product, self._reread(run)))
+        else:
+            future = cast(Future[Built[T]] | None, self._flights.running(_key(product, run.pk)))
+            if future is None and self.due(product, run.pk):
+                future = self._start(product, run.pk)
+            if future is not None:
+                kept = _newer(kept, _result_within(future, budget_s))
+        if kept is None:
+            return None
+        return kept.value, kept.version < run.version
+
+    def due(self, product: Product[T], run_pk: int) -> bool:
+        """Whether a background build of the run's product may start now: none running, and the pace allows it."""
+        key = _key(product, run_pk)
+        return self._flights.running(key) is None and self._pace.due(key, time.monotonic())
+
+    # -- runs people watch ------------------------------------------------------------------------------------
+
+    def note_watched(self, run_pk: int) -> None:
+        """A page asked for the run: background analysis takes it first."""
+        with self._lock:
+            if len(self._watched) >= self._watched_capacity:
+                self._watched.clear()
+            self._watched[run_pk] = time.monotonic()
+
+    def watched(self, within_s: float) -> set[int]:
+        now = time.monotonic()
+        with self._lock:
+            return {pk for pk, at in self._watched.items() if now - at <= within_s}
+
+    # -- inside -------------------------------------------------------------------------------------------------
+
+    def _kept(self, product: Product[T], run: RunRow) -> Built[T] | None:
+        if product.stored is not None:
+            return product.stored(self, run)
+        with self._lock:
+            kept = self._memory.get(_key(product, run.pk))
+            if kept is not None:
+                self._memory.move_to_end(_key(product, run.pk))
+        return cast(Built[T] | None, kept)
+
+    def _keep_in_memory(self, key: _Key, built: Built[object]) -> None:
+        with self._lock:
+            kept = self._memory.get(key)
+            if kept is not None and kept.version > built.version:
+                return  # a newer result is already here
+            self._memory[key] = built
+            self._memory.move_to_end(key)
+            while len(self._memory) > self._memory_capacity:
+                self._memory.popitem(last=False)
+
+    def _running_keeper(self, product: Product[T], run_pk: int) -> Future[Built[object]] | None:
+        """A build in progress of another product that keeps this one too."""
+        with self._lock:
+            keepers = sorted(self._keepers.get(product.name, ()))
+        for name in keepers:
+            future = self._flights.running((name, run_pk))
+            if future is not None:
+                return future
+        return None
+
+    def _start(self, product: Product[T], run_pk: int) -> Future[Built[T]]:
+        with self._lock:
+            for kept in product.also_keeps:
+                self._keepers.setdefault(kept, set()).add(product.name)
+        future = self._flights.submit(_key(product, run_pk), lambda: self._build(product, run_pk))
+        return cast(Future[Built[T]], future)
+
+    def _build(self, product: Product[T], run_pk: int) -> Built[object]:
+        started = time.monotonic()
+        with self.engine.connect() as conn:
+            run = get_run_by_pk(conn, run_pk)  # read again: the newest version when the build starts
+        built: Built[object] = Built(run.version, product.build(self, run))
+        if product.stored is None:
+            self._keep_in_memory(_key(product, run_pk), built)
+        finished = time.monotonic()
+        for name in (product.name, *product.also_keeps):
+            self._pace.record((name, run_pk), finished, finished - started)
+        return built
+
+    def _reread(self, run: RunRow) -> RunRow:
+        with self.engine.connect() as conn:
+            return get_run_by_pk(conn, run.pk)
+
+
+def _key(product: Product[T], run_pk: int) -> _Key:
+    return product.name, run_pk
+
+
+def _result_within(future: Future[Built[T]], budget_s: float) -> Built[T] | None:
+    """The build's result if it is ready within `budget_s` (its error if it failed), else None."""
+    try:
+        return future.result(timeout=budget_s)
+    except FutureTimeout:
+        return None
+
+
+def _newer(kept: Built[T] | None, other: Built[T] | None) -> Built[T] | None:
+    if other is None:
+        return kept
+    if kept is None or other.version > kept.version:
+        return other
+    return kept
