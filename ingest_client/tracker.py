@@ -20,7 +20,7 @@ import uuid
 import weakref
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, SupportsFloat
 
 from ingest_client.buffer import RowBuffer
 from ingest_client.config import ClientConfig, Mode
@@ -65,8 +65,8 @@ class StepSpan:
     def __init__(self, tracker: Tracker, step: int) -> None:
         self._tracker = tracker
         self.step = step
-        self.loss: float | None = None
-        self.lr: float | None = None
+        self.loss: SupportsFloat | None = None
+        self.lr: SupportsFloat | None = None
 
     def __enter__(self) -> StepSpan:
         self._tracker._next_step = self.step
@@ -257,8 +257,8 @@ class Tracker:
     def step(self, step: int) -> StepSpan:
         return StepSpan(self, step)
 
-    def record_step(self, step: int, start: float, end: float, loss: float | None = None,
-                    lr: float | None = None) -> None:
+    def record_step(self, step: int, start: float, end: float, loss: SupportsFloat | None = None,
+                    lr: SupportsFloat | None = None) -> None:
         """Record a step timed by the caller (``start``/``end`` are ``time.time()`` seconds)."""
         self._put((ROW_STEP, step, start, end, loss, lr))
         self._next_step = step + 1

@@ -5,8 +5,16 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:  # the server's packages are imported lazily: the client's suite runs without them
+    from fastapi.testclient import TestClient
+    from sqlalchemy import Engine
+
+    from services.settings import ServiceSettings
 
 POSTGRES_ADMIN_URL = os.environ.get("GOODPUT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -45,7 +53,7 @@ def drop_postgres_database(admin_url: str, url: str) -> None:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'goodput.db'}"
         return
@@ -58,7 +66,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:  # 
 
 
 @pytest.fixture
-def engine(database_url: str):  # type: ignore[no-untyped-def]
+def engine(database_url: str) -> Iterator[Engine]:
     from services.storage.db import make_engine
     from services.storage.migrate import upgrade
 
@@ -69,7 +77,7 @@ def engine(database_url: str):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def settings(database_url: str):  # type: ignore[no-untyped-def]
+def settings(database_url: str) -> ServiceSettings:
     from services.settings import ServerSettings, ServiceSettings
 
     # no background analyses: tests that count builds see only their own (tests/collector/test_warm_analyses.py)
@@ -77,7 +85,7 @@ def settings(database_url: str):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def client(settings, engine):  # type: ignore[no-untyped-def]
+def client(settings: ServiceSettings, engine: Engine) -> Iterator[TestClient]:
     from fastapi.testclient import TestClient
 
     from services.collector.app import create_app

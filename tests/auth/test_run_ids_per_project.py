@@ -53,19 +53,19 @@ def squat() -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def app(database_url: str, engine):  # type: ignore[no-untyped-def]
+def app(database_url: str, engine):
     server = ServerSettings(database_url=database_url, serve_dashboard=False, auth_cache_ttl_s=0)
     return create_app(ServiceSettings(server=server), engine=engine)
 
 
 @pytest.fixture
-def remote(app) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def remote(app) -> Iterator[TestClient]:
     with TestClient(app, client=REMOTE) as c:
         yield c
 
 
 @pytest.fixture
-def tokens(engine) -> dict[str, dict[str, str]]:  # type: ignore[no-untyped-def]
+def tokens(engine) -> dict[str, dict[str, str]]:
     out = {}
     with engine.begin() as conn:
         for key, kind, project in (("wa", "write", "alpha"), ("ra", "read", "alpha"), ("wb", "write", "beta"),
@@ -75,7 +75,7 @@ def tokens(engine) -> dict[str, dict[str, str]]:  # type: ignore[no-untyped-def]
     return out
 
 
-def test_project_a_squatting_bs_run_id_changes_nothing_for_b(remote, tokens) -> None:  # type: ignore[no-untyped-def]
+def test_project_a_squatting_bs_run_id_changes_nothing_for_b(remote, tokens) -> None:
     wa, ra, wb, rb = tokens["wa"], tokens["ra"], tokens["wb"], tokens["rb"]
     assert remote.post("/v1/events", json={"events": squat()}, headers=wa).status_code == 200
 
@@ -133,7 +133,7 @@ def test_project_a_squatting_bs_run_id_changes_nothing_for_b(remote, tokens) -> 
     assert remote.get(f"/v1/runs/{RUN}/waste", headers=rb).json() == waste
 
 
-def test_a_reader_of_every_project_names_the_project_when_several_use_the_run_id(remote, tokens) -> None:  # type: ignore[no-untyped-def]
+def test_a_reader_of_every_project_names_the_project_when_several_use_the_run_id(remote, tokens) -> None:
     rall = tokens["rall"]
     assert remote.post("/v1/events", json={"events": squat()}, headers=tokens["wa"]).status_code == 200
     assert remote.get(f"/v1/runs/{RUN}", headers=rall).json()["project"] == "alpha"  # one project has it
@@ -167,7 +167,7 @@ def test_a_reader_of_every_project_names_the_project_when_several_use_the_run_id
     assert len(series) == 2  # one series per (project, run id): equal run ids do not collide
 
 
-def test_local_clients_without_tokens_write_to_project_default_and_read_every_project(database_url, engine) -> None:  # type: ignore[no-untyped-def]
+def test_local_clients_without_tokens_write_to_project_default_and_read_every_project(database_url, engine) -> None:
     server = ServerSettings(database_url=database_url, serve_dashboard=False, auth_cache_ttl_s=0)
     app = create_app(ServiceSettings(server=server), engine=engine)
     with TestClient(app) as local:
@@ -183,7 +183,7 @@ def test_local_clients_without_tokens_write_to_project_default_and_read_every_pr
         assert response.status_code == 409 and response.json()["error"]["projects"] == ["alpha", "default"]
 
 
-def test_a_malformed_project_or_run_id_is_refused_cleanly_never_a_server_error(remote, tokens) -> None:  # type: ignore[no-untyped-def]
+def test_a_malformed_project_or_run_id_is_refused_cleanly_never_a_server_error(remote, tokens) -> None:
     assert remote.post("/v1/events", json={"events": squat()}, headers=tokens["wa"]).status_code == 200
     for headers in (tokens["rall"], tokens["ra"]):
         for path in (f"/v1/runs/{RUN}/waste?project=%00", "/v1/runs?project=a%20b", "/v1/live?project=%00"):

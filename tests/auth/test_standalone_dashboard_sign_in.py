@@ -72,7 +72,7 @@ def _dashboard(api: str, **env: str) -> Iterator[int]:
                     break
             except httpx.HTTPError:
                 pass
-            assert proc.poll() is None, proc.stdout.read().decode()  # type: ignore[union-attr]
+            assert proc.stdout is not None and proc.poll() is None, proc.stdout and proc.stdout.read().decode()
             assert time.monotonic() < deadline, "the standalone dashboard did not start"
             time.sleep(0.3)
         yield port

@@ -29,26 +29,26 @@ def bearer(token: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def app(database_url: str, engine):  # type: ignore[no-untyped-def]
+def app(database_url: str, engine):
     server = ServerSettings(database_url=database_url, serve_dashboard=False, auth_cache_ttl_s=0)
     settings = ServiceSettings(server=server)
     return create_app(settings, engine=engine)
 
 
 @pytest.fixture
-def local(app) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def local(app) -> Iterator[TestClient]:
     with TestClient(app) as c:
         yield c
 
 
 @pytest.fixture
-def remote(app) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def remote(app) -> Iterator[TestClient]:
     with TestClient(app, client=REMOTE) as c:
         yield c
 
 
 @pytest.fixture
-def tokens(engine) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def tokens(engine) -> dict[str, str]:
     out = {}
     with engine.begin() as conn:
         for key, kind, project in (("wa", "write", "alpha"), ("ra", "read", "alpha"), ("wb", "write", "beta"),
@@ -60,12 +60,14 @@ def tokens(engine) -> dict[str, str]:  # type: ignore[no-untyped-def]
 # -- the token itself -------------------------------------------------------------------------------------------
 
 
-def test_token_has_a_recognisable_prefix_and_only_a_salted_hash_is_stored(engine) -> None:  # type: ignore[no-untyped-def]
+def test_token_has_a_recognisable_prefix_and_only_a_salted_hash_is_stored(engine) -> None:
     with engine.begin() as conn:
         write, info = create_token(conn, kind="write", project="alpha")
         read, _ = create_token(conn, kind="read", project="alpha")
     assert write.startswith(f"gpw_{info.token_id}_") and read.startswith("gpr_")
-    kind, token_id, secret = parse_token(write)  # type: ignore[misc]
+    parsed = parse_token(write)
+    assert parsed is not None
+    kind, token_id, secret = parsed
     assert (kind, token_id) == ("write", info.token_id)
     with engine.connect() as conn:
         rows = conn.execute(select(ApiToken)).all()
@@ -75,7 +77,7 @@ def test_token_has_a_recognisable_prefix_and_only_a_salted_hash_is_stored(engine
     assert len(salts) == 2  # one salt per token
 
 
-def test_project_names_and_kinds_are_checked(engine) -> None:  # type: ignore[no-untyped-def]
+def test_project_names_and_kinds_are_checked(engine) -> None:
     with engine.begin() as conn:
         for kind, project, words in (("write", "*", "read tokens only"), ("read", "a b", "project must be"),
                                      ("admin", "alpha", "kind must be"), ("read", "", "project must be")):
@@ -89,7 +91,7 @@ def test_project_names_and_kinds_are_checked(engine) -> None:  # type: ignore[no
 @pytest.mark.parametrize(("method", "path"), [("POST", "/v1/events"), ("GET", "/v1/runs"), ("GET", "/healthz"),
                                               ("GET", "/metrics"), ("GET", "/v1/runs/x/waste"),
                                               ("GET", "/v1/live"), ("GET", "/v1/reports/fleet.csv")])
-def test_without_tokens_a_remote_client_is_refused_with_a_clear_message(remote, method, path) -> None:  # type: ignore[no-untyped-def]
+def test_without_tokens_a_remote_client_is_refused_with_a_clear_message(remote, method, path) -> None:
     response = remote.request(method, path, json={"events": [step("r")]} if method == "POST" else None)
     assert response.status_code == 403, response.text
     error = response.json()["error"]
@@ -97,7 +99,7 @@ def test_without_tokens_a_remote_client_is_refused_with_a_clear_message(remote, 
     assert "192.0.2.77" in error["message"] and "goodput token create" in error["message"]
 
 
-def test_without_tokens_localhost_may_write_and_read(local) -> None:  # type: ignore[no-untyped-def]
+def test_without_tokens_localhost_may_write_and_read(local) -> None:
     assert local.post("/v1/events", json={"events": [step("r")]}).status_code == 200
     assert local.get("/v1/runs").json()["count"] == 1
     assert local.get("/metrics").status_code == 200
@@ -108,7 +110,7 @@ def test_without_tokens_localhost_may_write_and_read(local) -> None:  # type: ig
 
 
 @pytest.mark.parametrize("client_name", ["local", "remote"])
-def test_once_a_token_exists_every_client_needs_one(request, tokens, client_name) -> None:  # type: ignore[no-untyped-def]
+def test_once_a_token_exists_every_client_needs_one(request, tokens, client_name) -> None:
     c = request.getfixturevalue(client_name)
     for method, path in (("POST", "/v1/events"), ("GET", "/v1/runs"), ("GET", "/v1/runs/r/waste"),
                          ("GET", "/metrics"), ("GET", "/v1/live")):
@@ -120,12 +122,12 @@ def test_once_a_token_exists_every_client_needs_one(request, tokens, client_name
 
 
 @pytest.mark.parametrize("bad", ["nonsense", "gpw_000000000000_" + "A" * 43, "Bearer", "gpr_zz_short"])
-def test_malformed_and_unknown_tokens_get_401(remote, tokens, bad) -> None:  # type: ignore[no-untyped-def]
+def test_malformed_and_unknown_tokens_get_401(remote, tokens, bad) -> None:
     response = remote.post("/v1/events", json={"events": [step("r")]}, headers=bearer(bad))
     assert response.status_code == 401, response.text
 
 
-def test_a_wrong_secret_or_a_swapped_prefix_gets_401(remote, tokens) -> None:  # type: ignore[no-untyped-def]
+def test_a_wrong_secret_or_a_swapped_prefix_gets_401(remote, tokens) -> None:
     wa = tokens["wa"]
     wrong_secret = wa[:-4] + ("AAAA" if not wa.endswith("AAAA") else "BBBB")
     swapped = "gpr" + wa[3:]  # a write token presented as a read token
@@ -134,21 +136,23 @@ def test_a_wrong_secret_or_a_swapped_prefix_gets_401(remote, tokens) -> None:  #
     assert remote.post("/v1/events", json={"events": [step("r")]}, headers=bearer(wa)).status_code == 200
 
 
-def test_a_revoked_token_stops_working(remote, tokens, engine) -> None:  # type: ignore[no-untyped-def]
+def test_a_revoked_token_stops_working(remote, tokens, engine) -> None:
     assert remote.post("/v1/events", json={"events": [step("r")]}, headers=bearer(tokens["wa"])).status_code == 200
+    parsed = parse_token(tokens["wa"])
+    assert parsed is not None
     with engine.begin() as conn:
-        assert revoke_token(conn, parse_token(tokens["wa"])[1])  # type: ignore[index]
-        assert not revoke_token(conn, parse_token(tokens["wa"])[1])  # type: ignore[index]
+        assert revoke_token(conn, parsed[1])
+        assert not revoke_token(conn, parsed[1])
     response = remote.post("/v1/events", json={"events": [step("r", 2)]}, headers=bearer(tokens["wa"]))
     assert response.status_code == 401 and "revoked" in response.json()["error"]["message"]
 
 
-def test_http_basic_with_the_token_as_password_is_accepted(remote, tokens) -> None:  # type: ignore[no-untyped-def]
+def test_http_basic_with_the_token_as_password_is_accepted(remote, tokens) -> None:
     basic = base64.b64encode(f"anyone:{tokens['rall']}".encode()).decode()
     assert remote.get("/v1/runs", headers={"Authorization": f"Basic {basic}"}).status_code == 200
 
 
-def test_each_kind_does_only_its_job(remote, tokens) -> None:  # type: ignore[no-untyped-def]
+def test_each_kind_does_only_its_job(remote, tokens) -> None:
     response = remote.post("/v1/events", json={"events": [step("r")]}, headers=bearer(tokens["ra"]))
     assert response.status_code == 403 and "write token" in response.json()["error"]["message"]
     assert remote.post("/v1/events", json={"events": [step("r")]}, headers=bearer(tokens["wa"])).status_code == 200
@@ -160,7 +164,7 @@ def test_each_kind_does_only_its_job(remote, tokens) -> None:  # type: ignore[no
 # -- project scoping --------------------------------------------------------------------------------------------
 
 
-def test_write_tokens_stamp_their_project_and_write_only_into_their_projects_runs(remote, tokens, engine) -> None:  # type: ignore[no-untyped-def]
+def test_write_tokens_stamp_their_project_and_write_only_into_their_projects_runs(remote, tokens, engine) -> None:
     from services.storage.tables import Run
 
     assert remote.post("/v1/events", json={"events": [step("a-run")]}, headers=bearer(tokens["wa"])).status_code == 200
@@ -180,7 +184,7 @@ def test_write_tokens_stamp_their_project_and_write_only_into_their_projects_run
     assert remote.get("/v1/runs/a-run", headers=ra).json()["last_step"] == 1  # alpha's a-run: only its step 1
 
 
-def test_read_tokens_see_only_their_project_and_other_runs_look_absent(remote, tokens) -> None:  # type: ignore[no-untyped-def]
+def test_read_tokens_see_only_their_project_and_other_runs_look_absent(remote, tokens) -> None:
     remote.post("/v1/events", json={"events": [step("a-run")]}, headers=bearer(tokens["wa"]))
     remote.post("/v1/events", json={"events": [step("b-run")]}, headers=bearer(tokens["wb"]))
     ra, rall = bearer(tokens["ra"]), bearer(tokens["rall"])
@@ -198,7 +202,7 @@ def test_read_tokens_see_only_their_project_and_other_runs_look_absent(remote, t
     assert all(r["run_id"] == "a-run" for r in remote.get("/v1/live", headers=ra).json()["runs"])
 
 
-def test_a_write_token_polls_its_own_runs_signals_only(remote, tokens) -> None:  # type: ignore[no-untyped-def]
+def test_a_write_token_polls_its_own_runs_signals_only(remote, tokens) -> None:
     remote.post("/v1/events", json={"events": [step("a-run")]}, headers=bearer(tokens["wa"]))
     assert remote.get("/v1/runs/a-run/signals", headers=bearer(tokens["wa"])).status_code == 200
     assert remote.get("/v1/runs/a-run/signals", headers=bearer(tokens["wb"])).status_code == 404
@@ -206,7 +210,7 @@ def test_a_write_token_polls_its_own_runs_signals_only(remote, tokens) -> None: 
     assert remote.post("/v1/runs/a-run/checkpoint-request", json={}, headers=bearer(tokens["wa"])).status_code == 201
 
 
-def test_metrics_span_the_fleet_and_need_a_read_token_of_every_project(remote, tokens) -> None:  # type: ignore[no-untyped-def]
+def test_metrics_span_the_fleet_and_need_a_read_token_of_every_project(remote, tokens) -> None:
     response = remote.get("/metrics", headers=bearer(tokens["ra"]))
     assert response.status_code == 403 and "'*'" in response.json()["error"]["message"]
     assert remote.get("/metrics", headers=bearer(tokens["wa"])).status_code == 403

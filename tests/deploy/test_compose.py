@@ -28,7 +28,7 @@ VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
-    return yaml.safe_load(COMPOSE.read_text())  # type: ignore[no-any-return]
+    return yaml.safe_load(COMPOSE.read_text())
 
 
 def dockerfile_json(instruction: str) -> list[str]:
@@ -38,7 +38,7 @@ def dockerfile_json(instruction: str) -> list[str]:
     assert lines, f"no {instruction} in the Dockerfile"
     import json
 
-    return json.loads(lines[-1][lines[-1].index("["):])  # type: ignore[no-any-return]
+    return json.loads(lines[-1][lines[-1].index("["):])
 
 
 def local(argv: list[str], replacements: dict[str, str]) -> list[str]:
@@ -80,7 +80,7 @@ def test_compose_file_has_the_production_services(compose: dict[str, Any]) -> No
 def test_docker_compose_config_accepts_the_file_when_available(tmp_path: Path) -> None:
     docker = shutil.which("docker")
     probe = subprocess.run([docker, "compose", "version"], capture_output=True, text=True) if docker else None
-    if probe is None or probe.returncode != 0:
+    if docker is None or probe is None or probe.returncode != 0:
         pytest.skip("the docker compose plugin is not installed here; the YAML structure is checked above")
     out = subprocess.run([docker, "compose", "-f", str(COMPOSE), "config", "--quiet"], capture_output=True, text=True,
                          cwd=REPO)
@@ -189,14 +189,16 @@ def test_every_compose_command_runs_here_against_postgresql(compose: dict[str, A
         for _ in range(12):
             samples = scrape(url)
             assert samples[("goodput_collector_events_total", frozenset({("outcome", "accepted")}))] == accepted
-            assert samples[("goodput_run_goodput_ratio", frozenset({("run_id", "compose-run"), ("project", "default")}))] == ledger["goodput"]
+            ratio = ("goodput_run_goodput_ratio", frozenset({("run_id", "compose-run"), ("project", "default")}))
+            assert samples[ratio] == ledger["goodput"]
 
         dashboard = start(local(services["dashboard"]["entrypoint"], {}) +
                           local(services["dashboard"]["command"], replacements), tmp_path)
         dash_url = f"http://127.0.0.1:{dash_port}/"
         deadline = time.monotonic() + 60
+        assert dashboard.stdout is not None
         while True:
-            assert dashboard.poll() is None, dashboard.stdout.read().decode()  # type: ignore[union-attr]
+            assert dashboard.poll() is None, dashboard.stdout.read().decode()
             try:
                 if httpx.get(dash_url, timeout=2).status_code == 200:
                     break

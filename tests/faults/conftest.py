@@ -149,7 +149,7 @@ def sync_spool(url: str, spool: Path) -> str:
 def ledger_steps(url: str, run_id: str) -> dict[str, Any]:
     response = httpx.get(f"{url}/v1/runs/{run_id}/waste", timeout=120)
     assert response.status_code == 200, response.text
-    return response.json()["steps"]  # type: ignore[no-any-return]
+    return response.json()["steps"]
 
 
 def restart_postgres() -> float:

@@ -35,13 +35,13 @@ def _batch(i: int, steps: int) -> bytes:
                                    "end": [t + 1] * steps}]}).encode()
 
 
-def test_concurrent_posts_over_the_budget_get_503_with_retry_after(database_url: str, engine) -> None:  # type: ignore[no-untyped-def]
+def test_concurrent_posts_over_the_budget_get_503_with_retry_after(database_url: str, engine) -> None:
     settings = ServiceSettings(server=ServerSettings(database_url=database_url, serve_dashboard=False),
                                ingest=IngestSettings(max_inflight_body_bytes=60_000))
     app = create_app(settings, engine=engine)
 
     async def run() -> list[httpx.Response]:
-        async def body(i: int):  # type: ignore[no-untyped-def]
+        async def body(i: int):
             data = _batch(i, 1000)  # ~40 kB each: two at once do not fit
             for k in range(0, len(data), 4096):
                 yield data[k:k + 4096]

@@ -41,10 +41,7 @@ def _batch(prefix: str, records: int, steps: int) -> bytes:
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
 def test_a_28mb_batch_costs_less_than_twice_its_size(tmp_path: Path, database: str,
                                                      request: pytest.FixtureRequest) -> None:
-    if database == "sqlite":
-        url = f"sqlite:///{tmp_path / 'goodput.db'}"
-    else:
-        url = _postgres(request)
+    url = f"sqlite:///{tmp_path / 'goodput.db'}" if database == "sqlite" else _postgres(request)
     port = free_port()
     proc = subprocess.Popen([*GOODPUT, "serve", "--port", str(port), "--db", url, "--no-dashboard"], cwd=tmp_path,
                             env=env_with(GOODPUT_WARM_ANALYSES_S="0"), stdout=subprocess.DEVNULL,

@@ -1,8 +1,8 @@
 """One simulated training rank for the fault tests: `python tests/faults/worker.py STEPS PERIOD_S FLUSH_S`.
 
 Uses the real client (RANK, WORLD_SIZE, GOODPUT_* from the environment), records STEPS steps of PERIOD_S each
-(with loss and lr), then flushes (again and again) for at most FLUSH_S and prints one JSON line: the steps it recorded, whether
-everything was acknowledged, its counters, and the slowest `tracker.step()` bookkeeping it saw.
+(with loss and lr), then flushes (again and again) for at most FLUSH_S and prints one JSON line: the steps it
+recorded, whether everything was acknowledged, its counters, and the slowest `tracker.step()` bookkeeping it saw.
 """
 
 from __future__ import annotations

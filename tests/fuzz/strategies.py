@@ -23,7 +23,7 @@ INJECTIONS = [
     "\\x00",
 ]
 _CONTROL = "".join(chr(c) for c in range(0x20)) + "\x7f"
-printable = st.text(st.characters(exclude_categories=("Cs",), exclude_characters=_CONTROL), min_size=1,
+printable = st.text(st.characters(exclude_categories=["Cs"], exclude_characters=_CONTROL), min_size=1,
                     max_size=40)
 names = st.one_of(st.sampled_from(INJECTIONS), printable)
 MAX_WORLD = 65_536  # GOODPUT_MAX_WORLD_SIZE's default: valid events stay within the collector's limits
@@ -44,8 +44,8 @@ finite = st.floats(allow_nan=False, allow_infinity=False)
 
 @st.composite
 def events(draw: st.DrawFn, run_id: str | None = None) -> dict[str, Any]:
-    base: dict[str, Any] = {"event_id": draw(st.text(min_size=1, max_size=20).filter(lambda s: not set(s) & set(_CONTROL))),
-                            "run_id": run_id or draw(run_ids), "time": draw(times)}
+    event_id = draw(st.text(min_size=1, max_size=20).filter(lambda s: not set(s) & set(_CONTROL)))
+    base: dict[str, Any] = {"event_id": event_id, "run_id": run_id or draw(run_ids), "time": draw(times)}
     rank = {"attempt": draw(attempts), "rank": draw(ranks)}
     kind = draw(st.sampled_from(["step", "steps", "collective", "collectives", "attempt_start", "heartbeat",
                                  "checkpoint_start", "checkpoint_end", "attempt_end", "run_end", "client_stats",

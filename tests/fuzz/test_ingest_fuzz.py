@@ -28,7 +28,7 @@ FUZZ = settings(derandomize=True, deadline=None, database=None, max_examples=bud
 
 
 @pytest.fixture
-def client(database_url: str, engine) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def client(database_url: str, engine) -> Iterator[TestClient]:
     settings_ = ServiceSettings(server=ServerSettings(database_url=database_url, serve_dashboard=False),
                                 ingest=IngestSettings(max_body_bytes=1 << 20, max_events_per_batch=200))
     with TestClient(create_app(settings_, engine=engine), raise_server_exceptions=False) as c:
@@ -42,7 +42,7 @@ def _assert_clean_refusal(response: Any) -> dict[str, Any]:
     assert 400 <= response.status_code < 500
     error = response.json()["error"]
     assert error["code"] and error["message"]
-    return error  # type: ignore[no-any-return]
+    return error
 
 
 def _ids_of_this_example(batch: list[dict[str, Any]], example: int) -> list[dict[str, Any]]:
@@ -109,7 +109,7 @@ def test_one_mutated_event_rejects_the_batch_naming_the_field(client: TestClient
     @given(st.lists(events(run_id="fuzz-good"), min_size=0, max_size=3).map(consistent), mutated())
     def check(good: list[dict[str, Any]], bad: tuple[dict[str, Any], str]) -> None:
         CASES["hypothesis POST /v1/events mutated"] += 1
-        event, field = bad
+        event, _ = bad
         response = client.post("/v1/events", content=body([*good, event]),
                                headers={"Content-Type": "application/json"})
         error = _assert_clean_refusal(response)

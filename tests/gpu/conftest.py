@@ -27,7 +27,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=f"gpu test: {reason}"))
             continue
-        need = item.get_closest_marker("gpu").kwargs.get("devices", 1)  # type: ignore[union-attr]
+        marker = item.get_closest_marker("gpu")
+        assert marker is not None  # "gpu" is among the item's keywords
+        need = marker.kwargs.get("devices", 1)
         import torch
 
         if torch.cuda.device_count() < need:

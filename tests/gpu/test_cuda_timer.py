@@ -20,7 +20,7 @@ def _cycles_per_second() -> float:
     torch.cuda._sleep(cycles)
     end.record()
     end.synchronize()
-    return cycles / (start.elapsed_time(end) / 1000.0)
+    return cycles / (float(start.elapsed_time(end)) / 1000.0)
 
 
 def test_cuda_timer_measures_a_kernel_of_known_duration_without_blocking_the_host() -> None:

@@ -8,7 +8,6 @@ near zero (pytorch/pytorch#48305); with CUDA events it is the sleep.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -67,7 +66,7 @@ def test_the_fast_ranks_allreduce_time_includes_waiting_for_the_slow_rank(tmp_pa
     by_rank: dict[int, dict[int, float]] = {0: {}, 1: {}}
     for r in records:
         if r["kind"] == "collectives":
-            for step, start, end in zip(r["step"], r["start"], r["end"]):
+            for step, start, end in zip(r["step"], r["start"], r["end"], strict=True):
                 by_rank[r["rank"]][step] = by_rank[r["rank"]].get(step, 0.0) + (end - start)
     assert sorted(by_rank[0]) == sorted(by_rank[1]) == list(range(1, STEPS + 1)), json.dumps(by_rank)
     for step in range(2, STEPS + 1):  # step 1 includes NCCL's warm-up

@@ -69,7 +69,7 @@ def make_tracker(tmp_path: Path) -> Iterator[Any]:
 
 def spooled_records(directory: Path) -> list[dict[str, Any]]:
     """Every record in every spool file under ``directory``, in file order."""
-    records = []
+    records: list[dict[str, Any]] = []
     for path in sorted(directory.rglob("*.spool")):
         batch = read_frames(path, 0, max_events=10**9, max_bytes=10**12)
         records.extend(json.loads(p) for p in batch.payloads)

@@ -104,8 +104,8 @@ class FakeCollector:
             if set(payload) != {"schema_version", "events"} or payload["schema_version"] != 1:
                 self.problems.append(f"bad envelope {sorted(payload)}")
                 return self._reply(h, Reply(400, {"error": {"message": "bad envelope"}}))
-            info["n"] = len(payload["events"])
-            if self.max_events is not None and info["n"] > self.max_events:
+            info["n"] = n = len(payload["events"])
+            if self.max_events is not None and n > self.max_events:
                 info["status"] = 413
                 return self._reply(h, Reply(413, {"error": {"code": "batch_too_large",
                                                             "message": f"more than {self.max_events} events"}}))
@@ -117,7 +117,8 @@ class FakeCollector:
                 problem = validate_event(event)
                 if problem:
                     self.problems.append(problem)
-                    return self._reply(h, Reply(422, {"error": {"code": "invalid_event", "message": problem, "index": i}}))
+                    error = {"code": "invalid_event", "message": problem, "index": i}
+                    return self._reply(h, Reply(422, {"error": error}))
             accepted = 0
             for event in payload["events"]:
                 if event["event_id"] in self.event_ids:

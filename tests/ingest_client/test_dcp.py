@@ -20,7 +20,7 @@ def test_an_async_save_counts_staging_and_not_the_upload_and_a_save_waits_for_th
 
     from ingest_client.integrations.dcp import AsyncCheckpointer
 
-    class SlowWriter(FileSystemWriter):  # type: ignore[misc]
+    class SlowWriter(FileSystemWriter):
         def write_data(self, plan: Any, planner: Any) -> Any:
             time.sleep(UPLOAD_S)
             return super().write_data(plan, planner)

@@ -46,10 +46,10 @@ def test_ddp_comm_hook_records_allreduce_rows_per_rank(tmp_path: Path) -> None:
     collectives = [r for r in records if r["kind"] == "collectives"]
     assert sorted({r["rank"] for r in collectives}) == [0, 1]
     for rank in (0, 1):
-        rows = [(s, op) for r in collectives if r["rank"] == rank for s, op in zip(r["step"], r["op"])]
+        rows = [(s, op) for r in collectives if r["rank"] == rank for s, op in zip(r["step"], r["op"], strict=True)]
         assert {op for _, op in rows} == {"all_reduce"}
         assert sorted({s for s, _ in rows}) == [1, 2, 3], "each step's buckets carry that step's number"
-        ends = [(a, b) for r in collectives if r["rank"] == rank for a, b in zip(r["start"], r["end"])]
+        ends = [(a, b) for r in collectives if r["rank"] == rank for a, b in zip(r["start"], r["end"], strict=True)]
         assert all(b >= a for a, b in ends)
     steps = [s for r in records if r["kind"] == "steps" for s in r["step"]]
     assert sorted(steps) == [1, 1, 2, 2, 3, 3]
@@ -99,7 +99,10 @@ def test_cuda_timer_resolves_in_order_once_complete_and_anchors_gpu_times_to_wal
     timer.resolved = timer.failed = 0
     anchor = (_FakeEvent(1_000.0), 1_700_000_000.0)  # GPU time 1 s <-> wall 1.7e9
     rows: list[tuple[float, float]] = []
-    emit = lambda start, end: rows.append((start, end))  # noqa: E731
+
+    def emit(start: float, end: float) -> None:
+        rows.append((start, end))
+
     late = _FakeEvent(1_700.0, done=False)
     timer._pending.extend([(anchor, _FakeEvent(1_250.0), _FakeEvent(1_500.0), emit),
                            (anchor, _FakeEvent(1_600.0), late, emit)])

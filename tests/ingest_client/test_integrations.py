@@ -29,7 +29,8 @@ def _pairs(transport: InMemoryTransport) -> dict[int, tuple[float, float]]:
 
 def test_lightning_callback_reports_optimizer_steps_with_loss_and_lr_checkpoints_and_digests(
         tmp_path: Path, make_tracker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    L = pytest.importorskip("lightning")
+    pytest.importorskip("lightning")
+    import lightning as L
     import torch
     from lightning.pytorch.callbacks import ModelCheckpoint
     from torch import nn
@@ -68,7 +69,8 @@ def test_lightning_callback_reports_optimizer_steps_with_loss_and_lr_checkpoints
     trainer.fit(Tiny(), DataLoader(data, batch_size=4))
 
     assert transport.of_kind("resume")[0]["step"] == 0
-    steps = [row for batch in transport.of_kind("steps") for row in zip(batch["step"], batch["loss"], batch["lr"])]
+    steps = [row for batch in transport.of_kind("steps")
+             for row in zip(batch["step"], batch["loss"], batch["lr"], strict=True)]
     assert [s for s, _, _ in steps] == [1, 2, 3, 4, 5, 6]  # one per optimizer step, 2 micro-batches each
     assert all(loss is not None and lr == pytest.approx(0.1) for _, loss, lr in steps), steps
     assert [d["step"] for d in transport.of_kind("digest")] == [2, 4, 6]
@@ -117,11 +119,12 @@ def test_a_callback_built_outside_torchrun_names_the_launch_its_spawned_ranks_in
 
 def test_huggingface_callback_reports_steps_with_logged_loss_and_lr_and_times_each_save(
         tmp_path: Path, make_tracker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
     import time
 
     import torch
+    import transformers
 
     from ingest_client.integrations.huggingface import GoodputCallback
 
@@ -129,7 +132,7 @@ def test_huggingface_callback_reports_steps_with_logged_loss_and_lr_and_times_ea
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     saves: list[tuple[int, float, float]] = []
 
-    class Timed(transformers.Trainer):  # type: ignore[misc]
+    class Timed(transformers.Trainer):
         def _save_checkpoint(self, model: Any, trial: Any) -> None:
             start = time.time()
             super()._save_checkpoint(model, trial)
@@ -147,7 +150,8 @@ def test_huggingface_callback_reports_steps_with_logged_loss_and_lr_and_times_ea
     trainer.train()
 
     assert transport.of_kind("resume")[0]["step"] == 0
-    steps = [row for batch in transport.of_kind("steps") for row in zip(batch["step"], batch["loss"], batch["lr"])]
+    steps = [row for batch in transport.of_kind("steps")
+             for row in zip(batch["step"], batch["loss"], batch["lr"], strict=True)]
     assert [s for s, _, _ in steps] == [1, 2, 3, 4]
     assert all(loss is not None and lr is not None for _, loss, lr in steps), steps
     assert [d["step"] for d in transport.of_kind("digest")] == [2, 4]

@@ -27,7 +27,8 @@ def test_launch_exports_the_run_id_and_sends_run_level_events(tmp_path: Path, co
         "--run-id", "job-42", "--url", collector.url, "--spool-dir", str(tmp_path / "spool"),
         "--submitted-at", "1700000000", "--job-id", "42", "--",
         sys.executable, "-c",
-        f"import os, sys; open({str(seen)!r}, 'w').write(os.environ['GOODPUT_RUN_ID'] + ' ' + os.environ['GOODPUT_URL']); sys.exit(3)",
+        f"import os, sys; open({str(seen)!r}, 'w')"
+        ".write(os.environ['GOODPUT_RUN_ID'] + ' ' + os.environ['GOODPUT_URL']); sys.exit(3)",
         "--nproc-per-node=4", "--nnodes", "2",
     ])
     assert code == 3
@@ -177,7 +178,7 @@ def test_an_exception_before_the_script_calls_init_ends_the_attempt_failed(tmp_p
 
 def test_a_disabled_worker_still_marks_its_subprocesses_as_not_workers(tmp_path: Path) -> None:
     code = ("import os, subprocess, sys; "
-            f"sys.exit(subprocess.run([sys.executable, '-X', 'importtime', '-c', 'pass'], "
+            "sys.exit(subprocess.run([sys.executable, '-X', 'importtime', '-c', 'pass'], "
             "capture_output=True, text=True).stderr.count('ingest_client.api'))")
     done = _python(_launched_env(tmp_path, GOODPUT_MODE="disabled"), code)
     assert done.returncode == 0, "the worker's subprocess imported the client"
@@ -215,6 +216,7 @@ def test_scontrol_records_parse_with_spaces_in_values_and_local_times() -> None:
     assert fields["Command"] == "/tmp/my job.sh" and fields["TRES"] == "cpu=2,node=2,billing=2"
     assert fields["AllocNode:Sid"] == "localhost:25645" and fields["Power"] == ""
     job = SlurmJob.from_fields("7", fields)
+    assert job.started_at_s is not None and job.submitted_at_s is not None
     assert job.started_at_s - job.submitted_at_s == 3.0
     assert job.submitted_at_s == slurm_time("2026-11-30T16:15:28") and slurm_time("Unknown") is None
     assert (job.state, job.restarts, job.node_list) == ("RUNNING", 0, "gpu[01-02]")
@@ -329,7 +331,7 @@ def test_the_warning_signal_asks_the_run_to_checkpoint_and_the_command_ignores_i
         def log_message(self, *args: object) -> None:
             pass
 
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             posted.append((self.path, json.loads(body)))
             self.send_response(201)

@@ -6,12 +6,13 @@ from pathlib import Path
 from typing import Any
 
 from ingest_client.sync import sync_directory, sync_main
+from ingest_client.tracker import Tracker
 from ingest_client.transport import InMemoryTransport
 from tests.ingest_client.fake_collector import FakeCollector, Reply, closed_port_url
 
 
 def _record_while_collector_is_down(make_tracker: Any, steps: range) -> str:
-    tracker = make_tracker(url=closed_port_url())
+    tracker: Tracker = make_tracker(url=closed_port_url())
     for step in steps:
         tracker.record_step(step, time.time(), time.time())
     tracker.shutdown(0.5)  # nothing acknowledged: all of it stays in the spool

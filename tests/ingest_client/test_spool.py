@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+
 from ingest_client.quarantine import Refusal, quarantined_in
 from ingest_client.spool import (
     FRAME_HEADER,

@@ -34,7 +34,8 @@ def test_started_collectives_carry_the_in_progress_step_and_heartbeats_count_the
     for emit in emits:  # ended after step 7 did: still step 7's
         emit(now - 0.002, now - 0.001)
     assert tracker.flush(5.0)
-    rows = [row for c in transport.of_kind("collectives") for row in zip(c["step"], c["op"], c["start"], c["end"])]
+    rows = [row for c in transport.of_kind("collectives")
+            for row in zip(c["step"], c["op"], c["start"], c["end"], strict=True)]
     assert rows == [(8, "all_gather", now, now + 0.001), *[(7, op, now - 0.002, now - 0.001)
                                                           for op in ("all_reduce", "all_reduce", "broadcast")]]
 

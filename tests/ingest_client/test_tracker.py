@@ -31,7 +31,7 @@ def test_steps_are_packed_into_one_compact_record_with_aligned_arrays(make_track
     (steps,) = transport.of_kind("steps")
     assert steps["step"] == list(range(1, 11))
     assert len(steps["start"]) == len(steps["end"]) == len(steps["loss"]) == len(steps["lr"]) == 10
-    assert all(e >= s for s, e in zip(steps["start"], steps["end"]))
+    assert all(e >= s for s, e in zip(steps["start"], steps["end"], strict=True))
     assert steps["loss"] == [10.0 / i for i in range(1, 11)]
     assert steps["lr"] == [None if i % 2 else 0.1 for i in range(1, 11)]
     assert (steps["attempt"], steps["rank"], steps["run_id"]) == (0, 0, "run-test")
@@ -59,9 +59,8 @@ def test_collectives_use_the_in_progress_step_and_are_packed(make_tracker: Any) 
     tracker.resumed(41)
     with tracker.collective("all_reduce"):
         pass
-    with tracker.step(42):
-        with tracker.collective("all_gather"):
-            pass
+    with tracker.step(42), tracker.collective("all_gather"):
+        pass
     with tracker.collective("broadcast"):
         pass
     tracker.flush(5.0)
@@ -370,10 +369,10 @@ def test_a_durable_write_interrupted_by_another_on_the_same_thread_goes_through_
             interrupted.append(tracker.end_attempt("failed", detail="SIGTERM"))
         return real_build(rows)
 
-    pipeline.builder.build = build_interrupted_once  # type: ignore[method-assign]
+    pipeline.builder.build = build_interrupted_once
     with tracker.checkpoint(5):
         pass
-    pipeline.builder.build = real_build  # type: ignore[method-assign]
+    pipeline.builder.build = real_build
     assert interrupted == [True]
     assert tracker.flush(5.0)
     assert [e["reason"] for e in transport.of_kind("attempt_end")] == ["failed"]

@@ -54,7 +54,8 @@ def validate_event(event: Any) -> str | None:
     for name in ("event_id", "run_id", "kind", "time"):
         if name not in event:
             return f"missing {name}"
-    if not (isinstance(event["event_id"], str) and 1 <= len(event["event_id"]) <= 128 and event["event_id"].isprintable()):
+    event_id = event["event_id"]
+    if not (isinstance(event_id, str) and 1 <= len(event_id) <= 128 and event_id.isprintable()):
         return "bad event_id"
     if not (isinstance(event["run_id"], str) and 1 <= len(event["run_id"]) <= 256):
         return "bad run_id"
@@ -97,7 +98,7 @@ def validate_event(event: Any) -> str | None:
     for s in steps if isinstance(steps, list) else [steps] if steps is not None else []:
         if not 0 <= s <= 2**53:
             return f"step {s} out of range"
-    if kind in ("steps", "collectives") and any(e < s for s, e in zip(event["start"], event["end"])):
+    if kind in ("steps", "collectives") and any(e < s for s, e in zip(event["start"], event["end"], strict=True)):
         return "end < start"
     if kind == "step" and event["end"] < event["start"]:
         return "end < start"

@@ -189,7 +189,7 @@ def _wait_for(ready: object, what: str, cluster: SlurmCluster, timeout_s: float 
     while time.monotonic() < deadline:
         if callable(ready) and ready():
             return
-        dead = [p.args[0] for p in cluster.daemons if p.poll() is not None]
+        dead = [p.args for p in cluster.daemons if p.poll() is not None]
         if dead:
             raise RuntimeError(f"{dead} exited while waiting for {what}; logs under {cluster.root / 'log'}")
         time.sleep(0.2)

@@ -2,8 +2,8 @@
 `goodput serve`: the queue wait is Slurm's (StartTime - SubmitTime), the allocation starts at Slurm's StartTime,
 `scancel` ends the run cancelled with Slurm's state as its detail, and a preemption warning (what
 `--signal=B:USR1@N` delivers) followed by `scontrol requeue` gives two allocations, the wait between as queue,
-attempts numbered on, the first one `preempted`, and rework equal to the steps the job's log shows it lost. Expected values come from Slurm's own
-record of each job (`scontrol show job`), never from the test's guesses about timing.
+attempts numbered on, the first one `preempted`, and rework equal to the steps the job's log shows it lost. Expected
+values come from Slurm's own record of each job (`scontrol show job`), never from the test's guesses about timing.
 """
 
 from __future__ import annotations
@@ -108,8 +108,7 @@ def test_scancel_ends_the_run_cancelled_with_slurms_state(jobs: Jobs) -> None:
     wait_for(lambda: any(e["event"] == "step" for e in jobs.logged("cancelled")) or None, 60, "a first step")
     jobs.slurm.run("scancel", job)
     record = jobs.slurm.wait_state(job, ("CANCELLED",))
-    ledger = fetch_ledger(jobs.collector.url, "slurm-" + job, lambda led: led.get("status") == "cancelled",
-                          timeout_s=30)
+    fetch_ledger(jobs.collector.url, "slurm-" + job, lambda led: led.get("status") == "cancelled", timeout_s=30)
     assert record["JobState"] == "CANCELLED"
     with sqlite3.connect(jobs.collector.db_path) as db:
         (data,) = db.execute("SELECT data FROM events WHERE kind = 'run_end'").fetchone()  # the only run

@@ -115,7 +115,8 @@ def generations_from_logs(log_dir: Path) -> list[Generation]:
                 lo, hi = spans.get(x["step"], (x["start"], x["end"]))
                 spans[x["step"]] = (min(lo, x["start"]), max(hi, x["end"]))
         out.append(Generation(
-            number=number, processes=len(keys), joined_ranks=frozenset(x["rank"] for x in lines if x["event"] == "joined"),
+            number=number, processes=len(keys),
+            joined_ranks=frozenset(x["rank"] for x in lines if x["event"] == "joined"),
             resume_step=resumes.pop() if resumes else None, steps=dict(steps), step_spans=spans,
             start=min(x["time"] for x in lines if x["event"] == "start"),
         ))

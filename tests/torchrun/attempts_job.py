@@ -36,6 +36,7 @@ class Log:
     def __init__(self, log_dir: str) -> None:
         os.makedirs(log_dir, exist_ok=True)
         path = os.path.join(log_dir, f"{NODE}-local{LOCAL_RANK}.jsonl")
+        # Open for the process' life: line-buffered, so a killed worker's lines are already written.
         self._file = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
         self.common = {"node": NODE, "local_rank": LOCAL_RANK, "pid": os.getpid()}
 

@@ -8,7 +8,6 @@ have arrived. Expected values come from the job's logs, never from the test's gu
 from __future__ import annotations
 
 import contextlib
-
 import json
 import os
 import signal

@@ -7,11 +7,12 @@ is one run of the command; launch N of the test is goodput's attempt N (no resta
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
-import subprocess
 import statistics
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,17 +40,16 @@ def run_launch(command: list[str], workdir: Path, *, run_id: str, url: str, time
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
-        raise AssertionError(f"{command} still running after {timeout_s} s\n{out.decode(errors='replace')[-4000:]}")
+        raise AssertionError(
+            f"{command} still running after {timeout_s} s\n{out.decode(errors='replace')[-4000:]}") from None
     finally:
         kill_group(proc.pid)
     return Launch(command=command, returncode=proc.returncode, output=out.decode(errors="replace"))
 
 
 def kill_group(pgid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def job_log(log_dir: Path) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ import ingest_client as goodput
 total_steps, checkpoint_every = 12, 5
 dist.init_process_group("gloo")
 torch.manual_seed(0)
-model = nn.Linear(4, 1)
+model: nn.Module = nn.Linear(4, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=100)
 x, y = torch.randn(16, 4), torch.randn(16, 1)

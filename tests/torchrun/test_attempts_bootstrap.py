@@ -46,7 +46,7 @@ def test_an_attempt_that_dies_in_init_process_group_is_a_restart_booked_as_start
     assert ledger["restarts"] == fetch_run(collector.url, "dies-in-init")["restarts"] == len(generations) - 1
     attempts = ledger["attempts"]
     assert [a["attempt"] for a in attempts] == [g.number for g in generations]
-    for attempt, gen in zip(attempts[:-1], generations[:-1]):
+    for attempt, gen in zip(attempts[:-1], generations[:-1], strict=True):
         if not gen.steps:  # died before its first step: failed, and all of its time is startup/failure cost
             assert attempt["failed"] and attempt["first_step"] is None, attempt
             spent = attempt["gpu_seconds"]

@@ -73,7 +73,7 @@ def test_a_worker_failing_on_one_of_two_nodes_gives_every_rank_the_same_attempts
         assert len(ledger["attempts"]) == len(generations), (ledger["attempts"], tails)
         assert ledger["restarts"] == run["restarts"] == len(generations) - 1
         assert [a["attempt"] for a in ledger["attempts"]] == [g.number for g in generations]
-        for attempt, gen in zip(ledger["attempts"], generations):
+        for attempt, gen in zip(ledger["attempts"], generations, strict=True):
             if gen.resume_step is not None:
                 assert attempt["resume_step"] == gen.resume_step, (attempt, gen.number)
         # Every rank's steps under the right attempt: (attempt, rank) -> steps, as stored and as logged.

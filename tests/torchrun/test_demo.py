@@ -19,8 +19,8 @@ def test_demo_seeds_real_and_simulated_runs(tmp_path: Path) -> None:
     port = free_port()
     demo_dir = tmp_path / "demo"
     out = subprocess.run([sys.executable, str(REPO / "scripts" / "demo.py"), "--exit-after-seed", "--port",
-                          str(port), "--dir", str(demo_dir)], check=False, env=env_with(), capture_output=True, text=True,
-                         timeout=240)
+                          str(port), "--dir", str(demo_dir)], check=False, env=env_with(), capture_output=True,
+                         text=True, timeout=240)
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"http://127.0.0.1:{port}/dashboard/" in out.stdout
     assert "goodput runs" in out.stdout and "ddp-restart-" in out.stdout
