@@ -47,6 +47,7 @@ from services.analysis.run_data import (
     steps_frame,
 )
 from services.analysis.views import build_run_views
+from services.api_client import Ledger, LiveRun, RunViews
 
 T0 = 1_767_225_600.0
 
@@ -124,17 +125,18 @@ def timed(fn: Any, repeats: int = 1) -> tuple[float, Any]:
     return best, value
 
 
-def page_figures(ledger: dict[str, Any], view: dict[str, Any]) -> list[Any]:
-    """Everything the run page's draw callback builds from the API JSON."""
+def page_figures(ledger_json: dict[str, Any], view_json: dict[str, Any], live: LiveRun | None = None) -> list[Any]:
+    """Everything the run page's draw callback builds from the API JSON (which it reads typed first)."""
     from dashboards import figures
     from dashboards.components import run_parts
 
+    ledger, view = Ledger.model_validate(ledger_json), RunViews.model_validate(view_json)
     return [
-        figures.timeline_figure(view, view.get("live")), figures.ledger_figure(ledger),
-        figures.rank_compute_figure(view["ranks"]), figures.heatmap_figure(view["ranks"]),
-        run_parts.header(ledger), run_parts.kpis(ledger), run_parts.ranks_note(view["ranks"], ledger),
-        run_parts.restart_table(view["restarts"]),
-        run_parts.checkpoint_table(view["checkpoints"], view["checkpoints_total"], ledger),
+        figures.timeline_figure(view, live), figures.ledger_figure(ledger),
+        figures.rank_compute_figure(view.ranks), figures.heatmap_figure(view.ranks),
+        run_parts.header(ledger), run_parts.kpis(ledger), run_parts.ranks_note(view.ranks, ledger),
+        run_parts.restart_table(view.restarts),
+        run_parts.checkpoint_table(view.checkpoints, view.checkpoints_total, ledger),
     ]
 
 
@@ -236,11 +238,11 @@ def _through_the_api(big: BigRun, db: str, repeats: int, build_in_memory: float)
 
             def page() -> dict[str, Any]:
                 """What the dashboard does for a refresh that finds a new version: live, view, then figures."""
-                _get(client, "/v1/runs/big/live")
+                live = LiveRun.model_validate(_get(client, "/v1/runs/big/live"))
                 doc = _get(client, "/v1/runs/big/view", stale_ok="true")
                 ledger = doc.pop("ledger")
-                page_figures(ledger, doc)
-                serialized_size(page_figures(ledger, doc))
+                page_figures(ledger, doc, live)
+                serialized_size(page_figures(ledger, doc, live))
                 return doc
 
             stored = [timed(page)[0] for _ in range(repeats)]

@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass
 
 import flask
-import httpx
 
+from services.api_client import AccessDenied, ApiClient, ApiError, ApiStatusError, bearer
 from services.settings import DashboardSettings
 
 CACHE_TTL_S = 5.0
@@ -52,10 +52,8 @@ def is_loopback(address: str | None) -> bool:
 class CredentialCheck:
     """Asks the collector what a credential is worth; answers cached per credential for `ttl_s`."""
 
-    def __init__(self, api_url: str, *, timeout_s: float, ttl_s: float = CACHE_TTL_S,
-                 client: httpx.Client | None = None) -> None:
-        self._url = api_url.rstrip("/") + "/v1/whoami"
-        self._client = client or httpx.Client(timeout=timeout_s)
+    def __init__(self, api_url: str, *, timeout_s: float, ttl_s: float = CACHE_TTL_S) -> None:
+        self._api = ApiClient(api_url, timeout_s=timeout_s)
         self._ttl_s = ttl_s
         self._lock = threading.Lock()
         self._cache: dict[str | None, tuple[float, Verdict]] = {}
@@ -74,24 +72,17 @@ class CredentialCheck:
         return verdict
 
     def _ask(self, authorization: str | None) -> Verdict:
-        headers = {"Authorization": authorization} if authorization else {}
         try:
-            answer = self._client.get(self._url, headers=headers)
-        except httpx.HTTPError as exc:
-            return Verdict(False, 503, f"the dashboard cannot reach the collector at {self._url} "
-                                       f"({exc.__class__.__name__}); try again shortly")
-        if answer.status_code == 200:
-            kind = answer.json().get("kind")
-            if kind == "write":
-                return Verdict(False, 401, "the dashboard needs a read token (gpr_...), not a write token", kind)
-            return Verdict(True, 200, "", kind)
-        try:
-            reason = answer.json()["error"]["message"]
-        except (ValueError, KeyError, TypeError):
-            reason = f"HTTP {answer.status_code}"
-        if answer.status_code in (401, 403):
-            return Verdict(False, 401, f"the collector refused this credential: {reason}")
-        return Verdict(False, 503, f"the collector could not check the credential: {reason}")
+            kind = self._api.with_credential(authorization).whoami().kind
+        except AccessDenied as exc:
+            return Verdict(False, 401, f"the collector refused this credential: {exc.message}")
+        except ApiStatusError as exc:
+            return Verdict(False, 503, f"the collector could not check the credential: {exc.message}")
+        except ApiError as exc:  # no answer, or not a collector's
+            return Verdict(False, 503, f"{exc}; try again shortly")
+        if kind == "write":
+            return Verdict(False, 401, "the dashboard needs a read token (gpr_...), not a write token", kind)
+        return Verdict(True, 200, "", kind)
 
 
 def require_sign_in(server: flask.Flask, config: DashboardSettings, check: CredentialCheck | None = None) -> None:
@@ -99,7 +90,7 @@ def require_sign_in(server: flask.Flask, config: DashboardSettings, check: Crede
     if config.api_url is None:
         raise ValueError("a standalone dashboard needs the collector's URL (--api or GOODPUT_DASHBOARD_API_URL)")
     check = check or CredentialCheck(config.api_url, timeout_s=min(config.timeout_s, 10.0))
-    own = f"Bearer {config.token}" if config.token else None
+    own = bearer(config.token)
 
     @server.before_request
     def _guard() -> flask.Response | None:

@@ -30,7 +30,7 @@ def create_app(config: DashboardSettings | None = None, *, requests_pathname_pre
         requests_pathname_prefix=requests_pathname_prefix,
         routes_pathname_prefix=routes_pathname_prefix,
         title="goodput",
-        update_title=None,
+        update_title="",  # the tab keeps its title while callbacks run
         suppress_callback_exceptions=True,
         serve_locally=True,
     )

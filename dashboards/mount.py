@@ -8,6 +8,7 @@ of the same server over HTTP (see dashboards.data). In production run it as its 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 from a2wsgi import WSGIMiddleware
 from fastapi import FastAPI
@@ -31,5 +32,6 @@ def mount_dashboard(app: FastAPI, config: DashboardSettings | None = None,
     app.add_api_route(PREFIX, to_dashboard, include_in_schema=False)
     if not any(getattr(route, "path", None) == "/" for route in app.routes):
         app.add_api_route("/", to_dashboard, include_in_schema=False)
-    inner: ASGIApp = WSGIMiddleware(dash_app.server, workers=8)  # type: ignore[arg-type]
+    # a2wsgi spells the ASGI interface with its own TypedDicts, starlette with plain mappings: the same protocol
+    inner = cast(ASGIApp, WSGIMiddleware(dash_app.server, workers=8))
     app.mount(f"{PREFIX}/", guard(inner) if guard is not None else inner)

@@ -8,9 +8,9 @@ from urllib.parse import quote, urlencode
 import dash
 from dash import dcc, html
 
-from services import presentation as fmt
 from dashboards import ids
 from dashboards.components.kpi import kpi_card, status_badge
+from services import presentation as fmt
 from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, LABELS
 
 TABLE_LIMIT = 200
@@ -21,7 +21,7 @@ def run_href(run_id: str, project: str | None = None) -> str:
     run is identified by (project, run id), so the link carries both."""
     path = f"/runs/{quote(run_id, safe='')}" + (f"?{urlencode({'project': project})}" if project else "")
     try:
-        return dash.get_relative_path(path)
+        return str(dash.get_relative_path(path))
     except AttributeError:  # no Dash app configured (pure use, tests)
         return path
 

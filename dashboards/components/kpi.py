@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dash import html
+from dash.development.base_component import Component
 
 from services.presentation import STATUS_COLORS
 
@@ -22,6 +25,6 @@ def status_badge(status: str) -> html.Span:
                      style={"backgroundColor": STATUS_COLORS.get(status, "#6B7280")})
 
 
-def message(text: str, *, kind: str = "info", children: list[object] | None = None) -> html.Div:
+def message(text: str, *, kind: str = "info", children: Sequence[Component] = ()) -> html.Div:
     """A boxed message (info / warning / error) instead of a traceback or a blank page."""
-    return html.Div(className=f"message message-{kind}", children=[html.Div(text), *(children or [])])
+    return html.Div(className=f"message message-{kind}", children=[html.Div(text), *children])

@@ -1,61 +1,67 @@
-"""The run page's pieces built from the API's JSON: header, KPI cards, notes and tables (pure)."""
+"""The run page's pieces built from the API's answers: header, KPI cards, notes and tables (pure)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from dash import dash_table, html
+from dash import html
+from dash.dash_table.DataTable import DataTable
+from dash.types import NumberType
 
-from services import presentation as fmt
 from dashboards import ids
 from dashboards.components.kpi import kpi_card, status_badge
 from dashboards.theme import FONT, GRID, INK
+from services import presentation as fmt
+from services.api_client import CheckpointRow, Ledger, LiveRun, NoRankCompute, RankCompute, RestartRow, RunView
 from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, LABELS
 
 
-def header(ledger: dict[str, Any]) -> list[Any]:
-    bits = [f"{ledger['restarts']:,} restart{'s' if ledger['restarts'] != 1 else ''}",
-            f"{ledger['failures']:,} failure{'s' if ledger['failures'] != 1 else ''}"]
-    if ledger["first_time"] is not None:
-        bits.append(f"{fmt.timestamp(ledger['first_time'])} → {fmt.timestamp(ledger['latest_time'])}")
-    if ledger["queue_seconds"]:
-        bits.append(f"queued {fmt.duration(ledger['queue_seconds'])}")
-    return [html.Div([html.H1([ledger["run_id"], " ", status_badge(ledger["status"])]),
+def header(ledger: Ledger) -> list[Any]:
+    bits = [f"{ledger.restarts:,} restart{'s' if ledger.restarts != 1 else ''}",
+            f"{ledger.failures:,} failure{'s' if ledger.failures != 1 else ''}"]
+    if ledger.first_time is not None:
+        bits.append(f"{fmt.timestamp(ledger.first_time)} → {fmt.timestamp(ledger.latest_time)}")
+    if ledger.queue_seconds:
+        bits.append(f"queued {fmt.duration(ledger.queue_seconds)}")
+    return [html.Div([html.H1([ledger.run_id, " ", status_badge(ledger.status)]),
                       html.Div(" · ".join(bits), className="muted")])]
 
 
-def kpis(ledger: dict[str, Any]) -> list[html.Div]:
-    allocated = float(ledger["allocated_gpu_seconds"])
-    wall = fmt.duration(ledger["allocated_wall_seconds"])
+def kpis(ledger: Ledger) -> list[html.Div]:
+    allocated = ledger.allocated_gpu_seconds
+    wall = fmt.duration(ledger.allocated_wall_seconds)
     cards = [
-        kpi_card("Goodput", fmt.percent(ledger["goodput"]), value_id=ids.kpi_value("run", "goodput"),
+        kpi_card("Goodput", fmt.percent(ledger.goodput), value_id=ids.kpi_value("run", "goodput"),
                  note="productive ÷ allocated", color=COLORS["productive"]),
         kpi_card("Allocated", fmt.gpu_hours(allocated), value_id=ids.kpi_value("run", "allocated"),
                  note=f"{wall} of wall time"),
-        kpi_card("Productive", fmt.gpu_hours(ledger["productive_gpu_seconds"]),
+        kpi_card("Productive", fmt.gpu_hours(ledger.productive_gpu_seconds),
                  value_id=ids.kpi_value("run", "productive"),
-                 note=fmt.share(float(ledger["productive_gpu_seconds"]), allocated), color=COLORS["productive"],
+                 note=fmt.share(ledger.productive_gpu_seconds, allocated), color=COLORS["productive"],
                  title=DESCRIPTIONS["productive"]),
     ]
     for c in CATEGORIES:
-        value = float(ledger["waste_gpu_seconds"][c])
+        value = ledger.waste_gpu_seconds[c]
         cards.append(kpi_card(LABELS[c], fmt.gpu_hours(value), value_id=ids.kpi_value("run", f"waste-{c}"),
                               note=fmt.share(value, allocated), color=COLORS[c], title=DESCRIPTIONS[c]))
     return cards
 
 
-def ranks_note(ranks: dict[str, Any], ledger: dict[str, Any]) -> str:
-    if not ranks.get("rows"):
+def ranks_note(ranks: RankCompute | NoRankCompute, ledger: Ledger) -> str:
+    if not ranks.rows:
         return "No step timings yet."
-    source = ranks.get("compute_source") or "step duration"
-    slow = ranks.get("straggler_ranks") or []
-    straggler = fmt.gpu_hours(ledger["waste_gpu_seconds"]["straggler"])
+    source = ranks.compute_source or "step duration"
+    slow = ranks.straggler_ranks
+    straggler = fmt.gpu_hours(ledger.waste_gpu_seconds.straggler)
     if slow:
         names = ", ".join(str(r) for r in slow[:8]) + ("…" if len(slow) > 8 else "")
         return (f"Median {source} per step, whisker to p90. Straggler rank{'s' if len(slow) > 1 else ''} "
                 f"{names} in red: the others waited {straggler} for them.")
     return f"Median {source} per step, whisker to p90. No rank stands out (straggler time {straggler})."
 
+
+TableRow = dict[str | float | int, str | NumberType | bool]  # a DataTable row, as dash types it
 
 _TABLE_STYLE: dict[str, Any] = {
     "style_as_list_view": True,
@@ -71,68 +77,68 @@ _TABLE_STYLE: dict[str, Any] = {
 }
 
 
-def restart_table(restarts: list[dict[str, Any]]) -> Any:
+def restart_table(restarts: Sequence[RestartRow]) -> Any:
     if not restarts:
         return html.P("No restarts: the run kept its first attempt.", className="muted")
-    rows = [{
-        "attempt": r["attempt"], "when": fmt.timestamp(r["time"]),
-        "outcome": f"after {r['after']} at step {fmt.integer(r['failed_at_step'])}",
-        "resume": r["resume_step"], "reworked": r["steps_reworked"],
-        "rework": fmt.gpu_hours(r["rework_gpu_seconds"]), "hang": fmt.gpu_hours(r["hang_gpu_seconds"]),
-        "startup": fmt.gpu_hours(r["startup_gpu_seconds"]),
+    rows: list[TableRow] = [{
+        "attempt": r.attempt, "when": fmt.timestamp(r.time),
+        "outcome": f"after {r.after} at step {fmt.integer(r.failed_at_step)}",
+        "resume": "" if r.resume_step is None else r.resume_step, "reworked": r.steps_reworked,
+        "rework": fmt.gpu_hours(r.rework_gpu_seconds), "hang": fmt.gpu_hours(r.hang_gpu_seconds),
+        "startup": fmt.gpu_hours(r.startup_gpu_seconds),
     } for r in restarts]
-    columns = [("attempt", "Attempt"), ("when", "Restarted (UTC)"), ("outcome", "Previous attempt"),
-               ("resume", "Resume step"), ("reworked", "Steps redone"), ("rework", "Rework"), ("hang", "Hang"),
-               ("startup", "Startup")]
-    return dash_table.DataTable(id=ids.RUN_RESTART_TABLE + "-data", data=rows,
-                                columns=[{"id": k, "name": v} for k, v in columns], **_TABLE_STYLE)
+    columns: list[DataTable.Columns] = [
+        {"id": k, "name": v} for k, v in (("attempt", "Attempt"), ("when", "Restarted (UTC)"),
+                                          ("outcome", "Previous attempt"), ("resume", "Resume step"),
+                                          ("reworked", "Steps redone"), ("rework", "Rework"), ("hang", "Hang"),
+                                          ("startup", "Startup"))]
+    return DataTable(id=ids.RUN_RESTART_TABLE + "-data", data=rows, columns=columns, **_TABLE_STYLE)
 
 
-def checkpoint_table(checkpoints: list[dict[str, Any]], total: int, ledger: dict[str, Any]) -> Any:
+def checkpoint_table(checkpoints: Sequence[CheckpointRow], total: int, ledger: Ledger) -> Any:
     if not checkpoints:
         return html.P("No checkpoints reported: a failure loses everything since the start.", className="muted")
-    summary = ledger["checkpoints"]
-    rows = [{
-        "attempt": c["attempt"], "step": c["step"], "when": fmt.timestamp(c["start"]),
-        "blocking": round(c["blocking_seconds"], 2),
-        "ok": "torn" if c["torn"] else ("ok" if c["ok"] else "failed"),
+    summary = ledger.checkpoints
+    rows: list[TableRow] = [{
+        "attempt": c.attempt, "step": c.step, "when": fmt.timestamp(c.start), "blocking": round(c.blocking_seconds, 2),
+        "ok": "torn" if c.torn else ("ok" if c.ok else "failed"),
     } for c in reversed(checkpoints)]
-    columns = [{"id": "step", "name": "Step", "type": "numeric", "format": {"specifier": ",d"}},
-               {"id": "attempt", "name": "Attempt", "type": "numeric"},
-               {"id": "when", "name": "Started (UTC)"},
-               {"id": "blocking", "name": "Blocking (s)", "type": "numeric", "format": {"specifier": ",.2f"}},
-               {"id": "ok", "name": "Result"}]
-    note = (f"{summary['count']:,} checkpoints: {summary['ok']:,} ok, {summary['failed']:,} failed, "
-            f"{summary['torn']:,} torn; median blocking {fmt.seconds(summary['median_blocking_seconds'])}, "
-            f"every {fmt.duration(summary['median_interval_seconds'])}. Newest first.")
+    columns: list[DataTable.Columns] = [
+        {"id": "step", "name": "Step", "type": "numeric", "format": {"specifier": ",d"}},
+        {"id": "attempt", "name": "Attempt", "type": "numeric"},
+        {"id": "when", "name": "Started (UTC)"},
+        {"id": "blocking", "name": "Blocking (s)", "type": "numeric", "format": {"specifier": ",.2f"}},
+        {"id": "ok", "name": "Result"}]
+    note = (f"{summary.count:,} checkpoints: {summary.ok:,} ok, {summary.failed:,} failed, "
+            f"{summary.torn:,} torn; median blocking {fmt.seconds(summary.median_blocking_seconds)}, "
+            f"every {fmt.duration(summary.median_interval_seconds)}. Newest first.")
     if total > len(checkpoints):
         note += f" Showing the last {len(checkpoints):,} of {total:,}."
     style = dict(_TABLE_STYLE)
     style["style_data_conditional"] = [
         {"if": {"filter_query": '{ok} != "ok"', "column_id": "ok"}, "color": COLORS["hang"], "fontWeight": 600}]
     return html.Div([html.P(note, className="muted"),
-                     dash_table.DataTable(id=ids.RUN_CHECKPOINT_TABLE + "-data", data=rows, columns=columns, **style)])
+                     DataTable(id=ids.RUN_CHECKPOINT_TABLE + "-data", data=rows, columns=columns, **style)])
 
 
-def suspects_text(live: dict[str, Any] | None) -> str | None:
+def suspects_text(live: LiveRun | None) -> str | None:
     """The line "Suspect rank 3 (no heartbeat for 41 s)." of a hung run's live document; None when it has none."""
-    suspects = (live or {}).get("suspects") or []
-    if not live or not live.get("hung", live.get("possibly_hung")) or not suspects:
+    if live is None or not live.hung or not live.suspects:
         return None
-    parts = [f"{s['rank']} ({'; '.join(s['reasons'])})" for s in suspects[:8]]
-    total = int(live.get("suspects_truncated") or len(suspects))
+    parts = [f"{s.rank} ({'; '.join(s.reasons)})" for s in live.suspects[:8]]
+    total = live.suspects_truncated or len(live.suspects)
     more = total - len(parts)
     label = "Suspect rank" if total == 1 else "Suspect ranks"
     return f"{label} {', '.join(parts)}" + (f" and {more} more" if more > 0 else "") + "."
 
 
-def freshness_note(view: dict[str, Any]) -> html.Div | None:
+def freshness_note(view: RunView) -> html.Div | None:
     """Shown while the figures below describe an older version of the run than the collector has."""
-    if not view.get("stale"):
+    if not view.stale:
         return None
-    took = view.get("analysis_seconds")
+    took = view.analysis_seconds
     return html.Div(className="freshness", id="run-freshness-note", children=[
         html.B("Updating. "),
-        f"The figures below are as of {fmt.timestamp(view.get('analysed_at'))}: the run has received events "
+        f"The figures below are as of {fmt.timestamp(view.analysed_at)}: the run has received events "
         f"since, and analysing all of it takes about {fmt.seconds(took) if took else 'a while'} here. They are "
         "redrawn when the new analysis is ready; the status line above is current."])

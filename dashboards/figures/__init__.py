@@ -1,4 +1,4 @@
-"""Pure figure builders: API JSON or DataFrames in, plotly figures out. No I/O, no Dash."""
+"""Pure figure builders: API answers or DataFrames in, plotly figures out. No I/O, no Dash."""
 
 from dashboards.figures.common import empty_figure
 from dashboards.figures.fleet import fleet_over_time_figure, fleet_runs_figure

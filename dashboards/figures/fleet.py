@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from services import presentation as fmt
 from dashboards.figures.common import base_figure, empty_figure, to_datetimes
+from services import presentation as fmt
 from services.presentation import CATEGORIES, COLORS, LABELS
 
 
@@ -22,10 +22,10 @@ def fleet_runs_figure(runs: pd.DataFrame, limit: int = 25) -> go.Figure:
         values = top[column].astype(float)
         fig.add_trace(go.Bar(
             y=labels, x=values / 3600.0, orientation="h", name=LABELS[category],
-            marker={"color": COLORS[category]}, customdata=list(zip(top["run_id"], [fmt.gpu_hours(v) for v in values],
-                                                                     [fmt.share(v, a) for v, a in
-                                                                      zip(values, top["allocated_gpu_seconds"])],
-                                                                     top["project"])),
+            marker={"color": COLORS[category]},
+            customdata=list(zip(top["run_id"], [fmt.gpu_hours(v) for v in values],
+                                [fmt.share(v, a) for v, a in zip(values, top["allocated_gpu_seconds"], strict=True)],
+                                top["project"], strict=True)),
             hovertemplate="%{customdata[0]}<br>" + LABELS[category] + ": %{customdata[1]} (%{customdata[2]})"
                           "<extra></extra>",
         ))
@@ -45,7 +45,7 @@ def fleet_over_time_figure(buckets: pd.DataFrame, width_label: str) -> go.Figure
         if part["gpu_seconds"].sum() <= 0:
             continue
         fig.add_trace(go.Bar(
-            x=to_datetimes(part["bucket_start"]), y=part["gpu_seconds"] / 3600.0, name=LABELS[category],
+            x=to_datetimes(part["bucket_start"].to_numpy()), y=part["gpu_seconds"] / 3600.0, name=LABELS[category],
             marker={"color": COLORS[category]}, xperiod=None,
             hovertemplate="%{x|%Y-%m-%d %H:%M} UTC<br>" + LABELS[category] + ": %{y:,.2f} GPU-h<extra></extra>",
         ))

@@ -2,16 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from services import presentation as fmt
 from dashboards.figures.common import base_figure, empty_figure, to_datetimes
 from dashboards.theme import GRID, INK, MUTED, template
+from services import presentation as fmt
+from services.api_client import (
+    AllocationSpan,
+    AttemptSpan,
+    CheckpointRow,
+    Failure,
+    HangSpan,
+    Ledger,
+    LiveRun,
+    NoRankCompute,
+    Progress,
+    RankCompute,
+    Restart,
+    RunViews,
+    Segment,
+)
 from services.presentation import CATEGORIES, COLORS, LABELS
 
 _OUTCOME_COLORS = {"completed": "#2F855A", "failed": COLORS["hang"], "preempted": COLORS["rework"],
@@ -20,14 +35,14 @@ _ROW_ALLOC, _ROW_ATTEMPTS, _ROW_BAND = "Allocation", "Attempts", "GPU time"
 _MAX_MARKED = 60  # vertical lines and shaded hangs drawn at most (the rest are still in the tables)
 
 
-def timeline_figure(view: Mapping[str, Any], live: Mapping[str, Any] | None = None) -> go.Figure:
+def timeline_figure(view: RunViews, live: LiveRun | None = None) -> go.Figure:
     """Where the time went: allocations, attempts and the painted GPU time on top; step progress below.
 
     The first trace is always the live "no progress" band (empty unless the run is possibly hung), so that
     the page can move its right edge every refresh with a Patch of `data[0]`.
     """
-    tl = view["timeline"]
-    if not tl["allocations"] and not tl["attempts"]:
+    tl = view.timeline
+    if not tl.allocations and not tl.attempts:
         return empty_figure("This run has not reported an allocation or an attempt yet", height=420)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.34, 0.66], vertical_spacing=0.07)
     band_x, band_y, band_text = stall_band(live)
@@ -37,15 +52,15 @@ def timeline_figure(view: Mapping[str, Any], live: Mapping[str, Any] | None = No
         hoveron="fills", text=band_text, hoverinfo="text",
     ), row=2, col=1)
     fig.update_layout(template=template(), height=520, barmode="overlay", bargap=0.35,
-                      hovermode="closest", uirevision=f"timeline-{view['run_id']}",
+                      hovermode="closest", uirevision=f"timeline-{view.run_id}",
                       legend={"orientation": "h", "x": 0, "xanchor": "left", "y": 0.995, "yanchor": "top",
                               "yref": "container", "traceorder": "normal"}, margin={"t": 48, "l": 90})
-    _allocation_bars(fig, tl["allocations"])
-    _attempt_bars(fig, tl["attempts"], view.get("status", ""))
-    _segment_bars(fig, tl["segments"])
-    _progress_lines(fig, tl["progress"])
-    _checkpoint_marks(fig, view.get("checkpoints", []))
-    _failure_marks(fig, tl["failures"], tl["hangs"], tl["restarts"])
+    _allocation_bars(fig, tl.allocations)
+    _attempt_bars(fig, tl.attempts, view.status)
+    _segment_bars(fig, tl.segments)
+    _progress_lines(fig, tl.progress)
+    _checkpoint_marks(fig, view.checkpoints)
+    _failure_marks(fig, tl.failures, tl.hangs, tl.restarts)
     fig.update_yaxes(row=1, col=1, categoryorder="array", categoryarray=[_ROW_BAND, _ROW_ATTEMPTS, _ROW_ALLOC],
                      showgrid=False, fixedrange=True)
     fig.update_yaxes(row=2, col=1, title_text="step", rangemode="tozero", tickformat=",d")
@@ -54,13 +69,13 @@ def timeline_figure(view: Mapping[str, Any], live: Mapping[str, Any] | None = No
     return fig
 
 
-def stall_band(live: Mapping[str, Any] | None) -> tuple[list[str], list[float], str]:
+def stall_band(live: LiveRun | None) -> tuple[list[str], list[float], str]:
     """The polygon (x as UTC ISO strings, y in steps) from the last progress to the server's now, if hung."""
-    if not live or not live.get("possibly_hung") or live.get("last_progress_time") is None:
+    if live is None or not live.possibly_hung or live.last_progress_time is None:
         return [], [], ""
-    t0, t1 = to_datetimes([live["last_progress_time"], live["server_time"]])
-    top = float(live.get("last_step") or 0) * 1.04 + 1
-    text = f"No progress for {fmt.duration(live['seconds_since_progress'])}: possibly hung"
+    t0, t1 = to_datetimes([live.last_progress_time, live.server_time])
+    top = float(live.last_step or 0) * 1.04 + 1
+    text = f"No progress for {fmt.duration(live.seconds_since_progress)}: possibly hung"
     return [t0.isoformat(), t1.isoformat(), t1.isoformat(), t0.isoformat(), t0.isoformat()], [0, 0, top, top, 0], text
 
 
@@ -76,63 +91,63 @@ def _bar(fig: go.Figure, starts: list[float], ends: list[float], row_label: str,
     ), row=1, col=1)
 
 
-def _allocation_bars(fig: go.Figure, allocations: list[dict[str, Any]]) -> None:
+def _allocation_bars(fig: go.Figure, allocations: Sequence[AllocationSpan]) -> None:
     if not allocations:
         return
-    _bar(fig, [a["start"] for a in allocations], [a["end"] for a in allocations], _ROW_ALLOC, color="#4B5563",
+    _bar(fig, [a.start for a in allocations], [a.end for a in allocations], _ROW_ALLOC, color="#4B5563",
          name="Allocation", legend=False, group="alloc",
-         text=[f"{a['gpus']:,} GPUs" + (" (open)" if a["open"] else "") for a in allocations],
-         hover=[f"Allocation: {a['gpus']:,} GPUs<br>{fmt.timestamp(a['start'])} → {fmt.timestamp(a['end'])}"
-                f"<br>{fmt.duration(a['end'] - a['start'])}" for a in allocations])
+         text=[f"{a.gpus:,} GPUs" + (" (open)" if a.open else "") for a in allocations],
+         hover=[f"Allocation: {a.gpus:,} GPUs<br>{fmt.timestamp(a.start)} → {fmt.timestamp(a.end)}"
+                f"<br>{fmt.duration(a.end - a.start)}" for a in allocations])
 
 
-def _outcome(attempt: Mapping[str, Any], is_last: bool, status: str) -> str:
-    if attempt["failed"]:
+def _outcome(attempt: AttemptSpan, is_last: bool, status: str) -> str:
+    if attempt.failed:
         return "failed"
-    if attempt["reason"] in ("completed", "preempted"):
-        return str(attempt["reason"])
+    if attempt.reason in ("completed", "preempted"):
+        return str(attempt.reason)
     return "running" if is_last and status == "running" else "ended"
 
 
-def _attempt_bars(fig: go.Figure, attempts: list[dict[str, Any]], status: str) -> None:
+def _attempt_bars(fig: go.Figure, attempts: Sequence[AttemptSpan], status: str) -> None:
     if not attempts:
         return
     outcomes = [_outcome(a, i == len(attempts) - 1, status) for i, a in enumerate(attempts)]
     hover = []
-    for a, outcome in zip(attempts, outcomes):
-        steps = (f"steps {fmt.integer(a['first_step'])}–{fmt.integer(a['last_step'])}"
-                 if a["first_step"] is not None else "no step completed")
-        hover.append(f"Attempt {a['attempt']}: {outcome}<br>resumed from step {fmt.integer(a['resume_step'])}, "
-                     f"{steps}<br>{a['world_size']:,} ranks, {fmt.duration(a['end'] - a['start'])}")
-    _bar(fig, [a["start"] for a in attempts], [a["end"] for a in attempts], _ROW_ATTEMPTS,
+    for a, outcome in zip(attempts, outcomes, strict=True):
+        steps = (f"steps {fmt.integer(a.first_step)}–{fmt.integer(a.last_step)}"
+                 if a.first_step is not None else "no step completed")
+        hover.append(f"Attempt {a.attempt}: {outcome}<br>resumed from step {fmt.integer(a.resume_step)}, "
+                     f"{steps}<br>{a.world_size:,} ranks, {fmt.duration(a.end - a.start)}")
+    _bar(fig, [a.start for a in attempts], [a.end for a in attempts], _ROW_ATTEMPTS,
          color=[_OUTCOME_COLORS[o] for o in outcomes], name="Attempts", legend=False, group="attempts",
-         text=[f"#{a['attempt']} {o}" for a, o in zip(attempts, outcomes)], hover=hover)
+         text=[f"#{a.attempt} {o}" for a, o in zip(attempts, outcomes, strict=True)], hover=hover)
 
 
-def _segment_bars(fig: go.Figure, segments: list[dict[str, Any]]) -> None:
+def _segment_bars(fig: go.Figure, segments: Sequence[Segment]) -> None:
     for category in ("productive", *CATEGORIES):
-        mine = [s for s in segments if s["category"] == category]
+        mine = [s for s in segments if s.category == category]
         if not mine:
             continue
-        _bar(fig, [s["start"] for s in mine], [s["end"] for s in mine], _ROW_BAND, color=COLORS[category],
+        _bar(fig, [s.start for s in mine], [s.end for s in mine], _ROW_BAND, color=COLORS[category],
              name=LABELS[category], legend=True, group=category, text=None,
-             hover=[f"{LABELS[category]}<br>{fmt.timestamp(s['start'])} → {fmt.timestamp(s['end'])}"
-                    f"<br>{fmt.duration(s['end'] - s['start'])}" for s in mine])
+             hover=[f"{LABELS[category]}<br>{fmt.timestamp(s.start)} → {fmt.timestamp(s.end)}"
+                    f"<br>{fmt.duration(s.end - s.start)}" for s in mine])
 
 
-def _progress_lines(fig: go.Figure, progress: list[dict[str, Any]]) -> None:
+def _progress_lines(fig: go.Figure, progress: Sequence[Progress]) -> None:
     shown_rework = False
     for p in progress:
-        t = np.asarray(p["time"], dtype=np.float64)
-        s = np.asarray(p["step"], dtype=np.int64)
-        cut = p["rework_after_step"]
+        t = np.asarray(p.time, dtype=np.float64)
+        s = np.asarray(p.step, dtype=np.int64)
+        cut = p.rework_after_step
         kept = s <= cut if cut is not None else np.ones(len(s), dtype=bool)
         if kept.any():
             k = np.flatnonzero(kept)
             fig.add_trace(go.Scatter(
                 x=to_datetimes(t[k]), y=s[k], mode="lines", line={"color": INK, "width": 2},
                 name="Steps (kept)", legendgroup="steps", showlegend=False,
-                hovertemplate=f"attempt {p['attempt']}<br>step %{{y:,}}<br>%{{x|%H:%M:%S}} UTC<extra></extra>",
+                hovertemplate=f"attempt {p.attempt}<br>step %{{y:,}}<br>%{{x|%H:%M:%S}} UTC<extra></extra>",
             ), row=2, col=1)
         if (~kept).any():
             r = np.flatnonzero(~kept)
@@ -141,64 +156,64 @@ def _progress_lines(fig: go.Figure, progress: list[dict[str, Any]]) -> None:
             fig.add_trace(go.Scatter(
                 x=to_datetimes(t[r]), y=s[r], mode="lines", line={"color": COLORS["rework"], "width": 2, "dash": "dot"},
                 name="Steps later redone (rework)", legendgroup="rework-steps", showlegend=not shown_rework,
-                hovertemplate=f"attempt {p['attempt']}: thrown away by the restart<br>step %{{y:,}}<br>"
+                hovertemplate=f"attempt {p.attempt}: thrown away by the restart<br>step %{{y:,}}<br>"
                               "%{x|%H:%M:%S} UTC<extra></extra>",
             ), row=2, col=1)
             shown_rework = True
 
 
-def _checkpoint_marks(fig: go.Figure, checkpoints: list[dict[str, Any]]) -> None:
+def _checkpoint_marks(fig: go.Figure, checkpoints: Sequence[CheckpointRow]) -> None:
     if not checkpoints:
         return
     for ok, name, symbol, color in ((True, "Checkpoint", "diamond", COLORS["checkpoint"]),
                                     (False, "Checkpoint failed / torn", "x-thin-open", COLORS["hang"])):
-        mine = [c for c in checkpoints if c["ok"] is ok]
+        mine = [c for c in checkpoints if c.ok is ok]
         if not mine:
             continue
         fig.add_trace(go.Scatter(
-            x=to_datetimes([c["end"] for c in mine]), y=[c["step"] for c in mine], mode="markers", name=name,
+            x=to_datetimes([c.end for c in mine]), y=[c.step for c in mine], mode="markers", name=name,
             marker={"symbol": symbol, "size": 7, "color": color, "line": {"width": 2, "color": color}},
-            customdata=[[fmt.seconds(c["blocking_seconds"]), "torn" if c["torn"] else ("ok" if c["ok"] else "failed")]
+            customdata=[[fmt.seconds(c.blocking_seconds), "torn" if c.torn else ("ok" if c.ok else "failed")]
                         for c in mine],
             hovertemplate="checkpoint at step %{y:,} (%{customdata[1]})<br>blocked %{customdata[0]}<extra></extra>",
         ), row=2, col=1)
 
 
-def _failure_marks(fig: go.Figure, failures: list[dict[str, Any]], hangs: list[dict[str, Any]],
-                   restarts: list[dict[str, Any]]) -> None:
-    marked = [f for f in failures if f["step"] is not None]
+def _failure_marks(fig: go.Figure, failures: Sequence[Failure], hangs: Sequence[HangSpan],
+                   restarts: Sequence[Restart]) -> None:
+    marked = [f for f in failures if f.step is not None]
     if marked:
         fig.add_trace(go.Scatter(
-            x=to_datetimes([f["time"] for f in marked]), y=[f["step"] for f in marked], mode="markers",
+            x=to_datetimes([f.time for f in marked]), y=[f.step for f in marked], mode="markers",
             name="Failure", marker={"symbol": "x", "size": 12, "color": COLORS["hang"],
                                     "line": {"width": 1, "color": "white"}},
-            customdata=[[f["attempt"], f["reason"]] for f in marked],
+            customdata=[[f.attempt, f.reason] for f in marked],
             hovertemplate="attempt %{customdata[0]} %{customdata[1]} at step %{y:,}<br>%{x|%H:%M:%S} UTC"
                           "<extra></extra>",
         ), row=2, col=1)
     for h in hangs[:_MAX_MARKED]:
-        fig.add_vrect(x0=to_datetimes([h["start"]])[0], x1=to_datetimes([h["end"]])[0], row=2, col=1,
+        fig.add_vrect(x0=to_datetimes([h.start])[0], x1=to_datetimes([h.end])[0], row=2, col=1,
                       fillcolor=COLORS["hang"], opacity=0.12, line_width=0, layer="below")
     for r in restarts[:_MAX_MARKED]:
-        fig.add_vline(x=to_datetimes([r["time"]])[0], line={"color": MUTED, "width": 1, "dash": "dot"})
+        fig.add_vline(x=to_datetimes([r.time])[0], line={"color": MUTED, "width": 1, "dash": "dot"})
     if len(restarts) <= 12:
         for r in restarts:
-            fig.add_annotation(x=to_datetimes([r["time"]])[0], y=1, yref="y2 domain", xanchor="left",
-                               yanchor="top", showarrow=False, text=f" restart → step {fmt.integer(r['resume_step'])}",
+            fig.add_annotation(x=to_datetimes([r.time])[0], y=1, yref="y2 domain", xanchor="left",
+                               yanchor="top", showarrow=False, text=f" restart → step {fmt.integer(r.resume_step)}",
                                font={"size": 10, "color": MUTED})
 
 
-def ledger_figure(ledger: Mapping[str, Any]) -> go.Figure:
+def ledger_figure(ledger: Ledger) -> go.Figure:
     """The ledger as a waterfall: allocated GPU-hours, minus each waste category, leaves the productive part."""
-    allocated = float(ledger["allocated_gpu_seconds"])
+    allocated = ledger.allocated_gpu_seconds
     if allocated <= 0:
         return empty_figure("Nothing allocated yet: no GPU time to account for")
+    waste = ledger.waste_gpu_seconds
     names = ["Allocated", *(LABELS[c] for c in CATEGORIES), "Productive"]
-    values = [allocated, *(float(ledger["waste_gpu_seconds"][c]) for c in CATEGORIES),
-              float(ledger["productive_gpu_seconds"])]
+    values = [allocated, *(waste[c] for c in CATEGORIES), ledger.productive_gpu_seconds]
     bases, level = [], allocated
     for c in CATEGORIES:
-        level -= float(ledger["waste_gpu_seconds"][c])
+        level -= waste[c]
         bases.append(level)
     bases = [0.0, *bases, 0.0]
     colors = ["#4B5563", *(COLORS[c] for c in CATEGORIES), COLORS["productive"]]
@@ -216,36 +231,36 @@ def ledger_figure(ledger: Mapping[str, Any]) -> go.Figure:
     return fig
 
 
-def rank_compute_figure(ranks: Mapping[str, Any]) -> go.Figure:
+def rank_compute_figure(ranks: RankCompute | NoRankCompute) -> go.Figure:
     """Median compute seconds per step for each rank (whisker to p90); stragglers in red."""
-    rows = ranks.get("rows") or []
-    if not rows:
+    if not isinstance(ranks, RankCompute) or not ranks.rows:
         return empty_figure("No step timings reported yet")
-    x = [r["rank"] for r in rows]
-    median = np.array([r["median_compute_s"] for r in rows])
-    p90 = np.array([r["p90_compute_s"] for r in rows])
-    slow = [r["is_straggler"] for r in rows]
+    rows = ranks.rows
+    x = [r.rank for r in rows]
+    median = np.array([r.median_compute_s for r in rows])
+    p90 = np.array([r.p90_compute_s for r in rows])
+    slow = [r.is_straggler for r in rows]
     colors = [COLORS["hang"] if s else "#6B8FB8" for s in slow]
     fig = base_figure(height=340, showlegend=False, uirevision="ranks", bargap=0.15)
-    hover = [f"rank {r['rank']}" + (f" on {r['host']}" if r["host"] else "") +
-             f"<br>median {fmt.seconds(r['median_compute_s'])}, p90 {fmt.seconds(r['p90_compute_s'])}, "
-             f"mean {fmt.seconds(r['mean_compute_s'])}<br>{r['steps']:,} steps; straggler cost "
-             f"{fmt.gpu_hours(r['straggler_gpu_seconds'])}" for r in rows]
+    hover = [f"rank {r.rank}" + (f" on {r.host}" if r.host else "") +
+             f"<br>median {fmt.seconds(r.median_compute_s)}, p90 {fmt.seconds(r.p90_compute_s)}, "
+             f"mean {fmt.seconds(r.mean_compute_s)}<br>{r.steps:,} steps; straggler cost "
+             f"{fmt.gpu_hours(r.straggler_gpu_seconds)}" for r in rows]
     trace_cls = go.Bar if len(rows) <= 256 else go.Scattergl
     kwargs: dict[str, Any] = {"marker": {"color": colors}} if trace_cls is go.Bar else {
         "mode": "markers", "marker": {"color": colors, "size": [9 if s else 4 for s in slow]}}
     fig.add_trace(trace_cls(x=x, y=median, hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
                             error_y={"type": "data", "array": np.maximum(p90 - median, 0), "arrayminus": [0] * len(x),
                                      "color": "#9CA3AF", "thickness": 1, "width": 0}, **kwargs))
-    overall = ranks.get("median_compute_s")
+    overall = ranks.median_compute_s
     if overall:
         fig.add_hline(y=overall, line={"color": MUTED, "dash": "dash", "width": 1},
                       annotation_text=f"median of ranks {fmt.seconds(overall)}", annotation_position="top left",
                       annotation_font={"size": 11, "color": MUTED})
-    for r in [r for r in rows if r["is_straggler"]][:5]:
-        excess = (r["median_compute_s"] / overall - 1) if overall else 0.0
-        fig.add_annotation(x=r["rank"], y=max(r["p90_compute_s"], r["median_compute_s"]), yanchor="bottom",
-                           text=f"rank {r['rank']}: {excess:+.0%}", showarrow=True, arrowhead=0, ay=-24,
+    for r in [r for r in rows if r.is_straggler][:5]:
+        excess = (r.median_compute_s / overall - 1) if overall else 0.0
+        fig.add_annotation(x=r.rank, y=max(r.p90_compute_s, r.median_compute_s), yanchor="bottom",
+                           text=f"rank {r.rank}: {excess:+.0%}", showarrow=True, arrowhead=0, ay=-24,
                            font={"color": COLORS["hang"], "size": 12})
     fig.update_xaxes(title_text="rank", tickformat=",d")
     top = float(np.nanmax(np.maximum(p90, median))) if len(rows) else 1.0
@@ -253,16 +268,16 @@ def rank_compute_figure(ranks: Mapping[str, Any]) -> go.Figure:
     return fig
 
 
-def heatmap_figure(ranks: Mapping[str, Any]) -> go.Figure:
+def heatmap_figure(ranks: RankCompute | NoRankCompute) -> go.Figure:
     """Mean compute seconds per rank (group) and step bucket: a straggler is a bright row."""
-    heat = ranks.get("heatmap")
-    if not heat or not heat["z"]:
+    heat = ranks.heatmap
+    if heat is None or not heat.z:
         return empty_figure("No step timings reported yet")
-    n_rows = len(heat["rank_labels"])
+    n_rows = len(heat.rank_labels)
     fig = base_figure(height=min(560, max(300, 120 + 9 * n_rows)), uirevision="heatmap")
-    per = heat["ranks_per_row"]
+    per = heat.ranks_per_row
     fig.add_trace(go.Heatmap(
-        z=heat["z"], x=heat["step_centers"], y=heat["rank_labels"], colorscale="YlOrRd", hoverongaps=False,
+        z=heat.z, x=heat.step_centers, y=heat.rank_labels, colorscale="YlOrRd", hoverongaps=False,
         colorbar={"title": {"text": "s / step", "side": "right"}, "thickness": 12, "outlinewidth": 0},
         hovertemplate=("ranks %{y}" if per > 1 else "rank %{y}") + "<br>steps around %{x:,}<br>"
                       "mean compute %{z:.3f} s<extra></extra>",

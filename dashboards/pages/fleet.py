@@ -9,12 +9,14 @@ from typing import Any
 import dash
 import flask
 from dash import Input, Output, State, callback, dcc, html, no_update
+from pydantic import BaseModel, Field
 
 from dashboards import data, figures, ids
-from services import presentation as fmt
 from dashboards.components import fleet_parts
 from dashboards.components.empty import no_runs_yet
 from dashboards.components.kpi import message
+from services import presentation as fmt
+from services.api_client import ApiError, LiveRun, RunListItem
 from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, LABELS
 
 dash.register_page(__name__, path="/", name="Fleet", title="goodput: fleet")
@@ -76,6 +78,15 @@ def _legend() -> html.Div:
     ])
 
 
+class FleetData(BaseModel):
+    """The fleet page's store: the runs and the live status of the running ones, as the API served them."""
+
+    runs: list[RunListItem]
+    live: list[LiveRun]
+    server_time: float
+    filtered: bool = Field(description="a filter is set: an empty list means no match, not no runs")
+
+
 @callback(
     Output(ids.FLEET_STORE, "data"),
     Output(ids.FLEET_HASH, "data"),
@@ -88,20 +99,20 @@ def _legend() -> html.Div:
 def _fetch(_n: int | None, status: str | None, range_key: str | None, run_filter: str | None,
            previous: str | None) -> tuple[Any, Any]:
     api = data.api()
+    running = False
     try:
         live = api.live_runs()
         window = data.RANGES_S.get(range_key or "all")
-        since = live["server_time"] - window if window else None
-        runs = api.runs(status=status, since=since, run_id=(run_filter or "").strip() or None)["runs"]
-        store: dict[str, Any] = {
-            "runs": runs, "live": live["runs"], "server_time": live["server_time"],
-            "filtered": bool(status or window or (run_filter or "").strip()),
-        }
-    except data.ApiError as exc:
-        store = {"error": str(exc)}
+        run_id = (run_filter or "").strip() or None
+        runs = api.runs(status=status, since=live.server_time - window if window else None, run_id=run_id).runs
+        store: dict[str, Any] = FleetData(runs=runs, live=live.runs, server_time=live.server_time,
+                                          filtered=bool(status or window or run_id)).model_dump(mode="json")
+        running = any(run.status == "running" for run in runs)
+    except ApiError as exc:
+        store = {"error": data.explain(exc)}
     digest = hashlib.sha1(json.dumps({k: v for k, v in store.items() if k != "server_time"}, sort_keys=True,
                                      default=str).encode()).hexdigest()
-    if digest == previous and "error" not in store and not any(r.get("status") == "running" for r in store["runs"]):
+    if digest == previous and "error" not in store and not running:
         return no_update, no_update  # nothing changed: keep the page (and the user's zoom) as it is
     store["public_url"] = _public_url()
     return store, digest
@@ -129,17 +140,18 @@ def _draw(store: dict[str, Any] | None) -> tuple[Any, ...]:
         return message("Loading…"), hidden, [], [], blank, blank, ""
     if "error" in store:
         return message(store["error"], kind="error"), hidden, [], [], blank, blank, ""
-    frame = data.runs_frame(store["runs"], store["live"])
-    updated = f"Updated {fmt.timestamp(store['server_time'])} UTC"
+    fleet = FleetData.model_validate(store)
+    frame = data.runs_frame(fleet.runs, fleet.live)
+    updated = f"Updated {fmt.timestamp(fleet.server_time)} UTC"
     if frame.empty:
-        if store["filtered"]:
+        if fleet.filtered:
             return message("No runs match these filters. Clear a filter or widen the time range."), hidden, [], [], \
                 blank, blank, updated
         return no_runs_yet(store["public_url"]), hidden, [], [], blank, blank, updated
     totals = data.fleet_totals(frame)
     buckets, width = data.fleet_over_time(frame)
-    return (None, shown, fleet_parts.kpis(totals, frame), fleet_parts.runs_table(frame), figures.fleet_runs_figure(frame),
-            figures.fleet_over_time_figure(buckets, width), updated)
+    return (None, shown, fleet_parts.kpis(totals, frame), fleet_parts.runs_table(frame),
+            figures.fleet_runs_figure(frame), figures.fleet_over_time_figure(buckets, width), updated)
 
 
 @callback(

@@ -9,15 +9,16 @@ import dash
 from dash import Input, Output, Patch, State, callback, dcc, html, no_update
 
 from dashboards import data, figures, ids
-from services import presentation as fmt
 from dashboards.components import run_parts
 from dashboards.components.kpi import message
 from dashboards.components.resume_banner import resume_banner
+from services import presentation as fmt
+from services.api_client import ApiError, Ledger, LiveRun, NotFound, ResumeCheck, RunViews
 
 dash.register_page(__name__, path_template="/runs/<run_id>", name="Run",
                    title=lambda run_id=None: f"goodput: {unquote(run_id or '')}")
 
-_GRAPH_CONFIG = {"displaylogo": False}
+_GRAPH_CONFIG: dcc.Graph.Config = {"displaylogo": False}
 
 
 def layout(run_id: str | None = None, project: str | None = None, **_query: Any) -> html.Div:
@@ -95,25 +96,26 @@ def _fetch(_n: int | None, run: dict[str, Any] | str | None, fetched: dict[str, 
     fetched = fetched or {}
     api = data.api()
     try:
-        live = api.live(run_id, project)
-        if live.get("version") == fetched.get("version") and not fetched.get("resume_pending"):
-            return live, no_update, no_update, no_update
-        view = api.view(run_id, project)
+        live = api.live(run_id, project=project)
+        live_store = live.model_dump(mode="json")
+        if live.version == fetched.get("version") and not fetched.get("resume_pending"):
+            return live_store, no_update, no_update, no_update
+        view = api.view(run_id, project=project)
         note = run_parts.freshness_note(view)
-        if view.get("version") == fetched.get("version") and not fetched.get("resume_pending"):
-            return live, no_update, no_update, note  # the rebuild is not ready yet: keep what is drawn
-    except data.RunNotFound:
+        if view.version == fetched.get("version") and not fetched.get("resume_pending"):
+            return live_store, no_update, no_update, note  # the rebuild is not ready yet: keep what is drawn
+    except NotFound:
         return None, {"error": f"No run {run_id!r}: the collector has no events for it.", "not_found": True}, None, None
-    except data.ApiError as exc:
-        return None, {"error": str(exc)}, None, None
+    except ApiError as exc:
+        return None, {"error": data.explain(exc)}, None, None
     try:
-        resume = api.resume_check(run_id, project)
+        resume = api.resume_check(run_id, project=project)
         pending = resume is None
-    except data.ApiError:  # the banner is optional: the page still shows the ledger
+    except ApiError:  # the banner is optional: the page still shows the ledger
         resume, pending = None, False
-    ledger = view.pop("ledger")
-    return live, {"ledger": ledger, "view": view, "resume": resume}, {"version": view.get("version"),
-                                                                      "resume_pending": pending}, note
+    page = {"ledger": view.ledger.model_dump(mode="json"), "view": view.model_dump(mode="json", exclude={"ledger"}),
+            "resume": resume.model_dump(mode="json") if resume else None}
+    return live_store, page, {"version": view.version, "resume_pending": pending}, note
 
 
 def _run_of(store: dict[str, Any] | str | None) -> tuple[str | None, str | None]:
@@ -124,9 +126,15 @@ def _run_of(store: dict[str, Any] | str | None) -> tuple[str | None, str | None]
     return (store or {}).get("run_id"), (store or {}).get("project")
 
 
+def _live_of(store: dict[str, Any] | None) -> LiveRun | None:
+    """The live store's document (GET /v1/runs/{run_id}/live); None before the first answer, or after an error."""
+    return LiveRun.model_validate(store) if store else None
+
+
 @callback(Output(ids.RUN_RESUME, "children"), Input(ids.RUN_STORE, "data"))
 def _draw_resume(store: dict[str, Any] | None) -> Any:
-    return resume_banner((store or {}).get("resume"))
+    check = (store or {}).get("resume")
+    return resume_banner(ResumeCheck.model_validate(check) if check else None)
 
 
 @callback(
@@ -155,40 +163,41 @@ def _draw(store: dict[str, Any] | None, run: dict[str, Any] | str | None,
         extra = [dcc.Link("Back to the fleet", href=dash.get_relative_path("/"))] if store else []
         return (message(text, kind="error" if store else "info", children=extra), {"display": "none"},
                 [html.H1(run_id or "")], [], blank, blank, blank, "", blank, [], [], None)
-    ledger, view = store["ledger"], store["view"]
-    ranks = view["ranks"]
-    timeline = figures.timeline_figure(view, live)
-    drawn = view.get("version") if timeline.data and timeline.data[0].name == "No progress (live)" else None
+    ledger, view = Ledger.model_validate(store["ledger"]), RunViews.model_validate(store["view"])
+    ranks = view.ranks
+    timeline = figures.timeline_figure(view, _live_of(live))
+    drawn = view.version if timeline.data and timeline.data[0].name == "No progress (live)" else None
     return (
         None, {"display": "block"}, run_parts.header(ledger), run_parts.kpis(ledger),
         timeline, figures.ledger_figure(ledger), figures.rank_compute_figure(ranks),
-        run_parts.ranks_note(ranks, ledger), figures.heatmap_figure(ranks), run_parts.restart_table(view["restarts"]),
-        run_parts.checkpoint_table(view["checkpoints"], view.get("checkpoints_total", 0), ledger), drawn,
+        run_parts.ranks_note(ranks, ledger), figures.heatmap_figure(ranks), run_parts.restart_table(view.restarts),
+        run_parts.checkpoint_table(view.checkpoints, view.checkpoints_total, ledger), drawn,
     )
 
 
 @callback(Output(ids.RUN_LIVE, "children"), Input(ids.RUN_LIVE_STORE, "data"))
-def _draw_live(live: dict[str, Any] | None) -> Any:
-    if not live or live.get("status") != "running":
+def _draw_live(store: dict[str, Any] | None) -> Any:
+    live = _live_of(store)
+    if live is None or live.status != "running":
         return None
-    since = live.get("seconds_since_progress")
-    at_risk = fmt.gpu_hours(live.get("at_risk_gpu_seconds"))
-    usual = fmt.seconds(live.get("median_step_seconds"))
+    since = live.seconds_since_progress
+    at_risk = fmt.gpu_hours(live.at_risk_gpu_seconds)
+    usual = fmt.seconds(live.median_step_seconds)
     if since is None:
         text = "Running: no step completed yet."
         return html.Div(className="live live-ok", id="run-live-banner", children=text)
-    if live.get("possibly_hung"):
+    if live.possibly_hung:
         return html.Div(className="live live-hung", id="run-live-banner", children=[
             html.B("Possibly hung. "),
             html.Span(f"No progress for {fmt.duration(since)}", id="run-live-since"),
-            (f" (a step usually takes {usual}; flagged after {fmt.duration(live['stall_threshold_seconds'])}). "
-            f"Last step {fmt.integer(live.get('last_step'))}. "),
+            (f" (a step usually takes {usual}; flagged after {fmt.duration(live.stall_threshold_seconds)}). "
+            f"Last step {fmt.integer(live.last_step)}. "),
             html.Span(f"{at_risk} at risk", id="run-live-at-risk"), " since the last checkpoint. ",
             html.Span(run_parts.suspects_text(live) or "No rank stands out.", id="run-live-suspects")])
     return html.Div(className="live live-ok", id="run-live-banner", children=[
         html.Span(className="pulse"), html.B("Running. "),
         html.Span(f"Last progress {fmt.duration(since)} ago", id="run-live-since"),
-        f" (step {fmt.integer(live.get('last_step'))}; a step takes about {usual}). ",
+        f" (step {fmt.integer(live.last_step)}; a step takes about {usual}). ",
         html.Span(f"{at_risk} at risk", id="run-live-at-risk"), " of work since the last checkpoint."])
 
 
@@ -198,9 +207,10 @@ def _draw_live(live: dict[str, Any] | None) -> Any:
     State(ids.RUN_DRAWN_STORE, "data"),
     prevent_initial_call=True,
 )
-def _move_stall_band(live: dict[str, Any] | None, drawn: int | None) -> Any:
+def _move_stall_band(store: dict[str, Any] | None, drawn: int | None) -> Any:
     """Every refresh of a running run: stretch the timeline's "no progress" band to the server's now."""
-    if not live or live.get("status") != "running" or drawn is None:
+    live = _live_of(store)
+    if live is None or live.status != "running" or drawn is None:
         return no_update  # no timeline with a band on the page yet: the full redraw carries the band
     x, y, text = figures.stall_band(live)
     patch = Patch()

@@ -7,6 +7,7 @@ import httpx
 import pytest
 
 from dashboards import data
+from services.api_client import AccessDenied, ApiClient
 from services.settings import DashboardSettings
 
 
@@ -20,7 +21,8 @@ def _headers_sent(config: DashboardSettings, request_headers: dict[str, str]) ->
         return httpx.Response(200, json={"runs": [], "count": 0})
 
     with app.test_request_context("/dashboard/", headers=request_headers):
-        app.extensions[data._CLIENTS_KEY] = {config.api_url: httpx.Client(transport=httpx.MockTransport(handler))}
+        app.extensions[data._CLIENTS_KEY] = {config.api_url: ApiClient(
+            str(config.api_url), http=httpx.Client(transport=httpx.MockTransport(handler)))}
         data.api().runs()
     return seen
 
@@ -43,7 +45,8 @@ def test_no_credential_at_all_sends_none() -> None:
 
 
 def test_a_refused_credential_is_explained_on_the_page() -> None:
-    api = data.Api("http://c", httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(
+    api = ApiClient("http://c", http=httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(
         401, json={"error": {"message": "token x was revoked"}}))))
-    with pytest.raises(data.ApiError, match="refused the dashboard's credential: token x was revoked"):
+    with pytest.raises(AccessDenied) as refused:
         api.runs()
+    assert data.explain(refused.value) == "The collector refused the dashboard's credential: token x was revoked"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from dashboards.data import runs_frame
+from services.api_client import RunList
 from tests.collector.test_live_api import post, running_sim
 from tests.ledger_checks import assert_partition
 
@@ -65,7 +66,7 @@ def test_the_fleets_worst_first_order_sees_the_hang(client) -> None:  # type: ig
     stored_waste = sum(stored["waste_gpu_seconds"].values()) - stored["provisional"]["hang_gpu_seconds"]
     # a finished run that wasted more than the stalled run had before it hung, less than with its hang so far
     post(client, all_idle_run("idle-run", stored_waste + 0.5 * stored["provisional"]["hang_gpu_seconds"]))
-    frame = runs_frame(client.get("/v1/runs").json()["runs"])
+    frame = runs_frame(RunList.model_validate(client.get("/v1/runs").json()).runs)
     assert list(frame["run_id"]) == ["stalled", "idle-run"]
 
 

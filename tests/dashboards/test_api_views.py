@@ -7,13 +7,13 @@ import pytest
 from services.simulate import SimConfig, simulate
 
 
-def send(client, config: SimConfig) -> None:  # type: ignore[no-untyped-def]
+def send(client, config: SimConfig) -> None:
     events = simulate(config).events
     for i in range(0, len(events), 500):
         assert client.post("/v1/events", json={"events": events[i:i + 500]}).status_code == 200
 
 
-def test_view_endpoints_serve_one_version_of_the_run(client) -> None:  # type: ignore[no-untyped-def]
+def test_view_endpoints_serve_one_version_of_the_run(client) -> None:
     send(client, SimConfig(run_id="team/run-1", ranks=4, hours=0.1, mtbf_s=200, straggler_rank=2, seed=3))
     view = client.get("/v1/runs/team/run-1/view").json()
     assert view["run_id"] == "team/run-1" and view["version"] >= 1
@@ -28,7 +28,7 @@ def test_view_endpoints_serve_one_version_of_the_run(client) -> None:  # type: i
     assert client.get("/v1/runs/team/run-1").json()["run_id"] == "team/run-1"  # the detail route still answers
 
 
-def test_live_uses_the_servers_clock_and_lists_running_runs(client) -> None:  # type: ignore[no-untyped-def]
+def test_live_uses_the_servers_clock_and_lists_running_runs(client) -> None:
     send(client, SimConfig(run_id="live", ranks=2, hours=0.05, mtbf_s=None, end="running"))
     send(client, SimConfig(run_id="done", ranks=2, hours=0.02, mtbf_s=None))
     live = client.get("/v1/runs/live/live").json()
@@ -39,7 +39,7 @@ def test_live_uses_the_servers_clock_and_lists_running_runs(client) -> None:  # 
     assert [r["run_id"] for r in fleet["runs"]] == ["live"]
 
 
-def test_new_events_make_the_views_stale(client) -> None:  # type: ignore[no-untyped-def]
+def test_new_events_make_the_views_stale(client) -> None:
     config = SimConfig(run_id="grow", ranks=2, hours=0.05, mtbf_s=None)
     events = simulate(config).events
     half = len(events) // 2
@@ -51,7 +51,7 @@ def test_new_events_make_the_views_stale(client) -> None:  # type: ignore[no-unt
     assert second["status"] == "finished"
 
 
-def test_unknown_run_is_a_404_with_the_usual_error_body(client) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_run_is_a_404_with_the_usual_error_body(client) -> None:
     response = client.get("/v1/runs/nope/view")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "run_not_found"

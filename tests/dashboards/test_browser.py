@@ -33,7 +33,7 @@ def open_run(tab: Page, server: Server, run_id: str) -> None:
 
 
 def text(tab: Page, selector: str) -> str:
-    return tab.page.inner_text(selector).strip()
+    return str(tab.page.inner_text(selector)).strip()
 
 
 def _number(shown: str) -> float:

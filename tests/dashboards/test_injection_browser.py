@@ -3,6 +3,7 @@ on the page, and no element or dialog came of it (the injection strings are thos
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -14,10 +15,15 @@ from tests.fuzz.test_injection import RUN_ID, _events
 pytestmark = pytest.mark.browser
 
 
-def test_the_dashboard_shows_injection_strings_as_text(tmp_path, tab: Page) -> None:  # type: ignore[no-untyped-def]
+def test_the_dashboard_shows_injection_strings_as_text(tmp_path, tab: Page) -> None:
     server = start_server(tmp_path)
     dialogs: list[str] = []
-    tab.page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+
+    def dismiss(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    tab.page.on("dialog", dismiss)
     try:
         assert httpx.post(f"{server.url}/v1/events", json={"events": _events()}, timeout=60).status_code == 200
         tab.page.goto(server.dashboard)

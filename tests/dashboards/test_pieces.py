@@ -5,16 +5,19 @@ from __future__ import annotations
 import pytest
 
 from dashboards import data, figures
-from services import presentation as fmt
 from dashboards.components import fleet_parts, run_parts
+from services import presentation as fmt
+from services.api_client import NoRankCompute, RunListItem
 from services.presentation import CATEGORIES
+from tests.dashboards.answers import ledger, live_run, run_item, run_view
 
 
-def run_row(run_id: str, waste: float, status: str = "finished", first: float = 0.0, last: float = 3600.0):  # type: ignore[no-untyped-def]
+def run_row(run_id: str, waste: float, status: str = "finished", first: float = 0.0, last: float = 3600.0,
+            stale: bool = False) -> RunListItem:
     per = dict.fromkeys(CATEGORIES, waste / len(CATEGORIES))
-    return {"run_id": run_id, "status": status, "first_time": first, "last_time": last,
-            "allocated_gpu_seconds": 7200.0 + waste, "productive_gpu_seconds": 7200.0,
-            "goodput": 7200.0 / (7200.0 + waste), "waste_gpu_seconds": per, "restarts": 0}
+    return run_item(run_id=run_id, status=status, first_time=first, last_time=last,
+                    allocated_gpu_seconds=7200.0 + waste, productive_gpu_seconds=7200.0,
+                    goodput=7200.0 / (7200.0 + waste), waste_gpu_seconds=per, restarts=0, stale=stale)
 
 
 @pytest.mark.parametrize(("seconds", "text"), [
@@ -53,15 +56,15 @@ def test_fleet_over_time_spreads_each_run_without_losing_gpu_time() -> None:
 def test_empty_fleet_and_empty_run_draw_explanations_not_blank_axes() -> None:
     empty = data.runs_frame([])
     assert figures.fleet_runs_figure(empty).layout.annotations[0].text == "No runs match the filters"
-    assert figures.rank_compute_figure({"rows": []}).layout.annotations[0].text == "No step timings reported yet"
-    ledger = {"allocated_gpu_seconds": 0.0}
-    assert "Nothing allocated" in figures.ledger_figure(ledger).layout.annotations[0].text
+    no_steps = NoRankCompute(rows=[], heatmap=None, compute_source=None, straggler_ranks=[])
+    assert figures.rank_compute_figure(no_steps).layout.annotations[0].text == "No step timings reported yet"
+    assert "Nothing allocated" in figures.ledger_figure(ledger()).layout.annotations[0].text
 
 
 def test_ledger_waterfall_steps_down_from_allocated_to_productive() -> None:
     waste = {"startup": 360.0, "checkpoint": 0.0, "rework": 720.0, "hang": 0.0, "straggler": 0.0, "idle": 0.0}
-    fig = figures.ledger_figure({"allocated_gpu_seconds": 4680.0, "productive_gpu_seconds": 3600.0,
-                                 "waste_gpu_seconds": waste})
+    fig = figures.ledger_figure(ledger(allocated_gpu_seconds=4680.0, productive_gpu_seconds=3600.0,
+                                       waste_gpu_seconds=waste))
     bar = fig.data[0]
     assert list(bar.x) == ["Allocated", "Startup", "Checkpoint", "Rework", "Hang", "Straggler", "Idle", "Productive"]
     assert bar.y[0] == pytest.approx(1.3) and bar.y[-1] == pytest.approx(1.0)
@@ -71,13 +74,13 @@ def test_ledger_waterfall_steps_down_from_allocated_to_productive() -> None:
 
 def test_fleet_table_row_shows_status_goodput_and_a_bar_per_category() -> None:
     frame = data.runs_frame([run_row("r/1", 720.0, status="running")],
-                            live=[{"run_id": "r/1", "seconds_since_progress": 4000.0, "possibly_hung": True,
-                                   "at_risk_gpu_seconds": 10.0}])
+                            live=[live_run(run_id="r/1", seconds_since_progress=4000.0, possibly_hung=True,
+                                           at_risk_gpu_seconds=10.0)])
     table = fleet_parts.runs_table(frame)
     row = table.children[1].children[0]
     assert row.to_plotly_json()["props"]["data-run-id"] == "r/1"
     cells = row.children
-    assert cells[0].children.href.endswith("/runs/r%2F1")
+    assert cells[0].children.href.endswith("/runs/r%2F1?project=default")  # a run is (project, run id)
     assert cells[2].children == fmt.percent(7200.0 / 7920.0)
     assert len(cells[4].children.children) == 1 + len(CATEGORIES)
     assert "possibly hung" in cells[7].children.children
@@ -85,9 +88,9 @@ def test_fleet_table_row_shows_status_goodput_and_a_bar_per_category() -> None:
 
 def test_run_kpis_use_the_ledgers_numbers() -> None:
     waste = dict.fromkeys(CATEGORIES, 360.0)
-    ledger = {"allocated_gpu_seconds": 9360.0, "productive_gpu_seconds": 7200.0, "goodput": 7200.0 / 9360.0,
-              "waste_gpu_seconds": waste, "allocated_wall_seconds": 1170.0}
-    cards = {c.children[1].id: c.children[1].children for c in run_parts.kpis(ledger)}
+    run = ledger(allocated_gpu_seconds=9360.0, productive_gpu_seconds=7200.0, goodput=7200.0 / 9360.0,
+                 waste_gpu_seconds=waste, allocated_wall_seconds=1170.0)
+    cards = {c.children[1].id: c.children[1].children for c in run_parts.kpis(run)}
     assert cards["run-kpi-goodput"] == "76.9%"
     assert cards["run-kpi-allocated"] == "2.60 GPU-h"
     assert cards["run-kpi-waste-hang"] == "0.10 GPU-h"
@@ -96,9 +99,9 @@ def test_run_kpis_use_the_ledgers_numbers() -> None:
 def test_a_stale_build_says_when_it_is_from_and_that_it_is_being_redrawn() -> None:
     from tests.dashboards.test_resume_banner import flat_text
 
-    assert run_parts.freshness_note({"stale": False, "analysed_at": 0.0}) is None
-    note = run_parts.freshness_note({"stale": True, "analysed_at": 1_767_225_600.0, "analysis_seconds": 21.4})
-    assert note is not None and note.id == "run-freshness-note"
+    assert run_parts.freshness_note(run_view(stale=False, analysed_at=0.0)) is None
+    note = run_parts.freshness_note(run_view(stale=True, analysed_at=1_767_225_600.0, analysis_seconds=21.4))
+    assert note is not None and note.to_plotly_json()["props"]["id"] == "run-freshness-note"
     text = flat_text(note)
     assert "as of 2026-01-01 00:00:00 UTC" in text and "about 21.4 s" in text and "redrawn" in text
 
@@ -106,7 +109,7 @@ def test_a_stale_build_says_when_it_is_from_and_that_it_is_being_redrawn() -> No
 def test_a_stale_fleet_row_says_it_is_updating() -> None:
     from tests.dashboards.test_resume_banner import flat_text
 
-    fresh, stale = run_row("fresh", 100.0), {**run_row("busy", 50.0, status="running"), "stale": True}
+    fresh, stale = run_row("fresh", 100.0), run_row("busy", 50.0, status="running", stale=True)
     frame = data.runs_frame([fresh, stale])
     assert frame.set_index("run_id")["stale"].to_dict() == {"fresh": False, "busy": True}
     rows = {r.children[0].children.children: flat_text(r.children[1]) for r in

@@ -5,10 +5,11 @@ from __future__ import annotations
 import httpx
 
 from dashboards.components.resume_banner import resume_banner
-from dashboards.data import Api
+from services.api_client import ApiClient
+from tests.dashboards.answers import resume_check
 
 
-def flat_text(component) -> str:  # type: ignore[no-untyped-def]
+def flat_text(component) -> str:
     if component is None:
         return ""
     if isinstance(component, str):
@@ -21,13 +22,13 @@ def flat_text(component) -> str:  # type: ignore[no-untyped-def]
 
 def test_no_banner_for_an_ok_or_missing_check() -> None:
     assert resume_banner(None) is None
-    assert resume_banner({"verdict": "ok", "findings": []}) is None
+    assert resume_banner(resume_check("ok", [])) is None
 
 
 def test_a_flagged_check_names_its_findings() -> None:
     findings = [{"code": "loss_mismatch", "message": f"attempt 1, message {i}"} for i in range(5)]
-    banner = resume_banner({"verdict": "flagged", "findings": findings})
-    assert banner is not None and banner.id == "run-resume-banner"
+    banner = resume_banner(resume_check("flagged", findings))
+    assert banner is not None and banner.to_plotly_json()["props"]["id"] == "run-resume-banner"
     text = flat_text(banner)
     assert "5 finding(s): loss_mismatch" in text and "message 0" in text and "message 2" in text
     assert "message 3" not in text and "2 more" in text
@@ -41,9 +42,10 @@ def test_the_api_client_asks_the_resume_check_endpoint_without_waiting_for_it() 
         seen.append(request.url.raw_path.decode())
         if len(seen) == 1:
             return httpx.Response(202, json=pending)
-        return httpx.Response(200, json={"verdict": "ok", "findings": []})
+        return httpx.Response(200, json=resume_check("ok", []).model_dump(mode="json"))
 
-    api = Api("http://collector", httpx.Client(transport=httpx.MockTransport(handler)))
+    api = ApiClient("http://collector", http=httpx.Client(transport=httpx.MockTransport(handler)))
     assert api.resume_check("team/run 1") is None  # the first check of a big run is still running
-    assert api.resume_check("team/run 1")["verdict"] == "ok"
+    check = api.resume_check("team/run 1")
+    assert check is not None and check.verdict == "ok"
     assert seen == ["/v1/runs/team%2Frun%201/resume-check?stale_ok=true"] * 2
