@@ -46,7 +46,7 @@ def env_with(**extra: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_serve_applies_migrations_and_serves_the_ledger(backend: str, tmp_path: Path, request) -> None:  # type: ignore[no-untyped-def]
+def test_serve_applies_migrations_and_serves_the_ledger(backend: str, tmp_path: Path, request) -> None:
     extra: dict[str, str] = {}
     if backend == "postgresql":  # configured only through the environment
         extra["GOODPUT_DATABASE_URL"] = request.getfixturevalue("database_url_postgres")
@@ -92,7 +92,7 @@ def test_serve_hands_its_options_and_variables_to_every_worker(database_url_post
 
 
 @pytest.fixture
-def database_url_postgres(postgres_admin_url: str):  # type: ignore[no-untyped-def]
+def database_url_postgres(postgres_admin_url: str):
     from tests.conftest import create_postgres_database, drop_postgres_database
 
     url = create_postgres_database(postgres_admin_url)

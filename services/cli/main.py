@@ -6,8 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from services.api_client import ApiClient
 
 DB_HELP = "database URL (default: GOODPUT_DATABASE_URL, else sqlite:///goodput.db in the current folder)"
 URL_HELP = "collector URL (default: GOODPUT_URL, else http://127.0.0.1:8000)"
@@ -83,19 +88,19 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--start-time", type=float, help="epoch seconds of the submission (default: now - duration)")
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--truth", action="store_true", help="print the ledger the job must produce as JSON")
-    sim.set_defaults(handler=_simulate)
+    sim.set_defaults(handler=_calls_the_collector(_simulate, "simulate", errors_to_stderr=True))
 
     runs = sub.add_parser("runs", help="list runs with goodput and waste")
     runs.add_argument("--url", help=URL_HELP)
     runs.add_argument("--project", help="only this project's runs (a token of one project sees only its own)")
-    runs.set_defaults(handler=_runs)
+    runs.set_defaults(handler=_calls_the_collector(_runs, "runs"))
 
     ledger = sub.add_parser("ledger", help="print one run's waste ledger")
     ledger.add_argument("run_id")
     ledger.add_argument("--url", help=URL_HELP)
     ledger.add_argument("--json", action="store_true")
     ledger.add_argument("--project", help=PROJECT_HELP)
-    ledger.set_defaults(handler=_ledger)
+    ledger.set_defaults(handler=_calls_the_collector(_ledger, "ledger"))
 
     report = sub.add_parser("report", help="download a run's waste report (json, csv, html), or the fleet CSV",
                             description="goodput report RUN_ID --format html -o run.html; "
@@ -109,13 +114,13 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--status", choices=["running", "finished", "failed", "cancelled"], help="--fleet: only these")
     report.add_argument("--url", help=URL_HELP)
     report.add_argument("--project", help=PROJECT_HELP + "; with --fleet: only this project's runs")
-    report.set_defaults(handler=_report)
+    report.set_defaults(handler=_calls_the_collector(_report, "report", errors_to_stderr=True))
 
     advise = sub.add_parser("advise", help="what to change in a run: the checkpoint interval (Young, Daly)")
     advise.add_argument("run_id")
     advise.add_argument("--url", help=URL_HELP)
     advise.add_argument("--project", help=PROJECT_HELP)
-    advise.set_defaults(handler=_advise)
+    advise.set_defaults(handler=_calls_the_collector(_advise, "advise"))
 
     interval = sub.add_parser("simulate-interval", help="goodput against checkpoint interval: model and Monte Carlo")
     interval.add_argument("--delta", type=float, required=True, help="seconds one checkpoint blocks training")
@@ -135,10 +140,34 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _url(ns: argparse.Namespace) -> str:
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _calls_the_collector(handler: Handler, command: str, *, errors_to_stderr: bool = False) -> Handler:
+    """A command whose answer comes from the collector's API: when the API fails it, one line says why (where its
+    table would have been, or on standard error for a command whose output is a document) and it exits 1."""
+
+    def run(ns: argparse.Namespace) -> int:
+        from services.api_client import ApiError
+
+        try:
+            return handler(ns)
+        except ApiError as exc:
+            print(f"goodput {command}: {exc}", file=sys.stderr if errors_to_stderr else sys.stdout)
+            return 1
+
+    return run
+
+
+def _api(ns: argparse.Namespace, *, write: bool = False) -> ApiClient:
+    """The collector at --url (else GOODPUT_URL), with the read token (GOODPUT_READ_TOKEN), or with the write
+    token (--token, else GOODPUT_TOKEN) to send events."""
+    from services.api_client import ApiClient, bearer
     from services.settings import ClientSettings
 
-    return (getattr(ns, "url", None) or ClientSettings().url).rstrip("/")
+    settings = ClientSettings()
+    token = (ns.token or settings.token) if write else settings.read_token
+    return ApiClient(ns.url or settings.url, credential=bearer(token))
 
 
 def _database_url(ns: argparse.Namespace) -> str:
@@ -172,7 +201,7 @@ def _serve(ns: argparse.Namespace) -> int:
     from services.metrics import prepare_multiprocess_dir, remove_multiprocess_dir
 
     metrics_dir = prepare_multiprocess_dir(ns.workers)  # several workers count into shared files: /metrics sums them
-    print(f"goodput collector on http://{host}:{port}  (database: {_safe(url)}; API docs at /docs)", flush=True)
+    print(f"goodput collector on http://{host}:{port}  (database: {_safe(engine)}; API docs at /docs)", flush=True)
     print(auth, flush=True)
     try:
         uvicorn.run("services.collector.app:create_app", factory=True, host=host, port=port, workers=ns.workers,
@@ -182,7 +211,7 @@ def _serve(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _auth_mode(engine: Any, host: str) -> str:  # Any: sqlalchemy is imported lazily
+def _auth_mode(engine: Engine, host: str) -> str:
     from services.storage.tokens import has_active_tokens, list_tokens
 
     with engine.connect() as conn:
@@ -204,7 +233,7 @@ def _db_upgrade(ns: argparse.Namespace) -> int:
     url = _database_url(ns)
     engine = make_engine(url)
     upgrade(engine)
-    print(f"{_safe(url)}: at revision {current_revision(engine)}")
+    print(f"{_safe(engine)}: at revision {current_revision(engine)}")
     return 0
 
 
@@ -222,7 +251,6 @@ def _db_check(ns: argparse.Namespace) -> int:
 def _simulate(ns: argparse.Namespace) -> int:
     import time
 
-    from services.settings import ClientSettings
     from services.simulate import SimConfig, simulate
     from services.simulate.send import send_events
 
@@ -239,9 +267,10 @@ def _simulate(ns: argparse.Namespace) -> int:
     if ns.start_time is None:  # shift so the simulated job ends now
         last = max(_event_end(e) for e in result.events)
         result = simulate(SimConfig(**kwargs, start_time=2 * time.time() - last))
-    sent = send_events(_url(ns), result.events, token=ns.token or ClientSettings().token)
+    with _api(ns, write=True) as api:
+        sent = send_events(api, result.events)
     print(f"run {result.config.run_id}: sent {len(result.events)} events ({sent.accepted} accepted, "
-          f"{sent.duplicates} duplicates) to {_url(ns)}")
+          f"{sent.duplicates} duplicates) to {api.base_url}")
     if ns.truth:
         print(json.dumps(result.truth.as_dict(), indent=2))
     return 0
@@ -257,13 +286,15 @@ def _event_end(event: dict[str, Any]) -> float:
 def _runs(ns: argparse.Namespace) -> int:
     from services.cli.output import print_runs
 
-    return print_runs(_url(ns), project=ns.project)
+    with _api(ns) as api:
+        return print_runs(api, project=ns.project)
 
 
 def _ledger(ns: argparse.Namespace) -> int:
     from services.cli.output import print_ledger
 
-    return print_ledger(_url(ns), ns.run_id, as_json=ns.json, project=ns.project)
+    with _api(ns) as api:
+        return print_ledger(api, ns.run_id, as_json=ns.json, project=ns.project)
 
 
 def _epoch(value: str | None, option: str) -> float | None:
@@ -285,50 +316,34 @@ def _epoch(value: str | None, option: str) -> float | None:
 
 
 def _report(ns: argparse.Namespace) -> int:
-    import httpx
-
-    from services.cli.tokens import read_headers
-
     if ns.fleet == (ns.run_id is not None):
         print("goodput report: give a RUN_ID, or --fleet for every run", file=sys.stderr)
         return 2
-    if ns.fleet:
-        if ns.format not in (None, "csv"):
-            print("goodput report: --fleet writes CSV only", file=sys.stderr)
-            return 2
-        params = {k: v for k, v in (("since", _epoch(ns.since, "--since")), ("until", _epoch(ns.until, "--until")),
-                                    ("status", ns.status), ("project", ns.project)) if v is not None}
-        path, what = "/v1/reports/fleet.csv", "fleet report"
-    else:
-        from urllib.parse import quote
-
-        params = {"format": ns.format or "html", **({"project": ns.project} if ns.project else {})}
-        path, what = f"/v1/runs/{quote(ns.run_id, safe='')}/report", f"report of run {ns.run_id}"
-    try:
-        response = httpx.get(_url(ns) + path, params=params, timeout=300, headers=read_headers())
-    except httpx.HTTPError as exc:
-        print(f"goodput report: cannot reach the collector at {_url(ns)}: {exc}", file=sys.stderr)
-        return 1
-    if response.status_code != 200:
-        try:
-            message = response.json()["error"]["message"]
-        except (ValueError, KeyError, TypeError):
-            message = response.text[:500]
-        print(f"goodput report: the collector answered {response.status_code}: {message}", file=sys.stderr)
-        return 1
+    if ns.fleet and ns.format not in (None, "csv"):
+        print("goodput report: --fleet writes CSV only", file=sys.stderr)
+        return 2
+    with _api(ns) as api:
+        if ns.fleet:
+            document = api.fleet_report(since=_epoch(ns.since, "--since"), until=_epoch(ns.until, "--until"),
+                                        status=ns.status, project=ns.project)
+            what = "fleet report"
+        else:
+            document = api.report(ns.run_id, format=ns.format or "html", project=ns.project)
+            what = f"report of run {ns.run_id}"
     if ns.output in (None, "-"):
-        sys.stdout.write(response.text)
+        sys.stdout.write(document.decode())
         return 0
     with open(ns.output, "wb") as f:
-        f.write(response.content)
-    print(f"wrote the {what} to {ns.output} ({len(response.content):,} bytes)", file=sys.stderr)
+        f.write(document)
+    print(f"wrote the {what} to {ns.output} ({len(document):,} bytes)", file=sys.stderr)
     return 0
 
 
 def _advise(ns: argparse.Namespace) -> int:
     from services.cli.advice import print_advice
 
-    return print_advice(_url(ns), ns.run_id, project=ns.project)
+    with _api(ns) as api:
+        return print_advice(api, ns.run_id, project=ns.project)
 
 
 def _simulate_interval(ns: argparse.Namespace) -> int:
@@ -343,8 +358,7 @@ def _simulate_interval(ns: argparse.Namespace) -> int:
                                 intervals=ns.intervals, replicates=ns.replicates, seed=ns.seed)
 
 
-def _safe(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
+def _safe(engine: Engine) -> str:
+    """The engine's database URL, without its password."""
+    return engine.url.render_as_string(hide_password=True)
 

@@ -1,8 +1,8 @@
 """`goodput token create | list | revoke`: access tokens, managed on the collector's database directly.
 
 Run on the collector's host (or anywhere that reaches its database): the token is printed once and only its
-salted hash is stored. Also the read credential of the CLI's own read commands (`goodput runs`, `ledger`,
-`report`, `advise`): GOODPUT_READ_TOKEN.
+salted hash is stored. The CLI's own read commands (`goodput runs`, `ledger`, `report`, `advise`) send a read
+token from GOODPUT_READ_TOKEN.
 """
 
 from __future__ import annotations
@@ -33,14 +33,6 @@ def add_token_parser(sub: Any, db_help: str) -> None:  # Any: argparse's subpars
     revoke.add_argument("--db", help=db_help)
     revoke.set_defaults(handler=_revoke)
     token.set_defaults(handler=lambda ns: token.print_help() or 2)
-
-
-def read_headers() -> dict[str, str]:
-    """Authorization header for the CLI's read commands: GOODPUT_READ_TOKEN, else none."""
-    from services.settings import ClientSettings
-
-    token = ClientSettings().read_token
-    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def _engine(ns: argparse.Namespace) -> Any:  # Any: sqlalchemy is imported lazily

@@ -1,0 +1,42 @@
+"""The CLI's tables read like the dashboard (services.presentation), and a failing API call is one line and exit 1."""
+
+from __future__ import annotations
+
+import socket
+
+import httpx
+import pytest
+
+from services import presentation as fmt
+from services.api_client import ApiClient
+from services.cli import main
+from services.cli.output import print_ledger
+from services.presentation import CATEGORIES
+from tests.dashboards.answers import ledger
+
+
+def test_the_ledger_table_writes_gpu_hours_and_shares_as_the_dashboard_does(capsys: pytest.CaptureFixture[str]) -> None:
+    waste = dict.fromkeys(CATEGORIES, 0.0) | {"startup": 12.0, "rework": 7_200_000.0}
+    served = ledger(run_id="r", status="finished", allocated_gpu_seconds=7_212_012.0, productive_gpu_seconds=12_000.0,
+                    waste_gpu_seconds=waste, goodput=12_000.0 / 7_212_012.0, restarts=1, queue_seconds=125.0)
+    api = ApiClient("http://c", http=httpx.Client(transport=httpx.MockTransport(
+        lambda request: httpx.Response(200, json=served.model_dump(mode="json")))))
+    assert print_ledger(api, "r") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "run r  status finished  restarts 1  queue 2 min 05 s"
+    assert lines[1].split() == ["GPU-seconds", "GPU-hours", "share"]
+    rows = {line.split()[0]: line for line in lines[2:-1]}
+    assert rows["startup"].split() == ["startup", fmt.gpu_seconds(12.0), "<0.01", fmt.share(12.0, 7_212_012.0)]
+    assert rows["rework"].split() == ["rework", "7,200,000", "2,000.00", "99.8%"]
+    assert len(rows["rework"]) == len(lines[1])  # the columns line up under their headers
+    assert lines[-1] == f"goodput {fmt.percent(served.goodput)}"
+
+
+def test_a_command_the_collector_cannot_answer_says_why_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(["ledger", "r", "--url", f"http://127.0.0.1:{port}"]) == 1
+    out = capsys.readouterr().out.strip()
+    assert out.startswith(f"goodput ledger: cannot reach the collector at http://127.0.0.1:{port}")
+    assert "`goodput serve`" in out and "\n" not in out
