@@ -17,8 +17,9 @@ cache's database:
   the last build's duration has passed since it finished, so keeping a big live run current costs at most
   about 1/factor of a core however often its pages are polled. A small run (milliseconds) refreshes at once.
 
-A product whose build keeps another one too (a views build stores the ledger it made) says so in `also_keeps`:
-a request for the other joins such a build instead of starting its own, and the pace counts it.
+A product whose build makes another one too says so in `includes` (a views build makes the run's ledger, or reuses
+the stored one when it is current): a request for either waits for a build of the other in progress instead of
+starting its own beside it (for the views, then reusing the ledger it stored), and the pace counts it for both.
 
 One instance per collector app (`app.state.analyses`); every process of `goodput serve --workers N` has its own.
 """
@@ -56,7 +57,7 @@ class Product(Generic[T]):
     build: Callable[[AnalysisCache, RunRow], T]
     # the last result the database keeps; None: the product is kept in this process's memory (a few recent runs)
     stored: Callable[[AnalysisCache, RunRow], Built[T] | None] | None = None
-    also_keeps: tuple[str, ...] = ()  # products each build of this one keeps too
+    includes: tuple[str, ...] = ()  # products each build of this one makes (and stores) too
 
 
 class SingleFlight(Generic[T]):
@@ -137,7 +138,7 @@ class AnalysisCache:
         self._lock = threading.Lock()
         self._memory: OrderedDict[_Key, Built[object]] = OrderedDict()
         self._memory_capacity = memory_capacity
-        self._keepers: dict[str, set[str]] = {}  # product -> products whose builds keep it too
+        self._included_by: dict[str, set[str]] = {}  # product -> products whose builds make it too
         self._watched: dict[int, float] = {}  # run pk -> when a page last asked for it (monotonic clock)
         self._watched_capacity = watched_capacity
 
@@ -148,9 +149,9 @@ class AnalysisCache:
             kept = self._kept(product, run)
             if kept is not None and kept.version >= wanted:
                 return kept.value
-            keeper = self._running_keeper(product, run.pk)
-            if keeper is not None:
-                keeper.result()  # then look at what it kept
+            related = self._related_build(product, run.pk)
+            if related is not None:
+                related.result()  # then look at what it stored
                 run = self._reread(run)
                 continue
             built = self._start(product, run.pk).result()
@@ -165,9 +166,9 @@ class AnalysisCache:
         kept = self._kept(product, run)
         if kept is not None and kept.version >= run.version:
             return kept.value, False
-        keeper = self._running_keeper(product, run.pk)
-        if keeper is not None:
-            if _result_within(keeper, budget_s) is not None:
+        related = self._related_build(product, run.pk)
+        if related is not None:
+            if _result_within(related, budget_s) is not None:
                 kept = _newer(kept, self._kept(product, self._reread(run)))
         else:
             future = cast(Future[Built[T]] | None, self._flights.running(_key(product, run.pk)))
@@ -180,9 +181,11 @@ class AnalysisCache:
         return kept.value, kept.version < run.version
 
     def due(self, product: Product[T], run_pk: int) -> bool:
-        """Whether a background build of the run's product may start now: none running, and the pace allows it."""
+        """Whether a background build of the run's product may start now: none running (of it or a related product),
+        and the pace allows it."""
         key = _key(product, run_pk)
-        return self._flights.running(key) is None and self._pace.due(key, time.monotonic())
+        return (self._flights.running(key) is None and self._related_build(product, run_pk) is None
+                and self._pace.due(key, time.monotonic()))
 
     # -- runs people watch ------------------------------------------------------------------------------------
 
@@ -219,11 +222,11 @@ class AnalysisCache:
             while len(self._memory) > self._memory_capacity:
                 self._memory.popitem(last=False)
 
-    def _running_keeper(self, product: Product[T], run_pk: int) -> Future[Built[object]] | None:
-        """A build in progress of another product that keeps this one too."""
+    def _related_build(self, product: Product[T], run_pk: int) -> Future[Built[object]] | None:
+        """A build in progress of another product that makes this one, or that this one's build reuses."""
         with self._lock:
-            keepers = sorted(self._keepers.get(product.name, ()))
-        for name in keepers:
+            related = sorted({*self._included_by.get(product.name, ()), *product.includes})
+        for name in related:
             future = self._flights.running((name, run_pk))
             if future is not None:
                 return future
@@ -231,8 +234,8 @@ class AnalysisCache:
 
     def _start(self, product: Product[T], run_pk: int) -> Future[Built[T]]:
         with self._lock:
-            for kept in product.also_keeps:
-                self._keepers.setdefault(kept, set()).add(product.name)
+            for included in product.includes:
+                self._included_by.setdefault(included, set()).add(product.name)
         future = self._flights.submit(_key(product, run_pk), lambda: self._build(product, run_pk))
         return cast(Future[Built[T]], future)
 
@@ -240,11 +243,14 @@ class AnalysisCache:
         started = time.monotonic()
         with self.engine.connect() as conn:
             run = get_run_by_pk(conn, run_pk)  # read again: the newest version when the build starts
+        kept = self._kept(product, run)
+        if kept is not None and kept.version >= run.version:
+            return cast(Built[object], kept)  # stored meanwhile (a related build, another process): no build to pace
         built: Built[object] = Built(run.version, product.build(self, run))
         if product.stored is None:
             self._keep_in_memory(_key(product, run_pk), built)
         finished = time.monotonic()
-        for name in (product.name, *product.also_keeps):
+        for name in (product.name, *product.includes):
             self._pace.record((name, run_pk), finished, finished - started)
         return built
 

@@ -28,9 +28,6 @@ def stored_ledger(_: AnalysisCache, run: RunRow) -> Built[Ledger] | None:
 
 
 def _build(analyses: AnalysisCache, run: RunRow) -> Ledger:
-    stored = stored_ledger(analyses, run)
-    if stored is not None and stored.version == run.version:
-        return stored.value  # another collector process stored it meanwhile
     started = time.monotonic()
     with analyses.engine.connect() as conn:
         data = load_run_data(conn, run)

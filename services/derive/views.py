@@ -74,7 +74,7 @@ def _build(analyses: AnalysisCache, run: RunRow) -> AnalysedViews:
     return built
 
 
-VIEWS = Product(name="views", build=_build, stored=_stored, also_keeps=(LEDGER.name,))
+VIEWS = Product(name="views", build=_build, stored=_stored, includes=(LEDGER.name,))
 
 
 def current_views(analyses: AnalysisCache, run: RunRow) -> AnalysedViews:
