@@ -14,7 +14,7 @@ ANY_CHECK = RUN_CHECKS | {auth.caller, auth.write_caller, auth.read_caller, auth
                           auth.run_scope}
 
 
-def _calls(dependant) -> set[object]:  # type: ignore[no-untyped-def]
+def _calls(dependant) -> set[object]:
     out = set()
     for dep in dependant.dependencies:
         out.add(dep.call)
@@ -22,7 +22,7 @@ def _calls(dependant) -> set[object]:  # type: ignore[no-untyped-def]
     return out
 
 
-def _flat(routes):  # type: ignore[no-untyped-def]
+def _flat(routes):
     for route in routes:
         inner = getattr(route, "original_router", None)  # FastAPI keeps included routers as one entry
         yield from _flat(inner.routes) if inner is not None else (route,)

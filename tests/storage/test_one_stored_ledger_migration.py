@@ -15,7 +15,7 @@ VIEWS = ("INSERT INTO run_views (run_pk, version, analysed_at, analysis_seconds,
          "(1, 4, 0, 0, '{\"v\": 4}', '{}'), (2, 4, 0, 0, '{\"v\": 4}', '{}'), (3, 2, 0, 0, '{\"v\": 2}', '{}')")
 
 
-def ledgers(engine) -> dict[str, tuple[int, str]]:  # type: ignore[no-untyped-def]
+def ledgers(engine) -> dict[str, tuple[int, str]]:
     with engine.connect() as conn:
         return {r[0]: (r[1], r[2]) for r in conn.execute(text("SELECT run_id, ledger_version, ledger_json FROM runs"))}
 
@@ -35,7 +35,7 @@ def test_the_views_ledger_moves_to_the_run_when_newer_and_comes_back_on_downgrad
 
     downgrade(engine, "0005")
     with engine.connect() as conn:
-        views = dict(conn.execute(text("SELECT run_pk, ledger_json FROM run_views")).all())
+        views: dict[int, str] = dict(conn.execute(text("SELECT run_pk, ledger_json FROM run_views")).tuples().all())
     # views of the run's ledger version get it back; the others are dropped (rebuilt on demand)
     assert views == {1: '{"v": 4}', 2: '{"v": 4}'}
     upgrade(engine)

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from services.analysis.run_data import run_data_from_events
+from services.collector.batch import parse_batch
 from services.simulate import SimConfig, simulate
 from services.storage.load import load_run_data
 from services.storage.runs import get_run
 from services.storage.writer import BatchWriter
-from services.collector.batch import parse_batch
-import json
 
 
-def test_stored_run_loads_back_identically(engine) -> None:  # type: ignore[no-untyped-def]
+def test_stored_run_loads_back_identically(engine) -> None:
     result = simulate(SimConfig(run_id="roundtrip", hours=0.05, mtbf_s=120, seed=3, straggler_rank=2, jitter=0.1,
                                comm_inline=False))
     writer = BatchWriter(engine)
@@ -39,13 +40,14 @@ def test_stored_run_loads_back_identically(engine) -> None:  # type: ignore[no-u
     # the default load sums collective time per (attempt, rank, step) in the database
     expected = (sent.collectives["end"] - sent.collectives["start"]).groupby(
         [sent.collectives["attempt"], sent.collectives["rank"], sent.collectives["step"]]).sum()
+    assert summed.comm is not None
     got = summed.comm.set_index(["attempt", "rank", "step"])["seconds"].sort_index()
     np.testing.assert_allclose(got.to_numpy(), expected.sort_index().to_numpy(), rtol=1e-12)
     assert summed.collectives.empty and np.isnan(summed.steps["loss"]).all()
     assert sorted(stored.events["kind"]) == sorted(sent.events["kind"])
 
 
-def test_steps_with_their_own_comm_give_the_same_ledger_as_collective_rows(engine) -> None:  # type: ignore[no-untyped-def]
+def test_steps_with_their_own_comm_give_the_same_ledger_as_collective_rows(engine) -> None:
     from services.analysis.ledger import build_ledger
 
     ledgers = []
