@@ -32,8 +32,8 @@ def ledger_of_events(events: list[dict[str, Any]], run_id: str = "s1") -> Ledger
     return ledger
 
 
-def assert_ledger(ledger: dict[str, Any], productive: float, **waste: float) -> None:
+def assert_ledger(ledger: Ledger, productive: float, **waste: float) -> None:
     """Productive GPU-seconds and every waste category; the ones not named are 0."""
     want = {key: 0.0 for key in WASTE_KEYS} | waste
-    assert ledger["productive_gpu_seconds"] == pytest.approx(productive)
-    assert ledger["waste_gpu_seconds"] == pytest.approx(want)
+    assert ledger.productive_gpu_seconds == pytest.approx(productive)
+    assert dict(ledger.waste_gpu_seconds.items()) == pytest.approx(want)

@@ -82,7 +82,7 @@ def _extreme(data: RunData, pick: Any, columns: tuple[str, str, str]) -> float |
     """The earliest / latest time in any of the run's frames (events, steps, collectives)."""
     values = [
         getattr(frame[column], pick.__name__)()
-        for frame, column in zip((data.events, data.steps, data.collectives), columns) if not frame.empty
+        for frame, column in zip((data.events, data.steps, data.collectives), columns, strict=True) if not frame.empty
     ]
     finite = [float(v) for v in values if pd.notna(v)]
     return float(pick(finite)) if finite else None
@@ -346,9 +346,9 @@ def _build_allocations(
     # reported end, another after it) held its GPUs until the next one started: its span reaches that start.
     held_until = [
         max(a.end, nxt.start) if not a.end_reported and nxt is not None else a.end
-        for a, nxt in zip(attempts, (*attempts[1:], None))
+        for a, nxt in zip(attempts, (*attempts[1:], None), strict=False)  # no attempt: the None is left over
     ]
-    spans = sorted((a.start, end, a.world_size) for a, end in zip(attempts, held_until))
+    spans = sorted((a.start, end, a.world_size) for a, end in zip(attempts, held_until, strict=True))
     merged: list[list[float]] = []
     for start, end, world in spans:
         if merged and start <= merged[-1][1]:

@@ -14,6 +14,8 @@ Rules (docs/ledger.md explains them with the reference scenario):
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 
@@ -161,7 +163,7 @@ def _queue_seconds(run: RunStructure) -> float:
     if not allocs:
         return 0.0
     queue = max(allocs[0].start - run.submitted, 0.0) if run.submitted is not None else 0.0
-    for prev, nxt in zip(allocs, allocs[1:]):
+    for prev, nxt in itertools.pairwise(allocs):
         queue += max(nxt.start - prev.end, 0.0)
     return float(queue)
 
@@ -179,8 +181,8 @@ def _checkpoint_summary(run: RunStructure) -> CheckpointSummary:
         intervals_steps.extend(np.diff(group["step"].to_numpy(dtype=np.float64)).tolist())
     ok = ck[ck["ok"] == True]  # noqa: E712
     return CheckpointSummary(
-        count=int(len(ck)),
-        ok=int(len(ok)),
+        count=len(ck),
+        ok=len(ok),
         failed=int(((ck["ok"] == False) & (ck["torn"] == False)).sum()),  # noqa: E712
         torn=int((ck["torn"] == True).sum()),  # noqa: E712
         median_blocking_seconds=float(np.median(blocking)),
@@ -195,7 +197,7 @@ def _step_summary(job_steps: pd.DataFrame) -> StepSummary:
         return StepSummary(furthest=None, kept=0, reworked=0, computed=0)
     kept = int(job_steps["kept"].sum())
     return StepSummary(furthest=int(job_steps["step"].max()), kept=kept, reworked=int(len(job_steps) - kept),
-                       computed=int(len(job_steps)))
+                       computed=len(job_steps))
 
 
 def _attempt_ledger(a: Attempt, job_steps: pd.DataFrame, gpu_seconds: dict[str, float]) -> AttemptLedger:

@@ -15,8 +15,8 @@ Rules (docs/ledger.md, "Live hang detection"):
 - suspects (named only when hung): ranks that have not reached the point the furthest rank reached (the step
   in progress, then the number of collectives started or completed in it), ranks whose latest heartbeat is
   older than silent_after_heartbeats x heartbeat_interval_s while other ranks do heart-beat (a SIGSTOPped or
-  wedged process stops heart-beating), ranks that ended their attempt while the others did not, and ranks of the world that
-  never reported in this attempt.
+  wedged process stops heart-beating), ranks that ended their attempt while the others did not, and ranks of the
+  world that never reported in this attempt.
 
 Costs follow what the run reported, never what it claimed: `LiveState.ranks` holds only the ranks that sent
 something in the attempt; the others of the claimed world size are counted (`never_reported`), never built one
@@ -257,7 +257,8 @@ def _rank_row(rank: RankLive, position: tuple[int, int] | None, front: tuple[int
     return {
         "rank": rank.rank, "reported": rank.reported, "last_step": rank.last_step,
         "last_step_end": rank.last_step_end,
-        "pending_step": position[0] if position else None, "collectives_in_pending_step": position[1] if position else None,
+        "pending_step": position[0] if position else None,
+        "collectives_in_pending_step": position[1] if position else None,
         "last_heartbeat_time": rank.heartbeat_time,
         "heartbeat_age_seconds": (now - rank.heartbeat_time) if rank.heartbeat_time is not None else None,
         "silent": bool(silent and rank.ended is None), "behind": bool(behind), "ended": rank.ended,

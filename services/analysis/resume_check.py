@@ -89,7 +89,7 @@ class Finding:
     message: str
     ranks: tuple[int, ...]
     steps: tuple[int, ...]  # every step concerned, ascending
-    evidence: Mapping[str, float | int | str | bool | None | list[int]] = field(default_factory=dict)
+    evidence: Mapping[str, float | int | str | bool | list[int] | None] = field(default_factory=dict)
     examples: tuple[EvidenceRow, ...] = ()
 
 
@@ -241,7 +241,8 @@ def _rank_resumes(events: pd.DataFrame) -> dict[tuple[int, int], int]:
     rows = events[(events["kind"] == "resume") & events["attempt"].notna() & events["rank"].notna()
                   & events["step"].notna()]
     out: dict[tuple[int, int], int] = {}
-    for a, r, s in zip(rows["attempt"].astype(np.int64), rows["rank"].astype(np.int64), rows["step"].astype(np.int64)):
+    for a, r, s in zip(rows["attempt"].astype(np.int64), rows["rank"].astype(np.int64), rows["step"].astype(np.int64),
+                       strict=True):
         key = (int(a), int(r))
         out[key] = min(out.get(key, int(s)), int(s))
     return out
@@ -254,7 +255,7 @@ def _loaded_checkpoints(events: pd.DataFrame) -> dict[tuple[int, int], int]:
     rows = events[(events["kind"] == "resume") & events["attempt"].notna() & events["rank"].notna()
                   & events["checkpoint_step"].notna()]
     return {(int(a), int(r)): int(c) for a, r, c in
-            zip(rows["attempt"], rows["rank"], rows["checkpoint_step"])}
+            zip(rows["attempt"], rows["rank"], rows["checkpoint_step"], strict=True)}
 
 
 def _known_through(events: pd.DataFrame, raw_steps: pd.DataFrame) -> dict[tuple[int, int], float]:
@@ -268,12 +269,12 @@ def _known_through(events: pd.DataFrame, raw_steps: pd.DataFrame) -> dict[tuple[
         out.update({(int(a), int(r)): float(s) for (a, r), s in last.items()})
     ranked = events[events["attempt"].notna() & events["rank"].notna()]
     stepped = ranked[ranked["step"].notna() & ranked["kind"].isin(["checkpoint_start", "checkpoint_end", "digest"])]
-    for a, r, s in zip(stepped["attempt"], stepped["rank"], stepped["step"]):
+    for a, r, s in zip(stepped["attempt"], stepped["rank"], stepped["step"], strict=True):
         key = (int(a), int(r))
         out[key] = max(out.get(key, -1.0), float(s))
-    for a, r in zip(*(ranked.loc[ranked["kind"] == "attempt_end", c] for c in ("attempt", "rank"))):
+    for a, r in zip(*(ranked.loc[ranked["kind"] == "attempt_end", c] for c in ("attempt", "rank")), strict=True):
         out[(int(a), int(r))] = math.inf
-    for a, r in zip(ranked["attempt"], ranked["rank"]):
+    for a, r in zip(ranked["attempt"], ranked["rank"], strict=True):
         out.setdefault((int(a), int(r)), -1.0)
     return out
 
@@ -305,9 +306,9 @@ def _unknown_checkpoint_note(attempt: int, resume: int, blind: list[tuple[int, i
     last = "nothing" if through < 0 else f"step {int(through)}"
     said = (" Its resume names the checkpoint of that step: taken as written by attempt " f"{a}." if named else
             f" Not flagged as a resume that is no checkpoint; compared with attempt {a}.")
-    return (f"attempt {attempt} resumed from step {resume}; no completed checkpoint at that step reached the collector, "
-            f"but attempt {a}'s rank {r} was last heard of at {last} without ending its attempt (killed: what it "
-            f"recorded in its last flush interval is lost), so whether it wrote one is unknown.{said}")
+    return (f"attempt {attempt} resumed from step {resume}; no completed checkpoint at that step reached the "
+            f"collector, but attempt {a}'s rank {r} was last heard of at {last} without ending its attempt (killed: "
+            f"what it recorded in its last flush interval is lost), so whether it wrote one is unknown.{said}")
 
 
 def _counter_not_the_checkpoint(rank_resumes: Mapping[tuple[int, int], int],
@@ -337,7 +338,8 @@ def _gpu_seconds_from(structure: RunStructure, attempt: int | None) -> float:
         return 0.0
     world = {a.attempt: a.world_size for a in structure.attempts}
     js = structure.job_steps[structure.job_steps["attempt"] >= attempt]
-    return float(sum((e - s) * world.get(int(a), 1) for a, s, e in zip(js["attempt"], js["start"], js["end"])))
+    spans = zip(js["attempt"], js["start"], js["end"], strict=True)
+    return float(sum((e - s) * world.get(int(a), 1) for a, s, e in spans))
 
 
 # -- recomputed steps -----------------------------------------------------------------------------------------

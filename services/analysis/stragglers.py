@@ -102,7 +102,7 @@ def rank_hosts(events: pd.DataFrame) -> dict[int, str]:
     if started.empty:
         return {}
     last = started.sort_values("time").drop_duplicates("rank", keep="last")
-    return {int(r): str(h) for r, h in zip(last["rank"], last["host"])}
+    return {int(r): str(h) for r, h in zip(last["rank"], last["host"], strict=True)}
 
 
 def step_straggle(run: RunStructure, compute: pd.DataFrame, gpus_by_attempt: Mapping[int, int]) -> pd.DataFrame:
@@ -183,7 +183,7 @@ def others_median_by_step(matrix: np.ndarray) -> np.ndarray:
     In a step sorted v[0..n-1], the median of the others of x is, for n even, v[n/2] when x <= v[n/2-1], else
     v[n/2-1]; for n odd (middle c), (v[c]+v[c+1])/2 when x < v[c], (v[c-1]+v[c])/2 when x > v[c], and
     (v[c-1]+v[c+1])/2 when x == v[c] (ties give the same value whichever copy x is)."""
-    steps, n = matrix.shape
+    n = matrix.shape[1]
     if n < 2:
         return np.full(matrix.shape, np.nan)
     if n % 2 == 0:
@@ -192,10 +192,7 @@ def others_median_by_step(matrix: np.ndarray) -> np.ndarray:
         lo, hi = part[:, h - 1 : h], part[:, h : h + 1]
         return np.where(matrix <= lo, hi, lo)
     c = n // 2
-    if n == 3:
-        part = np.sort(matrix, axis=1)
-    else:
-        part = np.partition(matrix, (c - 1, c, c + 1), axis=1)
+    part = np.sort(matrix, axis=1) if n == 3 else np.partition(matrix, (c - 1, c, c + 1), axis=1)
     below, mid, above = part[:, c - 1 : c], part[:, c : c + 1], part[:, c + 1 : c + 2]
     return np.where(matrix < mid, (mid + above) / 2.0, np.where(matrix > mid, (below + mid) / 2.0,
                                                                  (below + above) / 2.0))

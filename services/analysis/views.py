@@ -157,7 +157,7 @@ def _segments(painting: RunPainting, max_segments: int) -> list[dict[str, Any]]:
     if len(starts) > max_segments:
         starts, ends, codes = _bin_segments(starts, ends, codes, max_segments, len(_SEGMENT_NAMES))
     return [{"start": float(s), "end": float(e), "category": str(_SEGMENT_NAMES[c])}
-            for s, e, c in zip(starts, ends, codes)]
+            for s, e, c in zip(starts, ends, codes, strict=True)]
 
 
 def _merge_runs(starts: np.ndarray, ends: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -310,7 +310,7 @@ def _rank_compute(data: RunData, steps: pd.DataFrame, ledger: Ledger, heat_rows:
          "p90_compute_s": float(p90), "mean_compute_s": float(mean),
          "straggler_gpu_seconds": by_rank_cost.get(int(r), 0.0), "is_straggler": int(r) in stragglers}
         for r, n, med, p90, mean in zip(listed.index, listed["steps"], listed["median_s"], listed["p90_s"],
-                                        listed["mean_s"])
+                                        listed["mean_s"], strict=True)
     ]
     return {
         "rows": rows,

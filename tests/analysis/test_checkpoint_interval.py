@@ -43,8 +43,8 @@ def test_simulation_and_model_agree_near_the_optimum_when_costs_are_small() -> N
         assert sim.goodput == pytest.approx(model, abs=0.01)
         assert sim.goodput_stderr < 0.002
         # the simulation's own books balance: useful + checkpoint + rework + restart = wall
-        assert sim.useful_fraction + sim.checkpoint_fraction + sim.rework_fraction + sim.restart_fraction == pytest.approx(
-            1.0, rel=1e-9)
+        fractions = sim.useful_fraction + sim.checkpoint_fraction + sim.rework_fraction + sim.restart_fraction
+        assert fractions == pytest.approx(1.0, rel=1e-9)
 
 
 def test_the_model_runs_high_when_checkpoint_and_restart_are_not_small_next_to_the_mtbf() -> None:
@@ -85,6 +85,7 @@ def test_advice_uses_the_runs_measured_costs_and_failure_rate() -> None:
     assert inputs.restart_seconds == pytest.approx(lost / 16 / ledger.failures)
     assert 60 + 5 + 120 - 60 < inputs.restart_seconds < 60 + 5 + 120 + 5  # torn writes count as checkpoint
     rows = {r.name: r for r in advice.intervals}
+    assert ledger.mtbf_seconds is not None
     assert rows["young"].interval_seconds == pytest.approx(math.sqrt(2 * 30 * ledger.mtbf_seconds))
     assert rows["daly"].expected_goodput > rows["current"].expected_goodput
     assert "instead of every" in advice.summary

@@ -17,6 +17,6 @@ def test_a_run_whose_ranks_all_completed_their_attempt_is_not_hung_however_long_
 
 def test_a_run_where_one_rank_has_not_completed_is_still_judged() -> None:
     events = [ev("attempt_start", 0, attempt=0, rank=r, world_size=2, host="h0") for r in range(2)]
-    events += steps(0, 2, 1, 20, 1.0) + [ev("attempt_end", 21, attempt=0, rank=0, reason="completed")]
+    events += [*steps(0, 2, 1, 20, 1.0), ev("attempt_end", 21, attempt=0, rank=0, reason="completed")]
     state = live_state_from_run_data(run_data_from_events("s1", events))
     assert detect_hang(state, T0 + 21 + 3600.0).hung

@@ -22,7 +22,7 @@ def the_rule(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def frame(rows: list[tuple[int, int, int, float]]) -> pd.DataFrame:
-    a, r, s, t = zip(*rows) if rows else ((), (), (), ())
+    a, r, s, t = zip(*rows, strict=True) if rows else ((), (), (), ())
     start = np.asarray(t, dtype=np.float64)
     return steps_frame(attempt=a, rank=r, step=s, start=start, end=start + 1.0, comm=[0.1] * len(rows))
 
@@ -45,7 +45,8 @@ def test_same_rows_as_the_rule(rows: list[tuple[int, int, int, float]], arrangem
 @pytest.mark.parametrize("big", [{"step": 2**40}, {"rank": 2**22}, {"attempt": 2**16}])
 def test_numbers_too_big_to_pack_take_the_plain_rule(big: dict[str, int]) -> None:
     base = {"attempt": 0, "rank": 1, "step": 5}
-    rows = [(*(big.get(k, base[k]) for k in ("attempt", "rank", "step")), 3.0), (0, 1, 5, 2.0), (0, 1, 5, 1.0)]
+    attempt, rank, step = (big.get(k, base[k]) for k in ("attempt", "rank", "step"))
+    rows = [(attempt, rank, step, 3.0), (0, 1, 5, 2.0), (0, 1, 5, 1.0)]
     steps = frame(rows)
     got = dedupe_steps(steps)
     pd.testing.assert_frame_equal(got, the_rule(steps))

@@ -10,7 +10,6 @@ from tests.ledger_checks import assert_ledger as expect
 from tests.ledger_checks import ledger_of_events as ledger_of
 
 
-
 def failed_for_good(gpus: int = 4) -> list[dict]:  # type: ignore[type-arg]
     """World 4. Allocated 0-130. Steps 1-50 from 10 to 60; the hang is detected at 100 (attempt_end failed,
     run_end failed); torchrun and the launcher tear the job down until 130 (allocation_end)."""
@@ -28,7 +27,7 @@ def test_teardown_of_a_run_that_failed_for_good_is_hang_not_idle() -> None:
     ledger = ledger_of(failed_for_good())
     # startup 0-10, the 50 steps thrown away (nothing saved), hang 60-100 and the teardown 100-130
     expect(ledger, 0.0, startup=10 * 4, rework=50 * 4, hang=(40 + 30) * 4)
-    assert ledger["attempts"][0]["gpu_seconds"]["hang"] == pytest.approx(70 * 4)
+    assert ledger.attempts[0].gpu_seconds["hang"] == pytest.approx(70 * 4)
 
 
 def test_teardown_counts_on_the_worlds_gpus_and_the_allocations_other_gpus_stay_idle() -> None:
@@ -76,7 +75,7 @@ def test_a_failure_whose_restart_comes_in_a_new_allocation_books_the_old_allocat
     # allocation 1: startup 0-5, rework 5-25, hang 25-35 and 35-50 (torn down, requeued); allocation 2: startup
     # 80-95, kept 95-125, idle 125-130
     expect(ledger, 30 * w, startup=(5 + 15) * w, rework=20 * w, hang=(10 + 15) * w, idle=5 * w)
-    assert ledger["queue_seconds"] == pytest.approx(30)
+    assert ledger.queue_seconds == pytest.approx(30)
 
 
 def test_a_completed_run_keeps_its_allocation_tail_idle() -> None:

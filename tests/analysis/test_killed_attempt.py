@@ -35,10 +35,10 @@ def test_a_killed_attempt_silent_after_its_last_step_ends_there_and_the_rest_is_
     ledger = ledger_of(killed_then_restarted([]))
     # startup 0-5 and 25 (last event) -> 50 (attempt 1's first step); no hang: nothing says it was stuck
     expect(ledger, 30 * W, startup=(5 + 25) * W, rework=20 * W, idle=20 * W)
-    first = ledger["attempts"][0]
-    assert first["failed"] and not first["end_reported"]
-    assert first["end"] == pytest.approx(25 + 1_700_000_000.0)
-    assert first["gpu_seconds"].get("hang", 0.0) == pytest.approx(0.0)
+    first = ledger.attempts[0]
+    assert first.failed and not first.end_reported
+    assert first.end == pytest.approx(25 + 1_700_000_000.0)
+    assert first.gpu_seconds.get("hang", 0.0) == pytest.approx(0.0)
 
 
 def test_heartbeats_after_the_last_step_are_hang_up_to_the_last_one() -> None:
@@ -46,7 +46,7 @@ def test_heartbeats_after_the_last_step_are_hang_up_to_the_last_one() -> None:
     ledger = ledger_of(killed_then_restarted(beats))
     # alive but not progressing 25 -> 32 (hang), then detection, teardown and relaunch 32 -> 50 (startup)
     expect(ledger, 30 * W, startup=(5 + 18) * W, rework=20 * W, hang=7 * W, idle=20 * W)
-    assert ledger["attempts"][0]["gpu_seconds"]["hang"] == pytest.approx(7 * W)
+    assert ledger.attempts[0].gpu_seconds["hang"] == pytest.approx(7 * W)
 
 
 @pytest.mark.parametrize("kind", ["digest", "client_stats"])
@@ -87,7 +87,7 @@ def test_without_allocation_events_the_killed_attempt_still_holds_its_gpus_until
     events = [e for e in killed_then_restarted([]) if not e["kind"].startswith("allocation")]
     ledger = ledger_of(events)
     # allocated = the attempts' spans 0-80, the killed one's reaching the next start: nothing lost, nothing idle
-    assert ledger["allocated_gpu_seconds"] == pytest.approx(80 * W)
+    assert ledger.allocated_gpu_seconds == pytest.approx(80 * W)
     expect(ledger, 30 * W, startup=(5 + 25) * W, rework=20 * W)
 
 

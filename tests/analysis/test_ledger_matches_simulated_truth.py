@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+from typing import Any
 
 import numpy as np
 import pytest
@@ -12,12 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.analysis.ledger import build_ledger
+from services.analysis.ledger_types import Ledger
 from services.analysis.run_data import run_data_from_events
-from services.simulate import START_TIME, SimConfig, simulate
+from services.simulate import START_TIME, SimConfig, Truth, simulate
 from tests.ledger_checks import assert_partition
 
 
-def assert_matches_truth(ledger, truth, truth_config: SimConfig | None = None) -> None:  # type: ignore[no-untyped-def]
+def assert_matches_truth(ledger: Ledger, truth: Truth, truth_config: SimConfig | None = None) -> None:
     got = ledger.model_dump(mode="json")
     want = truth.as_dict()
     # Times are epoch floats (one ulp ~ 2.4e-7 s in 2026): every step's duration and time inside collectives is
@@ -83,7 +85,8 @@ configs = st.builds(
 )
 
 
-@settings(max_examples=int(os.environ.get("GOODPUT_HYPOTHESIS_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("GOODPUT_HYPOTHESIS_EXAMPLES", "60")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(config=configs)
 def test_ledger_equals_the_simulators_truth(config: SimConfig) -> None:
     if config.gpus is not None and config.gpus < 1:
@@ -102,7 +105,7 @@ def test_shuffled_and_replayed_events_give_the_same_ledger(seed: int, mtbf: floa
     rng = random.Random(seed)
     rng.shuffle(events)
     # a replay regroups steps under new ids: split some compact records in two
-    replayed = []
+    replayed: list[dict[str, Any]] = []
     for e in events[: len(events) // 3]:
         if e["kind"] == "steps" and len(e["step"]) > 1:
             half = len(e["step"]) // 2

@@ -22,8 +22,8 @@ def test_reference_scenario_matches_the_hand_computed_ledger() -> None:
     assert ledger.failures == 1
     assert ledger.mtbf_seconds == pytest.approx(520)
     assert ledger.steps.model_dump() == {"furthest": 300, "kept": 300, "reworked": 50, "computed": 350}
-    assert ledger.checkpoints["count"] == 2
-    assert ledger.checkpoints["median_blocking_seconds"] == pytest.approx(10)
+    assert ledger.checkpoints.count == 2
+    assert ledger.checkpoints.median_blocking_seconds == pytest.approx(10)
     assert ledger.at_risk_gpu_seconds == 0
     assert [a.resume_step for a in ledger.attempts] == [0, 100]
     assert_partition(ledger)

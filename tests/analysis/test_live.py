@@ -120,9 +120,9 @@ def test_startup_and_checkpoint_writes_get_their_own_floor() -> None:
     assert hang_threshold(starting, LiveConfig())[1] == "startup"
     assert detect_hang(starting, T0 + 200).hung is False
     assert detect_hang(starting, T0 + 301).hung is True
-    events = events_of(2, 10, 1.0) + [
-        {"event_id": "ck", "run_id": "r", "kind": "checkpoint_start", "time": last_end(10), "attempt": 0, "rank": 0,
-         "step": 10}]
+    events = [*events_of(2, 10, 1.0),
+              {"event_id": "ck", "run_id": "r", "kind": "checkpoint_start", "time": last_end(10), "attempt": 0,
+               "rank": 0, "step": 10}]
     writing = live_state_from_run_data(run_data_from_events("r", events))
     assert hang_threshold(writing, LiveConfig()) == (300.0, "checkpoint")
 

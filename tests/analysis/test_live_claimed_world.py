@@ -12,7 +12,8 @@ T0 = 1_767_225_600.0
 
 def state(world: int, reported: dict[int, int]) -> LiveState:
     """`reported`: rank -> its last step (each step took 1 s, the last ended at T0 + last step)."""
-    ranks = tuple(RankLive(rank=r, last_step=s, last_step_end=T0 + s, start_time=T0) for r, s in sorted(reported.items()))
+    ranks = tuple(RankLive(rank=r, last_step=s, last_step_end=T0 + s, start_time=T0)
+                  for r, s in sorted(reported.items()))
     return LiveState(run_id="r", status="running", attempt=0, world_size=world, attempt_start=T0, ranks=ranks,
                      leader_step_ends=tuple(T0 + s for s in range(1, max(reported.values()) + 1)))
 

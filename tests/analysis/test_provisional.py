@@ -35,23 +35,24 @@ def ledger_of(events: list[dict[str, Any]]) -> Ledger:
 
 def test_the_time_since_the_last_step_moves_from_idle_to_hang_and_the_allocation_grows_to_now() -> None:
     stored = ledger_of(hung_run())
-    assert stored["waste_gpu_seconds"]["idle"] == pytest.approx(15 * W)  # 25 -> 40, nothing claims it yet
-    assert stored.running_tail is not None and stored.running_tail.model_dump() == {"since": T0 + 25, "until": T0 + 40, "gpus": W, "allocated_gpus": W,
-                                      "grows": True}
+    assert stored.waste_gpu_seconds.idle == pytest.approx(15 * W)  # 25 -> 40, nothing claims it yet
+    assert stored.running_tail is not None
+    assert stored.running_tail.model_dump() == {"since": T0 + 25, "until": T0 + 40, "gpus": W, "allocated_gpus": W,
+                                                "grows": True}
     now = T0 + 100
     out = provisional_ledger(stored, LiveHang(since=T0 + 25), now)
     assert_partition(out)
-    assert out["waste_gpu_seconds"]["hang"] == pytest.approx(75 * W)  # 25 -> 100
-    assert out["waste_gpu_seconds"]["idle"] == pytest.approx(0.0)
-    assert out["allocated_gpu_seconds"] == pytest.approx(100 * W)
-    assert out["productive_gpu_seconds"] == stored["productive_gpu_seconds"] == pytest.approx(20 * W)
-    assert out["goodput"] == pytest.approx(0.2)
-    assert out["provisional"] == pytest.approx({
+    assert out.waste_gpu_seconds.hang == pytest.approx(75 * W)  # 25 -> 100
+    assert out.waste_gpu_seconds.idle == pytest.approx(0.0)
+    assert out.allocated_gpu_seconds == pytest.approx(100 * W)
+    assert out.productive_gpu_seconds == stored.productive_gpu_seconds == pytest.approx(20 * W)
+    assert out.goodput == pytest.approx(0.2)
+    assert out.provisional is not None and out.provisional.model_dump() == pytest.approx({
         "hang_gpu_seconds": 75 * W, "since": T0 + 25, "as_of": now, "from_idle_gpu_seconds": 15 * W,
         "added_allocated_gpu_seconds": 60 * W})
-    assert out["attempts"][-1]["gpu_seconds"]["hang"] == pytest.approx(75 * W)
-    assert out["allocations"][-1]["end"] == now
-    assert "provisional" not in stored and stored["waste_gpu_seconds"]["hang"] == 0.0  # the input is unchanged
+    assert out.attempts[-1].gpu_seconds["hang"] == pytest.approx(75 * W)
+    assert out.allocations[-1].end == now
+    assert stored.provisional is None and stored.waste_gpu_seconds.hang == 0.0  # the input is unchanged
 
 
 def test_the_provisional_hang_grows_with_the_clock_by_the_jobs_gpus() -> None:
@@ -59,8 +60,9 @@ def test_the_provisional_hang_grows_with_the_clock_by_the_jobs_gpus() -> None:
     hang = LiveHang(since=T0 + 25)
     first = provisional_ledger(stored, hang, T0 + 100)
     later = provisional_ledger(stored, hang, T0 + 130)
-    assert later["provisional"]["hang_gpu_seconds"] - first["provisional"]["hang_gpu_seconds"] == pytest.approx(30 * W)
-    assert later["allocated_gpu_seconds"] - first["allocated_gpu_seconds"] == pytest.approx(30 * W)
+    assert first.provisional is not None and later.provisional is not None
+    assert later.provisional.hang_gpu_seconds - first.provisional.hang_gpu_seconds == pytest.approx(30 * W)
+    assert later.allocated_gpu_seconds - first.allocated_gpu_seconds == pytest.approx(30 * W)
     assert_partition(later)
 
 
@@ -68,17 +70,17 @@ def test_allocated_gpus_beyond_the_world_stay_idle() -> None:
     stored = ledger_of(hung_run(gpus=8))
     out = provisional_ledger(stored, LiveHang(since=T0 + 25), T0 + 100)
     assert_partition(out)
-    assert out["waste_gpu_seconds"]["hang"] == pytest.approx(75 * W)
-    assert out["allocated_gpu_seconds"] == pytest.approx(100 * 8)
-    assert out["waste_gpu_seconds"]["idle"] == pytest.approx(100 * (8 - W))  # the GPUs no rank uses
+    assert out.waste_gpu_seconds.hang == pytest.approx(75 * W)
+    assert out.allocated_gpu_seconds == pytest.approx(100 * 8)
+    assert out.waste_gpu_seconds.idle == pytest.approx(100 * (8 - W))  # the GPUs no rank uses
 
 
 def test_a_ledger_older_than_the_last_progress_keeps_the_unknown_stretch_idle() -> None:
     stored = ledger_of(hung_run())  # ends at 40; progress was seen at 60 (events the ledger does not have yet)
     out = provisional_ledger(stored, LiveHang(since=T0 + 60), T0 + 100)
     assert_partition(out)
-    assert out["waste_gpu_seconds"]["hang"] == pytest.approx(40 * W)  # 60 -> 100 only
-    assert out["waste_gpu_seconds"]["idle"] == pytest.approx((15 + 20) * W)
+    assert out.waste_gpu_seconds.hang == pytest.approx(40 * W)  # 60 -> 100 only
+    assert out.waste_gpu_seconds.idle == pytest.approx((15 + 20) * W)
 
 
 def test_nothing_changes_when_the_run_is_not_hung_or_not_running() -> None:
@@ -86,7 +88,8 @@ def test_nothing_changes_when_the_run_is_not_hung_or_not_running() -> None:
     assert provisional_ledger(stored, None, T0 + 100) == stored.model_copy(update={"provisional": None})
     failed = ledger_of([*hung_run(), *per_rank("attempt_end", 90, W, attempt=0, reason="failed"),
                         ev("run_end", 90, status="failed")])
-    assert provisional_ledger(failed, LiveHang(since=T0 + 25), T0 + 100) == failed.model_copy(update={"provisional": None})
+    unchanged = failed.model_copy(update={"provisional": None})
+    assert provisional_ledger(failed, LiveHang(since=T0 + 25), T0 + 100) == unchanged
 
 
 def test_when_the_attempt_ends_the_final_ledger_books_what_the_provisional_one_showed() -> None:
@@ -96,20 +99,23 @@ def test_when_the_attempt_ends_the_final_ledger_books_what_the_provisional_one_s
     final = ledger_of([*hung_run(), *per_rank("attempt_end", 90, W, attempt=0, reason="failed"),
                        ev("allocation_end", 120), ev("run_end", 120, status="failed")])
     assert_partition(final)
-    assert final["running_tail"] is None
-    assert final["waste_gpu_seconds"]["hang"] == pytest.approx(provisional["waste_gpu_seconds"]["hang"])
-    assert final["allocated_gpu_seconds"] == pytest.approx(provisional["allocated_gpu_seconds"])
+    assert final.running_tail is None
+    assert final.waste_gpu_seconds.hang == pytest.approx(provisional.waste_gpu_seconds.hang)
+    assert final.allocated_gpu_seconds == pytest.approx(provisional.allocated_gpu_seconds)
 
 
 def test_a_hung_run_found_by_live_detection_gets_its_hang_from_its_last_step() -> None:
     events = hung_run()
     live = detect_hang(live_state_from_run_data(run_data_from_events("s1", events)), T0 + 100)
     assert live.hung and live.last_progress_time == pytest.approx(T0 + 25)
+    assert live.last_progress_time is not None
     out = provisional_ledger(ledger_of(events), LiveHang(since=live.last_progress_time), live.server_time)
-    assert out["provisional"]["hang_gpu_seconds"] == pytest.approx(75 * W)
+    assert out.provisional is not None
+    assert out.provisional.hang_gpu_seconds == pytest.approx(75 * W)
     assert_partition(out)
 
 
 def test_a_ledger_stored_before_running_tails_existed_is_left_as_it_is() -> None:
     stored = ledger_of(hung_run()).model_copy(update={"running_tail": None})
-    assert provisional_ledger(stored, LiveHang(since=T0 + 25), T0 + 100) == stored.model_copy(update={"provisional": None})
+    unchanged = stored.model_copy(update={"provisional": None})
+    assert provisional_ledger(stored, LiveHang(since=T0 + 25), T0 + 100) == unchanged

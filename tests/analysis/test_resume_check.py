@@ -109,7 +109,8 @@ def test_recomputed_values_are_compared_with_the_attempt_that_wrote_the_checkpoi
     mismatch = rc.findings[1]
     assert mismatch.code == "loss_mismatch" and mismatch.attempt == 2
     row = mismatch.examples[0]
-    assert row.expected_attempt == 1 and row.got == pytest.approx(float(row.expected) + 0.5)
+    assert row.expected_attempt == 1 and isinstance(row.expected, float)
+    assert row.got == pytest.approx(row.expected + 0.5)
 
 
 # -- hand-built runs ------------------------------------------------------------------------------------------
@@ -224,7 +225,10 @@ def test_a_restart_from_zero_despite_a_checkpoint_that_does_not_reproduce_is_fla
 def test_an_attempt_that_reproduces_a_flagged_attempt_it_resumed_from_is_not_flagged_again() -> None:
     out = attempt_events(0, 0, 0) + steps(0, 1, 25, 1) + checkpoint(0, 10, 10.5) + checkpoint(0, 20, 20.5)
     out += failed(0, 30)
-    off = lambda s: loss_at(s) + 0.3  # attempt 1 went wrong at its resume and stayed on its own path
+
+    def off(s: int) -> float:  # attempt 1 went wrong at its resume and stayed on its own path
+        return loss_at(s) + 0.3
+
     out += attempt_events(1, 20, 40) + steps(1, 21, 35, 41, loss=off) + checkpoint(1, 30, 50.5) + failed(1, 60)
     out += attempt_events(2, 30, 70) + steps(2, 31, 40, 71, loss=off)
     rc = check(out)
@@ -287,7 +291,7 @@ def test_a_resume_that_names_its_checkpoint_is_compared_with_the_attempt_that_wr
 
 
 def test_a_resume_that_is_no_checkpoint_is_still_flagged_when_the_earlier_attempt_ended_cleanly() -> None:
-    events = killed_before_its_tail_arrived() + [ev("attempt_end", 300, attempt=0, rank=0, reason="failed")]
+    events = [*killed_before_its_tail_arrived(), ev("attempt_end", 300, attempt=0, rank=0, reason="failed")]
     assert ("resume_not_a_checkpoint", 1) in codes(check(events))
 
 

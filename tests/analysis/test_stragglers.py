@@ -3,12 +3,14 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from services.analysis.ledger import build_ledger
+from services.analysis.ledger_types import Ledger
 from services.analysis.run_data import run_data_from_events
 from services.analysis.straggler_report import build_straggler_report
 from services.analysis.stragglers import (
@@ -24,7 +26,7 @@ from services.analysis.stragglers import (
 from services.simulate import SimConfig, simulate
 
 
-def _report(**kwargs: object) -> tuple[dict, dict]:  # type: ignore[type-arg]
+def _report(**kwargs: object) -> tuple[dict[str, Any], Ledger]:
     result = simulate(SimConfig(**kwargs))  # type: ignore[arg-type]
     data = run_data_from_events(result.config.run_id, result.events)
     ledger = build_ledger(data)
@@ -38,9 +40,9 @@ def test_a_persistent_straggler_is_named_with_its_host_and_cost() -> None:
     assert top["rank"] == 5 and top["host"] == "node000"
     assert top["pattern"] == "persistent" and top["flagged"]
     assert top["straggler_gpu_seconds"] == pytest.approx(ledger.straggler_gpu_seconds_by_rank[5], rel=1e-9)
-    assert top["slowest_steps"] == top["steps"] == ledger["steps"]["kept"]
+    assert top["slowest_steps"] == top["steps"] == ledger.steps.kept
     assert sum(r["straggler_gpu_seconds"] for r in report["ranks"]) == pytest.approx(
-        ledger["waste_gpu_seconds"]["straggler"], rel=1e-9)
+        ledger.waste_gpu_seconds.straggler, rel=1e-9)
     assert [h["host"] for h in report["hosts"] if h["flagged"]] == ["node000"]
     assert not any(r["flagged"] for r in report["ranks"][1:])
 
@@ -165,5 +167,5 @@ def test_the_binomial_tail_matches_exact_integer_arithmetic(k: int, n: int) -> N
 
 
 def test_a_flag_rule_with_a_share_outside_zero_to_one_is_refused() -> None:
-    with pytest.raises(ValueError, match="FlagRule.consistent_share must be between 0 and 1, got 1.5"):
+    with pytest.raises(ValueError, match=r"FlagRule\.consistent_share must be between 0 and 1, got 1\.5"):
         FlagRule(consistent_share=1.5)

@@ -34,7 +34,7 @@ def names_with(samples: Samples, **labels: str) -> set[str]:
 
 
 @pytest.fixture
-def make_client(settings, engine, monkeypatch) -> Iterator[Callable[..., Any]]:  # type: ignore[no-untyped-def]
+def make_client(settings, engine, monkeypatch) -> Iterator[Callable[..., Any]]:
     """A TestClient on a fresh app; keyword arguments become GOODPUT_METRICS_* variables."""
     from fastapi.testclient import TestClient
 
@@ -67,7 +67,7 @@ def send_sim(client: Any, run_id: str, *, end: str = "finished", ago_s: float = 
     assert response.status_code == 200, response.text
 
 
-def test_run_series_equal_the_api_ledger(make_client) -> None:  # type: ignore[no-untyped-def]
+def test_run_series_equal_the_api_ledger(make_client) -> None:
     client = make_client()
     send_sim(client, "done", straggler_rank=1)
     send_sim(client, "live", end="running", ago_s=10.0)  # not hung (threshold 30 s): no provisional hang
@@ -100,7 +100,7 @@ def test_run_series_equal_the_api_ledger(make_client) -> None:  # type: ignore[n
     assert value(samples, "goodput_fleet_runs", status="finished") == 1.0
 
 
-def test_a_hung_runs_hang_so_far_is_in_its_series_and_the_fleets_and_grows_between_scrapes(make_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_hung_runs_hang_so_far_is_in_its_series_and_the_fleets_and_grows_between_scrapes(make_client) -> None:
     client = make_client(cache_ttl_s="60")  # the second scrape reuses the snapshot: the hang grows all the same
     send_sim(client, "stuck", end="running", ago_s=120.0)  # last step 120 s ago; threshold 30 s: hung
     first = scrape(client)
@@ -128,7 +128,7 @@ def test_a_hung_runs_hang_so_far_is_in_its_series_and_the_fleets_and_grows_betwe
         first, "goodput_run_allocated_gpu_seconds", run_id="stuck") == pytest.approx(p2 - p1, rel=1e-6)
 
 
-def test_collector_counts_accepted_duplicate_and_rejected_events(make_client) -> None:  # type: ignore[no-untyped-def]
+def test_collector_counts_accepted_duplicate_and_rejected_events(make_client) -> None:
     client = make_client()
     events = reference_s1()
     assert client.post("/v1/events", json={"events": events}).status_code == 200
@@ -143,7 +143,7 @@ def test_collector_counts_accepted_duplicate_and_rejected_events(make_client) ->
     assert sum(v for (name, _), v in samples.items() if name == "goodput_collector_rejected_batches_total") == 2
 
 
-def test_request_histogram_is_labelled_by_route_template_never_by_run_id(make_client) -> None:  # type: ignore[no-untyped-def]
+def test_request_histogram_is_labelled_by_route_template_never_by_run_id(make_client) -> None:
     client = make_client()
     assert client.get("/v1/runs/secret-run-42/waste").status_code == 404
     assert client.get("/no/such/page").status_code == 404
@@ -161,7 +161,7 @@ def _client_stats(run_id: str, n: int, t: float, attempt: int, rank: int, **coun
             "rank": rank, **counts}
 
 
-def test_client_drops_sum_the_latest_counters_of_each_process(make_client) -> None:  # type: ignore[no-untyped-def]
+def test_client_drops_sum_the_latest_counters_of_each_process(make_client) -> None:
     client = make_client()
     send_sim(client, "drops", end="running", ago_s=5.0)
     now = time.time()
@@ -180,7 +180,7 @@ def test_client_drops_sum_the_latest_counters_of_each_process(make_client) -> No
     assert value(samples, "goodput_fleet_client_send_failures") == 2
 
 
-def test_only_running_and_recent_runs_are_labelled_running_first_and_capped(make_client) -> None:  # type: ignore[no-untyped-def]
+def test_only_running_and_recent_runs_are_labelled_running_first_and_capped(make_client) -> None:
     client = make_client(max_runs="2", run_window_h="1")
     assert client.post("/v1/events", json={"events": reference_s1()}).status_code == 200  # finished in 2023
     send_sim(client, "older", ago_s=1800.0)
@@ -194,7 +194,7 @@ def test_only_running_and_recent_runs_are_labelled_running_first_and_capped(make
     assert not names_with(samples, run_id="s1")
 
 
-def test_a_scrape_within_the_ttl_reuses_the_snapshot(make_client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_scrape_within_the_ttl_reuses_the_snapshot(make_client, monkeypatch) -> None:
     client = make_client(cache_ttl_s="60")
     send_sim(client, "cached")
     first = scrape(client)

@@ -59,7 +59,7 @@ def query(prom_url: str, expr: str, timeout_s: float = 60.0) -> list[dict[str, A
             if response.status_code == 200:  # 503 in plain text while Prometheus is still starting
                 last = response.json()
                 if last.get("status") == "success" and last["data"]["result"]:
-                    return last["data"]["result"]  # type: ignore[no-any-return]
+                    return last["data"]["result"]
         except httpx.HTTPError as exc:
             last = exc
         time.sleep(0.5)

@@ -24,7 +24,7 @@ def send(client: Any, run_id: str, start_time: float, **kw: Any) -> None:
     assert response.status_code == 200, response.text
 
 
-def test_json_report_carries_the_api_ledger_unchanged(client) -> None:  # type: ignore[no-untyped-def]
+def test_json_report_carries_the_api_ledger_unchanged(client) -> None:
     send(client, "rep", time.time() - 7200, straggler_rank=3, hang_at_step=40)
     ledger = client.get("/v1/runs/rep/waste").json()
     response = client.get("/v1/runs/rep/report", params={"format": "json"})
@@ -51,7 +51,7 @@ def test_json_report_carries_the_api_ledger_unchanged(client) -> None:  # type: 
     assert run_detail["goodput"] == ledger["goodput"]
 
 
-def test_csv_report_loads_in_pandas_with_one_row_per_category(client) -> None:  # type: ignore[no-untyped-def]
+def test_csv_report_loads_in_pandas_with_one_row_per_category(client) -> None:
     send(client, "rep-csv", time.time() - 7200, straggler_rank=1)
     ledger = client.get("/v1/runs/rep-csv/waste").json()
     response = client.get("/v1/runs/rep-csv/report", params={"format": "csv"})
@@ -72,7 +72,7 @@ def test_csv_report_loads_in_pandas_with_one_row_per_category(client) -> None:  
     assert by.loc["allocated", "share"] == 1.0
 
 
-def test_html_report_is_self_contained_and_shows_the_ledgers_numbers(client) -> None:  # type: ignore[no-untyped-def]
+def test_html_report_is_self_contained_and_shows_the_ledgers_numbers(client) -> None:
     send(client, "rep-html", time.time() - 7200, straggler_rank=2, hang_at_step=30)
     ledger = client.get("/v1/runs/rep-html/waste").json()
     response = client.get("/v1/runs/rep-html/report", params={"format": "html"})
@@ -90,7 +90,7 @@ def test_html_report_is_self_contained_and_shows_the_ledgers_numbers(client) -> 
     assert "rep-html" in page
 
 
-def test_report_of_an_unknown_run_is_a_404(client) -> None:  # type: ignore[no-untyped-def]
+def test_report_of_an_unknown_run_is_a_404(client) -> None:
     for fmt in ("json", "csv", "html"):
         response = client.get("/v1/runs/nope/report", params={"format": fmt})
         assert response.status_code == 404
@@ -102,7 +102,7 @@ def test_report_of_an_unknown_run_is_a_404(client) -> None:  # type: ignore[no-u
     assert client.get("/v1/runs/x/report", params={"format": "pdf"}).status_code == 422
 
 
-def test_fleet_csv_has_one_row_per_run_and_filters_by_time(client) -> None:  # type: ignore[no-untyped-def]
+def test_fleet_csv_has_one_row_per_run_and_filters_by_time(client) -> None:
     now = time.time()
     send(client, "week-ago", now - 7 * 86400)
     send(client, "day-ago", now - 86400)
@@ -118,7 +118,7 @@ def test_fleet_csv_has_one_row_per_run_and_filters_by_time(client) -> None:  # t
         assert row.hang_gpu_seconds == ledger["waste_gpu_seconds"]["hang"]
         assert row.restarts == ledger["restarts"]
         assert row.status == ledger["status"]
-        assert pd.Timestamp(row.last_time_utc).timestamp() == pytest.approx(ledger["latest_time"], abs=1e-3)
+        assert pd.Timestamp(str(row.last_time_utc)).timestamp() == pytest.approx(ledger["latest_time"], abs=1e-3)
 
     def runs(**params: Any) -> set[str]:
         text = client.get("/v1/reports/fleet.csv", params=params).text
@@ -130,7 +130,7 @@ def test_fleet_csv_has_one_row_per_run_and_filters_by_time(client) -> None:  # t
     assert runs(since=now + 86400) == set()
 
 
-def test_report_json_round_trips_through_a_file(client, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_report_json_round_trips_through_a_file(client, tmp_path) -> None:
     send(client, "rep-file", time.time() - 7200)
     path = tmp_path / "r.json"
     path.write_bytes(client.get("/v1/runs/rep-file/report").content)

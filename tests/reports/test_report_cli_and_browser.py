@@ -19,7 +19,7 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def served(tmp_path_factory: pytest.TempPathFactory):
     folder = tmp_path_factory.mktemp("serve")
     port = free_port()
     proc = subprocess.Popen([*GOODPUT, "serve", "--port", str(port), "--no-dashboard"], cwd=folder, env=env_with(),
