@@ -14,7 +14,19 @@ from sqlalchemy import Engine
 
 from services.collector.auth import Authenticator, DashboardGuard
 from services.collector.errors import install_error_handlers
-from services.collector.routes import advice, health, ingest, live, metrics, reports, resume, runs, signals, views, whoami
+from services.collector.routes import (
+    advice,
+    health,
+    ingest,
+    live,
+    metrics,
+    reports,
+    resume,
+    runs,
+    signals,
+    views,
+    whoami,
+)
 from services.collector.schemas.ingest import EventBatch
 from services.derive.analyst import WarmAnalyses
 from services.derive.cache import AnalysisCache
@@ -90,7 +102,7 @@ def _mount_dashboard(app: FastAPI, config: DashboardSettings) -> None:
 def _log_auth_mode(auth: Authenticator) -> None:
     try:
         enabled = auth.enabled()
-    except Exception as exc:  # noqa: BLE001 - the database may come up later; requests will say so
+    except Exception as exc:  # the database may come up later; requests will say so
         logger.warning("could not read the access tokens (%s); requests will be checked when it answers", exc)
         return
     if enabled:

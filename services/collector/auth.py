@@ -225,24 +225,25 @@ async def fleet_read_caller(principal: Annotated[Principal, Depends(read_caller)
 
 
 ProjectQuery = Annotated[str | None, Query(
-    max_length=64, pattern=PROJECT_RE.pattern, description="the run's project; needed only by a reader of every project ('*' token, or local "
-    "without tokens) when several projects use the run id. A token of one project always gets its own run")]
+    max_length=64, pattern=PROJECT_RE.pattern, description="the run's project; needed only by a reader of every "
+    "project ('*' token, or local without tokens) when several projects use the run id. A token of one project "
+    "always gets its own run")]
 
 
 def readable_run(run_id: str, request: Request, principal: Annotated[Principal, Depends(read_caller)],
-                  project: ProjectQuery = None) -> RunRow:
+                 project: ProjectQuery = None) -> RunRow:
     """The run a reader names; another project's run answers 404, like a run that does not exist."""
     return _authenticator(request).resolve_run(principal, run_id, project)
 
 
 def writable_run(run_id: str, request: Request, principal: Annotated[Principal, Depends(write_caller)],
-                  project: ProjectQuery = None) -> RunRow:
+                 project: ProjectQuery = None) -> RunRow:
     """A write token acting on one run of its project (a checkpoint request); any other is 404."""
     return _authenticator(request).resolve_run(principal, run_id, project)
 
 
 def client_run(run_id: str, request: Request, principal: Annotated[Principal, Depends(caller)],
-                project: ProjectQuery = None) -> RunRow:
+               project: ProjectQuery = None) -> RunRow:
     """Either kind of token of the run's project: what a training job polls with its write token."""
     return _authenticator(request).resolve_run(principal, run_id, project)
 
@@ -256,8 +257,8 @@ def network_rule(request: Request) -> None:
 
 
 async def run_scope(principal: Annotated[Principal, Depends(read_caller)], project: Annotated[str | None, Query(
-        max_length=64, pattern=PROJECT_RE.pattern, description="only runs of this project (a token of one project sees only its own)")] = None,
-                     ) -> RunScope:
+        max_length=64, pattern=PROJECT_RE.pattern,
+        description="only runs of this project (a token of one project sees only its own)")] = None) -> RunScope:
     if principal.project is None:
         return RunScope(project)
     return RunScope(principal.project, matches_nothing=project is not None and project != principal.project)

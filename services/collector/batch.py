@@ -145,13 +145,13 @@ class _BatchIdentities(BaseModel):
 def _raw_single_event(body: bytes | bytearray) -> Any:
     try:
         return _EventIdentity.model_validate_json(body).model_dump()
-    except Exception:  # noqa: BLE001 - best effort, only to name the event in the message
+    except Exception:  # best effort, only to name the event in the message
         return None
 
 
 def _raw_event(body: bytes | bytearray, index: int) -> Any:
     try:
         event = _BatchIdentities.model_validate_json(body).events[index]
-    except Exception:  # noqa: BLE001 - best effort, only to name the event in the message
+    except Exception:  # best effort, only to name the event in the message
         return None
     return event.model_dump() if isinstance(event, _EventIdentity) else event

@@ -15,10 +15,10 @@ from sqlalchemy import Engine
 from services.analysis.live import LiveConfig
 from services.collector.auth import (
     Principal,
-    client_run,
     caller,
-    readable_run,
+    client_run,
     read_caller,
+    readable_run,
     run_scope,
     writable_run,
     write_caller,

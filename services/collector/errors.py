@@ -25,7 +25,8 @@ logger = logging.getLogger(__name__)
 _UNREACHABLE_LOG_EVERY_S = 10.0
 
 
-def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None, **details: object) -> JSONResponse:
+def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None,
+           **details: object) -> JSONResponse:
     body = {"code": code, "message": message, **{k: v for k, v in details.items() if v is not None}}
     return JSONResponse({"error": body}, status_code=status, headers=headers)
 

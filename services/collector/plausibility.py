@@ -19,6 +19,7 @@ stored. Contradictions across batches are the ledger's to resolve (docs/ledger.m
 from __future__ import annotations
 
 from collections.abc import Sequence
+
 import numpy as np
 
 from services.errors import InvalidBatch

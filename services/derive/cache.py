@@ -88,7 +88,7 @@ class SingleFlight(Generic[T]):
     def _run(self, key: Hashable, future: Future[T], compute: Callable[[], T]) -> None:
         try:
             result = compute()
-        except BaseException as exc:  # noqa: BLE001 - handed to every waiter
+        except BaseException as exc:  # handed to every waiter
             with self._lock:
                 self._running.pop(key, None)
             future.set_exception(exc)
@@ -179,6 +179,11 @@ class AnalysisCache:
         if kept is None:
             return None
         return kept.value, kept.version < run.version
+
+    def recent_or_current(self, product: Product[T], run: RunRow, *, budget_s: float) -> tuple[T, bool]:
+        """(value, stale) as `recent`; for a run with nothing kept yet (nothing to show meanwhile), `current`."""
+        recent = self.recent(product, run, budget_s=budget_s)
+        return recent if recent is not None else (self.current(product, run), False)
 
     def due(self, product: Product[T], run_pk: int) -> bool:
         """Whether a background build of the run's product may start now: none running (of it or a related product),

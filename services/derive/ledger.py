@@ -50,10 +50,7 @@ def current_ledger(analyses: AnalysisCache, run: RunRow) -> Ledger:
 
 def recent_ledger(analyses: AnalysisCache, run: RunRow, *, budget_s: float) -> tuple[Ledger, bool]:
     """(ledger, stale): the current ledger if it is stored or built within `budget_s`, else the stored one."""
-    recent = analyses.recent(LEDGER, run, budget_s=budget_s)
-    if recent is None:  # never analysed: nothing to show meanwhile
-        return current_ledger(analyses, run), False
-    return recent
+    return analyses.recent_or_current(LEDGER, run, budget_s=budget_s)
 
 
 def last_checkpoint(analyses: AnalysisCache, run: RunRow, ledger: Ledger) -> CompletedCheckpoint | None:

@@ -84,7 +84,4 @@ def current_views(analyses: AnalysisCache, run: RunRow) -> AnalysedViews:
 
 def recent_views(analyses: AnalysisCache, run: RunRow, *, budget_s: float) -> tuple[AnalysedViews, bool]:
     """(the newest build of the run's views that is ready within `budget_s`, whether it is stale)."""
-    recent = analyses.recent(VIEWS, run, budget_s=budget_s)
-    if recent is None:  # never built: nothing to show meanwhile
-        return current_views(analyses, run), False
-    return recent
+    return analyses.recent_or_current(VIEWS, run, budget_s=budget_s)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, insert, select, text, update
+from sqlalchemy import Connection, Row, insert, select, text, update
 
 from services.storage.tables import CheckpointRequest
 
@@ -34,21 +34,21 @@ class CheckpointRequestRow:
         return self.fulfilled_at is None
 
 
-_T = CheckpointRequest.__table__
-_COLUMNS = (_T.c.id, _T.c.run_pk, _T.c.requested_at, _T.c.reason, _T.c.requested_by, _T.c.fulfilled_at,
-            _T.c.fulfilled_step)
-_ENDS_SQL = text("SELECT time, step, data FROM events WHERE run_pk = :pk AND kind = 'checkpoint_end' AND time >= :since")
+_T = CheckpointRequest
+_COLUMNS = (_T.id, _T.run_pk, _T.requested_at, _T.reason, _T.requested_by, _T.fulfilled_at, _T.fulfilled_step)
+_ENDS_SQL = text(
+    "SELECT time, step, data FROM events WHERE run_pk = :pk AND kind = 'checkpoint_end' AND time >= :since")
 
 
-def _row(r: object) -> CheckpointRequestRow:
-    return CheckpointRequestRow(id=r[0], run_pk=r[1], requested_at=r[2], reason=r[3], requested_by=r[4],  # type: ignore[index]
-                                fulfilled_at=r[5], fulfilled_step=r[6])  # type: ignore[index]
+def _row(r: Row[int, int, float, str | None, str | None, float | None, int | None]) -> CheckpointRequestRow:
+    return CheckpointRequestRow(id=r[0], run_pk=r[1], requested_at=r[2], reason=r[3], requested_by=r[4],
+                                fulfilled_at=r[5], fulfilled_step=r[6])
 
 
 def create_request(conn: Connection, run_pk: int, *, now: float, reason: str | None,
                    requested_by: str | None) -> CheckpointRequestRow:
     new_id = conn.execute(insert(_T).values(run_pk=run_pk, requested_at=now, reason=reason,
-                                            requested_by=requested_by).returning(_T.c.id)).scalar_one()
+                                            requested_by=requested_by).returning(_T.id)).scalar_one()
     return CheckpointRequestRow(id=int(new_id), run_pk=run_pk, requested_at=now, reason=reason,
                                 requested_by=requested_by, fulfilled_at=None, fulfilled_step=None)
 
@@ -56,13 +56,13 @@ def create_request(conn: Connection, run_pk: int, *, now: float, reason: str | N
 def pending_requests(conn: Connection, run_pks: list[int]) -> list[CheckpointRequestRow]:
     if not run_pks:
         return []
-    rows = conn.execute(select(*_COLUMNS).where(_T.c.run_pk.in_(run_pks), _T.c.fulfilled_at.is_(None))
-                        .order_by(_T.c.id)).all()
+    rows = conn.execute(select(*_COLUMNS).where(_T.run_pk.in_(run_pks), _T.fulfilled_at.is_(None))
+                        .order_by(_T.id)).all()
     return [_row(r) for r in rows]
 
 
 def list_requests(conn: Connection, run_pk: int, *, limit: int = 100) -> list[CheckpointRequestRow]:
-    rows = conn.execute(select(*_COLUMNS).where(_T.c.run_pk == run_pk).order_by(_T.c.id.desc()).limit(limit)).all()
+    rows = conn.execute(select(*_COLUMNS).where(_T.run_pk == run_pk).order_by(_T.id.desc()).limit(limit)).all()
     return [_row(r) for r in rows]
 
 
@@ -79,6 +79,6 @@ def resolve_fulfilled(conn: Connection, run_pk: int) -> int:
         if rid in pending and fields.get("ok") and (rid not in answers or time < answers[rid][0]):
             answers[rid] = (float(time), int(step))
     for rid, (time, step) in answers.items():
-        conn.execute(update(_T).where(_T.c.id == rid, _T.c.fulfilled_at.is_(None))
+        conn.execute(update(_T).where(_T.id == rid, _T.fulfilled_at.is_(None))
                      .values(fulfilled_at=time, fulfilled_step=step))
     return len(answers)

@@ -75,8 +75,8 @@ def load_live_state(conn: Connection, run: RunRow, *, now: float, lookback_s: fl
     done: dict[tuple[int, int], tuple[int, float]] = {}
     if stepped:
         leader = max(stepped, key=lambda r: (stepped[r]["last_step"], -r))
-        rows = conn.execute(_RECENT_SQL, {**args, "r": leader, "n": recent_steps + 1}).all()
-        rows.sort(key=lambda row: row[0])
+        rows = sorted(conn.execute(_RECENT_SQL, {**args, "r": leader, "n": recent_steps + 1}).all(),
+                      key=lambda row: row[0])
         leader_ends = tuple(float(e) for _, _, e in rows)
         leader_secs = tuple(float(e) - float(s) for _, s, e in rows)
         front = max(v["last_step"] for v in stepped.values())
@@ -90,7 +90,8 @@ def load_live_state(conn: Connection, run: RunRow, *, now: float, lookback_s: fl
         if int(rank) not in beats or t >= beats[int(rank)][0]:
             n = (json.loads(data) if data else {}).get("collectives")
             beats[int(rank)] = (float(t), None if step is None else int(step), None if n is None else int(n))
-    kinds = dict(conn.execute(_KIND_TIMES_SQL, {**args, "kinds": ["checkpoint_start", "checkpoint_end"]}).all())
+    checkpoint_kinds = {**args, "kinds": ["checkpoint_start", "checkpoint_end"]}
+    kinds: dict[str, float] = dict(conn.execute(_KIND_TIMES_SQL, checkpoint_kinds).all())
     previous = conn.execute(_PREVIOUS_END_SQL, args).scalar()
     resume = conn.execute(_RESUME_SQL, args).scalar()
 

@@ -180,7 +180,7 @@ def _load_collectives(conn: Connection, run_pk: int) -> pd.DataFrame:
     ).all()
     if not rows:
         return collectives_frame()
-    attempt, rank, step, op, start, end = zip(*rows)
+    attempt, rank, step, op, start, end = zip(*rows, strict=True)
     return collectives_frame(attempt=attempt, rank=rank, step=step, op=op, start=start, end=end)
 
 
@@ -198,6 +198,6 @@ def last_ok_checkpoint(conn: Connection, run_pk: int) -> CompletedCheckpoint | N
         .order_by(Event.time.desc()).limit(1000)
     ).all()
     for step, attempt, time, data in rows:
-        if data and json.loads(data).get("ok"):  # a checkpoint_end carries its rank's attempt and step
-            return CompletedCheckpoint(int(step), int(attempt), float(time))
+        if step is not None and attempt is not None and data and json.loads(data).get("ok"):
+            return CompletedCheckpoint(step, attempt, time)
     return None

@@ -16,7 +16,7 @@ _STEP_TYPES = (">i4", ">i4", ">i4", ">i8", ">f8", ">f8", ">f8", ">f8", ">f8")
 
 def _row_dtype(names: tuple[str, ...], types: tuple[str, ...]) -> np.dtype:
     fields: list[tuple[str, str]] = [("_nfields", ">i2")]
-    for name, typ in zip(names, types):
+    for name, typ in zip(names, types, strict=True):
         fields += [(f"_len_{name}", ">i4"), (name, typ)]
     return np.dtype(fields)
 
@@ -31,7 +31,7 @@ def encode_step_rows(
     """Rows -> the body of `COPY steps (...) FROM STDIN (FORMAT binary)` without header and trailer."""
     rows = np.empty(len(step), dtype=STEP_ROW)
     rows["_nfields"] = len(STEP_COPY_COLUMNS)
-    for name, values in zip(STEP_COPY_COLUMNS, (run_pk, attempt, rank, step, start, end, loss, lr, comm)):
+    for name, values in zip(STEP_COPY_COLUMNS, (run_pk, attempt, rank, step, start, end, loss, lr, comm), strict=True):
         rows[f"_len_{name}"] = STEP_ROW[name].itemsize
         rows[name] = values
     return rows.tobytes()

@@ -17,7 +17,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, insert, select, update
 
 from services.storage.tables import ApiToken
 
@@ -87,7 +87,7 @@ def create_token(conn: Connection, *, kind: str, project: str, name: str | None 
     secret = secrets.token_hex(24)  # hex: no '_' or '-', so a double-click selects the whole token
     salt = secrets.token_bytes(16)
     created = time.time() if now is None else now
-    conn.execute(ApiToken.__table__.insert().values(
+    conn.execute(insert(ApiToken).values(
         token_id=token_id, kind=kind, project=project, name=name, salt=salt.hex(),
         secret_sha256=hash_secret(salt, secret).hex(), created_at=created, revoked_at=None))
     info = TokenInfo(token_id=token_id, kind=kind, project=project, name=name, created_at=created, revoked_at=None)

@@ -56,7 +56,7 @@ def write_batches(engine: Engine, batches: Sequence[Sequence[IngestRecord]],
             refused.update((keep[k], conflict) for k, conflict in exc.conflicts.items())
             continue
         results = [IngestResult(0, 0, conflict=c) for c in (refused.get(b) for b in range(len(batches)))]
-        for b, result in zip(keep, written):
+        for b, result in zip(keep, written, strict=True):
             results[b] = result
         return results
 
@@ -72,7 +72,8 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
     """
     projects = list(projects) if projects is not None else [None] * len(batches)
     postgres = conn.dialect.name == "postgresql"
-    keyed = [[((project or DEFAULT_PROJECT, r.run_id), r) for r in batch] for batch, project in zip(batches, projects)]
+    keyed = [[((project or DEFAULT_PROJECT, r.run_id), r) for r in batch]
+             for batch, project in zip(batches, projects, strict=True)]
 
     # Repeats inside the group, checked in memory before anything is written: the first batch to name an id wins.
     hashed = [[(key, r, *_stored_form(r)) for key, r in batch] for batch in keyed]
@@ -111,7 +112,7 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
     stored = _stored_hashes(conn, [(run_pk, r.event_id) for run_pk, r, _, _ in candidates
                                    if (run_pk, r.event_id) not in inserted])
     late: dict[int, EventConflict] = {}
-    for (run_pk, record, _, digest), (b, index) in zip(candidates, owner):
+    for (run_pk, record, _, digest), (b, index) in zip(candidates, owner, strict=True):
         other = stored.get((run_pk, record.event_id))
         if other is not None and other != digest and b not in late:
             late[b] = EventConflict(index=index, event_id=record.event_id, run_id=record.run_id)
@@ -120,7 +121,7 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
 
     accepted = [0] * len(batches)
     new_records: list[tuple[int, IngestRecord]] = []
-    for (run_pk, record, _, _), (b, _) in zip(candidates, owner):
+    for (run_pk, record, _, _), (b, _) in zip(candidates, owner, strict=True):
         if (run_pk, record.event_id) in inserted:
             accepted[b] += 1
             new_records.append((run_pk, record))
@@ -131,7 +132,7 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
     _insert_collectives(conn, new_records)
     _touch_runs(conn, new_records)
     return [IngestResult(accepted=a, duplicates=d, conflict=conflicts.get(b))
-            for b, (a, d) in enumerate(zip(accepted, duplicates))]
+            for b, (a, d) in enumerate(zip(accepted, duplicates, strict=True))]
 
 
 def _stored_form(r: IngestRecord) -> tuple[str | None, str]:
@@ -196,8 +197,8 @@ def _insert_events(conn: Connection, candidates: list[tuple[int, IngestRecord, s
         return set()
     insert = postgresql.insert if postgres else sqlite.insert
     statement = (
-        insert(Event.__table__).on_conflict_do_nothing(index_elements=["run_pk", "event_id"])
-        .returning(Event.__table__.c.run_pk, Event.__table__.c.event_id)
+        insert(Event).on_conflict_do_nothing(index_elements=["run_pk", "event_id"])
+        .returning(Event.run_pk, Event.event_id)
     )
     inserted: set[tuple[int, str]] = set()
     # One key order for every writer: concurrent transactions inserting the same ids wait, never deadlock.
@@ -238,8 +239,8 @@ def _insert_steps(conn: Connection, records: list[tuple[int, IngestRecord]], pos
         names = list(cols)
         for i in range(0, len(cols["step"]), _INSERT_CHUNK):
             rows = [
-                {k: (None if isinstance(v, float) and v != v else v) for k, v in zip(names, values)}
-                for values in zip(*(cols[k][i:i + _INSERT_CHUNK].tolist() for k in names))
+                {k: (None if isinstance(v, float) and v != v else v) for k, v in zip(names, values, strict=True)}
+                for values in zip(*(cols[k][i:i + _INSERT_CHUNK].tolist() for k in names), strict=True)
             ]
             conn.execute(steps.insert(), rows)
 
@@ -280,7 +281,7 @@ def _insert_collectives(conn: Connection, records: list[tuple[int, IngestRecord]
         c = r.collective_rows
         if c is None:
             continue
-        for step, op, start, end in zip(c.step.tolist(), c.op, c.start.tolist(), c.end.tolist()):
+        for step, op, start, end in zip(c.step.tolist(), c.op, c.start.tolist(), c.end.tolist(), strict=True):
             rows.append({"run_pk": run_pk, "attempt": r.attempt, "rank": r.rank, "step": step, "op": op,
                          "start_time": start, "end_time": end})
             if len(rows) >= _INSERT_CHUNK:  # rows as Python objects one chunk at a time
@@ -302,18 +303,17 @@ def _touch_runs(conn: Connection, records: list[tuple[int, IngestRecord]]) -> No
         info = per_run.setdefault(run_pk, {"first": min(times), "last": max(times), "end": None})
         info["first"] = min(info["first"], *times)
         info["last"] = max(info["last"], *times)
-        if r.kind == "run_end" and r.data:
-            if info["end"] is None or r.time >= info["end"][0]:
-                info["end"] = (r.time, r.data["status"])
+        if r.kind == "run_end" and r.data and (info["end"] is None or r.time >= info["end"][0]):
+            info["end"] = (r.time, r.data["status"])
     now = time.time()
+    # SQLite's two-argument min/max are PostgreSQL's least/greatest
+    least, greatest = (func.min, func.max) if conn.dialect.name == "sqlite" else (func.least, func.greatest)
     for run_pk, info in sorted(per_run.items()):  # one lock order for every writer process: no deadlock
         values: dict[str, Any] = {
             "version": Run.version + 1,
             "received_at": now,
-            "first_time": func.coalesce(func.min(Run.first_time, info["first"]), info["first"])
-            if conn.dialect.name == "sqlite" else func.least(func.coalesce(Run.first_time, info["first"]), info["first"]),
-            "last_time": func.coalesce(func.max(Run.last_time, info["last"]), info["last"])
-            if conn.dialect.name == "sqlite" else func.greatest(func.coalesce(Run.last_time, info["last"]), info["last"]),
+            "first_time": func.coalesce(least(Run.first_time, info["first"]), info["first"]),
+            "last_time": func.coalesce(greatest(Run.last_time, info["last"]), info["last"]),
         }
         if info["end"] is not None:
             values["status"] = info["end"][1]

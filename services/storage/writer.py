@@ -97,14 +97,14 @@ class BatchWriter:
         try:
             results = write_batches(self._engine, [records for records, _, _, _ in group],
                                     [project for _, _, _, project in group])
-        except Exception as exc:  # noqa: BLE001 - every failure goes back to the waiting requests
+        except Exception as exc:  # every failure goes back to the waiting requests
             logger.warning("writing %d batches failed: %s", len(group), exc)
             error = StorageUnavailable(f"the database did not accept the write: {exc.__class__.__name__}: {exc}")
             for _, _, future, _ in group:
                 future.set_exception(error)
         else:
             self.groups_written += 1
-            for (_, _, future, _), result in zip(group, results):
+            for (_, _, future, _), result in zip(group, results, strict=True):
                 if result.conflict is not None:
                     future.set_exception(EventIdConflict(index=result.conflict.index, event_id=result.conflict.event_id,
                                                          run_id=result.conflict.run_id))

@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-
 from services.analysis.advice import checkpoint_advice
 from services.analysis.ledger_types import Ledger
 from services.simulate import SimConfig, simulate
 
 
-def test_advice_endpoint_serves_the_checkpoint_interval_advice_of_the_runs_ledger(client) -> None:  # type: ignore[no-untyped-def]
+def test_advice_endpoint_serves_the_checkpoint_interval_advice_of_the_runs_ledger(client) -> None:
     result = simulate(SimConfig(run_id="adv-api", ranks=8, hours=1, mtbf_s=900, checkpoint_every=50,
                                 checkpoint_s=20, seed=5))
     for i in range(0, len(result.events), 500):
@@ -21,7 +20,7 @@ def test_advice_endpoint_serves_the_checkpoint_interval_advice_of_the_runs_ledge
     assert client.get("/v1/runs/nope/advice").status_code == 404
 
 
-def test_the_fleet_failure_rate_comes_from_runs_of_the_same_project(client, engine) -> None:  # type: ignore[no-untyped-def]
+def test_the_fleet_failure_rate_comes_from_runs_of_the_same_project(client, engine) -> None:
     from sqlalchemy import update
 
     from services.storage.tables import Run

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -37,7 +38,7 @@ def attack_body(now: float) -> bytes:
     return json.dumps({"schema_version": 1, "events": events}, separators=(",", ":")).encode()
 
 
-def app_client(database_url: str, engine, **limits: int) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def app_client(database_url: str, engine, **limits: Any) -> Iterator[TestClient]:
     server = ServerSettings(database_url=database_url, serve_dashboard=False, warm_analyses_s=0)
     settings = ServiceSettings(server=server, plausibility=PlausibilitySettings(**limits))
     with TestClient(create_app(settings, engine=engine)) as client:
@@ -45,12 +46,12 @@ def app_client(database_url: str, engine, **limits: int) -> Iterator[TestClient]
 
 
 @pytest.fixture
-def default_client(database_url: str, engine) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def default_client(database_url: str, engine) -> Iterator[TestClient]:
     yield from app_client(database_url, engine)
 
 
 @pytest.fixture
-def permissive_client(database_url: str, engine) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+def permissive_client(database_url: str, engine) -> Iterator[TestClient]:
     yield from app_client(database_url, engine, max_world_size=WORLD)
 
 

@@ -25,13 +25,13 @@ def steps(event_id: str, t: float, rank: int) -> dict[str, Any]:
               end=[t + 15, t + 20])
 
 
-def refused(client: Any, events: list[dict[str, Any]]) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def refused(client: Any, events: list[dict[str, Any]]) -> dict[str, Any]:
     response = client.post("/v1/events", json={"events": events})
     assert response.status_code == 422, response.text
-    return response.json()["error"]  # type: ignore[no-any-return]
+    return response.json()["error"]
 
 
-def accepted(client: Any, events: list[dict[str, Any]]) -> None:  # type: ignore[no-untyped-def]
+def accepted(client: Any, events: list[dict[str, Any]]) -> None:
     response = client.post("/v1/events", json={"events": events})
     assert response.status_code == 200, response.text
 
@@ -39,14 +39,14 @@ def accepted(client: Any, events: list[dict[str, Any]]) -> None:  # type: ignore
 T = time.time() - 3600
 
 
-def test_an_attempt_end_before_its_start_in_one_batch_is_a_422_naming_it(client) -> None:  # type: ignore[no-untyped-def]
+def test_an_attempt_end_before_its_start_in_one_batch_is_a_422_naming_it(client) -> None:
     error = refused(client, [start("s0", T), ev("e0", "attempt_end", T - 100, attempt=0, rank=0,
                                                 reason="completed")])
     assert (error["index"], error["event_id"], error["field"]) == (1, "e0", "time")
     assert "before the same rank's attempt_start" in error["message"]
 
 
-def test_an_attempt_end_before_its_start_across_batches_keeps_the_steps(client) -> None:  # type: ignore[no-untyped-def]
+def test_an_attempt_end_before_its_start_across_batches_keeps_the_steps(client) -> None:
     accepted(client, [ev("e0", "attempt_end", T - 100, attempt=0, rank=0, reason="completed"),
                       ev("e1", "attempt_end", T - 100, attempt=0, rank=1, reason="completed")])
     accepted(client, [start("s0", T), start("s1", T, rank=1), steps("p0", T, 0), steps("p1", T, 1),
@@ -58,14 +58,14 @@ def test_an_attempt_end_before_its_start_across_batches_keeps_the_steps(client) 
     assert ledger["allocated_gpu_seconds"] == pytest.approx(40.0)
 
 
-def test_a_second_allocation_start_in_one_batch_is_a_422(client) -> None:  # type: ignore[no-untyped-def]
+def test_a_second_allocation_start_in_one_batch_is_a_422(client) -> None:
     error = refused(client, [ev("a1", "allocation_start", T, gpus=2), ev("a2", "allocation_start", T + 5, gpus=4)])
     assert (error["index"], error["field"]) == (1, "kind") and "second allocation_start" in error["message"]
     accepted(client, [ev("a1", "allocation_start", T, gpus=2), ev("a1e", "allocation_end", T + 5),
                       ev("a2", "allocation_start", T + 5, gpus=4)])  # a requeue: end, then the next start
 
 
-def test_a_second_allocation_start_across_batches_starts_a_new_allocation(client) -> None:  # type: ignore[no-untyped-def]
+def test_a_second_allocation_start_across_batches_starts_a_new_allocation(client) -> None:
     accepted(client, [ev("a1", "allocation_start", T - 5, gpus=2)])
     accepted(client, [ev("a2", "allocation_start", T + 12, gpus=4)])
     accepted(client, [start("s0", T), start("s1", T, rank=1), steps("p0", T, 0), steps("p1", T, 1),
@@ -77,7 +77,7 @@ def test_a_second_allocation_start_across_batches_starts_a_new_allocation(client
 
 
 @pytest.mark.parametrize("order", [(2, 4), (4, 2)])
-def test_two_allocation_starts_at_one_instant_count_the_larger_whatever_the_order(client, order) -> None:  # type: ignore[no-untyped-def]
+def test_two_allocation_starts_at_one_instant_count_the_larger_whatever_the_order(client, order) -> None:
     for i, gpus in enumerate(order):
         accepted(client, [ev(f"a{i}", "allocation_start", T - 5, gpus=gpus)])
     accepted(client, [start("s0", T), start("s1", T, rank=1), steps("p0", T, 0), steps("p1", T, 1),
@@ -87,7 +87,7 @@ def test_two_allocation_starts_at_one_instant_count_the_larger_whatever_the_orde
     assert ledger["allocated_gpu_seconds"] == pytest.approx(25 * 4)
 
 
-def test_a_step_spanning_a_century_is_a_422(client) -> None:  # type: ignore[no-untyped-def]
+def test_a_step_spanning_a_century_is_a_422(client) -> None:
     step = ev("x", "step", 946_684_800.0, attempt=0, rank=0, step=1, start=946_684_800.0, end=4_102_444_799.0)
     error = refused(client, [start("s0", T), step])
     assert (error["index"], error["field"]) == (1, "end")  # after the collector's clock by decades
@@ -100,7 +100,7 @@ def test_a_step_spanning_a_century_is_a_422(client) -> None:  # type: ignore[no-
     assert refused(client, [compact])["field"] == "end.1"
 
 
-def test_a_world_size_or_rank_above_the_limit_is_a_422(client) -> None:  # type: ignore[no-untyped-def]
+def test_a_world_size_or_rank_above_the_limit_is_a_422(client) -> None:
     error = refused(client, [ev("w", "attempt_start", T, attempt=0, rank=0, world_size=65_537, host="h")])
     assert error["field"] == "world_size" and "GOODPUT_MAX_WORLD_SIZE" in error["message"]
     assert refused(client, [ev("g", "run_submitted", T, gpus=100_000)])["field"] == "gpus"
@@ -108,8 +108,8 @@ def test_a_world_size_or_rank_above_the_limit_is_a_422(client) -> None:  # type:
     accepted(client, [ev("ok", "attempt_start", T, attempt=0, rank=65_535, world_size=65_536, host="h")])
 
 
-def test_a_checkpoint_end_before_its_start_or_a_day_long_in_one_batch_is_a_422(client) -> None:  # type: ignore[no-untyped-def]
-    ck = {"attempt": 0, "rank": 0, "step": 2}
+def test_a_checkpoint_end_before_its_start_or_a_day_long_in_one_batch_is_a_422(client) -> None:
+    ck: dict[str, Any] = {"attempt": 0, "rank": 0, "step": 2}
     error = refused(client, [ev("c1", "checkpoint_start", T, **ck), ev("c2", "checkpoint_end", T - 1, ok=True, **ck)])
     assert (error["index"], error["field"]) == (1, "time")
     error = refused(client, [ev("c1", "checkpoint_start", T - 2 * 86_400, **ck),
@@ -117,18 +117,19 @@ def test_a_checkpoint_end_before_its_start_or_a_day_long_in_one_batch_is_a_422(c
     assert "GOODPUT_MAX_CHECKPOINT_S" in error["message"]
 
 
-def test_an_allocation_longer_than_the_limit_in_one_batch_is_a_422(client) -> None:  # type: ignore[no-untyped-def]
+def test_an_allocation_longer_than_the_limit_in_one_batch_is_a_422(client) -> None:
     error = refused(client, [ev("a", "allocation_start", T - 100 * 86_400, gpus=8), ev("b", "allocation_end", T)])
     assert error["index"] == 1 and "GOODPUT_MAX_ALLOCATION_S" in error["message"]
 
 
-def test_an_event_a_day_after_the_collectors_clock_is_a_422(client) -> None:  # type: ignore[no-untyped-def]
+def test_an_event_a_day_after_the_collectors_clock_is_a_422(client) -> None:
     error = refused(client, [ev("f", "run_end", time.time() + 2 * 86_400, status="finished")])
     assert error["field"] == "time" and "GOODPUT_MAX_FUTURE_S" in error["message"]
 
 
 @pytest.mark.parametrize("run_id", [".", "..", "...", "a/..", "../a", "a/./b"])
-def test_run_ids_no_url_can_reach_are_a_422(client, run_id: str) -> None:  # type: ignore[no-untyped-def]
+def test_run_ids_no_url_can_reach_are_a_422(client, run_id: str) -> None:
     error = refused(client, [ev("d", "run_end", T, run_id=run_id, status="finished")])
     assert error["field"] == "run_id" and "cannot be reached" in error["message"]
-    accepted(client, [ev("d", "run_end", T, run_id=f"x{run_id.replace('/', '-')}x", status="finished")])  # dots inside: fine
+    dots_inside = f"x{run_id.replace('/', '-')}x"  # fine
+    accepted(client, [ev("d", "run_end", T, run_id=dots_inside, status="finished")])

@@ -29,21 +29,21 @@ def ckpt_end(event_id: str = "c-1", ok: bool = True) -> dict[str, Any]:
             "step": 3, "ok": ok}
 
 
-def post(client, *events: dict[str, Any]):  # type: ignore[no-untyped-def]
+def post(client, *events: dict[str, Any]):
     return client.post("/v1/events", json={"schema_version": 1, "events": list(events)})
 
 
-def stored_events(engine) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+def stored_events(engine) -> list[tuple[str, str]]:
     with engine.connect() as conn:
         return sorted(tuple(r) for r in conn.execute(select(Event.event_id, Event.kind)).all())
 
 
-def stored_step_rows(engine) -> int:  # type: ignore[no-untyped-def]
+def stored_step_rows(engine) -> int:
     with engine.connect() as conn:
         return int(conn.execute(text("SELECT COUNT(*) FROM steps")).scalar_one())
 
 
-def test_a_true_retry_stays_a_silent_duplicate(client, engine) -> None:  # type: ignore[no-untyped-def]
+def test_a_true_retry_stays_a_silent_duplicate(client, engine) -> None:
     first = post(client, steps_record(), ckpt_end())
     assert first.status_code == 200 and first.json() == {"accepted": 2, "duplicates": 0}
     again = post(client, steps_record(), ckpt_end())
@@ -52,7 +52,7 @@ def test_a_true_retry_stays_a_silent_duplicate(client, engine) -> None:  # type:
 
 
 @pytest.mark.parametrize("change", ["one step's end", "a loss", "an unsent column sent", "the ok flag", "the kind"])
-def test_a_repeated_event_id_with_other_content_is_refused_whole_with_409_naming_it(client, engine, change) -> None:  # type: ignore[no-untyped-def]
+def test_a_repeated_event_id_with_other_content_is_refused_whole_with_409_naming_it(client, engine, change) -> None:
     assert post(client, steps_record(), ckpt_end()).status_code == 200
     steps, ckpt = steps_record(), ckpt_end()
     changed, index = steps, 1
@@ -83,7 +83,7 @@ def test_a_repeated_event_id_with_other_content_is_refused_whole_with_409_naming
     assert stored_events(engine) == before_events and stored_step_rows(engine) == before_rows
 
 
-def test_a_conflict_inside_one_batch_is_refused_too(client, engine) -> None:  # type: ignore[no-untyped-def]
+def test_a_conflict_inside_one_batch_is_refused_too(client, engine) -> None:
     other = steps_record()
     other["start"] = [T + 1.5, T + 2.5, T + 3.5]
     response = post(client, steps_record(), other)
@@ -92,7 +92,7 @@ def test_a_conflict_inside_one_batch_is_refused_too(client, engine) -> None:  # 
     assert post(client, steps_record(), copy.deepcopy(steps_record())).json() == {"accepted": 1, "duplicates": 1}
 
 
-def test_the_same_event_id_in_two_projects_runs_of_one_id_is_no_conflict(engine) -> None:  # type: ignore[no-untyped-def]
+def test_the_same_event_id_in_two_projects_runs_of_one_id_is_no_conflict(engine) -> None:
     def record(loss: float) -> IngestRecord:
         return IngestRecord(run_id="r", event_id="e-1", kind="client_stats", time=T, attempt=0, rank=0,
                             data={"dropped_events": int(loss)})
@@ -103,7 +103,7 @@ def test_the_same_event_id_in_two_projects_runs_of_one_id_is_no_conflict(engine)
         assert sorted(conn.execute(select(Run.project)).scalars()) == ["alpha", "beta"]
 
 
-def test_in_one_write_group_the_first_batch_wins_and_the_refused_one_creates_no_run(engine) -> None:  # type: ignore[no-untyped-def]
+def test_in_one_write_group_the_first_batch_wins_and_the_refused_one_creates_no_run(engine) -> None:
     def stats(run_id: str, event_id: str, dropped: int) -> IngestRecord:
         return IngestRecord(run_id=run_id, event_id=event_id, kind="client_stats", time=T, attempt=0, rank=0,
                             data={"dropped_events": dropped})
@@ -128,7 +128,7 @@ def test_in_one_write_group_the_first_batch_wins_and_the_refused_one_creates_no_
         assert sorted(conn.execute(select(Event.event_id)).scalars()) == ["e-1", "e-2", "e-3"]
 
 
-def test_an_event_stored_before_content_hashes_existed_is_retried_silently(client, engine) -> None:  # type: ignore[no-untyped-def]
+def test_an_event_stored_before_content_hashes_existed_is_retried_silently(client, engine) -> None:
     assert post(client, ckpt_end()).status_code == 200
     with engine.begin() as conn:
         conn.execute(text("UPDATE events SET content_hash = NULL"))  # as stored before revision 0005

@@ -10,11 +10,11 @@ from tests.analysis.scenarios import reference_s1
 from tests.ledger_checks import assert_partition
 
 
-def post(client, events, **kwargs):  # type: ignore[no-untyped-def]
+def post(client, events, **kwargs):
     return client.post("/v1/events", json={"events": events}, **kwargs)
 
 
-def test_reference_scenario_through_the_api(client) -> None:  # type: ignore[no-untyped-def]
+def test_reference_scenario_through_the_api(client) -> None:
     response = post(client, reference_s1())
     assert response.status_code == 200, response.text
     assert response.json() == {"accepted": len(reference_s1()), "duplicates": 0}
@@ -42,7 +42,7 @@ def test_reference_scenario_through_the_api(client) -> None:  # type: ignore[no-
     assert runs[0]["allocated_gpu_seconds"] == pytest.approx(4160)
 
 
-def test_a_retried_batch_is_absorbed_as_duplicates(client) -> None:  # type: ignore[no-untyped-def]
+def test_a_retried_batch_is_absorbed_as_duplicates(client) -> None:
     events = reference_s1()
     assert post(client, events).json() == {"accepted": len(events), "duplicates": 0}
     before = client.get("/v1/runs/s1/waste").json()
@@ -52,13 +52,13 @@ def test_a_retried_batch_is_absorbed_as_duplicates(client) -> None:  # type: ign
     assert client.get("/v1/runs/s1/waste").json() == before
 
 
-def test_duplicates_inside_one_batch_are_stored_once(client) -> None:  # type: ignore[no-untyped-def]
+def test_duplicates_inside_one_batch_are_stored_once(client) -> None:
     events = reference_s1()
     assert post(client, events + events[:10]).json() == {"accepted": len(events), "duplicates": 10}
     assert client.get("/v1/runs/s1/waste").json()["allocated_gpu_seconds"] == pytest.approx(4160)
 
 
-def test_replayed_steps_under_new_event_ids_count_once(client) -> None:  # type: ignore[no-untyped-def]
+def test_replayed_steps_under_new_event_ids_count_once(client) -> None:
     events = reference_s1()
     post(client, events)
     replay = [dict(e, event_id=e["event_id"] + "-replay") for e in events if e["kind"] == "steps"]
@@ -68,7 +68,7 @@ def test_replayed_steps_under_new_event_ids_count_once(client) -> None:  # type:
     assert_partition(ledger)
 
 
-def test_events_in_any_order_and_batching_give_the_same_ledger(client) -> None:  # type: ignore[no-untyped-def]
+def test_events_in_any_order_and_batching_give_the_same_ledger(client) -> None:
     events = reference_s1()
     shuffled = events[:]
     random.Random(7).shuffle(shuffled)
@@ -81,7 +81,7 @@ def test_events_in_any_order_and_batching_give_the_same_ledger(client) -> None: 
         assert a[key] == b[key]
 
 
-def test_gzip_bodies_are_accepted(client) -> None:  # type: ignore[no-untyped-def]
+def test_gzip_bodies_are_accepted(client) -> None:
     body = gzip.compress(json.dumps({"events": reference_s1()}).encode())
     response = client.post("/v1/events", content=body,
                            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"})
@@ -89,14 +89,14 @@ def test_gzip_bodies_are_accepted(client) -> None:  # type: ignore[no-untyped-de
     assert response.json()["accepted"] == len(reference_s1())
 
 
-def test_unknown_run_is_a_404_that_says_so(client) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_run_is_a_404_that_says_so(client) -> None:
     for path in ("/v1/runs/nope", "/v1/runs/nope/waste"):
         response = client.get(path)
         assert response.status_code == 404
         assert "no run 'nope'" in response.json()["error"]["message"]
 
 
-def test_run_ids_with_slashes_and_quotes_round_trip(client) -> None:  # type: ignore[no-untyped-def]
+def test_run_ids_with_slashes_and_quotes_round_trip(client) -> None:
     run_id = "team/exp-1 'quoted' <b>"
     events = [dict(e, run_id=run_id) for e in reference_s1()]
     assert post(client, events).status_code == 200
@@ -107,7 +107,7 @@ def test_run_ids_with_slashes_and_quotes_round_trip(client) -> None:  # type: ig
     assert ledger["allocated_gpu_seconds"] == pytest.approx(4160)
 
 
-def test_openapi_schema_and_docs_are_served(client) -> None:  # type: ignore[no-untyped-def]
+def test_openapi_schema_and_docs_are_served(client) -> None:
     schema = client.get("/openapi.json").json()
     assert "/v1/events" in schema["paths"] and "EventBatch" in schema["components"]["schemas"]
     assert client.get("/docs").status_code == 200

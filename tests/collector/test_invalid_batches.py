@@ -57,13 +57,13 @@ CASES = [
 ]
 
 
-def _assert_nothing_stored(client) -> None:  # type: ignore[no-untyped-def]
+def _assert_nothing_stored(client) -> None:
     assert client.get("/v1/runs/bad-run").status_code == 404
     assert client.get("/v1/runs").json()["count"] == 0
 
 
 @pytest.mark.parametrize(("name", "bad", "field"), CASES, ids=[c[0] for c in CASES])
-def test_invalid_event_rejects_the_whole_batch_naming_index_id_and_field(client, name, bad, field) -> None:  # type: ignore[no-untyped-def]
+def test_invalid_event_rejects_the_whole_batch_naming_index_id_and_field(client, name, bad, field) -> None:
     response = client.post("/v1/events", json={"events": [good(0), bad, good(1)]})
     assert response.status_code == 422, response.text
     error = response.json()["error"]
@@ -77,7 +77,7 @@ def test_invalid_event_rejects_the_whole_batch_naming_index_id_and_field(client,
 
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999"])
-def test_nan_and_infinite_numbers_are_rejected(client, literal: str) -> None:  # type: ignore[no-untyped-def]
+def test_nan_and_infinite_numbers_are_rejected(client, literal: str) -> None:
     body = ('{"events": [{"event_id": "n", "run_id": "bad-run", "kind": "step", "time": 1700000002, "attempt": 0, '
             f'"rank": 0, "step": 1, "start": 1700000000, "end": 1700000001, "loss": {literal}}}]}}')
     response = client.post("/v1/events", content=body, headers={"Content-Type": "application/json"})
@@ -94,20 +94,20 @@ def test_nan_and_infinite_numbers_are_rejected(client, literal: str) -> None:  #
     (b'{"events": "no"}', "invalid_batch"),
     (b'{"events": [], "extra": 1}', "invalid_batch"),
 ])
-def test_malformed_bodies_get_a_400_or_422(client, body: bytes, code: str) -> None:  # type: ignore[no-untyped-def]
+def test_malformed_bodies_get_a_400_or_422(client, body: bytes, code: str) -> None:
     response = client.post("/v1/events", content=body, headers={"Content-Type": "application/json"})
     assert response.status_code in (400, 422), response.text
     assert response.json()["error"]["code"] == code
     _assert_nothing_stored(client)
 
 
-def test_an_empty_batch_is_rejected(client) -> None:  # type: ignore[no-untyped-def]
+def test_an_empty_batch_is_rejected(client) -> None:
     response = client.post("/v1/events", json={"events": []})
     assert response.status_code == 422
     assert "no events" in response.json()["error"]["message"]
 
 
-def test_schema_version_from_the_future_is_rejected(client) -> None:  # type: ignore[no-untyped-def]
+def test_schema_version_from_the_future_is_rejected(client) -> None:
     response = client.post("/v1/events", json={"schema_version": 2, "events": [good()]})
     assert response.status_code == 422
     assert "schema_version" in response.json()["error"]["message"]
@@ -115,7 +115,7 @@ def test_schema_version_from_the_future_is_rejected(client) -> None:  # type: ig
 
 
 @pytest.fixture
-def small_client(settings, engine):  # type: ignore[no-untyped-def]
+def small_client(settings, engine):
     from fastapi.testclient import TestClient
 
     from services.collector.app import create_app
@@ -127,7 +127,7 @@ def small_client(settings, engine):  # type: ignore[no-untyped-def]
         yield test_client
 
 
-def test_oversize_batches_and_bodies_get_a_413(small_client) -> None:  # type: ignore[no-untyped-def]
+def test_oversize_batches_and_bodies_get_a_413(small_client) -> None:
     too_many = small_client.post("/v1/events", json={"events": [good(i) for i in range(6)]})
     assert too_many.status_code == 413 and "limit of 5" in too_many.json()["error"]["message"]
     rows = {"event_id": "big", "run_id": "bad-run", "kind": "steps", "time": T, "attempt": 0, "rank": 0,
@@ -142,7 +142,7 @@ def test_oversize_batches_and_bodies_get_a_413(small_client) -> None:  # type: i
     _assert_nothing_stored(small_client)
 
 
-def test_a_body_that_is_not_gzip_is_rejected(client) -> None:  # type: ignore[no-untyped-def]
+def test_a_body_that_is_not_gzip_is_rejected(client) -> None:
     response = client.post("/v1/events", content=b"not gzip", headers={"Content-Encoding": "gzip"})
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "bad_encoding"
@@ -150,7 +150,7 @@ def test_a_body_that_is_not_gzip_is_rejected(client) -> None:  # type: ignore[no
 
 @pytest.mark.parametrize("damage", ["truncated (no CRC trailer)", "trailing garbage", "a second gzip member",
                                     "a wrong CRC"])
-def test_a_damaged_gzip_stream_is_rejected_whole(client, damage: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_damaged_gzip_stream_is_rejected_whole(client, damage: str) -> None:
     import json
     import struct
 

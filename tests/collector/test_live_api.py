@@ -12,7 +12,7 @@ from services.analysis.run_data import run_data_from_events
 from services.simulate import START_TIME, SimConfig, simulate
 
 
-def post(client: Any, events: list[dict[str, Any]]) -> None:  # type: ignore[no-untyped-def]
+def post(client: Any, events: list[dict[str, Any]]) -> None:
     for i in range(0, len(events), 500):
         response = client.post("/v1/events", json={"events": events[i:i + 500]})
         assert response.status_code == 200, response.text
@@ -28,7 +28,7 @@ def running_sim(run_id: str, stopped_ago_s: float, **overrides: Any) -> list[dic
     return simulate(SimConfig(**config, start_time=START_TIME + shift)).events
 
 
-def test_a_running_run_is_hung_once_past_its_threshold_and_the_fleet_lists_it_first(client) -> None:  # type: ignore[no-untyped-def]
+def test_a_running_run_is_hung_once_past_its_threshold_and_the_fleet_lists_it_first(client) -> None:
     post(client, running_sim("stalled", stopped_ago_s=60.0))
     post(client, running_sim("healthy", stopped_ago_s=1.0))
     stalled = client.get("/v1/runs/stalled/live").json()
@@ -41,11 +41,11 @@ def test_a_running_run_is_hung_once_past_its_threshold_and_the_fleet_lists_it_fi
     assert healthy["hung"] is False and healthy["suspects"] == []
     fleet = client.get("/v1/live").json()
     assert [r["run_id"] for r in fleet["runs"]] == ["stalled", "healthy"]
-    assert fleet["hung"] == 1 and "ranks" not in fleet["runs"][0] or fleet["runs"][0]["ranks"] is None
+    assert (fleet["hung"] == 1 and "ranks" not in fleet["runs"][0]) or fleet["runs"][0]["ranks"] is None
     assert client.get("/v1/runs/nope/live").status_code == 404
 
 
-def test_the_database_and_the_pure_detector_agree(client) -> None:  # type: ignore[no-untyped-def]
+def test_the_database_and_the_pure_detector_agree(client) -> None:
     events = running_sim("agree", stopped_ago_s=45.0)
     post(client, events)
     live = client.get("/v1/runs/agree/live").json()
@@ -54,7 +54,7 @@ def test_the_database_and_the_pure_detector_agree(client) -> None:  # type: igno
         assert live[key] == (pytest.approx(value) if isinstance(value, float) else value), key
 
 
-def test_the_rank_without_heartbeats_and_behind_is_the_suspect(client) -> None:  # type: ignore[no-untyped-def]
+def test_the_rank_without_heartbeats_and_behind_is_the_suspect(client) -> None:
     now = time.time()
     t0 = now - 200
     events: list[dict[str, Any]] = []
@@ -80,14 +80,14 @@ def test_the_rank_without_heartbeats_and_behind_is_the_suspect(client) -> None: 
     assert by_rank[1]["silent"] and by_rank[1]["behind"] and not by_rank[2]["behind"]
 
 
-def test_a_finished_run_is_not_live(client) -> None:  # type: ignore[no-untyped-def]
+def test_a_finished_run_is_not_live(client) -> None:
     post(client, simulate(SimConfig(run_id="done", ranks=2, hours=0.01, mtbf_s=None, seed=2)).events)
     live = client.get("/v1/runs/done/live").json()
     assert live["status"] == "finished" and live["hung"] is False
     assert client.get("/v1/live").json()["runs"] == []
 
 
-def scrape(client: Any) -> dict[tuple[str, str], float]:  # type: ignore[no-untyped-def]
+def scrape(client: Any) -> dict[tuple[str, str], float]:
     from prometheus_client.parser import text_string_to_metric_families
 
     out = {}
@@ -97,7 +97,7 @@ def scrape(client: Any) -> dict[tuple[str, str], float]:  # type: ignore[no-unty
     return out
 
 
-def test_prometheus_has_a_hung_gauge_and_a_suspect_count_per_running_run(client) -> None:  # type: ignore[no-untyped-def]
+def test_prometheus_has_a_hung_gauge_and_a_suspect_count_per_running_run(client) -> None:
     post(client, running_sim("stalled", stopped_ago_s=60.0))
     post(client, running_sim("healthy", stopped_ago_s=1.0))
     samples = scrape(client)

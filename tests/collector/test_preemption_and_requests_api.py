@@ -12,7 +12,7 @@ from services.analysis.preemption import preemption_cost
 from tests.collector.test_live_api import post, running_sim
 
 
-def test_running_runs_are_ordered_by_what_a_preemption_would_destroy(client) -> None:  # type: ignore[no-untyped-def]
+def test_running_runs_are_ordered_by_what_a_preemption_would_destroy(client) -> None:
     # All stopped 3 steps after a checkpoint: at risk = 3 steps x ranks; restart = startup (60 s; 300 s for mid)
     # x GPUs. mid (8 GPUs, slow start: ~2,500 GPU-s) costs more than wide (16 GPUs: ~1,150 GPU-s).
     post(client, running_sim("small", stopped_ago_s=5.0, ranks=2))
@@ -33,7 +33,7 @@ def test_running_runs_are_ordered_by_what_a_preemption_would_destroy(client) -> 
     assert mid["restart_seconds"] == pytest.approx(300.0) and mid["gpus"] == 8
 
 
-def test_a_finished_run_is_no_candidate(client) -> None:  # type: ignore[no-untyped-def]
+def test_a_finished_run_is_no_candidate(client) -> None:
     from services.simulate import SimConfig, simulate
 
     post(client, simulate(SimConfig(run_id="done", ranks=2, hours=0.01, mtbf_s=None, seed=2)).events)
@@ -48,7 +48,7 @@ def checkpoint_end(run_id: str, n: int, step: int, request_id: int | None, ok: b
     return event
 
 
-def test_a_checkpoint_request_is_signalled_until_a_checkpoint_carrying_its_id_ends(client) -> None:  # type: ignore[no-untyped-def]
+def test_a_checkpoint_request_is_signalled_until_a_checkpoint_carrying_its_id_ends(client) -> None:
     post(client, running_sim("job", stopped_ago_s=1.0))
     assert client.get("/v1/runs/job/signals").json()["checkpoint_request"] is None
     made = client.post("/v1/runs/job/checkpoint-request", json={"reason": "preempt", "requested_by": "slurm"})
@@ -57,7 +57,8 @@ def test_a_checkpoint_request_is_signalled_until_a_checkpoint_carrying_its_id_en
     assert request["pending"] and request["reason"] == "preempt" and request["fulfilled_step"] is None
     signal = client.get("/v1/runs/job/signals").json()["checkpoint_request"]
     assert signal["id"] == request["id"]
-    assert client.get("/v1/preemption-candidates").json()["candidates"][0]["pending_checkpoint_request"] == request["id"]
+    candidates = client.get("/v1/preemption-candidates").json()["candidates"]
+    assert candidates[0]["pending_checkpoint_request"] == request["id"]
 
     post(client, [checkpoint_end("job", 1, 30, None), checkpoint_end("job", 2, 31, request["id"], ok=False)])
     assert client.get("/v1/runs/job/signals").json()["checkpoint_request"]["id"] == request["id"]
@@ -67,7 +68,7 @@ def test_a_checkpoint_request_is_signalled_until_a_checkpoint_carrying_its_id_en
     assert done["pending"] is False and done["fulfilled_step"] == 32 and done["fulfilled_at"] is not None
 
 
-def test_checkpoint_requests_for_unknown_runs_are_404(client) -> None:  # type: ignore[no-untyped-def]
+def test_checkpoint_requests_for_unknown_runs_are_404(client) -> None:
     assert client.post("/v1/runs/nope/checkpoint-request", json={}).status_code == 404
     assert client.get("/v1/runs/nope/signals").status_code == 404
     post(client, running_sim("job", stopped_ago_s=1.0))

@@ -30,7 +30,7 @@ def all_idle_run(run_id: str, idle_gpu_s: float) -> list[dict[str, Any]]:
         ("run_end", end, {"status": "finished"}))]
 
 
-def test_a_hung_runs_hang_is_in_waste_and_the_fleet_list_and_grows(client) -> None:  # type: ignore[no-untyped-def]
+def test_a_hung_runs_hang_is_in_waste_and_the_fleet_list_and_grows(client) -> None:
     post(client, running_sim("stalled", stopped_ago_s=120.0))  # threshold 40.5 s: hung
     post(client, running_sim("healthy", stopped_ago_s=1.0))
     first = client.get("/v1/runs/stalled/waste").json()
@@ -60,7 +60,7 @@ def test_a_hung_runs_hang_is_in_waste_and_the_fleet_list_and_grows(client) -> No
     assert detail["provisional"] and detail["allocated_gpu_seconds"] >= second["allocated_gpu_seconds"]
 
 
-def test_the_fleets_worst_first_order_sees_the_hang(client) -> None:  # type: ignore[no-untyped-def]
+def test_the_fleets_worst_first_order_sees_the_hang(client) -> None:
     post(client, running_sim("stalled", stopped_ago_s=300.0))
     stored = client.get("/v1/runs/stalled/waste").json()
     stored_waste = sum(stored["waste_gpu_seconds"].values()) - stored["provisional"]["hang_gpu_seconds"]
@@ -70,7 +70,7 @@ def test_the_fleets_worst_first_order_sees_the_hang(client) -> None:  # type: ig
     assert list(frame["run_id"]) == ["stalled", "idle-run"]
 
 
-def test_the_run_report_counts_the_hang_and_says_the_run_is_hung(client) -> None:  # type: ignore[no-untyped-def]
+def test_the_run_report_counts_the_hang_and_says_the_run_is_hung(client) -> None:
     post(client, running_sim("stalled", stopped_ago_s=120.0))
     report = client.get("/v1/runs/stalled/report").json()
     ledger = report["ledger"]
@@ -84,7 +84,7 @@ def test_the_run_report_counts_the_hang_and_says_the_run_is_hung(client) -> None
     assert "Hung now (provisional)" in html and "The run is hung now" in html
 
 
-def test_a_healthy_run_has_no_provisional_hang_anywhere(client) -> None:  # type: ignore[no-untyped-def]
+def test_a_healthy_run_has_no_provisional_hang_anywhere(client) -> None:
     post(client, running_sim("healthy", stopped_ago_s=1.0))
     assert client.get("/v1/runs/healthy/waste").json()["provisional"] is None
     assert client.get("/v1/runs/healthy/report").json()["ledger"]["provisional"] is None

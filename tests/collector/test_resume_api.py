@@ -16,7 +16,7 @@ def post(client: Any, events: list[dict[str, Any]]) -> None:
     assert response.status_code == 200, response.text
 
 
-def test_an_exact_resume_is_ok_and_its_digests_were_compared(client: Any) -> None:  # type: ignore[no-untyped-def]
+def test_an_exact_resume_is_ok_and_its_digests_were_compared(client: Any) -> None:
     post(client, simulate(SimConfig(run_id="resume-exact", **SIM)).events)
     check = client.get("/v1/runs/resume-exact/resume-check").json()
     assert check["verdict"] == "ok" and check["findings"] == []
@@ -25,7 +25,7 @@ def test_an_exact_resume_is_ok_and_its_digests_were_compared(client: Any) -> Non
     assert check["config"]["loss_rtol"] == 1e-6
 
 
-def test_a_digest_mismatch_is_flagged_with_its_evidence(client: Any) -> None:  # type: ignore[no-untyped-def]
+def test_a_digest_mismatch_is_flagged_with_its_evidence(client: Any) -> None:
     post(client, simulate(SimConfig(run_id="resume-bad", resume_fault="digest", **SIM)).events)
     check = client.get("/v1/runs/resume-bad/resume-check").json()
     assert check["verdict"] == "flagged"
@@ -37,7 +37,7 @@ def test_a_digest_mismatch_is_flagged_with_its_evidence(client: Any) -> None:  #
     assert check["gpu_seconds_since_first_finding"] > 0
 
 
-def test_the_check_follows_the_run_version_and_takes_tolerances(client: Any) -> None:  # type: ignore[no-untyped-def]
+def test_the_check_follows_the_run_version_and_takes_tolerances(client: Any) -> None:
     events = simulate(SimConfig(run_id="resume-grow", resume_fault="lr", **SIM)).events
     half = len(events) // 3
     post(client, events[:half])
@@ -52,7 +52,7 @@ def test_the_check_follows_the_run_version_and_takes_tolerances(client: Any) -> 
     assert client.get("/v1/runs/resume-grow/resume-check", params={"loss_rtol": -1}).status_code == 422
 
 
-def test_an_unknown_run_is_404_and_a_bad_digest_is_rejected_naming_the_field(client: Any) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_run_is_404_and_a_bad_digest_is_rejected_naming_the_field(client: Any) -> None:
     assert client.get("/v1/runs/nope/resume-check").status_code == 404
     bad = {"event_id": "d1", "run_id": "r", "kind": "digest", "time": 1.7e9, "attempt": 0, "rank": 0, "step": 1,
            "value": "x" * 129}
@@ -63,7 +63,7 @@ def test_an_unknown_run_is_404_and_a_bad_digest_is_rejected_naming_the_field(cli
     assert client.post("/v1/events", json={"events": [ok]}).status_code == 200
 
 
-def test_a_flagged_run_s_report_recommends_fixing_the_resume(client: Any) -> None:  # type: ignore[no-untyped-def]
+def test_a_flagged_run_s_report_recommends_fixing_the_resume(client: Any) -> None:
     post(client, simulate(SimConfig(run_id="resume-rep", resume_fault="loss", **SIM)).events)
     check = client.get("/v1/runs/resume-rep/resume-check").json()
     report = client.get("/v1/runs/resume-rep/report", params={"format": "json"}).json()

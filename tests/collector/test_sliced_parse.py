@@ -22,7 +22,7 @@ LIMITS = {"max_events": 20_000, "max_rows": 2_000_000}
 
 def _both(body: bytes, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
     """(whole-body outcome, sliced outcome): a list of records or the InvalidBatch raised."""
-    outcomes = []
+    outcomes: list[Any] = []
     for threshold in (1 << 62, 0):
         monkeypatch.setattr(batch_module, "SLICED_PARSE_MIN_BYTES", threshold)
         try:
@@ -34,7 +34,7 @@ def _both(body: bytes, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
 
 def _same_records(a: list[Any], b: list[Any]) -> None:
     assert len(a) == len(b)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert (x.run_id, x.event_id, x.kind, x.time, x.attempt, x.rank, x.step, x.data) == \
                (y.run_id, y.event_id, y.kind, y.time, y.attempt, y.rank, y.step, y.data)
         for rows_x, rows_y in ((x.step_rows, y.step_rows), (x.collective_rows, y.collective_rows)):

@@ -13,10 +13,15 @@ from typing import Any
 
 import pytest
 
+from services.analysis.ledger import build_ledger
+from services.analysis.resume_check import build_resume_check
+from services.analysis.views import build_run_views
 from services.collector.routes import resume as resume_route
 from services.collector.routes import runs as runs_route
 from services.collector.routes import views as views_route
-from services.derive import ledger as pipeline, resume as resume_pipeline, views as views_pipeline
+from services.derive import ledger as pipeline
+from services.derive import resume as resume_pipeline
+from services.derive import views as views_pipeline
 from services.simulate import START_TIME, SimConfig, simulate
 
 BUDGET_S = 0.2
@@ -74,7 +79,7 @@ def test_the_run_page_gets_the_last_build_while_a_slow_rebuild_runs_once(client:
     assert built["stale"] is False and built["version"] == built["run_version"]
     assert built["ledger"] == client.get("/v1/runs/swr/waste").json()  # one version: views and ledger agree
 
-    gate = Gate(views_pipeline.build_run_views)
+    gate = Gate(build_run_views)
     monkeypatch.setattr(views_pipeline, "build_run_views", gate)
     post(client, second)
     started = time.monotonic()
@@ -87,8 +92,8 @@ def test_the_run_page_gets_the_last_build_while_a_slow_rebuild_runs_once(client:
         assert answer["ledger"] == built["ledger"] and answer["timeline"] == built["timeline"]
         assert answer["analysed_at"] == built["analysed_at"]
     # paced: a rebuild starts once 4x the last build's duration has passed since it (here: milliseconds)
-    wait_until(lambda: client.get("/v1/runs/swr/view", params={"stale_ok": "true"}).json()["stale"] and gate.calls,
-               "the background rebuild to start")
+    wait_until(lambda: bool(client.get("/v1/runs/swr/view", params={"stale_ok": "true"}).json()["stale"]
+                            and gate.calls), "the background rebuild to start")
     assert gate.calls == 1, "one background rebuild for every poll of the run"
 
     gate.opened.set()
@@ -118,12 +123,12 @@ def test_the_fleet_list_shows_the_stored_ledger_while_a_slow_one_is_built(client
     before = client.get("/v1/runs").json()["runs"][0]
     assert before["stale"] is False and before["status"] == "running"
 
-    gate = Gate(pipeline.build_ledger)
+    gate = Gate(build_ledger)
     monkeypatch.setattr(pipeline, "build_ledger", gate)
     post(client, second)
     during = client.get("/v1/runs").json()["runs"][0]
     assert during["stale"] is True and during["goodput"] == before["goodput"] and during["status"] == "running"
-    wait_until(lambda: client.get("/v1/runs").json()["runs"][0]["stale"] and gate.calls,
+    wait_until(lambda: bool(client.get("/v1/runs").json()["runs"][0]["stale"] and gate.calls),
                "the background ledger to start")
 
     gate.opened.set()
@@ -136,7 +141,7 @@ def test_the_fleet_list_shows_the_stored_ledger_while_a_slow_one_is_built(client
 def test_the_resume_check_is_pending_then_stale_then_fresh(client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     first, second = halves("resumes")
     post(client, first)
-    gate = Gate(resume_pipeline.build_resume_check)
+    gate = Gate(build_resume_check)
     monkeypatch.setattr(resume_pipeline, "build_resume_check", gate)
     pending = client.get("/v1/runs/resumes/resume-check", params={"stale_ok": "true"})
     assert pending.status_code == 202 and pending.json()["error"]["code"] == "resume_check_pending"

@@ -3,7 +3,7 @@ from __future__ import annotations
 from services.simulate import SimConfig, simulate
 
 
-def test_stragglers_endpoint_names_the_slow_rank(client) -> None:  # type: ignore[no-untyped-def]
+def test_stragglers_endpoint_names_the_slow_rank(client) -> None:
     result = simulate(SimConfig(run_id="strag-api", ranks=8, hours=0.05, mtbf_s=None, straggler_rank=3, seed=1))
     assert client.post("/v1/events", json={"events": result.events}).status_code == 200
     report = client.get("/v1/runs/strag-api/stragglers").json()

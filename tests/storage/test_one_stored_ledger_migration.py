@@ -35,7 +35,7 @@ def test_the_views_ledger_moves_to_the_run_when_newer_and_comes_back_on_downgrad
 
     downgrade(engine, "0005")
     with engine.connect() as conn:
-        views: dict[int, str] = dict(conn.execute(text("SELECT run_pk, ledger_json FROM run_views")).tuples().all())
+        views = {int(pk): str(ledger) for pk, ledger in conn.execute(text("SELECT run_pk, ledger_json FROM run_views"))}
     # views of the run's ledger version get it back; the others are dropped (rebuilt on demand)
     assert views == {1: '{"v": 4}', 2: '{"v": 4}'}
     upgrade(engine)

@@ -15,8 +15,8 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.collector.auth import READ_FLEET
-from services.errors import InvalidBatch
 from services.derive.live import live_config
+from services.errors import InvalidBatch
 from services.metrics import CONTENT_TYPE, CollectorInstruments, MetricsService
 
 router = APIRouter(tags=["metrics"])

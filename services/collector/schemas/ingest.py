@@ -1,8 +1,9 @@
-"""Wire models of `POST /v1/events` (docs/events.md), kept apart from the tables so a column rename never changes them."""
+"""Wire models of `POST /v1/events` (docs/events.md), kept apart from the tables so that a column rename never
+changes them."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, model_validator
@@ -284,7 +285,7 @@ EVENT_KINDS = (
 
 
 # One event alone, validated as EventBatch validates each of its events (services.collector.batch's sliced parse).
-EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(AnyEvent)
+EVENT_ADAPTER: TypeAdapter[_Event] = TypeAdapter(AnyEvent)
 
 
 class EventBatch(BaseModel):
@@ -303,9 +304,10 @@ def _nan(value: float | None) -> float:
     return float("nan") if value is None else value
 
 
-def _nans(values: np.ndarray | None, n: int) -> np.ndarray:
-    """A column the client did not send: a read-only view of one NaN, n long, that takes no memory."""
-    return np.broadcast_to(np.float64(np.nan), (n,)) if values is None else values
+def _nans(values: np.ndarray | list[float | None] | None, n: int) -> np.ndarray:
+    """A column the client did not send: a read-only view of one NaN, n long, that takes no memory. (A column it
+    sent is already an array, _float64_array_with_nans: asarray returns it as it is.)"""
+    return np.broadcast_to(np.float64(np.nan), (n,)) if values is None else np.asarray(values, dtype=np.float64)
 
 
 def _check_columns(record: BaseModel, names: tuple[str, ...]) -> None:

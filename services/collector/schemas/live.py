@@ -6,6 +6,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from services.analysis.preemption import PreemptionCost
+
 
 class Suspect(BaseModel):
     rank: int
@@ -70,19 +72,10 @@ class LiveRuns(BaseModel):
     runs: list[LiveRun] = Field(description="running runs, hung first, then longest without progress first")
 
 
-class PreemptionCandidate(BaseModel):
-    run_id: str
+class PreemptionCandidate(PreemptionCost):
+    """What preempting a running run now would destroy (cost_gpu_seconds), with what the scheduler needs beside."""
+
     project: str = Field(description="the run's project: a run is identified by (project, run_id)")
-    gpus: int
-    cost_gpu_seconds: float = Field(description="at_risk_gpu_seconds + restart_gpu_seconds: what preempting it "
-                                    "now would destroy")
-    at_risk_gpu_seconds: float = Field(description="work since its last checkpoint, recomputed after a restart")
-    restart_gpu_seconds: float = Field(description="expected restart seconds x GPUs")
-    restart_seconds: float
-    restart_basis: str = Field(description="failures: measured over this run's failures; first_startup: its "
-                               "first attempt's startup; default: none measured yet")
-    last_checkpoint_step: int | None
-    last_step: int | None
     hung: bool
     pending_checkpoint_request: int | None = Field(description="id of a checkpoint request not yet fulfilled")
 
