@@ -75,6 +75,8 @@ class RunPainting:
 
 
 def paint_run(run: RunStructure) -> RunPainting:
+    """The run's wall time painted with the ledger's claims: build it once, hand it to `build_ledger` and
+    `build_run_views`."""
     job_steps = kept_job_steps(run)
     precedence = _Precedence(attempts=max(len(run.attempts), 1))
     starts, ends, keys = _claims(run, job_steps, precedence)

@@ -7,7 +7,6 @@ docs/ledger.md explains each figure. Seconds are wall seconds, GPU-seconds are s
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,19 +15,6 @@ from services.analysis.categories import WASTE_KEYS
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True)
-
-    # TRANSITION (issue 14): read access by key while consumers move to attributes; removed when none is left.
-    def __getitem__(self, key: str) -> Any:
-        try:
-            return getattr(self, key)
-        except AttributeError:
-            raise KeyError(key) from None
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, key, default)
-
-    def keys(self) -> list[str]:
-        return list(type(self).model_fields)
 
 
 class WasteBreakdown(_Frozen):

@@ -65,7 +65,7 @@ def test_steps_with_their_own_comm_give_the_same_ledger_as_collective_rows(engin
         with engine.connect() as conn:
             ledgers.append(build_ledger(load_run_data(conn, get_run(conn, run_id))))
     a, b = ledgers
-    assert a["waste_gpu_seconds"]["straggler"] > 0
-    for key in ("allocated_gpu_seconds", "productive_gpu_seconds"):
-        assert a[key] == pytest.approx(b[key], rel=1e-9)
+    assert a.waste_gpu_seconds.straggler > 0
+    assert a.allocated_gpu_seconds == pytest.approx(b.allocated_gpu_seconds, rel=1e-9)
+    assert a.productive_gpu_seconds == pytest.approx(b.productive_gpu_seconds, rel=1e-9)
     assert a.waste_gpu_seconds.model_dump() == pytest.approx(b.waste_gpu_seconds.model_dump(), rel=1e-9)
