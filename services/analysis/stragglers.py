@@ -90,9 +90,9 @@ def rank_compute(run: RunStructure, data: RunData, kept: pd.DataFrame) -> pd.Dat
     if steps.empty or kept.empty:
         return pd.DataFrame(columns=["attempt", "rank", "step", "compute"])
     compute = step_compute(data, steps)
-    known = compute.known
-    frame = pd.DataFrame({"attempt": steps["attempt"].to_numpy()[known], "rank": steps["rank"].to_numpy()[known],
-                          "step": steps["step"].to_numpy()[known], "compute": compute.seconds[known]})
+    frame = steps[["attempt", "rank", "step"]].assign(compute=compute.seconds)
+    if not compute.known.all():
+        frame = frame[compute.known]
     return frame.merge(kept[["attempt", "step"]], on=["attempt", "step"], how="inner")
 
 
