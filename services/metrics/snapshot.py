@@ -3,40 +3,38 @@
 A snapshot covers the runs that are running or had an event within the window (``MetricsSettings``). Ledgers
 come from the cache in the ``runs`` table (`services.derive.ledger.current_ledger`); a ledger made stale by new
 events is recomputed within a time budget per snapshot, past which the previous stored ledger is served
-(counted in ``stale_ledgers``). Besides ledgers, a snapshot reads two cheap things per run:
+(counted in ``stale_ledgers``). Besides ledgers, a snapshot reads two cheap things per run
+(services.storage.run_activity):
 
-- the time of the run's latest step record (an index lookup on ``events (run_pk, kind, time)``; a compact
-  ``steps`` record carries the end of its last step as its time), for "seconds since progress";
+- the time of the run's latest step record, for "seconds since progress";
 - the latest ``client_stats`` of every process (attempt, rank), summed: cumulative counts of events the
   clients dropped (buffer full, spool full) or that the collector rejected.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from sqlalchemy import Connection, bindparam, text
+from sqlalchemy import Connection
 
 from services.analysis.categories import RunStatus
-from services.analysis.live import LiveConfig, detect_hang
 from services.analysis.ledger_types import Ledger
+from services.analysis.live import LiveConfig, detect_hang
 from services.analysis.provisional import LiveHang, provisional_ledger
 from services.derive.cache import AnalysisCache
 from services.derive.ledger import current_ledger
-from services.storage.live import load_live_state
 from services.settings import MetricsSettings
+from services.storage.live import load_live_state
+from services.storage.run_activity import last_step_times, latest_client_stats
 from services.storage.runs import RunRow, list_runs
 
 logger = logging.getLogger(__name__)
 
 CLIENT_COUNTERS = {"buffer": "dropped_events", "spool": "spool_dropped_events", "rejected": "rejected_events"}
-_STEP_KINDS = ("steps", "step")
-_CHUNK = 500
 MAX_RUNS_SCANNED = 5000  # runs in the window read per snapshot (fleet series cover these)
 
 
@@ -95,7 +93,7 @@ def build_snapshot(analyses: AnalysisCache, config: MetricsSettings, now: float,
         if fresh or clock() - started < config.refresh_budget_s:
             try:
                 ledgers[row.pk] = (current_ledger(analyses, row), False)
-            except Exception:  # noqa: BLE001 - one bad run must not take the whole scrape down
+            except Exception:  # one bad run must not take the whole scrape down
                 logger.exception("metrics: ledger of run %s failed", row.run_id)
                 missing += 1
         elif row.ledger_json is not None:
@@ -114,7 +112,7 @@ def build_snapshot(analyses: AnalysisCache, config: MetricsSettings, now: float,
     with engine.connect() as conn:
         stats = _client_stats(conn, [row.pk for row, _, _ in kept])
         running_rows = [row for row, ledger, _ in kept[:labelled] if ledger.status == RunStatus.RUNNING.value]
-        progress = _last_progress(conn, running_rows)
+        progress = last_step_times(conn, [row.pk for row in running_rows])
         hangs = _hangs(conn, running_rows, now, live or LiveConfig())
     samples = []
     for row, ledger, stale in kept:
@@ -132,45 +130,14 @@ def build_snapshot(analyses: AnalysisCache, config: MetricsSettings, now: float,
                     duration_s=clock() - started, stale_ledgers=sum(1 for s in samples if s.stale))
 
 
-def _chunks(values: list[int]) -> Iterable[list[int]]:
-    for i in range(0, len(values), _CHUNK):
-        yield values[i:i + _CHUNK]
-
-
-_CLIENT_STATS_SQL = text("""
-SELECT run_pk, data FROM (
-    SELECT run_pk, data, ROW_NUMBER() OVER (PARTITION BY run_pk, attempt, rank ORDER BY time DESC) AS newest
-    FROM events WHERE kind = 'client_stats' AND run_pk IN :pks
-) latest WHERE newest = 1
-""").bindparams(bindparam("pks", expanding=True))
-
-
 def _client_stats(conn: Connection, run_pks: list[int]) -> dict[int, dict[str, int]]:
     """Per run: the latest cumulative counters of each process (attempt, rank), summed."""
     out: dict[int, dict[str, int]] = {}
-    for chunk in _chunks(run_pks):
-        for run_pk, data in conn.execute(_CLIENT_STATS_SQL, {"pks": chunk}):
-            fields = json.loads(data) if data else {}
-            totals = out.setdefault(run_pk, {})
+    for run_pk, processes in latest_client_stats(conn, run_pks).items():
+        totals = out.setdefault(run_pk, {})
+        for fields in processes:
             for name in (*CLIENT_COUNTERS.values(), "send_failures"):
                 totals[name] = totals.get(name, 0) + int(fields.get(name) or 0)
-    return out
-
-
-_LAST_STEP_SQL = text(
-    "SELECT max(time) FROM events WHERE run_pk = :pk AND kind = :k1 "
-    "UNION ALL SELECT max(time) FROM events WHERE run_pk = :pk AND kind = :k2"
-)
-
-
-def _last_progress(conn: Connection, rows: list[RunRow]) -> dict[int, float]:
-    """The latest step end of each run: two index lookups per run (one per step kind), never a scan."""
-    out: dict[int, float] = {}
-    for row in rows:
-        values = [v for (v,) in conn.execute(_LAST_STEP_SQL, {"pk": row.pk, "k1": _STEP_KINDS[0],
-                                                              "k2": _STEP_KINDS[1]}) if v is not None]
-        if values:
-            out[row.pk] = float(max(values))
     return out
 
 
@@ -183,7 +150,7 @@ def _hangs(conn: Connection, rows: list[RunRow], now: float, config: LiveConfig
         try:
             state = load_live_state(conn, row, now=now, lookback_s=max(60.0, 4 * config.silent_after_s))
             status = detect_hang(replace(state, status=RunStatus.RUNNING.value), now, config)
-        except Exception:  # noqa: BLE001 - one bad run must not take the whole scrape down
+        except Exception:  # one bad run must not take the whole scrape down
             logger.exception("metrics: live status of run %s failed", row.run_id)
             continue
         hang = LiveHang(since=status.last_progress_time) \
