@@ -57,7 +57,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
             writer.stop()
             app.state.inflater.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(
+    app = _Collector(
         title="goodput collector",
         version="0.1.0",
         description="Ingests training events and serves where each run's GPU-seconds went.",
@@ -83,7 +83,6 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     app.include_router(health.router)
     app.include_router(whoami.router)
     app.include_router(metrics.router)
-    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     if settings.server.serve_dashboard:
         _mount_dashboard(app, settings.dashboard)
     return app
@@ -112,14 +111,16 @@ def _log_auth_mode(auth: Authenticator) -> None:
                        "create tokens with `goodput token create` to accept others")
 
 
-def _openapi(app: FastAPI) -> dict[str, Any]:
-    """The generated schema plus EventBatch, which the ingest route reads from the raw body itself."""
-    if app.openapi_schema:
-        return app.openapi_schema
-    schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
-    batch = EventBatch.model_json_schema(ref_template="#/components/schemas/{model}")
-    components = schema.setdefault("components", {}).setdefault("schemas", {})
-    components.update(batch.pop("$defs", {}))
-    components["EventBatch"] = batch
-    app.openapi_schema = schema
-    return schema
+class _Collector(FastAPI):
+    def openapi(self) -> dict[str, Any]:
+        """The generated schema plus EventBatch, which the ingest route reads from the raw body itself."""
+        if self.openapi_schema:
+            return self.openapi_schema
+        schema = get_openapi(title=self.title, version=self.version, description=self.description,
+                             routes=self.routes)
+        batch = EventBatch.model_json_schema(ref_template="#/components/schemas/{model}")
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.update(batch.pop("$defs", {}))
+        components["EventBatch"] = batch
+        self.openapi_schema = schema
+        return schema

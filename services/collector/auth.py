@@ -30,7 +30,7 @@ import ipaddress
 import threading
 import time
 from dataclasses import dataclass
-from typing import Annotated, Literal, cast
+from typing import Annotated, Generic, Literal, TypeVar, cast
 
 from fastapi import Depends, Query, Request
 from sqlalchemy import Engine
@@ -78,9 +78,12 @@ class Principal:
     token_id: str | None = None
 
 
+V = TypeVar("V")
+
+
 @dataclass(slots=True)
-class _Cached:
-    value: object
+class _Cached(Generic[V]):
+    value: V
     until: float
 
 
@@ -91,8 +94,8 @@ class Authenticator:
         self._engine = engine
         self._ttl = cache_ttl_s
         self._lock = threading.Lock()
-        self._enabled: _Cached | None = None
-        self._tokens: dict[str, _Cached] = {}
+        self._enabled: _Cached[bool] | None = None
+        self._tokens: dict[str, _Cached[StoredToken | None]] = {}
 
     # -- lookups (sync: run them in a thread) ---------------------------------------------------------------
 
@@ -100,7 +103,7 @@ class Authenticator:
         """True once at least one active token exists: from then on every request needs a token."""
         cached = self._enabled
         if cached is not None and cached.until > time.monotonic():
-            return bool(cached.value)
+            return cached.value
         with self._engine.connect() as conn:
             value = has_active_tokens(conn)
         self._enabled = _Cached(value, time.monotonic() + self._ttl)
@@ -109,7 +112,7 @@ class Authenticator:
     def _stored(self, token_id: str) -> StoredToken | None:
         cached = self._tokens.get(token_id)
         if cached is not None and cached.until > time.monotonic():
-            return cached.value  # type: ignore[return-value]
+            return cached.value
         with self._engine.connect() as conn:
             stored = find_token(conn, token_id)
         with self._lock:
@@ -146,7 +149,7 @@ class Authenticator:
         if not stored.info.active:
             raise Unauthenticated(f"token {token_id} was revoked; ask for a new one (`goodput token create`)")
         project = None if stored.info.project == ALL_PROJECTS else stored.info.project
-        return Principal(kind=kind, project=project, token_id=token_id)  # type: ignore[arg-type]
+        return Principal(kind=kind, project=project, token_id=token_id)
 
     # -- async front: cache hits never leave the event loop -----------------------------------------------
 

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, create_engine, event, text
+import sqlite3
+from typing import TYPE_CHECKING, Any, cast
+
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import NullPool
+
+if TYPE_CHECKING:
+    import psycopg
 
 # The database did not answer now (down, restarting, renamed, out of connections, locked): a retry can succeed.
 # The collector answers these 503 + Retry-After wherever they are raised (services.collector.errors).
@@ -45,7 +51,17 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
     return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
 
 
-def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+def sqlite_connection(conn: Connection) -> sqlite3.Connection:
+    """The driver's own connection under `conn` on SQLite (cursors that return plain tuples)."""
+    return cast(sqlite3.Connection, conn.connection.driver_connection)
+
+
+def psycopg_connection(conn: Connection) -> psycopg.Connection[tuple[Any, ...]]:
+    """The driver's own connection under `conn` on PostgreSQL (COPY, binary cursors)."""
+    return cast("psycopg.Connection[tuple[Any, ...]]", conn.connection.driver_connection)
+
+
+def _sqlite_pragmas(dbapi_connection: sqlite3.Connection, _record: object) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=FULL")  # a 200 means committed: survive power loss, not just a crash

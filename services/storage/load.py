@@ -13,6 +13,7 @@ from sqlalchemy import Connection, select
 
 from services.analysis.run_data import RunData, collectives_frame, comm_frame, events_frame, steps_frame
 from services.storage import pgcopy
+from services.storage.db import psycopg_connection, sqlite_connection
 from services.storage.records import SERIES_KINDS
 from services.storage.runs import RunRow
 from services.storage.tables import Event, collectives
@@ -115,9 +116,9 @@ def sum_collective_seconds(attempt: np.ndarray, rank: np.ndarray, step: np.ndarr
 
 def _fetch_tuples(conn: Connection, sql: str, run_pk: int) -> list[tuple[Any, ...]]:
     """Plain tuples from the DBAPI cursor: numpy converts them 20x faster than SQLAlchemy Row objects."""
-    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    cursor = sqlite_connection(conn).cursor()
     try:
-        return cursor.execute(sql, (run_pk,)).fetchall()  # type: ignore[no-any-return]
+        return cursor.execute(sql, (run_pk,)).fetchall()
     finally:
         cursor.close()
 
@@ -144,8 +145,7 @@ def _steps_as_arrays(conn: Connection, run_pk: int, names: list[str], columns: d
     # the other plans are priced out.
     sql = (f"SELECT attempt, rank, count(*), {select_list} FROM steps WHERE run_pk = %s GROUP BY attempt, rank "
            "ORDER BY attempt, rank")
-    raw = conn.connection.driver_connection
-    with raw.cursor(binary=True) as cursor:  # type: ignore[union-attr]
+    with psycopg_connection(conn).cursor(binary=True) as cursor:
         for setting in _INDEX_ORDER_PLAN:
             cursor.execute(f"SET LOCAL {setting} = off")
         try:
@@ -166,8 +166,8 @@ def _steps_as_arrays(conn: Connection, run_pk: int, names: list[str], columns: d
 
 def _copy_out(conn: Connection, sql: str, columns: dict[str, str]) -> np.ndarray:
     buffer = io.BytesIO()
-    raw = conn.connection.driver_connection
-    with raw.cursor() as cursor, cursor.copy(f"COPY ({sql}) TO STDOUT (FORMAT binary)") as copy:  # type: ignore[union-attr]
+    with (psycopg_connection(conn).cursor() as cursor,
+          cursor.copy(f"COPY ({sql}) TO STDOUT (FORMAT binary)") as copy):
         for chunk in copy:
             buffer.write(chunk)
     return pgcopy.decode_rows(buffer.getvalue(), pgcopy.read_dtype(columns))

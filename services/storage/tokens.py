@@ -16,11 +16,13 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 from sqlalchemy import Connection, insert, select, update
 
 from services.storage.tables import ApiToken
 
+TokenKind = Literal["write", "read"]
 PREFIXES = {"write": "gpw", "read": "gpr"}
 KINDS = tuple(PREFIXES)
 ALL_PROJECTS = "*"
@@ -55,12 +57,12 @@ def hash_secret(salt: bytes, secret: str) -> bytes:
     return hashlib.sha256(salt + secret.encode("ascii")).digest()
 
 
-def parse_token(token: str) -> tuple[str, str, str] | None:
+def parse_token(token: str) -> tuple[TokenKind, str, str] | None:
     """(kind, token_id, secret) of a well-formed token, else None."""
     match = _TOKEN_RE.match(token)
     if match is None:
         return None
-    kind = "write" if match.group(1) == "gpw" else "read"
+    kind: TokenKind = "write" if match.group(1) == "gpw" else "read"
     return kind, match.group(2), match.group(3)
 
 

@@ -25,6 +25,7 @@ from sqlalchemy import Connection, Engine, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from services.storage import pgcopy
+from services.storage.db import psycopg_connection
 from services.storage.records import EventConflict, IngestRecord, IngestResult
 from services.storage.runs import DEFAULT_PROJECT
 from services.storage.tables import Event, Run, collectives, steps
@@ -264,9 +265,8 @@ def copy_steps(conn: Connection, cols: dict[str, np.ndarray]) -> None:
 
 def copy_step_columns(conn: Connection, parts: Iterable[dict[str, np.ndarray]]) -> None:
     """One binary COPY of several column sets, encoded a chunk at a time (memory: one chunk, not the batch)."""
-    raw = conn.connection.driver_connection
     sql = f"COPY steps ({', '.join(pgcopy.STEP_COPY_COLUMNS)}) FROM STDIN (FORMAT binary)"
-    with raw.cursor() as cursor, cursor.copy(sql) as copy:  # type: ignore[union-attr]
+    with psycopg_connection(conn).cursor() as cursor, cursor.copy(sql) as copy:
         copy.write(pgcopy.HEADER)
         for cols in parts:
             for i in range(0, len(cols["step"]), _COPY_CHUNK_ROWS):

@@ -23,7 +23,7 @@ from services.storage.write import write_batches
 
 logger = logging.getLogger(__name__)
 
-_STOP = object()
+_Batch = tuple[Sequence[IngestRecord], int, Future[IngestResult], str | None]  # records, weight, answer, project
 
 
 class BatchWriter:
@@ -34,7 +34,7 @@ class BatchWriter:
         # row locks in one order, so they never deadlock). SQLite has a single writer.
         self._threads_wanted = threads or (2 if engine.dialect.name == "postgresql" else 1)
         self._threads: list[threading.Thread] = []
-        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()  # None: stop
         self._max_pending = max_pending_events
         self._max_group = max_group_events
         self._pending = 0
@@ -54,7 +54,7 @@ class BatchWriter:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         for _ in self._threads:
-            self._queue.put(_STOP)
+            self._queue.put(None)
         for thread in self._threads:
             thread.join(timeout_s)
         self._threads = []
@@ -74,26 +74,26 @@ class BatchWriter:
     def _run(self) -> None:
         while True:
             item = self._queue.get()
-            if item is _STOP:
+            if item is None:
                 return
             group = [item]
-            size = item[1]  # type: ignore[index]
+            size = item[1]
             stop = False
             while size < self._max_group:
                 try:
                     nxt = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if nxt is _STOP:
+                if nxt is None:
                     stop = True
                     break
                 group.append(nxt)
-                size += nxt[1]  # type: ignore[index]
-            self._write(group)  # type: ignore[arg-type]
+                size += nxt[1]
+            self._write(group)
             if stop:
                 return
 
-    def _write(self, group: list[tuple[Sequence[IngestRecord], int, Future[IngestResult], str | None]]) -> None:
+    def _write(self, group: list[_Batch]) -> None:
         try:
             results = write_batches(self._engine, [records for records, _, _, _ in group],
                                     [project for _, _, _, project in group])

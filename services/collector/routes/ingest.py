@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
@@ -22,13 +23,14 @@ from services.settings import IngestSettings
 
 router = APIRouter(tags=["ingest"])
 
-_ERRORS = {status: {"model": ErrorResponse} for status in (400, 401, 403, 408, 413, 415, 422, 503)}
+_ERRORS: dict[int | str, dict[str, Any]] = {status: {"model": ErrorResponse}
+                                            for status in (400, 401, 403, 408, 413, 415, 422, 503)}
 
 
 @router.post(
     "/v1/events",
     response_model=IngestAck,
-    responses=_ERRORS,  # type: ignore[arg-type]
+    responses=_ERRORS,
     openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
         "schema": {"$ref": "#/components/schemas/EventBatch"}}}}},
     summary="Ingest a batch of events (all or nothing; duplicates absorbed)",

@@ -3,7 +3,7 @@ changes them."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, model_validator
@@ -72,12 +72,14 @@ class _Event(BaseModel):
     event_id: EventId
     run_id: RunId
     time: Time
+    if TYPE_CHECKING:  # each kind's model declares its own `kind` (the discriminator of AnyEvent)
+        kind: str
 
     def to_record(self) -> IngestRecord:
         fields = self.model_dump(exclude={"event_id", "run_id", "kind", "time", "attempt", "rank", "step"},
                                  exclude_none=True)
         return IngestRecord(
-            run_id=self.run_id, event_id=self.event_id, kind=self.kind,  # type: ignore[attr-defined]
+            run_id=self.run_id, event_id=self.event_id, kind=self.kind,
             time=self.time, attempt=getattr(self, "attempt", None), rank=getattr(self, "rank", None),
             step=getattr(self, "step", None), data=fields or None,
         )
@@ -310,15 +312,15 @@ def _nans(values: np.ndarray | list[float | None] | None, n: int) -> np.ndarray:
     return np.broadcast_to(np.float64(np.nan), (n,)) if values is None else np.asarray(values, dtype=np.float64)
 
 
-def _check_columns(record: BaseModel, names: tuple[str, ...]) -> None:
+def _check_columns(record: Steps | Collectives, names: tuple[str, ...]) -> None:
     """A compact record's arrays: as long as `step`, and no end before its start."""
-    n = len(record.step)  # type: ignore[attr-defined]
+    n = len(record.step)
     for name in names:
         values = getattr(record, name)
         if values is not None and len(values) != n:
             raise _field_error(name, f"{name} has {len(values)} values but step has {n}: "
                                      "the arrays must be equal length")
-    start, end = record.start, record.end  # type: ignore[attr-defined]
+    start, end = record.start, record.end
     bad = np.flatnonzero(np.asarray(end) < np.asarray(start))
     if len(bad):
         i = int(bad[0])
