@@ -92,10 +92,11 @@ def big_run(ranks: int, steps: int, *, straggler: int = 123, seed: int = 0) -> B
         pauses = np.where(numbers % every == 0, ckpt_s, 0.0)  # a checkpoint after every `every`-th step
         starts = t + np.concatenate([[0.0], np.cumsum(duration + pauses)[:-1]])
         ends = starts + duration
-        for n, s_end in zip(numbers[numbers % every == 0], ends[numbers % every == 0]):
+        for n, s_end in zip(numbers[numbers % every == 0], ends[numbers % every == 0], strict=True):
             ok = attempt == 1 or n <= resume
             for r in range(ranks):
-                events.append({"kind": "checkpoint_start", "time": s_end, "attempt": attempt, "rank": r, "step": int(n)})
+                events.append({"kind": "checkpoint_start", "time": s_end, "attempt": attempt, "rank": r,
+                               "step": int(n)})
                 if n < numbers[-1] or attempt == 1:
                     events.append({"kind": "checkpoint_end", "time": s_end + ckpt_s, "attempt": attempt, "rank": r,
                                    "step": int(n), "ok": bool(ok)})
@@ -150,7 +151,8 @@ def serialized_size(parts: list[Any]) -> int:
         if isinstance(p, Figure):
             total += len(pio.to_json(p, validate=False))
         else:
-            total += len(json.dumps(p, default=lambda o: o.to_plotly_json() if hasattr(o, "to_plotly_json") else str(o)))
+            total += len(json.dumps(p, default=lambda o: o.to_plotly_json() if hasattr(o, "to_plotly_json")
+                                    else str(o)))
     return total
 
 
@@ -250,7 +252,8 @@ def _through_the_api(big: BigRun, db: str, repeats: int, build_in_memory: float)
 
             stored = [timed(page)[0] for _ in range(repeats)]
             print(f"page from the stored analysis: best {min(stored):.2f} s, median {statistics.median(stored):.2f} s")
-            beat = {"events": [{"event_id": "bench-beat", "run_id": "big", "kind": "heartbeat",
+            beat: dict[str, list[dict[str, Any]]] = {"events": [{"event_id": "bench-beat", "run_id": "big",
+                                                                "kind": "heartbeat",
                                 "time": float(big.events[-1]["time"]) + 1, "attempt": 1, "rank": 0}]}
             assert client.post("/v1/events", json=beat).status_code == 200
             while_stale, doc = timed(page)
@@ -292,7 +295,7 @@ def _load(engine: Any) -> tuple[float, int]:
 def _get(client: Any, path: str, **params: str) -> dict[str, Any]:
     response = client.get(path, params=params)
     assert response.status_code == 200, response.text[:500]
-    return response.json()  # type: ignore[no-any-return]
+    return response.json()
 
 
 def _store(engine: Any, big: BigRun) -> float:

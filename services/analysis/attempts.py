@@ -232,41 +232,41 @@ def _build_attempts(
             # A reported end before the attempt's own start or last step (a skewed clock, events of two
             # batches that contradict each other) is read as the end of its last sign of life: an attempt never
             # ends before it starts, and its steps are never dropped (docs/ledger.md, "Contradicting inputs").
-            own = [float(end_time), float(a["start"])]  # type: ignore[arg-type]
+            own = [float(end_time), float(a["start"])]
             if a["last_end"] is not None:
-                own.append(float(a["last_end"]))  # type: ignore[arg-type]
+                own.append(float(a["last_end"]))
             end, reported = max(own), True
         elif next_start is not None:
             # Killed without a word (SIGKILL, OOM killer, a lost node): it was alive until its latest event,
             # heart-beating while stuck or not; what follows until the next attempt's first step is detection,
             # teardown and relaunch, the restart's startup (docs/ledger.md, "Attempts"). Never past the next
             # attempt's start (a late clock), never before its own start.
-            seen = min(float(a["last_seen"]), float(next_start))  # type: ignore[arg-type]
-            end, reported = max(seen, float(a["start"])), False  # type: ignore[arg-type]
+            seen = min(float(a["last_seen"]), float(next_start))
+            end, reported = max(seen, float(a["start"])), False
         elif run_end_time is not None:
-            end, reported = max(run_end_time, float(a["start"])), False  # type: ignore[arg-type]
+            end, reported = max(run_end_time, float(a["start"])), False
         else:
-            end, reported = float(latest if latest is not None else a["start"]), False  # type: ignore[arg-type]
+            end, reported = float(latest if latest is not None else a["start"]), False
         failed = (
             a["reason"] == "failed"
             or (end_time is None and not is_last)
             or (is_last and status is RunStatus.FAILED)
         )
         attempts.append(Attempt(
-            attempt=int(a["attempt"]),  # type: ignore[call-overload]
-            start=float(a["start"]),  # type: ignore[arg-type]
+            attempt=int(a["attempt"]),
+            start=float(a["start"]),
             end=end,
             end_reported=reported,
-            reason=a["reason"],  # type: ignore[arg-type]
+            reason=a["reason"],
             failed=bool(failed),
-            world_size=int(a["world_size"]),  # type: ignore[call-overload]
-            hosts=a["hosts"],  # type: ignore[arg-type]
-            resume_step=a["resume"],  # type: ignore[arg-type]
+            world_size=int(a["world_size"]),
+            hosts=a["hosts"],
+            resume_step=a["resume"],
             resume_reported=bool(a["resume_reported"]),
-            first_step_start=a["first_start"],  # type: ignore[arg-type]
-            last_step_end=a["last_end"],  # type: ignore[arg-type]
-            first_step=a["first_step"],  # type: ignore[arg-type]
-            last_step=a["last_step"],  # type: ignore[arg-type]
+            first_step_start=a["first_start"],
+            last_step_end=a["last_end"],
+            first_step=a["first_step"],
+            last_step=a["last_step"],
         ))
     return tuple(attempts)
 

@@ -324,11 +324,11 @@ def _counter_not_the_checkpoint(rank_resumes: Mapping[tuple[int, int], int],
         first = rows[0]
         out.append(Finding(
             code="resume_not_a_checkpoint", attempt=a, ranks=tuple(row.rank for row in rows),
-            steps=tuple(sorted({int(row.step) for row in rows})),  # type: ignore[arg-type]
+            steps=tuple(sorted({int(row.step) for row in rows})),
             message=(f"attempt {a} loaded the checkpoint of step {first.expected} but resumed counting from step "
                      f"{first.got} (rank {first.rank}): the step counter (and what follows it: the learning-rate "
                      "schedule, the step numbers) was not restored"),
-            evidence={"resume_step": int(first.got), "checkpoint_step": int(first.expected)},  # type: ignore[arg-type]
+            evidence={"resume_step": int(first.got), "checkpoint_step": int(first.expected)},
             examples=tuple(rows[:10])))
     return out
 
@@ -515,7 +515,7 @@ def _step_number_findings(raw_steps: pd.DataFrame, rank_resumes: dict[tuple[int,
                 EvidenceRow(rank=r, step=after + 1, expected=after + 1, got=int(numbers[i + 1])))
     out = []
     for a, found in sorted(skipped.items()):
-        missing = sorted({s for row in found for s in range(int(row.step), int(row.got))})  # type: ignore[arg-type]
+        missing = sorted({s for row in found for s in range(int(row.step), int(row.got))})
         out.append(Finding(
             code="skipped_steps", attempt=a, ranks=tuple(sorted({row.rank for row in found})), steps=tuple(missing),
             message=(f"attempt {a} skipped {len(missing)} step number(s) ({_list(missing)}): rank {found[0].rank} "
