@@ -97,9 +97,10 @@ def test_eight_stalled_32mb_uploads_do_not_stop_another_projects_ingestion(tmp_p
         proc.wait(timeout=30)
 
 
-def test_gzip_bombs_in_a_loop_do_not_hold_up_the_event_loop(tmp_path: Path) -> None:
-    """Inflating happens in a worker thread: three clients posting 40 kB bombs (32 MiB inflated, refused 413)
-    in a loop leave /healthz answering promptly."""
+def test_gzip_bombs_in_a_loop_are_refused_and_the_server_keeps_answering(tmp_path: Path) -> None:
+    """Three clients posting 40 kB bombs (32 MiB inflated) in a loop: every bomb is refused 413 and /healthz keeps
+    answering throughout. That inflation never runs on the event loop is shown without timing thresholds in
+    tests/collector/test_inflation_off_the_event_loop.py; latency under load is a benchmark's job, not a test's."""
     import gzip
 
     bomb = gzip.compress(b'{"events": [' + b" " * (BODY_BYTES + 1024) + b"]}", compresslevel=9)
@@ -122,30 +123,26 @@ def test_gzip_bombs_in_a_loop_do_not_hold_up_the_event_loop(tmp_path: Path) -> N
     try:
         wait_healthy(url, proc)
         with httpx.Client(timeout=10) as client:
-            quiet = _healthz_latencies(client, url, 50)
             threads = [threading.Thread(target=bomber, daemon=True) for _ in range(3)]
             for t in threads:
                 t.start()
             time.sleep(1.0)
-            loaded = _healthz_latencies(client, url, 200)
+            answered = _healthz_answers(client, url, 200)
         stop.set()
         for t in threads:
             t.join(30)
         assert bombs and set(bombs) == {413}, sorted(set(bombs))
-        p99 = sorted(loaded)[int(0.99 * len(loaded)) - 1]
-        assert p99 < 0.05, f"/healthz p99 {p99 * 1000:.1f} ms under gzip bombs (quiet median " \
-                           f"{sorted(quiet)[len(quiet) // 2] * 1000:.1f} ms, {len(bombs)} bombs)"
+        assert answered == 200 and len(bombs) >= 3, (answered, len(bombs))
+        assert proc.poll() is None, "the server died under gzip bombs"
     finally:
         stop.set()
         proc.terminate()
         proc.wait(timeout=30)
 
 
-def _healthz_latencies(client: httpx.Client, url: str, n: int) -> list[float]:
-    out = []
+def _healthz_answers(client: httpx.Client, url: str, n: int) -> int:
+    answered = 0
     for _ in range(n):
-        t0 = time.monotonic()
-        assert client.get(f"{url}/healthz").status_code == 200
-        out.append(time.monotonic() - t0)
+        answered += client.get(f"{url}/healthz").status_code == 200
         time.sleep(0.01)
-    return out
+    return answered
