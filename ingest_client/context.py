@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 from ingest_client.errors import ConfigError
 
-TORCHRUN_ENV_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID")
 # torchrun uses "none" as its default rendezvous id; it is shared by unrelated runs.
 _PLACEHOLDER_RUN_IDS = frozenset({"", "none"})
 

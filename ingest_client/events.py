@@ -162,13 +162,6 @@ class RecordBuilder:
             self._append_packed(records, steps[i : i + MAX_ROWS_PER_RECORD], self._steps_record)
         return records
 
-    def build_event(self, kind: EventKind, time_s: float, fields: dict[str, Any] | None = None) -> Record:
-        """One non-compact record (used by the flusher for heartbeats and by the launcher)."""
-        record = self._event_record((ROW_EVENT, kind, time_s, fields))
-        if record is None:
-            raise ValueError(f"invalid {kind.value} event at time {time_s!r}: {fields!r}")
-        return record
-
     def _common(self, kind: str, time_s: float) -> Record:
         record: Record = {
             "event_id": self.next_event_id(),

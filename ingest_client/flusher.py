@@ -274,7 +274,6 @@ class Pipeline:
             self.spool.append(payloads)
             return True
         except OSError as exc:  # disk full or gone: try the network directly, count the rest
-            self.spool.write_errors += 1
             self._warn.warning("spool", "goodput: cannot write the spool in %s: %s",
                                self.settings.spool_run_dir, exc)
             result = self.transport.send(payloads, timeout_s=self.settings.http_timeout_s) if (

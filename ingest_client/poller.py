@@ -30,8 +30,6 @@ class SignalPoller:
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
         self.pending: int | None = None  # id of a checkpoint request not honoured yet (read by the training thread)
-        self.pending_reason: str | None = None
-        self.polls = 0
         self.failures = 0
         self._honoured: set[int] = set()
         self._stop = threading.Event()
@@ -55,7 +53,6 @@ class SignalPoller:
         return rid
 
     def poll_once(self) -> None:
-        self.polls += 1
         request = urllib.request.Request(self.url, headers=self._headers, method="GET")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
@@ -73,9 +70,8 @@ class SignalPoller:
         found = payload.get("checkpoint_request") if isinstance(payload, dict) else None
         if not isinstance(found, dict):
             return
-        rid, reason = found.get("id"), found.get("reason")
+        rid = found.get("id")
         if isinstance(rid, int) and rid not in self._honoured:
-            self.pending_reason = reason if isinstance(reason, str) else None
             self.pending = rid
 
     def _run(self) -> None:

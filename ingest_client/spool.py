@@ -181,7 +181,6 @@ class SpoolWriter:
         self._seg_no = 0
         self._dirty = False
         self.dropped_records = 0  # unacknowledged records deleted to respect max_bytes
-        self.write_errors = 0
         self._open_segment()
 
     @property

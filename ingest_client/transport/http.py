@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from ingest_client.transport.base import SendResult, SendStatus, encode_batch
 
 GZIP_MIN_BYTES = 1024
-RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 REJECTED_STATUSES = frozenset({400, 401, 403, 413, 422})
 MAX_RETRY_AFTER_S = 300.0
 _MAX_MESSAGE_CHARS = 300

@@ -44,14 +44,6 @@ class RunData:
     # set, it stands for `collectives` in the ledger (storage computes it in the database).
     comm: pd.DataFrame | None = None
 
-    @property
-    def is_empty(self) -> bool:
-        return self.events.empty and self.steps.empty and self.collectives.empty
-
-
-def empty_events() -> pd.DataFrame:
-    return events_frame([])
-
 
 def events_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """Control events -> the `events` frame (extra fields of a row are ignored)."""

@@ -268,7 +268,6 @@ async def run_scope(principal: Annotated[Principal, Depends(read_caller)], proje
 
 
 # For route decorators: dependencies=[READ_FLEET] and so on.
-READ_ANY = Depends(read_caller)
 READ_FLEET = Depends(fleet_read_caller)
 NETWORK = Depends(network_rule)
 

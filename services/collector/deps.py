@@ -17,7 +17,6 @@ from services.collector.auth import (
     Principal,
     caller,
     client_run,
-    read_caller,
     readable_run,
     run_scope,
     writable_run,
@@ -59,7 +58,6 @@ LiveConfigDep = Annotated[LiveConfig, Depends(_live)]  # hang detection's thresh
 
 PrincipalDep = Annotated[Principal, Depends(caller)]
 WritePrincipalDep = Annotated[Principal, Depends(write_caller)]
-ReadPrincipalDep = Annotated[Principal, Depends(read_caller)]
 RunScopeDep = Annotated[RunScope, Depends(run_scope)]  # the runs a list may show the caller
 # The run a route of one run (/v1/runs/{run_id}/...) works on, resolved for the caller: every such route takes one.
 RunDep = Annotated[RunRow, Depends(readable_run)]

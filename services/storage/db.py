@@ -27,10 +27,6 @@ def normalize_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
-def is_postgres(engine: Engine) -> bool:
-    return engine.dialect.name == "postgresql"
-
-
 def database_status(engine: Engine) -> str:
     """"ok" when the database answers a query now, else "unreachable: <error class>"."""
     try:

@@ -39,7 +39,6 @@ class BatchWriter:
         self._max_group = max_group_events
         self._pending = 0
         self._lock = threading.Lock()
-        self.groups_written = 0
 
     @property
     def pending_events(self) -> int:
@@ -103,7 +102,6 @@ class BatchWriter:
             for _, _, future, _ in group:
                 future.set_exception(error)
         else:
-            self.groups_written += 1
             for (_, _, future, _), result in zip(group, results, strict=True):
                 if result.conflict is not None:
                     future.set_exception(EventIdConflict(index=result.conflict.index, event_id=result.conflict.event_id,

@@ -17,7 +17,7 @@ from services.collector.deps import SettingsDep, WritePrincipalDep, WriterDep
 from services.collector.plausibility import check_plausible
 from services.collector.routes.metrics import IngestCountersDep
 from services.collector.schemas.errors import ErrorResponse
-from services.collector.schemas.ingest import EventBatch, IngestAck
+from services.collector.schemas.ingest import IngestAck
 from services.errors import InvalidBatch, Overloaded
 from services.settings import IngestSettings
 
@@ -162,6 +162,3 @@ async def _read_growing(request: Request, max_bytes: int, take: Callable[[int], 
         body += chunk
     return body
 
-
-# Referenced by the OpenAPI request body above.
-EVENT_BATCH_SCHEMA = EventBatch
