@@ -6,8 +6,9 @@ rank's end; a checkpoint from the first rank's `checkpoint_start` to the last ra
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -114,7 +115,8 @@ def step_key(steps: pd.DataFrame) -> np.ndarray | None:
     for values, bits in ((attempt, 15), (rank, 21), (step, 27)):
         if values.min() < 0 or values.max() >= 1 << bits:
             return None
-    return (attempt << 48) | (rank << 27) | step
+    packed: np.ndarray = (attempt << 48) | (rank << 27) | step
+    return packed
 
 
 def build_job_steps(steps: pd.DataFrame) -> pd.DataFrame:
@@ -175,31 +177,26 @@ def _build_attempts(
     if not ordered:
         return ()
 
-    step_stats = (
-        steps.groupby("attempt").agg(first_start=("start", "min"), last_end=("end", "max"),
-                                     first_step=("step", "min"), last_step=("step", "max"),
-                                     ranks=("rank", "nunique"))
-        if not steps.empty else pd.DataFrame()
-    )
+    step_stats = _step_stats(steps)
     starts: dict[int, float] = {}
-    raw: list[dict[str, object]] = []
+    raw: list[_RawAttempt] = []
     for number in ordered:
         ev = with_attempt[with_attempt["attempt"] == number]
         started = ev[ev["kind"] == "attempt_start"]
         ended = ev[ev["kind"] == "attempt_end"]
         resumes = ev[ev["kind"] == "resume"]
-        st = step_stats.loc[number] if number in step_stats.index else None
+        st = step_stats.get(number)
         if not started.empty:
             start = float(started["time"].min())
         else:  # attempt_start lost: its earliest sign of life
             candidates = [float(ev["time"].min())] if not ev.empty else []
             if st is not None:
-                candidates.append(float(st["first_start"]))
+                candidates.append(st.first_start)
             start = min(candidates)
         starts[number] = start
-        world = started["world_size"].max() if not started.empty else np.nan
-        if pd.isna(world):
-            world = st["ranks"] if st is not None else (ev["rank"].nunique() or 1)
+        world: float = float(started["world_size"].max()) if not started.empty else np.nan
+        if math.isnan(world):
+            world = st.ranks if st is not None else (ev["rank"].nunique() or 1)
         reasons = set(ended["reason"].dropna().astype(str))
         reason = "failed" if "failed" in reasons else "preempted" if "preempted" in reasons else (
             "completed" if reasons else None)
@@ -207,20 +204,20 @@ def _build_attempts(
             resume: int | None = int(resumes["step"].min())
             resume_reported = True
         elif st is not None:
-            resume, resume_reported = int(st["first_step"]) - 1, False
+            resume, resume_reported = st.first_step - 1, False
         else:
             resume, resume_reported = None, False
         raw.append({
             "attempt": number, "start": start,
             "end_time": float(ended["time"].max()) if not ended.empty else None,
-            "last_seen": _last_seen(ev, st),
+            "last_seen": _last_seen(ev, st.last_end if st is not None else None),
             "reason": reason, "world_size": int(world),
             "hosts": tuple(sorted(set(started["host"].dropna().astype(str)))),
             "resume": resume, "resume_reported": resume_reported,
-            "first_start": float(st["first_start"]) if st is not None else None,
-            "last_end": float(st["last_end"]) if st is not None else None,
-            "first_step": int(st["first_step"]) if st is not None else None,
-            "last_step": int(st["last_step"]) if st is not None else None,
+            "first_start": st.first_start if st is not None else None,
+            "last_end": st.last_end if st is not None else None,
+            "first_step": st.first_step if st is not None else None,
+            "last_step": st.last_step if st is not None else None,
         })
 
     attempts: list[Attempt] = []
@@ -271,13 +268,57 @@ def _build_attempts(
     return tuple(attempts)
 
 
-def _last_seen(events: pd.DataFrame, step_stats: pd.Series | None) -> float:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _StepStats:
+    """One attempt's steps in brief."""
+
+    first_start: float
+    last_end: float
+    first_step: int
+    last_step: int
+    ranks: int  # ranks that reported a step
+
+
+def _step_stats(steps: pd.DataFrame) -> dict[int, _StepStats]:
+    """Per attempt that reported steps: its first step start, last step end, first and last step, ranks."""
+    if steps.empty:
+        return {}
+    stats = steps.groupby("attempt").agg(first_start=("start", "min"), last_end=("end", "max"),
+                                         first_step=("step", "min"), last_step=("step", "max"),
+                                         ranks=("rank", "nunique"))
+    rows = zip(stats.index.to_numpy(np.int64), stats["first_start"].to_numpy(np.float64),
+               stats["last_end"].to_numpy(np.float64), stats["first_step"].to_numpy(np.int64),
+               stats["last_step"].to_numpy(np.int64), stats["ranks"].to_numpy(np.int64), strict=True)
+    return {int(a): _StepStats(first_start=float(fs), last_end=float(le), first_step=int(f), last_step=int(la),
+                               ranks=int(n))
+            for a, fs, le, f, la, n in rows}
+
+
+class _RawAttempt(TypedDict):
+    """An attempt as read from its events and steps, before its effective end is worked out."""
+
+    attempt: int
+    start: float
+    end_time: float | None
+    last_seen: float
+    reason: str | None
+    world_size: int
+    hosts: tuple[str, ...]
+    resume: int | None
+    resume_reported: bool
+    first_start: float | None
+    last_end: float | None
+    first_step: int | None
+    last_step: int | None
+
+
+def _last_seen(events: pd.DataFrame, last_step_end: float | None) -> float:
     """The time of an attempt's latest event of any kind (step end, heartbeat, checkpoint, digest, client_stats
     ...). Collective rows are left out: the stored ledger reads collective time summed per step, not the rows,
     and a rank inside a collective still heart-beats (with the collectives it started)."""
     times = [float(events["time"].max())] if not events.empty else []
-    if step_stats is not None:
-        times.append(float(step_stats["last_end"]))
+    if last_step_end is not None:
+        times.append(last_step_end)
     finite = [t for t in times if not np.isnan(t)]
     return max(finite) if finite else -np.inf
 
@@ -305,14 +346,15 @@ def _build_checkpoints(
     out["torn"] = out["ends"] == 0
     out["ok"] = (~out["torn"]) & (out["bad"] == 0)
     attempt_end = {a.attempt: a.end for a in attempts}
+    ck_attempts, ck_starts = out["attempt"].to_numpy(np.int64), out["start"].to_numpy(np.float64)
     for i in np.flatnonzero(out["torn"].to_numpy()):
         # Torn write: blocked until the loop next made progress, or until the attempt ended.
-        attempt, start = int(out.at[i, "attempt"]), float(out.at[i, "start"])
+        attempt, start = int(ck_attempts[i]), float(ck_starts[i])
         later = job_steps[(job_steps["attempt"] == attempt) & (job_steps["start"] >= start)]
         candidates = [attempt_end.get(attempt, latest if latest is not None else start)]
         if not later.empty:
             candidates.append(float(later["start"].min()))
-        out.at[i, "end"] = max(start, min(c for c in candidates if c is not None))
+        out.at[i, "end"] = max(start, min(candidates))
     out["ok"] = out["ok"].astype(bool)
     out["torn"] = out["torn"].astype(bool)
     return out[columns]
@@ -329,13 +371,15 @@ def _build_allocations(
     if not alloc.empty:
         open_start: float | None = None
         open_gpus = 0
-        for row in alloc.itertuples(index=False):
-            if row.kind == "allocation_start":
+        rows = zip(alloc["kind"].to_numpy(), alloc["time"].to_numpy(np.float64), alloc["gpus"].to_numpy(np.float64),
+                   strict=True)  # gpus: NaN on allocation_end rows
+        for kind, time, gpus in rows:
+            if kind == "allocation_start":
                 if open_start is not None:  # a start while open: the previous allocation ended here
-                    out.append(Allocation(start=open_start, end=float(row.time), gpus=open_gpus, open=False))
-                open_start, open_gpus = float(row.time), int(row.gpus)
+                    out.append(Allocation(start=open_start, end=float(time), gpus=open_gpus, open=False))
+                open_start, open_gpus = float(time), int(gpus)
             elif open_start is not None:
-                out.append(Allocation(start=open_start, end=float(row.time), gpus=open_gpus, open=False))
+                out.append(Allocation(start=open_start, end=float(time), gpus=open_gpus, open=False))
                 open_start = None
         if open_start is not None:
             end = max(open_start, latest if latest is not None else open_start)

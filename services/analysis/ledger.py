@@ -111,7 +111,8 @@ def _straggler(
     if total > kept_gpu_s > 0:  # steps overlapping in time: never carve out more than the kept time
         by_rank_series *= kept_gpu_s / total
         total = kept_gpu_s
-    by_rank = {int(r): float(v) for r, v in by_rank_series.items() if v > 0}
+    by_rank = {int(r): float(v) for r, v in zip(by_rank_series.index.to_numpy(np.int64),
+                                                  by_rank_series.to_numpy(np.float64), strict=True) if v > 0}
     return total, by_rank
 
 

@@ -375,9 +375,11 @@ def live_state_from_run_data(data: RunData, *, status: str = RUNNING, recent_ste
     steps = data.steps[data.steps["attempt"] == attempt]
     colls = data.collectives[data.collectives["attempt"] == attempt]
     beats: dict[int, tuple[float, int | None, int | None]] = {}
-    for row in mine[mine["kind"] == "heartbeat"].itertuples(index=False):
-        step = None if pd.isna(row.step) else int(row.step)
-        _newer(beats, int(row.rank), (float(row.time), step, None))
+    beat_rows = mine[mine["kind"] == "heartbeat"]
+    beat_columns = (beat_rows[c].to_numpy(np.float64) for c in ("rank", "time", "step"))  # step: NaN when not sent
+    for beat_rank, beat_time, beat_step in zip(*beat_columns, strict=True):
+        step = None if np.isnan(beat_step) else int(beat_step)
+        _newer(beats, int(beat_rank), (float(beat_time), step, None))
     for rank, t, step, n in heartbeats:
         _newer(beats, int(rank), (float(t), step, n))
     ranks = []
@@ -385,14 +387,15 @@ def live_state_from_run_data(data: RunData, *, status: str = RUNNING, recent_ste
     seen = {int(r) for r in (*start_by_rank.index, *ends.index, *beats, *steps["rank"].unique()) if 0 <= int(r) < span}
     for rank in sorted(seen):  # the ranks that sent something; the others of the world are only counted
         own = steps[steps["rank"] == rank]
-        last = own.loc[own["step"].idxmax()] if not own.empty else None
-        last_step = int(last["step"]) if last is not None else None
+        last = int(own["step"].argmax()) if not own.empty else None  # the position of its furthest step
+        last_step = int(own["step"].to_numpy(np.int64)[last]) if last is not None else None
         pending = (last_step or 0) + 1
         own_c = colls[(colls["rank"] == rank) & (colls["step"] == pending)].drop_duplicates(["op", "start"])
         beat = beats.get(rank)
         ranks.append(RankLive(
             rank=rank, reported=rank in start_by_rank.index, last_step=last_step,
-            last_step_end=float(last["end"]) if last is not None else None, collectives_done=len(own_c),
+            last_step_end=float(own["end"].to_numpy(np.float64)[last]) if last is not None else None,
+            collectives_done=len(own_c),
             last_collective_end=float(own_c["end"].max()) if not own_c.empty else None,
             heartbeat_time=beat[0] if beat else None, heartbeat_step=beat[1] if beat else None,
             heartbeat_collectives=beat[2] if beat else None,

@@ -35,7 +35,7 @@ Pure: RunData (steps with loss and lr: storage's `load_run_data(..., detail=True
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -80,6 +80,19 @@ class EvidenceRow:
     expected: float | int | str | None
     got: float | int | str | None
     expected_attempt: int | None = None  # the attempt whose value is `expected`, when it comes from one
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _NumberRow:
+    """An EvidenceRow whose expected and got values are step numbers or counts."""
+
+    rank: int
+    step: int
+    expected: int
+    got: int
+
+    def evidence(self) -> EvidenceRow:
+        return EvidenceRow(rank=self.rank, step=self.step, expected=self.expected, got=self.got)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -231,8 +244,9 @@ def _digests(events: pd.DataFrame) -> pd.DataFrame:
 def _ok_checkpoints(checkpoints: pd.DataFrame) -> dict[int, list[int]]:
     """step -> attempts that completed an ok checkpoint at that step."""
     out: dict[int, list[int]] = {}
-    for row in checkpoints[checkpoints["ok"].astype(bool)].itertuples(index=False):
-        out.setdefault(int(row.step), []).append(int(row.attempt))
+    ok = checkpoints[checkpoints["ok"].astype(bool)]
+    for step, attempt in zip(ok["step"].to_numpy(np.int64), ok["attempt"].to_numpy(np.int64), strict=True):
+        out.setdefault(int(step), []).append(int(attempt))
     return out
 
 
@@ -266,7 +280,8 @@ def _known_through(events: pd.DataFrame, raw_steps: pd.DataFrame) -> dict[tuple[
     out: dict[tuple[int, int], float] = {}
     if not raw_steps.empty:
         last = raw_steps.groupby(["attempt", "rank"])["step"].max()
-        out.update({(int(a), int(r)): float(s) for (a, r), s in last.items()})
+        keys = (last.index.get_level_values(level).to_numpy(np.int64) for level in ("attempt", "rank"))
+        out.update({(int(a), int(r)): float(s) for a, r, s in zip(*keys, last.to_numpy(np.int64), strict=True)})
     ranked = events[events["attempt"].notna() & events["rank"].notna()]
     stepped = ranked[ranked["step"].notna() & ranked["kind"].isin(["checkpoint_start", "checkpoint_end", "digest"])]
     for a, r, s in zip(stepped["attempt"], stepped["rank"], stepped["step"], strict=True):
@@ -314,11 +329,11 @@ def _unknown_checkpoint_note(attempt: int, resume: int, blind: list[tuple[int, i
 def _counter_not_the_checkpoint(rank_resumes: Mapping[tuple[int, int], int],
                                 loaded: Mapping[tuple[int, int], int]) -> list[Finding]:
     """A resume whose step differs from the step of the checkpoint it says it loaded (a lost step counter)."""
-    wrong: dict[int, list[EvidenceRow]] = {}
+    wrong: dict[int, list[_NumberRow]] = {}
     for (a, r), step in sorted(rank_resumes.items()):
         c = loaded.get((a, r))
         if c is not None and c != step:
-            wrong.setdefault(a, []).append(EvidenceRow(rank=r, step=step, expected=c, got=step))
+            wrong.setdefault(a, []).append(_NumberRow(rank=r, step=step, expected=c, got=step))
     out = []
     for a, rows in sorted(wrong.items()):
         first = rows[0]
@@ -329,7 +344,7 @@ def _counter_not_the_checkpoint(rank_resumes: Mapping[tuple[int, int], int],
                      f"{first.got} (rank {first.rank}): the step counter (and what follows it: the learning-rate "
                      "schedule, the step numbers) was not restored"),
             evidence={"resume_step": int(first.got), "checkpoint_step": int(first.expected)},
-            examples=tuple(rows[:10])))
+            examples=tuple(row.evidence() for row in rows[:10])))
     return out
 
 
@@ -398,10 +413,13 @@ def _mismatch(quantity: str, attempt: int, resume: int, pairs: pd.DataFrame, con
         evidence["max_relative_difference"] = float(rel.max())
     if checkpoints_available:
         evidence["checkpoints_available"] = list(checkpoints_available)
+    shown = wrong.head(config.max_examples)
     examples = tuple(
-        EvidenceRow(rank=int(r.rank), step=int(r.step), expected=_value(r.expected), got=_value(r.got),
-                    expected_attempt=int(r.expected_attempt))
-        for r in wrong.head(config.max_examples).itertuples(index=False))
+        EvidenceRow(rank=int(rank), step=int(step), expected=_value(expected), got=_value(got),
+                    expected_attempt=int(expected_attempt))
+        for rank, step, expected, got, expected_attempt in zip(
+            shown["rank"].to_numpy(np.int64), shown["step"].to_numpy(np.int64), shown["expected"].to_numpy(),
+            shown["got"].to_numpy(), shown["expected_attempt"].to_numpy(np.int64), strict=True))
     return Finding(code=f"{quantity}_mismatch", attempt=attempt, message=message, ranks=tuple(ranks),
                    steps=tuple(steps), evidence=evidence, examples=examples)
 
@@ -416,11 +434,10 @@ def _loss_jump(steps: pd.DataFrame, mine: pd.DataFrame, attempt: int, resume: in
     with_loss = steps[steps["loss"].notna() & steps["attempt"].isin([*refs, attempt])]
     after_all = mine[(mine["step"] > resume) & mine["loss"].notna()]
     recomputed_ranks = set(with_loss.loc[with_loss["attempt"].isin(refs) & (with_loss["step"] > resume), "rank"])
-    by_rank = {int(r): g for r, g in with_loss.groupby("rank")}
+    by_rank = {r: g for (r,), g in _int_groups(with_loss, ["rank"])}
     rows: list[EvidenceRow] = []
     details: dict[str, Any] = {}
-    for rank, after in after_all.groupby("rank"):
-        rank = int(rank)
+    for (rank,), after in _int_groups(after_all, ["rank"]):
         if rank in recomputed_ranks:
             continue  # compared step by step instead
         history = by_rank.get(rank, with_loss.iloc[:0])
@@ -494,25 +511,25 @@ def _step_number_findings(raw_steps: pd.DataFrame, rank_resumes: dict[tuple[int,
         return []
     # The same report stored twice (a replay regrouped differently) has the same start and end: not a repeat.
     rows = raw_steps.drop_duplicates(["attempt", "rank", "step", "start", "end"])
-    skipped: dict[int, list[EvidenceRow]] = {}
-    repeated: dict[int, list[EvidenceRow]] = {}
-    for (attempt, rank), group in rows.groupby(["attempt", "rank"], sort=True):
-        a, r = int(attempt), int(rank)
+    skipped: dict[int, list[_NumberRow]] = {}
+    repeated: dict[int, list[_NumberRow]] = {}
+    for (a, r), group in _int_groups(rows, ["attempt", "rank"]):
         counts = group["step"].value_counts().sort_index()
-        for s, n in counts[counts > 1].items():
-            repeated.setdefault(a, []).append(EvidenceRow(rank=r, step=int(s), expected=1, got=int(n)))
         numbers = counts.index.to_numpy(np.int64)
+        times = counts.to_numpy(np.int64)
+        for s, n in zip(numbers[times > 1], times[times > 1], strict=True):
+            repeated.setdefault(a, []).append(_NumberRow(rank=r, step=int(s), expected=1, got=int(n)))
         resume = rank_resumes.get((a, r))
         if resume is not None:
             first = int(numbers[0])
             if first > resume + 1:
-                skipped.setdefault(a, []).append(EvidenceRow(rank=r, step=resume + 1, expected=resume + 1, got=first))
+                skipped.setdefault(a, []).append(_NumberRow(rank=r, step=resume + 1, expected=resume + 1, got=first))
             elif first <= resume:
-                repeated.setdefault(a, []).append(EvidenceRow(rank=r, step=first, expected=resume + 1, got=first))
+                repeated.setdefault(a, []).append(_NumberRow(rank=r, step=first, expected=resume + 1, got=first))
         for i in np.flatnonzero(np.diff(numbers) > 1):
             after = int(numbers[i])
             skipped.setdefault(a, []).append(
-                EvidenceRow(rank=r, step=after + 1, expected=after + 1, got=int(numbers[i + 1])))
+                _NumberRow(rank=r, step=after + 1, expected=after + 1, got=int(numbers[i + 1])))
     out = []
     for a, found in sorted(skipped.items()):
         missing = sorted({s for row in found for s in range(int(row.step), int(row.got))})
@@ -520,16 +537,17 @@ def _step_number_findings(raw_steps: pd.DataFrame, rank_resumes: dict[tuple[int,
             code="skipped_steps", attempt=a, ranks=tuple(sorted({row.rank for row in found})), steps=tuple(missing),
             message=(f"attempt {a} skipped {len(missing)} step number(s) ({_list(missing)}): rank {found[0].rank} "
                      f"went on to step {found[0].got} where step {found[0].expected} was due"),
-            evidence={"missing": len(missing)}, examples=tuple(found[:config.max_examples])))
+            evidence={"missing": len(missing)}, examples=tuple(row.evidence() for row in found[:config.max_examples])))
     for a, found in sorted(repeated.items()):
         steps = sorted({int(row.step) for row in found})
-        first = found[0]
-        detail = (f"rank {first.rank} computed step {first.step} {first.got} times" if first.expected == 1 else
-                  f"rank {first.rank} began at step {first.got} where step {first.expected} (resume + 1) was due")
+        example = found[0]
+        detail = (f"rank {example.rank} computed step {example.step} {example.got} times" if example.expected == 1
+                  else f"rank {example.rank} began at step {example.got} where step {example.expected} (resume + 1) "
+                  "was due")
         out.append(Finding(
             code="repeated_steps", attempt=a, ranks=tuple(sorted({row.rank for row in found})), steps=tuple(steps),
             message=f"attempt {a} computed step number(s) {_list(steps)} more than once: {detail}",
-            evidence={"repeated": len(steps)}, examples=tuple(found[:config.max_examples])))
+            evidence={"repeated": len(steps)}, examples=tuple(row.evidence() for row in found[:config.max_examples])))
     return out
 
 
@@ -552,6 +570,12 @@ def _not_a_checkpoint(attempt: int, resume: int, rank_resumes: dict[tuple[int, i
                  f"were at step(s) {_list(ok_before) or 'none'}"),
         evidence=evidence,
         examples=tuple(EvidenceRow(rank=r, step=resume, expected=latest, got=resume) for r in ranks[:10]))
+
+
+def _int_groups(frame: pd.DataFrame, columns: list[str]) -> Iterator[tuple[tuple[int, ...], pd.DataFrame]]:
+    """`frame.groupby(columns)` in key order, each key read as ints from its group's rows (integer columns)."""
+    for _, group in frame.groupby(columns, sort=True):
+        yield tuple(int(group[c].to_numpy(np.int64)[0]) for c in columns), group
 
 
 # -- formatting ---------------------------------------------------------------------------------------------------

@@ -147,7 +147,8 @@ def others_median(group: np.ndarray, values: np.ndarray) -> np.ndarray:
     pos = np.arange(n) - start
 
     def other_at(q: np.ndarray) -> np.ndarray:  # the q-th smallest of the others, as an index into v
-        return start + q + (q >= pos)
+        index: np.ndarray = start + q + (q >= pos)
+        return index
 
     lo_q = np.maximum((others - 1) // 2, 0)
     hi_q = np.maximum(others // 2, 0)
@@ -194,8 +195,9 @@ def others_median_by_step(matrix: np.ndarray) -> np.ndarray:
     c = n // 2
     part = np.sort(matrix, axis=1) if n == 3 else np.partition(matrix, (c - 1, c, c + 1), axis=1)
     below, mid, above = part[:, c - 1 : c], part[:, c : c + 1], part[:, c + 1 : c + 2]
-    return np.where(matrix < mid, (mid + above) / 2.0, np.where(matrix > mid, (below + mid) / 2.0,
-                                                                 (below + above) / 2.0))
+    out: np.ndarray = np.where(matrix < mid, (mid + above) / 2.0, np.where(matrix > mid, (below + mid) / 2.0,
+                                                                           (below + above) / 2.0))
+    return out
 
 
 def rank_consistency(compute: pd.DataFrame) -> tuple[pd.DataFrame, float]:
@@ -255,10 +257,12 @@ def flagged_ranks(compute: pd.DataFrame, cost_share: Mapping[int, float] | None 
     by_rank, reference = rank_consistency(compute)
     alpha = rule.family_alpha / max(len(by_rank), 1)
     out: dict[int, dict[str, Any]] = {}
-    for rank, row in by_rank.iterrows():
-        steps, slower = int(row["steps"]), int(row["slower_steps"])
+    rows = zip(by_rank.index.to_numpy(np.int64), by_rank["steps"].to_numpy(np.int64),
+               by_rank["slower_steps"].to_numpy(np.int64), by_rank["median_excess"].to_numpy(np.float64), strict=True)
+    for rank, rank_steps, rank_slower, rank_excess in rows:
+        steps, slower = int(rank_steps), int(rank_slower)
         chance = binomial_tail_half(slower, steps)
-        median_excess = float(row["median_excess"])
+        median_excess = float(rank_excess)
         share = None if cost_share is None else float(cost_share.get(int(rank), 0.0))
         flagged = (steps >= rule.min_steps and slower >= rule.consistent_share * steps and chance < alpha
                    and median_excess > 0 and median_excess >= rule.material_excess * reference
@@ -289,17 +293,20 @@ def culprits(compute: pd.DataFrame, straggle: pd.DataFrame, hosts: Mapping[int, 
     by_rank = by_rank.join(slowest, how="left").fillna({"slowest_steps": 0, "cost": 0.0})
     # the ledger may scale straggler cost down (overlapping steps): rank shares follow it
     scale = straggler_gpu_seconds / float(straggle["cost"].sum()) if float(straggle["cost"].sum()) > 0 else 0.0
-    costs = {int(rank): float(row["cost"]) * scale for rank, row in by_rank.iterrows()}
+    rank_index = by_rank.index.to_numpy(np.int64)
+    costs = {int(rank): float(cost) * scale
+             for rank, cost in zip(rank_index, by_rank["cost"].to_numpy(np.float64), strict=True)}
     shares = {r: c / straggler_gpu_seconds if straggler_gpu_seconds > 0 else 0.0 for r, c in costs.items()}
     evidence = flagged_ranks(frame[["attempt", "rank", "step", "compute"]], shares, rule)
     ranks = []
-    for rank, row in by_rank.iterrows():
+    counts = (by_rank[c].to_numpy(np.int64) for c in ("slowest_steps", "slow_steps", "steps"))
+    for rank, slowest_steps, slow_steps, steps_seen in zip(rank_index, *counts, strict=True):
         cost, share = costs[int(rank)], shares[int(rank)]
-        slow_share = float(row["slow_steps"]) / float(row["steps"]) if row["steps"] else 0.0
+        slow_share = float(slow_steps) / float(steps_seen) if steps_seen else 0.0
         ranks.append({
             "rank": int(rank), "host": hosts.get(int(rank)), "straggler_gpu_seconds": cost, "share": share,
-            "slowest_steps": int(row["slowest_steps"]), "slow_steps": int(row["slow_steps"]),
-            "steps": int(row["steps"]), "slow_step_share": slow_share, "pattern": _pattern(slow_share),
+            "slowest_steps": int(slowest_steps), "slow_steps": int(slow_steps),
+            "steps": int(steps_seen), "slow_step_share": slow_share, "pattern": _pattern(slow_share),
             **evidence.get(int(rank), {"compared_steps": 0, "slower_steps": 0, "slower_step_share": 0.0,
                                        "chance_p": 1.0, "median_excess_seconds": 0.0,
                                        "median_excess_share": None, "flagged": False}),

@@ -239,8 +239,9 @@ def _progress_stats(job_steps: pd.DataFrame, checkpoints: pd.DataFrame) -> dict[
         done = checkpoints[checkpoints["ok"].astype(bool)]
         if not done.empty:
             last_time = max(last_time, float(done["end"].max()))
-    last_row = job_steps.loc[job_steps["end"].idxmax()]
-    return {"median_step_seconds": usual, "last_progress_time": last_time, "last_step": int(last_row["step"])}
+    last = int(job_steps["end"].argmax())  # the position of the step that ended last
+    return {"median_step_seconds": usual, "last_progress_time": last_time,
+            "last_step": int(job_steps["step"].to_numpy(np.int64)[last])}
 
 
 class CheckpointRow(BaseModel):
@@ -302,8 +303,10 @@ def _rank_compute(data: RunData, steps: pd.DataFrame, ledger: Ledger, heat_rows:
     stragglers = {r for r, e in evidence.items() if e["flagged"]}
     listed = stats
     if len(stats) > MAX_RANK_ROWS:  # flagged stragglers, then the costliest, then the slowest ranks
+        median_of = {int(r): float(m) for r, m in zip(stats.index.to_numpy(np.int64),
+                                                      stats["median_s"].to_numpy(np.float64), strict=True)}
         order = sorted(stats.index, key=lambda r: (int(r) not in stragglers, -by_rank_cost.get(int(r), 0.0),
-                                                   -float(stats.at[r, "median_s"]), int(r)))
+                                                   -median_of[int(r)], int(r)))
         listed = stats.loc[sorted(order[:MAX_RANK_ROWS])]
     rows = [
         {"rank": int(r), "host": hosts.get(int(r)), "steps": int(n), "median_compute_s": float(med),
