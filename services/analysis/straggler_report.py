@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from services.analysis.attempts import build_run_structure
 from services.analysis.claims import kept_job_steps
 from services.analysis.ledger import gpus_counted
 from services.analysis.ledger_types import Ledger
 from services.analysis.run_data import RunData
+from services.analysis.straggler_types import (
+    ScaleProjection,
+    StragglerHost,
+    StragglerRank,
+    StragglerReport,
+    StragglerThresholds,
+)
 from services.analysis.stragglers import (
     DEFAULT_FLAG_RULE,
     PERSISTENT_SHARE,
@@ -21,7 +26,7 @@ from services.analysis.stragglers import (
 )
 
 
-def build_straggler_report(data: RunData, ledger: Ledger) -> dict[str, Any]:
+def build_straggler_report(data: RunData, ledger: Ledger) -> StragglerReport:
     """Straggler culprits of one run and the projected cost at other scales, consistent with its ledger."""
     run = build_run_structure(data)
     job_steps = kept_job_steps(run)
@@ -31,12 +36,15 @@ def build_straggler_report(data: RunData, ledger: Ledger) -> dict[str, Any]:
     found = culprits(compute, straggle, rank_hosts(data.events), straggler_gpu_seconds=total)
     world = max((a.world_size for a in run.attempts), default=0)
     allocated = ledger.allocated_gpu_seconds
-    return {
-        "run_id": data.run_id, "straggler_gpu_seconds": total,
-        "straggler_share": total / allocated if allocated else 0.0,
-        "world_size": world, **found,
-        "projection": projection(found["slow_step_probability"], found["slowdown"],
-                                 sorted({8, 64, 512, 4096, 16384, world} - {0})),
-        "thresholds": {"slow_factor": SLOW_FACTOR, "persistent_share": PERSISTENT_SHARE,
-                       **DEFAULT_FLAG_RULE.as_dict()},
-    }
+    rows = projection(found["slow_step_probability"], found["slowdown"], sorted({8, 64, 512, 4096, 16384, world} - {0}))
+    return StragglerReport(
+        run_id=data.run_id, straggler_gpu_seconds=total, straggler_share=total / allocated if allocated else 0.0,
+        world_size=world,
+        ranks=[StragglerRank.model_validate(rank) for rank in found["ranks"]],
+        hosts=[StragglerHost.model_validate(host) for host in found["hosts"]],
+        steps=found["steps"], slow_step_probability=found["slow_step_probability"], slowdown=found["slowdown"],
+        slow_factor=found["slow_factor"],
+        projection=[ScaleProjection.model_validate(row) for row in rows],
+        thresholds=StragglerThresholds.model_validate({"slow_factor": SLOW_FACTOR, "persistent_share": PERSISTENT_SHARE,
+                                                       **DEFAULT_FLAG_RULE.as_dict()}),
+    )

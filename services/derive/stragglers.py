@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from services.analysis.straggler_report import build_straggler_report
+from services.analysis.straggler_types import StragglerReport
 from services.derive.cache import AnalysisCache, Product
 from services.derive.ledger import current_ledger
 from services.storage.load import load_run_data
 from services.storage.runs import RunRow
 
 
-def _build(analyses: AnalysisCache, run: RunRow) -> dict[str, Any]:
+def _build(analyses: AnalysisCache, run: RunRow) -> StragglerReport:
     ledger = current_ledger(analyses, run)
     with analyses.engine.connect() as conn:
         data = load_run_data(conn, run)
@@ -21,5 +20,5 @@ def _build(analyses: AnalysisCache, run: RunRow) -> dict[str, Any]:
 STRAGGLERS = Product(name="stragglers", build=_build)
 
 
-def straggler_report(analyses: AnalysisCache, run: RunRow) -> dict[str, Any]:
+def straggler_report(analyses: AnalysisCache, run: RunRow) -> StragglerReport:
     return analyses.current(STRAGGLERS, run)

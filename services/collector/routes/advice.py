@@ -27,4 +27,4 @@ def get_advice(run: RunDep, analyses: AnalysesDep) -> RunAdvice:
 @router.get("/v1/runs/{run_id:path}/stragglers", response_model=StragglerReport, responses=NOT_FOUND,
             summary="Which ranks and hosts straggle, how often, what it cost, and the cost at other scales")
 def get_stragglers(run: RunDep, analyses: AnalysesDep) -> StragglerReport:
-    return StragglerReport.model_validate(straggler_report(analyses, run))
+    return straggler_report(analyses, run)  # typed and validated when built
