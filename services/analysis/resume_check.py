@@ -29,26 +29,28 @@ digest mismatches; RNG state lost -> loss (dropout, augmentation) and digest mis
 loss mismatches (other batches); step counter lost -> a resume that is not a checkpoint, a restart from 0 whose
 losses differ from the fresh start's, skipped or repeated step numbers, or lr mismatches.
 
-Pure: RunData (steps with loss and lr: storage's `load_run_data(..., detail=True)`) in, ResumeCheck out.
+Pure: RunData (steps with loss and lr: storage's `load_run_data(..., detail=True)`) in, the typed ResumeCheck
+(services.analysis.resume_types) out.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, get_args
 
 import numpy as np
 import pandas as pd
 
 from services.analysis.attempts import RunStructure, build_run_structure
+from services.analysis.resume_types import EvidenceRow, Finding, FindingCode, ResumeCheck, ResumeSummary, Tolerances
 from services.analysis.run_data import RunData
 
-FINDING_CODES = (
-    "loss_mismatch", "lr_mismatch", "digest_mismatch", "loss_jump_at_resume", "resume_not_a_checkpoint",
-    "skipped_steps", "repeated_steps",
-)
+__all__ = ["EvidenceRow", "Finding", "ResumeCheck", "ResumeCheckConfig", "ResumeSummary", "build_resume_check"]
+
+FINDING_CODES: tuple[FindingCode, ...] = get_args(FindingCode)  # the order findings of one attempt are listed in
+_MISMATCH: dict[str, FindingCode] = {"loss": "loss_mismatch", "lr": "lr_mismatch", "digest": "digest_mismatch"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,15 +76,6 @@ class ResumeCheckConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class EvidenceRow:
-    rank: int
-    step: int
-    expected: float | int | str | None
-    got: float | int | str | None
-    expected_attempt: int | None = None  # the attempt whose value is `expected`, when it comes from one
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class _NumberRow:
     """An EvidenceRow whose expected and got values are step numbers or counts."""
 
@@ -92,60 +85,14 @@ class _NumberRow:
     got: int
 
     def evidence(self) -> EvidenceRow:
-        return EvidenceRow(rank=self.rank, step=self.step, expected=self.expected, got=self.got)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Finding:
-    code: str  # one of FINDING_CODES
-    attempt: int
-    message: str
-    ranks: tuple[int, ...]
-    steps: tuple[int, ...]  # every step concerned, ascending
-    evidence: Mapping[str, float | int | str | bool | list[int] | None] = field(default_factory=dict)
-    examples: tuple[EvidenceRow, ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ResumeSummary:
-    attempt: int
-    resume_step: int | None
-    resume_reported: bool
-    checkpoint_attempt: int | None  # the attempt that wrote the ok checkpoint at resume_step (None: none did)
-    reference_attempts: tuple[int, ...]  # whose values the recomputed steps were compared with, in order
-    recomputed_steps: int  # distinct steps this attempt computed that a reference attempt computed too
-    compared: Mapping[str, int]  # (rank, step) pairs compared per quantity: loss, lr, digest
-    ok: bool  # no finding names this attempt
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ResumeCheck:
-    run_id: str
-    verdict: str  # "ok" | "flagged"
-    findings: tuple[Finding, ...]
-    resumes: tuple[ResumeSummary, ...]
-    notes: tuple[str, ...]  # what could not be checked, or was checked and is worth knowing
-    config: ResumeCheckConfig
-    gpu_seconds_since_first_finding: float  # GPU-seconds of steps computed from the first flagged attempt on
-
-    @property
-    def flagged(self) -> bool:
-        return self.verdict == "flagged"
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        for f in out["findings"]:
-            f["ranks"], f["steps"], f["evidence"] = list(f["ranks"]), list(f["steps"]), dict(f["evidence"])
-            f["examples"] = list(f["examples"])
-        for r in out["resumes"]:
-            r["reference_attempts"], r["compared"] = list(r["reference_attempts"]), dict(r["compared"])
-        out["findings"], out["resumes"], out["notes"] = list(out["findings"]), list(out["resumes"]), list(out["notes"])
-        return out
+        return EvidenceRow(rank=self.rank, step=self.step, expected=self.expected, got=self.got, expected_attempt=None)
 
 
 def build_resume_check(data: RunData, structure: RunStructure | None = None,
-                       config: ResumeCheckConfig | None = None) -> ResumeCheck:
-    """Compare every step computed twice (before and after a restart) and check the step numbering."""
+                       config: ResumeCheckConfig | None = None, *, version: int) -> ResumeCheck:
+    """Compare every step computed twice (before and after a restart) and check the step numbering.
+
+    `version`: the run version `data` was loaded at (what the check describes)."""
     config = config or ResumeCheckConfig()
     structure = structure if structure is not None else build_run_structure(data)
     steps = structure.steps  # one row per (attempt, rank, step)
@@ -211,19 +158,19 @@ def build_resume_check(data: RunData, structure: RunStructure | None = None,
                 findings.append(jump)
         summaries.append(ResumeSummary(
             attempt=k, resume_step=resume, resume_reported=att.resume_reported,
-            checkpoint_attempt=max(writers) if writers else None, reference_attempts=tuple(refs),
+            checkpoint_attempt=max(writers) if writers else None, reference_attempts=refs,
             recomputed_steps=len(recomputed), compared=compared, ok=True))
 
     findings.sort(key=lambda f: (f.attempt, FINDING_CODES.index(f.code)))
     flagged_attempts = {f.attempt for f in findings}
-    summaries = [replace(s, ok=s.attempt not in flagged_attempts) for s in summaries]
+    summaries = [s.model_copy(update={"ok": s.attempt not in flagged_attempts}) for s in summaries]
     for s in summaries:
         if s.ok and s.recomputed_steps == 0 and s.resume_step:
             notes.append(f"attempt {s.attempt} resumed from step {s.resume_step} and recomputed no step an earlier "
                          "attempt had reported: only the step numbering and the loss jump were checked")
     return ResumeCheck(
-        run_id=data.run_id, verdict="flagged" if findings else "ok", findings=tuple(findings),
-        resumes=tuple(summaries), notes=tuple(notes), config=config,
+        run_id=data.run_id, version=version, verdict="flagged" if findings else "ok", findings=findings,
+        resumes=summaries, notes=notes, config=Tolerances(**asdict(config)),
         gpu_seconds_since_first_finding=_gpu_seconds_from(structure, min(flagged_attempts, default=None)))
 
 
@@ -338,13 +285,13 @@ def _counter_not_the_checkpoint(rank_resumes: Mapping[tuple[int, int], int],
     for a, rows in sorted(wrong.items()):
         first = rows[0]
         out.append(Finding(
-            code="resume_not_a_checkpoint", attempt=a, ranks=tuple(row.rank for row in rows),
-            steps=tuple(sorted({int(row.step) for row in rows})),
+            code="resume_not_a_checkpoint", attempt=a, ranks=[row.rank for row in rows],
+            steps=sorted({int(row.step) for row in rows}),
             message=(f"attempt {a} loaded the checkpoint of step {first.expected} but resumed counting from step "
                      f"{first.got} (rank {first.rank}): the step counter (and what follows it: the learning-rate "
                      "schedule, the step numbers) was not restored"),
             evidence={"resume_step": int(first.got), "checkpoint_step": int(first.expected)},
-            examples=tuple(row.evidence() for row in rows[:10])))
+            examples=[row.evidence() for row in rows[:10]]))
     return out
 
 
@@ -414,14 +361,14 @@ def _mismatch(quantity: str, attempt: int, resume: int, pairs: pd.DataFrame, con
     if checkpoints_available:
         evidence["checkpoints_available"] = list(checkpoints_available)
     shown = wrong.head(config.max_examples)
-    examples = tuple(
+    examples = [
         EvidenceRow(rank=int(rank), step=int(step), expected=_value(expected), got=_value(got),
                     expected_attempt=int(expected_attempt))
         for rank, step, expected, got, expected_attempt in zip(
             shown["rank"].to_numpy(np.int64), shown["step"].to_numpy(np.int64), shown["expected"].to_numpy(),
-            shown["got"].to_numpy(), shown["expected_attempt"].to_numpy(np.int64), strict=True))
-    return Finding(code=f"{quantity}_mismatch", attempt=attempt, message=message, ranks=tuple(ranks),
-                   steps=tuple(steps), evidence=evidence, examples=examples)
+            shown["got"].to_numpy(), shown["expected_attempt"].to_numpy(np.int64), strict=True)]
+    return Finding(code=_MISMATCH[quantity], attempt=attempt, message=message, ranks=ranks,
+                   steps=steps, evidence=evidence, examples=examples)
 
 
 # -- loss jump ------------------------------------------------------------------------------------------------
@@ -469,9 +416,9 @@ def _loss_jump(steps: pd.DataFrame, mine: pd.DataFrame, attempt: int, resume: in
                  f"before (rank {first.rank}): a change of {details['jump']:.3g}, more than {config.jump_factor:g}x "
                  f"the run's median change between windows ({details['median_change']:.3g}) and more than its "
                  f"largest inside an attempt ({details['largest_change']:.3g})"),
-        ranks=tuple(r.rank for r in rows), steps=(resume, resume + 1),
+        ranks=[r.rank for r in rows], steps=[resume, resume + 1],
         evidence={"resume_step": resume, "window": w, "factor": config.jump_factor, **details},
-        examples=tuple(rows[:config.max_examples]))
+        examples=rows[:config.max_examples])
 
 
 def _lineage_before(history: pd.DataFrame, resume: int, refs: list[int], w: int) -> pd.DataFrame:
@@ -534,10 +481,10 @@ def _step_number_findings(raw_steps: pd.DataFrame, rank_resumes: dict[tuple[int,
     for a, found in sorted(skipped.items()):
         missing = sorted({s for row in found for s in range(int(row.step), int(row.got))})
         out.append(Finding(
-            code="skipped_steps", attempt=a, ranks=tuple(sorted({row.rank for row in found})), steps=tuple(missing),
+            code="skipped_steps", attempt=a, ranks=sorted({row.rank for row in found}), steps=missing,
             message=(f"attempt {a} skipped {len(missing)} step number(s) ({_list(missing)}): rank {found[0].rank} "
                      f"went on to step {found[0].got} where step {found[0].expected} was due"),
-            evidence={"missing": len(missing)}, examples=tuple(row.evidence() for row in found[:config.max_examples])))
+            evidence={"missing": len(missing)}, examples=[row.evidence() for row in found[:config.max_examples]]))
     for a, found in sorted(repeated.items()):
         steps = sorted({int(row.step) for row in found})
         example = found[0]
@@ -545,9 +492,9 @@ def _step_number_findings(raw_steps: pd.DataFrame, rank_resumes: dict[tuple[int,
                   else f"rank {example.rank} began at step {example.got} where step {example.expected} (resume + 1) "
                   "was due")
         out.append(Finding(
-            code="repeated_steps", attempt=a, ranks=tuple(sorted({row.rank for row in found})), steps=tuple(steps),
+            code="repeated_steps", attempt=a, ranks=sorted({row.rank for row in found}), steps=steps,
             message=f"attempt {a} computed step number(s) {_list(steps)} more than once: {detail}",
-            evidence={"repeated": len(steps)}, examples=tuple(row.evidence() for row in found[:config.max_examples])))
+            evidence={"repeated": len(steps)}, examples=[row.evidence() for row in found[:config.max_examples]]))
     return out
 
 
@@ -565,11 +512,12 @@ def _not_a_checkpoint(attempt: int, resume: int, rank_resumes: dict[tuple[int, i
     evidence: dict[str, Any] = {"resume_step": resume, "checkpoints_completed": ok_before[-20:],
                                 "latest_checkpoint": latest}
     return Finding(
-        code="resume_not_a_checkpoint", attempt=attempt, ranks=tuple(ranks), steps=(resume,),
+        code="resume_not_a_checkpoint", attempt=attempt, ranks=ranks, steps=[resume],
         message=(f"attempt {attempt} resumed from step {resume}, but {state}; the checkpoints completed before it "
                  f"were at step(s) {_list(ok_before) or 'none'}"),
         evidence=evidence,
-        examples=tuple(EvidenceRow(rank=r, step=resume, expected=latest, got=resume) for r in ranks[:10]))
+        examples=[EvidenceRow(rank=r, step=resume, expected=latest, got=resume, expected_attempt=None)
+                  for r in ranks[:10]])
 
 
 def _int_groups(frame: pd.DataFrame, columns: list[str]) -> Iterator[tuple[tuple[int, ...], pd.DataFrame]]:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from sqlalchemy import Engine
 
 from services.analysis.resume_check import ResumeCheckConfig, build_resume_check
+from services.analysis.resume_types import ResumeCheck
 from services.derive.cache import AnalysisCache, Product
 from services.storage.load import load_run_data
 from services.storage.runs import RunRow
@@ -31,15 +31,14 @@ class ResumeCheckPending(Exception):
     """The run's first resume check is still being computed."""
 
 
-def _check(engine: Engine, run: RunRow, config: ResumeCheckConfig) -> dict[str, Any]:
+def _check(engine: Engine, run: RunRow, config: ResumeCheckConfig) -> ResumeCheck:
     started = time.perf_counter()
     with engine.connect() as conn:
         data = load_run_data(conn, run, detail=True)
     loaded = time.perf_counter()
-    check = build_resume_check(data, config=config).to_dict()
-    check["version"] = run.version
+    check = build_resume_check(data, config=config, version=run.version)
     logger.info("resume check of run %s (version %d): %s, %d finding(s); load %.2f s, analysis %.2f s",
-                run.run_id, run.version, check["verdict"], len(check["findings"]), loaded - started,
+                run.run_id, run.version, check.verdict, len(check.findings), loaded - started,
                 time.perf_counter() - loaded)
     return check
 
@@ -48,14 +47,14 @@ RESUME_CHECK = Product(name="resume-check", build=lambda analyses, run: _check(a
 
 
 def resume_check(analyses: AnalysisCache, run: RunRow, config: ResumeCheckConfig = DEFAULT_CONFIG
-                 ) -> dict[str, Any]:
-    """GET /v1/runs/{run_id}/resume-check: the run's resume check as a JSON-able dict (with the run's version)."""
+                 ) -> ResumeCheck:
+    """GET /v1/runs/{run_id}/resume-check: the run's resume check (of the run's version)."""
     if config != DEFAULT_CONFIG:
         return _check(analyses.engine, run, config)
     return analyses.current(RESUME_CHECK, run)
 
 
-def recent_resume_check(analyses: AnalysisCache, run: RunRow, *, budget_s: float) -> tuple[dict[str, Any], bool]:
+def recent_resume_check(analyses: AnalysisCache, run: RunRow, *, budget_s: float) -> tuple[ResumeCheck, bool]:
     """(check, stale) with the default tolerances; raises ResumeCheckPending when no check is ready in time."""
     recent = analyses.recent(RESUME_CHECK, run, budget_s=budget_s)
     if recent is None:

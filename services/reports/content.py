@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_seri
 
 from services.analysis.categories import PRODUCTIVE
 from services.analysis.ledger_types import CheckpointSummary, Ledger
+from services.analysis.resume_types import ResumeCheck
 from services.analysis.views import CheckpointRow, RestartRow, build_restart_rows
 from services.presentation import CATEGORY_ORDER
 from services.reports.recommend import DEFAULT_PROVIDERS, Provider, Recommendation, ReportInput, recommend
@@ -92,7 +93,7 @@ def build_stragglers(ledger: Ledger, views: Mapping[str, Any] | None) -> list[St
 
 def build_report(ledger: Ledger, views: Mapping[str, Any] | None, *, generated_at: float,
                  providers: Sequence[Provider] = DEFAULT_PROVIDERS,
-                 resume_check: Mapping[str, Any] | None = None) -> RunReport:
+                 resume_check: ResumeCheck | None = None) -> RunReport:
     """`ledger` is the run's ledger as GET /v1/runs/{id}/waste serves it; `views` the run's dashboard views of the
     same version (services.analysis.views), or None for a report from the ledger alone; `resume_check` the run's
     GET /v1/runs/{id}/resume-check, when known (a flagged one becomes a recommendation)."""

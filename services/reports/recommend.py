@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from services.analysis.advice import checkpoint_advice
 from services.analysis.categories import WasteCategory
 from services.analysis.ledger_types import Ledger
+from services.analysis.resume_types import ResumeCheck
 from services.presentation import timestamp
 
 CHECKPOINT_SHARE = 0.05  # checkpoint blocking above this share of allocated: checkpoint less often / async
@@ -45,7 +46,7 @@ class Recommendation(BaseModel):
 class ReportInput:
     ledger: Ledger  # as GET /v1/runs/{id}/waste serves it
     views: Mapping[str, Any] | None = None  # services.analysis.views.build_run_views(), when available
-    resume_check: Mapping[str, Any] | None = None  # GET /v1/runs/{id}/resume-check, when available
+    resume_check: ResumeCheck | None = None  # GET /v1/runs/{id}/resume-check, when available
 
     def share(self, category: WasteCategory) -> float:
         allocated = self.ledger.allocated_gpu_seconds
@@ -206,17 +207,17 @@ def checkpoint_interval(inp: ReportInput) -> Iterable[Recommendation]:
 def resume_correctness(inp: ReportInput) -> Iterable[Recommendation]:
     """A restart that did not reproduce what it recomputed, or resumed or numbered its steps wrongly."""
     check = inp.resume_check
-    if not check or check.get("verdict") != "flagged" or not check.get("findings"):
+    if check is None or not check.flagged or not check.findings:
         return
-    findings = check["findings"]
-    kinds = ", ".join(sorted({str(f["code"]) for f in findings}))
+    findings = check.findings
+    kinds = ", ".join(sorted({f.code for f in findings}))
     yield Recommendation(
         code="resume_correctness", title="Make resumes restore the whole training state",
-        detail=f"{len(findings)} resume finding(s) ({kinds}); the first: {findings[0]['message']}. A resume that "
+        detail=f"{len(findings)} resume finding(s) ({kinds}); the first: {findings[0].message}. A resume that "
                "restores only part of the state (optimizer buffers, RNG state, data position, step counter) trains "
                "on without an error, but not on the run that was checkpointed: save and load all of it, and report "
                "digests (tracker.digest) to catch it. GET /v1/runs/{run_id}/resume-check has the evidence.",
-        gpu_seconds=float(check.get("gpu_seconds_since_first_finding") or 0.0))
+        gpu_seconds=check.gpu_seconds_since_first_finding)
 
 
 DEFAULT_PROVIDERS: tuple[Provider, ...] = (

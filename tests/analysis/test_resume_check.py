@@ -19,7 +19,7 @@ from tests.analysis.scenarios import ev, per_rank
 
 
 def check(events: list[dict[str, Any]], run_id: str = "s1", **config: Any) -> ResumeCheck:
-    return build_resume_check(run_data_from_events(run_id, events), config=ResumeCheckConfig(**config))
+    return build_resume_check(run_data_from_events(run_id, events), config=ResumeCheckConfig(**config), version=1)
 
 
 def codes(result: ResumeCheck) -> list[tuple[str, int]]:
@@ -76,8 +76,8 @@ SIM: dict[str, Any] = {"ranks": 2, "hours": 0.05, "step_s": 1.0, "mtbf_s": 90, "
 @pytest.mark.parametrize("seed", range(8))
 def test_an_exact_resume_of_a_simulated_run_is_not_flagged(seed: int) -> None:
     result = simulate(SimConfig(run_id="sim", seed=seed, **SIM))
-    rc = build_resume_check(run_data_from_events("sim", result.events))
-    assert rc.verdict == "ok" and rc.findings == (), rc.findings
+    rc = build_resume_check(run_data_from_events("sim", result.events), version=1)
+    assert rc.verdict == "ok" and rc.findings == [], rc.findings
     assert len(rc.resumes) == result.truth.restarts
     assert [r.resume_step for r in rc.resumes] == result.truth.resume_steps[1:]
     assert rc.gpu_seconds_since_first_finding == 0.0
@@ -91,21 +91,21 @@ def test_each_simulated_resume_fault_is_flagged_with_its_finding(fault: str, cod
     assert fault in RESUME_FAULTS
     result = simulate(SimConfig(run_id="sim", seed=9, resume_fault=fault, **SIM))
     assert result.truth.resume_steps == [0, 20, 40], "seed 9 resumes from checkpoints 20 and 40"
-    rc = build_resume_check(run_data_from_events("sim", result.events))
+    rc = build_resume_check(run_data_from_events("sim", result.events), version=1)
     assert rc.verdict == "flagged"
     found = [f for f in rc.findings if f.code == code]
     assert [f.attempt for f in found] == [1, 2], codes(rc)
-    assert found[0].ranks == (0, 1) and found[0].examples and found[0].message
+    assert found[0].ranks == [0, 1] and found[0].examples and found[0].message
     assert rc.gpu_seconds_since_first_finding > 0
-    json.dumps(rc.to_dict())  # the API serves it as is
+    json.loads(rc.model_dump_json())  # the API serves it as is
 
 
 def test_recomputed_values_are_compared_with_the_attempt_that_wrote_the_checkpoint() -> None:
     result = simulate(SimConfig(run_id="sim", seed=9, resume_fault="loss", **SIM))
-    rc = build_resume_check(run_data_from_events("sim", result.events))
+    rc = build_resume_check(run_data_from_events("sim", result.events), version=1)
     first, second = rc.resumes
-    assert (first.resume_step, first.checkpoint_attempt, first.reference_attempts) == (20, 0, (0,))
-    assert (second.resume_step, second.checkpoint_attempt, second.reference_attempts) == (40, 1, (1,))
+    assert (first.resume_step, first.checkpoint_attempt, first.reference_attempts) == (20, 0, [0])
+    assert (second.resume_step, second.checkpoint_attempt, second.reference_attempts) == (40, 1, [1])
     mismatch = rc.findings[1]
     assert mismatch.code == "loss_mismatch" and mismatch.attempt == 2
     row = mismatch.examples[0]
@@ -128,7 +128,7 @@ def test_a_loss_that_differs_beyond_the_tolerance_is_flagged_with_expected_and_g
     rc = check(one_restart(after_loss=lambda s: loss_at(s) * (1 + 1e-4)))
     (finding,) = rc.findings
     assert finding.code == "loss_mismatch" and finding.attempt == 1
-    assert finding.steps == (21, 22, 23, 24, 25) and finding.ranks == (0, 1)
+    assert finding.steps == [21, 22, 23, 24, 25] and finding.ranks == [0, 1]
     assert finding.evidence["compared"] == 10 and finding.evidence["mismatched"] == 10
     assert finding.evidence["max_relative_difference"] == pytest.approx(1e-4)
     row = finding.examples[0]
@@ -155,7 +155,7 @@ def test_digests_are_compared_as_strings() -> None:
                ev("digest", 130, attempt=1, rank=1, step=25, value="bbbb")]
     rc = check(events)
     (finding,) = rc.findings
-    assert finding.code == "digest_mismatch" and finding.ranks == (1,) and finding.steps == (25,)
+    assert finding.code == "digest_mismatch" and finding.ranks == [1] and finding.steps == [25]
     assert (finding.examples[0].expected, finding.examples[0].got) == ("aaaa", "bbbb")
     assert rc.resumes[0].compared["digest"] == 2
 
@@ -163,7 +163,7 @@ def test_digests_are_compared_as_strings() -> None:
 def test_a_resume_from_a_step_that_is_no_checkpoint_is_flagged() -> None:
     rc = check(one_restart(resume=15))
     finding = next(f for f in rc.findings if f.code == "resume_not_a_checkpoint")
-    assert finding.attempt == 1 and finding.steps == (15,) and finding.ranks == (0, 1)
+    assert finding.attempt == 1 and finding.steps == [15] and finding.ranks == [0, 1]
     assert finding.evidence["checkpoints_completed"] == [10, 20] and finding.evidence["latest_checkpoint"] == 20
     assert "no checkpoint was taken" in finding.message
 
@@ -177,13 +177,13 @@ def test_a_resume_from_a_torn_checkpoint_is_flagged() -> None:
 def test_skipped_and_repeated_step_numbers_are_flagged_per_attempt_and_rank() -> None:
     skipped = check(one_restart(after_numbers=[21, 22, 24, 25, 26]))
     finding = next(f for f in skipped.findings if f.code == "skipped_steps")
-    assert finding.steps == (23,) and finding.ranks == (0, 1) and finding.examples[0].got == 24
+    assert finding.steps == [23] and finding.ranks == [0, 1] and finding.examples[0].got == 24
     repeated = check(one_restart(after_numbers=[21, 22, 22, 23, 24]))
     finding = next(f for f in repeated.findings if f.code == "repeated_steps")
-    assert finding.steps == (22,) and finding.examples[0].got == 2
+    assert finding.steps == [22] and finding.examples[0].got == 2
     late = check(one_restart(after_numbers=[23, 24, 25, 26]))
     finding = next(f for f in late.findings if f.code == "skipped_steps")
-    assert finding.steps == (21, 22) and "step 21 was due" in finding.message
+    assert finding.steps == [21, 22] and "step 21 was due" in finding.message
     early = check(one_restart(after_numbers=[20, 21, 22]))
     assert "repeated_steps" in {f.code for f in early.findings}
 
@@ -198,7 +198,7 @@ def test_a_loss_jump_at_a_resume_without_recomputed_steps_is_flagged() -> None:
     # killed right after checkpoint 20: nothing to recompute, so only the loss curve can tell
     jump = check(one_restart(killed_at=20, after_loss=lambda s: loss_at(s) + 0.5))
     (finding,) = jump.findings
-    assert finding.code == "loss_jump_at_resume" and finding.attempt == 1 and finding.ranks == (0, 1)
+    assert finding.code == "loss_jump_at_resume" and finding.attempt == 1 and finding.ranks == [0, 1]
     assert finding.evidence["jump"] == pytest.approx(0.5, abs=0.1)  # the jump less the curve's own descent
     assert finding.evidence["jump"] > 5 * finding.evidence["median_change"]  # type: ignore[operator]
     smooth = check(one_restart(killed_at=20))
@@ -210,7 +210,7 @@ def test_a_fresh_restart_before_any_checkpoint_is_noted_not_flagged() -> None:
     events = attempt_events(0, 0, 0) + steps(0, 1, 8, 1) + failed(0, 20)
     events += attempt_events(1, 0, 30) + steps(1, 1, 30, 40, loss=lambda s: loss_at(s) + 0.01)
     rc = check(events)
-    assert rc.verdict == "ok" and rc.findings == ()
+    assert rc.verdict == "ok" and rc.findings == []
     assert "does not reproduce from its seed" in rc.notes[0]
 
 
@@ -233,7 +233,7 @@ def test_an_attempt_that_reproduces_a_flagged_attempt_it_resumed_from_is_not_fla
     out += attempt_events(2, 30, 70) + steps(2, 31, 40, 71, loss=off)
     rc = check(out)
     assert codes(rc) == [("loss_mismatch", 1)]
-    assert rc.resumes[1].reference_attempts == (1,) and rc.resumes[1].ok
+    assert rc.resumes[1].reference_attempts == [1] and rc.resumes[1].ok
 
 
 def test_config_errors_name_the_field() -> None:
@@ -275,7 +275,7 @@ def test_a_resume_from_a_checkpoint_lost_with_a_killed_attempt_is_not_flagged() 
     rc = check(killed_before_its_tail_arrived())
     assert rc.verdict == "ok", rc.findings
     assert any("last heard of at step 220" in n and "unknown" in n for n in rc.notes), rc.notes
-    assert rc.resumes[0].reference_attempts == (0,)
+    assert rc.resumes[0].reference_attempts == [0]
 
 
 def test_a_checkpoint_whose_end_may_have_died_with_its_writer_is_not_torn_evidence() -> None:

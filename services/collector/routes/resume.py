@@ -46,5 +46,5 @@ def get_resume_check(
             return JSONResponse(status_code=202, headers={"Retry-After": "5"}, content={"error": {
                 "code": "resume_check_pending",
                 "message": f"the resume check of run {run.run_id!r} is being computed; retry in a few seconds"}})
-        return ResumeCheck(**check, stale=stale)
-    return ResumeCheck(**resume_check(analyses, run, config))
+        return check.model_copy(update={"stale": stale})  # the kept check stays as built (stale: False)
+    return resume_check(analyses, run, config)

@@ -1,65 +1,8 @@
-"""Response model of `GET /v1/runs/{run_id}/resume-check` (services.analysis.resume_check, docs/resume-check.md)."""
+"""Response model of `GET /v1/runs/{run_id}/resume-check`: services.analysis.resume_types' `ResumeCheck` (built by
+services.analysis.resume_check, docs/resume-check.md), re-exported for the API's users."""
 
 from __future__ import annotations
 
-from typing import Literal
+from services.analysis.resume_types import EvidenceRow, Finding, ResumeCheck, ResumeSummary, Tolerances
 
-from pydantic import BaseModel, Field
-
-
-class EvidenceRow(BaseModel):
-    rank: int
-    step: int
-    expected: float | int | str | None = Field(description="the first computation's value (loss, lr, digest), or "
-                                                           "what was due: the step number, the checkpoint step")
-    got: float | int | str | None = Field(description="what this attempt reported")
-    expected_attempt: int | None = Field(description="the attempt `expected` comes from, when it comes from one")
-
-
-class Finding(BaseModel):
-    code: Literal["loss_mismatch", "lr_mismatch", "digest_mismatch", "loss_jump_at_resume",
-                  "resume_not_a_checkpoint", "skipped_steps", "repeated_steps"]
-    attempt: int
-    message: str
-    ranks: list[int]
-    steps: list[int] = Field(description="every step concerned, ascending")
-    evidence: dict[str, float | int | str | bool | list[int] | None] = Field(
-        description="numbers behind the finding: resume_step, compared, mismatched, tolerance, "
-                    "max_relative_difference, checkpoints_completed, jump, median_change, ...")
-    examples: list[EvidenceRow] = Field(description="expected vs got, at most max_examples rows")
-
-
-class ResumeSummary(BaseModel):
-    attempt: int
-    resume_step: int | None
-    resume_reported: bool
-    checkpoint_attempt: int | None = Field(description="the attempt that completed the checkpoint at resume_step")
-    reference_attempts: list[int] = Field(description="whose values the recomputed steps were compared with")
-    recomputed_steps: int = Field(description="distinct steps this attempt computed that a reference computed too")
-    compared: dict[str, int] = Field(description="(rank, step) pairs compared: loss, lr, digest")
-    ok: bool
-
-
-class Tolerances(BaseModel):
-    loss_rtol: float
-    loss_atol: float
-    lr_rtol: float
-    jump_window: int
-    jump_factor: float
-    min_jump_samples: int
-    max_examples: int
-
-
-class ResumeCheck(BaseModel):
-    run_id: str
-    version: int = Field(description="the run version checked (changes with every write)")
-    stale: bool = Field(False, description="with stale_ok=true: the run received events since this check; a newer "
-                                           "one is being computed")
-    verdict: Literal["ok", "flagged"]
-    findings: list[Finding]
-    resumes: list[ResumeSummary] = Field(description="one per attempt after the first")
-    notes: list[str] = Field(description="what could not be checked, or was checked and is worth knowing")
-    config: Tolerances
-    gpu_seconds_since_first_finding: float = Field(
-        description="GPU-seconds of the steps computed from the first flagged attempt on: trained on a state "
-                    "that differs from the one the run had")
+__all__ = ["EvidenceRow", "Finding", "ResumeCheck", "ResumeSummary", "Tolerances"]
