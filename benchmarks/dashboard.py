@@ -40,7 +40,7 @@ import pandas as pd
 from services.analysis.attempts import build_run_structure
 from services.analysis.claims import paint_run
 from services.analysis.ledger import build_ledger
-from services.analysis.live import detect_hang, live_state_from_run_data
+from services.analysis.live import detect_hang, live_run, live_state_from_run_data
 from services.analysis.run_data import (
     RunData,
     collectives_frame,
@@ -179,20 +179,22 @@ def main() -> int:
     t_structure, structure = timed(lambda: build_run_structure(data))
     t_painting, painting = timed(lambda: paint_run(structure))
     t_ledger, ledger = timed(lambda: build_ledger(data, painting))
-    t_views, views = timed(lambda: build_run_views(data, ledger, painting=painting))
+    t_views, views = timed(lambda: build_run_views(data, ledger, version=1, painting=painting))
     build = t_structure + t_painting + t_ledger + t_views
     print("\n## one build of the run's analysis, in memory (paid once per change of the run, in the background)")
     print(f"structure {t_structure:.2f} s + painting {t_painting:.2f} s + ledger {t_ledger:.2f} s + views "
           f"{t_views:.2f} s = {build:.2f} s")
 
-    views["version"] = 1
-    live = detect_hang(live_state_from_run_data(data, status=ledger.status),
-                       float(ledger.latest_time or 0) + 5).to_dict(with_ranks=False)
-    view_json = json.dumps({**views, "ledger": ledger.model_dump(mode="json"), "live": live})
+    status = detect_hang(live_state_from_run_data(data, status=ledger.status), float(ledger.latest_time or 0) + 5)
+    live = live_run(status, project="default", version=1, latest_time=ledger.latest_time,
+                    at_risk_gpu_seconds=float(ledger.at_risk_gpu_seconds), allocated_gpus=status.world_size,
+                    with_ranks=False).model_dump(mode="json")
+    heat = views.ranks.heatmap
+    view_json = json.dumps({**views.model_dump(mode="json"), "ledger": ledger.model_dump(mode="json"), "live": live})
     print(f"/view document: {len(view_json) / 1024:,.0f} KiB "
-          f"(progress points {sum(len(p['step']) for p in views['timeline']['progress']):,}, "
-          f"timeline pieces {len(views['timeline']['segments']):,}, rank rows {len(views['ranks']['rows']):,}, "
-          f"heat map {len(views['ranks']['heatmap']['z'])} x {len(views['ranks']['heatmap']['z'][0])})")
+          f"(progress points {sum(len(p.step) for p in views.timeline.progress):,}, "
+          f"timeline pieces {len(views.timeline.segments):,}, rank rows {len(views.ranks.rows):,}, "
+          f"heat map {len(heat.z) if heat else 0} x {len(heat.z[0]) if heat else 0})")
     view_in = json.loads(view_json)
     figures_s, size = _figures(view_in.pop("ledger"), view_in, ns.repeats)
     print(f"run page figures + tables from that document: {figures_s:.3f} s; {size / 1024:,.0f} KiB of figure "

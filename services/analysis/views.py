@@ -1,6 +1,6 @@
 """Read models for the dashboard: one run's timeline, step progress, per-rank compute, checkpoints, restarts.
 
-Pure functions: a RunData and the run's typed ledger in, JSON-able dicts out. Every
+Pure functions: a RunData and the run's typed ledger in, the typed `RunViews` out (services.analysis.view_types). Every
 GPU-second figure shown next to these views comes from the ledger; the views only say *when* and *where*.
 Sizes are bounded so a run of any size sends the browser a few thousand points:
 
@@ -20,11 +20,9 @@ Whether a running run still makes progress is services.analysis.live's job (GET 
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel
 
 from services.analysis.attempts import RunStructure, build_run_structure
 from services.analysis.categories import WasteCategory
@@ -32,6 +30,26 @@ from services.analysis.claims import CLAIM_CATEGORY, Claim, RunPainting, paint_r
 from services.analysis.ledger_types import Ledger
 from services.analysis.run_data import RunData
 from services.analysis.stragglers import flagged_ranks, rank_hosts, step_compute
+from services.analysis.view_types import (
+    AllocationSpan,
+    AttemptSpan,
+    CheckpointRow,
+    Failure,
+    HangSpan,
+    Heatmap,
+    NoRankCompute,
+    Progress,
+    ProgressStats,
+    RankCompute,
+    RankRow,
+    Restart,
+    RestartRow,
+    RunViews,
+    Segment,
+    Timeline,
+)
+
+__all__ = ["CheckpointRow", "RestartRow", "build_restart_rows", "build_run_views"]  # the rows' home: view_types
 
 MAX_POINTS_PER_ATTEMPT = 2000
 MAX_POINTS = 20_000
@@ -49,78 +67,67 @@ def build_run_views(
     data: RunData,
     ledger: Ledger,
     *,
+    version: int,
     max_points: int = MAX_POINTS,
     max_segments: int = MAX_SEGMENTS,
     heat_rows: int = HEAT_ROWS,
     heat_cols: int = HEAT_COLS,
     painting: RunPainting | None = None,
-) -> dict[str, Any]:
-    """Everything the run page draws besides the ledger's numbers, as one JSON-able dict.
+) -> RunViews:
+    """Everything the run page draws besides the ledger's numbers.
 
-    `painting`: the data's painted structure when the caller already built it for the ledger."""
+    `version`: the run version `data` was loaded at (what the views describe). `painting`: the data's painted
+    structure when the caller already built it for the ledger."""
     painting = paint_run(build_run_structure(data)) if painting is None else painting
     run, job_steps = painting.run, painting.job_steps
     attempts = run.attempts
 
     checkpoints = _checkpoint_rows(run.checkpoints)
     hangs = [
-        {"attempt": a.attempt, "start": a.last_step_end, "end": a.end, "seconds": a.end - a.last_step_end}
+        HangSpan(attempt=a.attempt, start=a.last_step_end, end=a.end, seconds=a.end - a.last_step_end)
         for a in attempts if a.failed and a.last_step_end is not None and a.end > a.last_step_end
     ]
     segments = _segments(painting, max_segments)
-    timeline: dict[str, Any] = {}
-    _capped(timeline, "allocations", [{"start": a.start, "end": a.end, "gpus": a.gpus, "open": a.open}
-                                      for a in run.allocations[-MAX_TIMELINE_ROWS:]], len(run.allocations))
-    _capped(timeline, "attempts", [
-        {"attempt": a.attempt, "start": a.start, "end": a.end, "reason": a.reason, "failed": a.failed,
-         "world_size": a.world_size, "resume_step": a.resume_step, "first_step": a.first_step,
-         "last_step": a.last_step, "first_step_start": a.first_step_start, "last_step_end": a.last_step_end}
-        for a in attempts[-MAX_TIMELINE_ROWS:]], len(attempts))
-    timeline["segments"] = segments
-    timeline["idle_gaps"] = [s for s in segments if s["category"] == _IDLE]
-    _capped(timeline, "hangs", hangs[-MAX_TIMELINE_ROWS:], len(hangs))
-    failures = [a for a in attempts if a.failed]
-    _capped(timeline, "failures", [{"attempt": a.attempt, "time": a.end, "step": a.last_step,
-                                    "reason": a.reason or "lost"} for a in failures[-MAX_TIMELINE_ROWS:]],
-            len(failures))
-    _capped(timeline, "restarts", [{"attempt": a.attempt, "time": a.start, "resume_step": a.resume_step}
-                                   for a in attempts[1:][-MAX_TIMELINE_ROWS:]], max(len(attempts) - 1, 0))
-    timeline["progress"] = _progress(run, job_steps, max_points)
-    out = {
-        "run_id": run.run_id,
-        "status": run.status.value,
-        "first_time": run.first_time,
-        "latest_time": run.latest_time,
-        "timeline": timeline,
-        "progress": _progress_stats(job_steps, run.checkpoints),
-        "ranks": _rank_compute(data, run.steps, ledger, heat_rows, heat_cols),
-    }
-    _capped(out, "checkpoints", checkpoints[-MAX_CHECKPOINT_ROWS:], len(checkpoints))
-    restarts = [row.model_dump() for row in build_restart_rows(ledger)]
-    _capped(out, "restarts", restarts[-MAX_TIMELINE_ROWS:], len(restarts))
-    return out
-
-
-def _capped(out: dict[str, Any], name: str, items: list[Any], total: int) -> None:
-    """out[name] = items (already cut to its cap), with `<name>_total` and `<name>_truncated` beside it."""
-    out[name] = items
-    out[f"{name}_total"] = total
-    out[f"{name}_truncated"] = total > len(items)
-
-
-class RestartRow(BaseModel):
-    """What the failure before a restart cost, in GPU-seconds: rework and hang are booked on the attempt that
-    failed, startup on the attempt that restarted."""
-
-    attempt: int
-    time: float
-    after: str  # the failed attempt's end reason ("failed" / "ended" when it reported none)
-    failed_at_step: int | None
-    resume_step: int | None
-    steps_reworked: int
-    rework_gpu_seconds: float
-    hang_gpu_seconds: float
-    startup_gpu_seconds: float
+    failed = [a for a in attempts if a.failed]
+    allocations = [AllocationSpan(start=a.start, end=a.end, gpus=a.gpus, open=a.open)
+                   for a in run.allocations[-MAX_TIMELINE_ROWS:]]
+    attempt_rows = [
+        AttemptSpan(attempt=a.attempt, start=a.start, end=a.end, reason=a.reason, failed=a.failed,
+                    world_size=a.world_size, resume_step=a.resume_step, first_step=a.first_step,
+                    last_step=a.last_step, first_step_start=a.first_step_start, last_step_end=a.last_step_end)
+        for a in attempts[-MAX_TIMELINE_ROWS:]]
+    shown_hangs = hangs[-MAX_TIMELINE_ROWS:]
+    failures = [Failure(attempt=a.attempt, time=a.end, step=a.last_step, reason=a.reason or "lost")
+                for a in failed[-MAX_TIMELINE_ROWS:]]
+    restarted = [Restart(attempt=a.attempt, time=a.start, resume_step=a.resume_step)
+                 for a in attempts[1:][-MAX_TIMELINE_ROWS:]]
+    n_restarted = max(len(attempts) - 1, 0)
+    # lists hold the latest rows up to their cap; `<list>_total` says how many there were
+    timeline = Timeline(
+        allocations=allocations, allocations_total=len(run.allocations),
+        allocations_truncated=len(run.allocations) > len(allocations),
+        attempts=attempt_rows, attempts_total=len(attempts), attempts_truncated=len(attempts) > len(attempt_rows),
+        segments=segments, idle_gaps=[s for s in segments if s.category == _IDLE],
+        hangs=shown_hangs, hangs_total=len(hangs), hangs_truncated=len(hangs) > len(shown_hangs),
+        failures=failures, failures_total=len(failed), failures_truncated=len(failed) > len(failures),
+        restarts=restarted, restarts_total=n_restarted, restarts_truncated=n_restarted > len(restarted),
+        progress=_progress(run, job_steps, max_points))
+    shown_checkpoints = checkpoints[-MAX_CHECKPOINT_ROWS:]
+    restarts = build_restart_rows(ledger)
+    shown_restarts = restarts[-MAX_TIMELINE_ROWS:]
+    return RunViews(
+        run_id=run.run_id,
+        status=run.status.value,
+        first_time=run.first_time,
+        latest_time=run.latest_time,
+        timeline=timeline,
+        progress=_progress_stats(job_steps, run.checkpoints),
+        ranks=_rank_compute(data, run.steps, ledger, heat_rows, heat_cols),
+        checkpoints=shown_checkpoints, checkpoints_total=len(checkpoints),
+        checkpoints_truncated=len(checkpoints) > len(shown_checkpoints),
+        restarts=shown_restarts, restarts_total=len(restarts), restarts_truncated=len(restarts) > len(shown_restarts),
+        version=version,
+    )
 
 
 def build_restart_rows(ledger: Ledger) -> list[RestartRow]:
@@ -143,7 +150,7 @@ _SEGMENT_NAMES = np.array([CLAIM_CATEGORY[claim] for claim in Claim] + [_IDLE], 
 _IDLE_CODE = len(Claim)
 
 
-def _segments(painting: RunPainting, max_segments: int) -> list[dict[str, Any]]:
+def _segments(painting: RunPainting, max_segments: int) -> list[Segment]:
     """The allocated wall time as the ledger painted it: [{start, end, category}], one category each."""
     if not painting.run.allocations or len(painting.bounds) < 2:
         return []
@@ -156,7 +163,7 @@ def _segments(painting: RunPainting, max_segments: int) -> list[dict[str, Any]]:
     starts, ends, codes = _merge_runs(starts, ends, codes)
     if len(starts) > max_segments:
         starts, ends, codes = _bin_segments(starts, ends, codes, max_segments, len(_SEGMENT_NAMES))
-    return [{"start": float(s), "end": float(e), "category": str(_SEGMENT_NAMES[c])}
+    return [Segment(start=float(s), end=float(e), category=str(_SEGMENT_NAMES[c]))
             for s, e, c in zip(starts, ends, codes, strict=True)]
 
 
@@ -189,7 +196,7 @@ def _bin_segments(starts: np.ndarray, ends: np.ndarray, codes: np.ndarray, n_bin
     return _merge_runs(edges[:-1][has], edges[1:][has], bin_codes[has])
 
 
-def _progress(run: RunStructure, job_steps: pd.DataFrame, max_points: int) -> list[dict[str, Any]]:
+def _progress(run: RunStructure, job_steps: pd.DataFrame, max_points: int) -> list[Progress]:
     """Step number over time per attempt (a step's end), downsampled; `rework_after_step` marks thrown-away work."""
     if job_steps.empty:
         return []
@@ -212,20 +219,20 @@ def _progress(run: RunStructure, job_steps: pd.DataFrame, max_points: int) -> li
             rework_after = int(all_steps[kept].max())
         else:
             rework_after = int(all_steps.min()) - 1
-        out.append({
-            "attempt": a.attempt,
-            "time": pick["end"].astype(float).tolist(),
-            "step": pick["step"].astype(int).tolist(),
-            "steps_total": int(n),
-            "rework_after_step": rework_after,
-        })
+        out.append(Progress(
+            attempt=a.attempt,
+            time=pick["end"].astype(float).tolist(),
+            step=pick["step"].astype(int).tolist(),
+            steps_total=int(n),
+            rework_after_step=rework_after,
+        ))
     return out
 
 
-def _progress_stats(job_steps: pd.DataFrame, checkpoints: pd.DataFrame) -> dict[str, Any]:
+def _progress_stats(job_steps: pd.DataFrame, checkpoints: pd.DataFrame) -> ProgressStats:
     """The usual step time (median gap between consecutive step ends, last 1,000 steps) and the last progress."""
     if job_steps.empty:
-        return {"median_step_seconds": None, "last_progress_time": None, "last_step": None}
+        return ProgressStats(median_step_seconds=None, last_progress_time=None, last_step=None)
     last_attempt = int(job_steps["attempt"].max())
     mine = job_steps[job_steps["attempt"] == last_attempt].sort_values("step").tail(1001)
     gaps = np.diff(mine["end"].to_numpy())
@@ -240,28 +247,18 @@ def _progress_stats(job_steps: pd.DataFrame, checkpoints: pd.DataFrame) -> dict[
         if not done.empty:
             last_time = max(last_time, float(done["end"].max()))
     last = int(job_steps["end"].argmax())  # the position of the step that ended last
-    return {"median_step_seconds": usual, "last_progress_time": last_time,
-            "last_step": int(job_steps["step"].to_numpy(np.int64)[last])}
+    return ProgressStats(median_step_seconds=usual, last_progress_time=last_time,
+                         last_step=int(job_steps["step"].to_numpy(np.int64)[last]))
 
 
-class CheckpointRow(BaseModel):
-    attempt: int
-    step: int
-    start: float
-    end: float
-    blocking_seconds: float
-    ok: bool
-    torn: bool  # never completed: blocked until the attempt's next step or its end
-
-
-def _checkpoint_rows(checkpoints: pd.DataFrame) -> list[dict[str, Any]]:
+def _checkpoint_rows(checkpoints: pd.DataFrame) -> list[CheckpointRow]:
     if checkpoints.empty:
         return []
     ck = checkpoints.sort_values("start")
     columns = (ck[name].to_numpy() for name in ("attempt", "step", "start", "end", "ok", "torn"))
     return [
         CheckpointRow(attempt=int(attempt), step=int(step), start=float(start), end=float(end),
-                      blocking_seconds=float(end - start), ok=bool(ok), torn=bool(torn)).model_dump()
+                      blocking_seconds=float(end - start), ok=bool(ok), torn=bool(torn))
         for attempt, step, start, end, ok, torn in zip(*columns, strict=True)
     ]
 
@@ -270,14 +267,13 @@ def _checkpoint_rows(checkpoints: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def _rank_compute(data: RunData, steps: pd.DataFrame, ledger: Ledger, heat_rows: int,
-                  heat_cols: int) -> dict[str, Any]:
+                  heat_cols: int) -> RankCompute | NoRankCompute:
     """Per rank: compute seconds per step (duration minus time in collectives), median / p90 / mean.
 
     `steps`: the run's steps, one row per (attempt, rank, step) (RunStructure.steps)."""
     by_rank_cost = {int(k): float(v) for k, v in ledger.straggler_gpu_seconds_by_rank.items()}
-    empty: dict[str, Any] = {"rows": [], "heatmap": None, "compute_source": None, "straggler_ranks": []}
     if steps.empty:
-        return empty
+        return NoRankCompute(rows=[], heatmap=None, compute_source=None, straggler_ranks=[])
     attempt = steps["attempt"].to_numpy(np.int64)
     rank = steps["rank"].to_numpy(np.int64)
     step = steps["step"].to_numpy(np.int64)
@@ -309,24 +305,24 @@ def _rank_compute(data: RunData, steps: pd.DataFrame, ledger: Ledger, heat_rows:
                                                    -median_of[int(r)], int(r)))
         listed = stats.loc[sorted(order[:MAX_RANK_ROWS])]
     rows = [
-        {"rank": int(r), "host": hosts.get(int(r)), "steps": int(n), "median_compute_s": float(med),
-         "p90_compute_s": float(p90), "mean_compute_s": float(mean),
-         "straggler_gpu_seconds": by_rank_cost.get(int(r), 0.0), "is_straggler": int(r) in stragglers}
+        RankRow(rank=int(r), host=hosts.get(int(r)), steps=int(n), median_compute_s=float(med),
+                p90_compute_s=float(p90), mean_compute_s=float(mean),
+                straggler_gpu_seconds=by_rank_cost.get(int(r), 0.0), is_straggler=int(r) in stragglers)
         for r, n, med, p90, mean in zip(listed.index, listed["steps"], listed["median_s"], listed["p90_s"],
                                         listed["mean_s"], strict=True)
     ]
-    return {
-        "rows": rows,
-        "rows_total": len(stats),
-        "rows_truncated": len(stats) > len(listed),
-        "median_compute_s": overall,
-        "heatmap": _heatmap(frame, heat_rows, heat_cols),
-        "compute_source": source,
-        "straggler_ranks": sorted(stragglers),
-    }
+    return RankCompute(
+        rows=rows,
+        rows_total=len(stats),
+        rows_truncated=len(stats) > len(listed),
+        median_compute_s=overall,
+        heatmap=_heatmap(frame, heat_rows, heat_cols),
+        compute_source=source,
+        straggler_ranks=sorted(stragglers),
+    )
 
 
-def _heatmap(frame: pd.DataFrame, heat_rows: int, heat_cols: int) -> dict[str, Any]:
+def _heatmap(frame: pd.DataFrame, heat_rows: int, heat_cols: int) -> Heatmap:
     """Mean compute seconds per (rank group, step bucket); a group shows its slowest rank."""
     ranks = np.sort(frame["rank"].unique())
     lo_step, hi_step = int(frame["step"].min()), int(frame["step"].max())
@@ -350,10 +346,10 @@ def _heatmap(frame: pd.DataFrame, heat_rows: int, heat_cols: int) -> dict[str, A
         for i in range(n_groups)
     ]
     step_labels = [round(float(col_edges[i] + col_edges[i + 1] - 1) / 2) for i in range(n_cols)]
-    return {
-        "rank_labels": labels,
-        "ranks_per_row": group,
-        "step_centers": step_labels,
-        "step_edges": [float(x) for x in col_edges],
-        "z": [[None if not np.isfinite(v) else round(float(v), 6) for v in row] for row in grid],
-    }
+    return Heatmap(
+        rank_labels=labels,
+        ranks_per_row=group,
+        step_centers=step_labels,
+        step_edges=[float(x) for x in col_edges],
+        z=[[None if not np.isfinite(v) else round(float(v), 6) for v in row] for row in grid],
+    )

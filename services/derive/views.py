@@ -12,16 +12,15 @@ stored ledger when it describes the same version); it stores the views in `run_v
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from services.analysis.attempts import build_run_structure
 from services.analysis.claims import paint_run
 from services.analysis.ledger import build_ledger
 from services.analysis.ledger_types import Ledger
+from services.analysis.view_types import RunViews
 from services.analysis.views import build_run_views
 from services.derive.cache import AnalysisCache, Built, Product
 from services.derive.ledger import LEDGER, stored_ledger
@@ -38,7 +37,7 @@ class AnalysedViews:
     analysed_at: float  # server clock
     analysis_seconds: float
     ledger: Ledger
-    views: dict[str, Any]  # services.analysis.views.build_run_views, with the run version they describe
+    views: RunViews  # services.analysis.views.build_run_views, of the run version they describe
 
 
 def _stored(analyses: AnalysisCache, run: RunRow) -> Built[AnalysedViews] | None:
@@ -49,7 +48,7 @@ def _stored(analyses: AnalysisCache, run: RunRow) -> Built[AnalysedViews] | None
     return Built(row.version, AnalysedViews(version=row.version, analysed_at=row.analysed_at,
                                             analysis_seconds=row.analysis_seconds,
                                             ledger=Ledger.model_validate_json(row.ledger_json),
-                                            views=json.loads(row.views_json)))
+                                            views=RunViews.model_validate_json(row.views_json)))
 
 
 def _build(analyses: AnalysisCache, run: RunRow) -> AnalysedViews:
@@ -60,15 +59,14 @@ def _build(analyses: AnalysisCache, run: RunRow) -> AnalysedViews:
     painting = paint_run(build_run_structure(data))  # read by both the ledger and the views
     stored = stored_ledger(analyses, run)
     ledger = stored.value if stored is not None and stored.version == run.version else build_ledger(data, painting)
-    views = build_run_views(data, ledger, painting=painting)
-    views["version"] = run.version
+    views = build_run_views(data, ledger, version=run.version, painting=painting)
     finished = time.perf_counter()
     built = AnalysedViews(version=run.version, analysed_at=time.time(), analysis_seconds=finished - started,
                           ledger=ledger, views=views)
     with analyses.engine.begin() as conn:
         store_ledger(conn, run.pk, run.version, ledger.model_dump_json(), ledger.status)
         store_views(conn, run.pk, version=run.version, analysed_at=built.analysed_at,
-                    analysis_seconds=built.analysis_seconds, views_json=json.dumps(views))
+                    analysis_seconds=built.analysis_seconds, views_json=views.model_dump_json())
     logger.info("views built for run %s (version %d): load %.2f s, ledger and views %.2f s", run.run_id,
                 run.version, loaded - started, finished - loaded)
     return built

@@ -4,7 +4,7 @@ Pure: the caller passes the ledger, the views and the time of writing; `RunRepor
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
@@ -12,7 +12,8 @@ from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_seri
 from services.analysis.categories import PRODUCTIVE
 from services.analysis.ledger_types import CheckpointSummary, Ledger
 from services.analysis.resume_types import ResumeCheck
-from services.analysis.views import CheckpointRow, RestartRow, build_restart_rows
+from services.analysis.view_types import CheckpointRow, RestartRow, RunViews
+from services.analysis.views import build_restart_rows
 from services.presentation import CATEGORY_ORDER
 from services.reports.recommend import DEFAULT_PROVIDERS, Provider, Recommendation, ReportInput, recommend
 
@@ -77,21 +78,21 @@ def build_breakdown(ledger: Ledger) -> list[BreakdownRow]:
     return rows
 
 
-def build_stragglers(ledger: Ledger, views: Mapping[str, Any] | None) -> list[StragglerRow]:
+def build_stragglers(ledger: Ledger, views: RunViews | None) -> list[StragglerRow]:
     """Ranks charged with straggler time, costliest first, with their host and median compute when known."""
     by_rank = {rank: gpu_s for rank, gpu_s in ledger.straggler_gpu_seconds_by_rank.items() if gpu_s > 0}
     total = sum(by_rank.values())
-    rows_by_rank = {r["rank"]: r for r in (views or {}).get("ranks", {}).get("rows", [])}
+    rows_by_rank = {r.rank: r for r in views.ranks.rows} if views is not None else {}
     out = []
     for rank, gpu_s in sorted(by_rank.items(), key=lambda kv: -kv[1])[:MAX_STRAGGLER_ROWS]:
-        row = rows_by_rank.get(rank, {})
-        out.append(StragglerRow(rank=rank, host=row.get("host"), straggler_gpu_seconds=gpu_s,
+        row = rows_by_rank.get(rank)
+        out.append(StragglerRow(rank=rank, host=row.host if row else None, straggler_gpu_seconds=gpu_s,
                                 share_of_straggler=gpu_s / total if total else None,
-                                median_compute_seconds=row.get("median_compute_s")))
+                                median_compute_seconds=row.median_compute_s if row else None))
     return out
 
 
-def build_report(ledger: Ledger, views: Mapping[str, Any] | None, *, generated_at: float,
+def build_report(ledger: Ledger, views: RunViews | None, *, generated_at: float,
                  providers: Sequence[Provider] = DEFAULT_PROVIDERS,
                  resume_check: ResumeCheck | None = None) -> RunReport:
     """`ledger` is the run's ledger as GET /v1/runs/{id}/waste serves it; `views` the run's dashboard views of the
@@ -99,11 +100,9 @@ def build_report(ledger: Ledger, views: Mapping[str, Any] | None, *, generated_a
     GET /v1/runs/{id}/resume-check, when known (a flagged one becomes a recommendation)."""
     checkpoints = ReportCheckpoints(summary=ledger.checkpoints)
     if views is not None:
-        rows = [CheckpointRow.model_validate(row) for row in views.get("checkpoints", [])]
-        checkpoints = ReportCheckpoints(summary=ledger.checkpoints, rows=rows,
-                                        rows_total=views.get("checkpoints_total", len(rows)))
-    restarts = ([RestartRow.model_validate(row) for row in views["restarts"]] if views is not None
-                else build_restart_rows(ledger))
+        checkpoints = ReportCheckpoints(summary=ledger.checkpoints, rows=list(views.checkpoints),
+                                        rows_total=views.checkpoints_total)
+    restarts = list(views.restarts) if views is not None else build_restart_rows(ledger)
     recommendations: list[Recommendation] = recommend(
         ReportInput(ledger=ledger, views=views, resume_check=resume_check), providers)
     return RunReport(report_version=REPORT_VERSION, run_id=ledger.run_id, generated_at=generated_at, ledger=ledger,

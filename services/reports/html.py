@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 
 from services.analysis.categories import WasteCategory
 from services.analysis.ledger_types import AttemptLedger, ProvisionalHang
-from services.analysis.views import CheckpointRow, RestartRow
+from services.analysis.view_types import CheckpointRow, RestartRow
 from services.presentation import (
     CATEGORY_ORDER,
     COLORS,

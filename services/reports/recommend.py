@@ -11,9 +11,8 @@ allocated GPU-seconds (the constants below), and the advice names the numbers it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -21,6 +20,7 @@ from services.analysis.advice import checkpoint_advice
 from services.analysis.categories import WasteCategory
 from services.analysis.ledger_types import Ledger
 from services.analysis.resume_types import ResumeCheck
+from services.analysis.view_types import RunViews
 from services.presentation import timestamp
 
 CHECKPOINT_SHARE = 0.05  # checkpoint blocking above this share of allocated: checkpoint less often / async
@@ -45,7 +45,7 @@ class Recommendation(BaseModel):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReportInput:
     ledger: Ledger  # as GET /v1/runs/{id}/waste serves it
-    views: Mapping[str, Any] | None = None  # services.analysis.views.build_run_views(), when available
+    views: RunViews | None = None  # services.analysis.views.build_run_views(), when available
     resume_check: ResumeCheck | None = None  # GET /v1/runs/{id}/resume-check, when available
 
     def share(self, category: WasteCategory) -> float:
@@ -56,8 +56,8 @@ class ReportInput:
         return self.ledger.waste_gpu_seconds[category.value]
 
     def host_of(self, rank: int) -> str | None:
-        rows = (self.views or {}).get("ranks", {}).get("rows", [])
-        return next((r.get("host") for r in rows if r.get("rank") == rank), None)
+        rows = self.views.ranks.rows if self.views is not None else []
+        return next((r.host for r in rows if r.rank == rank), None)
 
 
 Provider = Callable[[ReportInput], Iterable[Recommendation]]
@@ -119,7 +119,7 @@ def straggler_ranks(inp: ReportInput) -> Iterable[Recommendation]:
     wasted = inp.waste(WasteCategory.STRAGGLER)
     by_rank = inp.ledger.straggler_gpu_seconds_by_rank
     total = sum(by_rank.values())
-    flagged = (inp.views or {}).get("ranks", {}).get("straggler_ranks")
+    flagged = inp.views.ranks.straggler_ranks if inp.views is not None else None
     if flagged and total > 0:
         rank = max(flagged, key=lambda r: by_rank.get(int(r), 0.0))
         cost = by_rank.get(int(rank), 0.0)

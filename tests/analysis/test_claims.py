@@ -47,7 +47,7 @@ def test_the_run_pages_band_draws_the_ledgers_painting() -> None:
     data = run_data_from_events("s1", overlapping_attempts())
     painting = paint_run(build_run_structure(data))
     ledger = build_ledger(data, painting)
-    views = build_run_views(data, ledger, painting=painting)
-    band = [(s["start"] - T0, s["end"] - T0, s["category"]) for s in views["timeline"]["segments"]]
+    views = build_run_views(data, ledger, version=1, painting=painting)
+    band = [(s.start - T0, s.end - T0, s.category) for s in views.timeline.segments]
     assert band == [(0, 5, "startup"), (5, 22, "productive"), (22, 40, "idle")]
-    assert views == build_run_views(data, ledger)  # the same views whether painted here or there
+    assert views == build_run_views(data, ledger, version=1)  # the same views whether painted here or there

@@ -17,7 +17,7 @@ def views_of(config: SimConfig, **kwargs):
     result = simulate(config)
     data = run_data_from_events(config.run_id, result.events)
     ledger = build_ledger(data)
-    return build_run_views(data, ledger, **kwargs), ledger
+    return build_run_views(data, ledger, version=1, **kwargs).model_dump(mode="json"), ledger  # the JSON served
 
 
 def test_painted_timeline_adds_up_to_the_ledger_per_category() -> None:

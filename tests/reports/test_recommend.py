@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from services.analysis.ledger_types import CheckpointSummary, Ledger
+from services.analysis.view_types import Heatmap, RankCompute, RankRow, RunViews
 from services.reports import DEFAULT_PROVIDERS, Recommendation, ReportInput, recommend
 from tests.reports import ledgers
 
@@ -30,10 +33,20 @@ def test_each_rule_fires_on_its_share_of_the_allocation(waste: dict[str, float],
     assert [r.code for r in recommend(ReportInput(ledger=ledger(**waste)))] == codes
 
 
+def views_of(hosts: dict[int, str | None], straggler_ranks: list[int]) -> RunViews:
+    """Views that hold only what the straggler advice reads: the rank rows (rank, host) and the flagged ranks."""
+    rows = [RankRow(rank=rank, host=host, steps=10, median_compute_s=1.0, p90_compute_s=1.0, mean_compute_s=1.0,
+                    straggler_gpu_seconds=0.0, is_straggler=rank in straggler_ranks) for rank, host in hosts.items()]
+    heatmap = Heatmap(rank_labels=[], ranks_per_row=1, step_centers=[], step_edges=[], z=[])
+    only: dict[str, Any] = {"ranks": RankCompute(rows=rows, rows_total=len(rows), rows_truncated=False,
+                                                    median_compute_s=1.0, heatmap=heatmap,
+                                                    compute_source="step duration", straggler_ranks=straggler_ranks)}
+    return RunViews.model_construct(**only)  # the rest of the views: not read by the advice
+
+
 def test_a_concentrated_straggler_is_named_with_its_host() -> None:
     lg = ledger(straggler=5_000).model_copy(update={"straggler_gpu_seconds_by_rank": {7: 4_000.0, 1: 1_000.0}})
-    views = {"ranks": {"rows": [{"rank": 7, "host": "gpu-node-12"}, {"rank": 1, "host": "gpu-node-01"}],
-                       "straggler_ranks": [7]}}
+    views = views_of({7: "gpu-node-12", 1: "gpu-node-01"}, [7])
     (rec,) = recommend(ReportInput(ledger=lg, views=views))
     assert rec.code == "straggler_rank"
     assert "rank 7 on host gpu-node-12" in rec.title and "80%" in rec.detail
@@ -42,7 +55,7 @@ def test_a_concentrated_straggler_is_named_with_its_host() -> None:
 def test_a_rank_carrying_most_of_the_cost_is_not_named_unless_it_was_flagged() -> None:
     lg = ledger(straggler=5_000).model_copy(  # two healthy ranks: 59% / 41%
         update={"straggler_gpu_seconds_by_rank": {0: 2_950.0, 1: 2_050.0}})
-    views = {"ranks": {"rows": [{"rank": 0}, {"rank": 1}], "straggler_ranks": []}}
+    views = views_of({0: None, 1: None}, [])
     (rec,) = recommend(ReportInput(ledger=lg, views=views))
     assert rec.code == "straggler_spread" and "no rank was consistently slower" in rec.detail
     (rec,) = recommend(ReportInput(ledger=lg))

@@ -1,9 +1,10 @@
 """Read endpoints for the dashboard: the run page's document, and its parts (timeline, per-rank compute,
 checkpoints, restarts).
 
-Thin: each route asks `services.derive.views` for the views of the run's current version (or, for the page
-with stale_ok, the last build while a newer one is made). The GPU-second numbers themselves are the ledger's
-(`/v1/runs/{run_id}/waste`); the views say when and where.
+Thin: each route asks `services.derive.views` for the typed views of the run's current version (or, for the page
+with stale_ok, the last build while a newer one is made) and answers with them or the part it serves (the views
+were validated once, when built or loaded; their sub-models pass into the answer as they are). The GPU-second
+numbers themselves are the ledger's (`/v1/runs/{run_id}/waste`); the views say when and where.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from fastapi import APIRouter, Query
 from services.analysis.provisional import provisional_ledger
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep
 from services.collector.schemas.errors import NOT_FOUND
-from services.collector.schemas.live import LiveRun
 from services.collector.schemas.views import RunCheckpoints, RunRanks, RunRestarts, RunTimeline, RunView
 from services.derive.live import LEDGER_BUDGET_S, live_for_row, live_hang_of_answer
 from services.derive.views import current_views, recent_views
@@ -30,25 +30,25 @@ router = APIRouter(tags=["dashboard views"])
 @router.get("/v1/runs/{run_id:path}/timeline", response_model=RunTimeline, responses=NOT_FOUND,
             summary="Allocations, attempts, where the time went, step progress (downsampled), failures, hangs")
 def get_timeline(run: RunDep, analyses: AnalysesDep) -> RunTimeline:
-    return RunTimeline.model_validate(current_views(analyses, run).views)
+    return RunTimeline.model_validate(current_views(analyses, run).views, from_attributes=True)
 
 
 @router.get("/v1/runs/{run_id:path}/ranks", response_model=RunRanks, responses=NOT_FOUND,
             summary="Per-rank compute seconds per step (median, p90, mean), straggler GPU-seconds, heat map")
 def get_ranks(run: RunDep, analyses: AnalysesDep) -> RunRanks:
-    return RunRanks.model_validate(current_views(analyses, run).views)
+    return RunRanks.model_validate(current_views(analyses, run).views, from_attributes=True)
 
 
 @router.get("/v1/runs/{run_id:path}/checkpoints", response_model=RunCheckpoints, responses=NOT_FOUND,
             summary="Every checkpoint: attempt, step, start, end, blocking seconds, ok, torn")
 def get_checkpoints(run: RunDep, analyses: AnalysesDep) -> RunCheckpoints:
-    return RunCheckpoints.model_validate(current_views(analyses, run).views)
+    return RunCheckpoints.model_validate(current_views(analyses, run).views, from_attributes=True)
 
 
 @router.get("/v1/runs/{run_id:path}/restarts", response_model=RunRestarts, responses=NOT_FOUND,
             summary="Every restart: resume step and the rework, hang and startup GPU-seconds around it")
 def get_restarts(run: RunDep, analyses: AnalysesDep) -> RunRestarts:
-    return RunRestarts.model_validate(current_views(analyses, run).views)
+    return RunRestarts.model_validate(current_views(analyses, run).views, from_attributes=True)
 
 
 @router.get("/v1/runs/{run_id:path}/view", response_model=RunView, responses=NOT_FOUND,
@@ -71,6 +71,6 @@ def get_view(
                         ledger_budget_s=0.0 if stale_ok else LEDGER_BUDGET_S)
     hang = live_hang_of_answer(live) if built.ledger.status == "running" else None
     return RunView.model_validate({
-        **built.views, "ledger": provisional_ledger(built.ledger, hang, live["server_time"]), "stale": stale,
+        **dict(built.views), "ledger": provisional_ledger(built.ledger, hang, live.server_time), "stale": stale,
         "run_version": max(run.version, built.version), "analysed_at": built.analysed_at,
-        "analysis_seconds": built.analysis_seconds, "live": LiveRun(**live)})
+        "analysis_seconds": built.analysis_seconds, "live": live})
