@@ -31,10 +31,10 @@ import httpx
 from pydantic import ValidationError
 
 from services.analysis.ledger_types import Ledger
+from services.analysis.live_types import LiveRun, LiveRuns
 from services.analysis.views import CheckpointRow, RestartRow
 from services.collector.schemas.advice import RunAdvice
 from services.collector.schemas.ingest import IngestAck
-from services.collector.schemas.live import LiveRun, LiveRuns
 from services.collector.schemas.resume import ResumeCheck
 from services.collector.schemas.runs import RunList, RunListItem
 from services.collector.schemas.status import WhoAmI

@@ -1,7 +1,8 @@
 """Live hang detection: is a running run still making progress, and if not, which ranks hold it up?
 
 Pure: a small `LiveState` (what storage reads with a few index lookups, or `live_state_from_run_data` builds
-from a RunData) and the server's clock reading `now` in, a `LiveStatus` out. Nothing here reads a clock.
+from a RunData) and the server's clock reading `now` in, a `LiveStatus` out; `live_run` makes it the API's typed
+answer (services.analysis.live_types.LiveRun). Nothing here reads a clock.
 
 Rules (docs/ledger.md, "Live hang detection"):
 
@@ -31,11 +32,11 @@ import itertools
 import statistics
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from services.analysis.live_types import LiveRun, RankLive, Suspect
 from services.analysis.run_data import RunData
 
 RUNNING = "running"
@@ -72,8 +73,8 @@ class LiveConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RankLive:
-    """What is known of one rank in the current attempt."""
+class RankState:
+    """What is known of one rank in the current attempt (its answer row: live_types.RankLive)."""
 
     rank: int
     reported: bool = True  # False: in the world, but no attempt_start from it yet
@@ -99,7 +100,7 @@ class LiveState:
     world_size: int = 0
     attempt_start: float | None = None
     resume_step: int | None = None
-    ranks: tuple[RankLive, ...] = ()
+    ranks: tuple[RankState, ...] = ()
     leader_step_ends: tuple[float, ...] = ()  # recent step ends of the furthest rank, ascending
     leader_step_seconds: tuple[float, ...] = ()  # and those steps' durations
     checkpoint_start: float | None = None  # latest of the attempt
@@ -108,12 +109,6 @@ class LiveState:
     attempt_end_time: float | None = None  # latest attempt_end of the current attempt
     first_time: float | None = None
     latest_time: float | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Suspect:
-    rank: int
-    reasons: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,34 +127,51 @@ class LiveStatus:
     threshold_basis: str  # steps | floor | startup | checkpoint
     hung: bool
     suspects: tuple[Suspect, ...]  # at most LiveConfig.max_suspects of them
-    ranks: tuple[dict[str, Any], ...] = field(default=())  # at most LiveConfig.max_rank_rows rows, by rank
+    ranks: tuple[RankLive, ...] = field(default=())  # at most LiveConfig.max_rank_rows rows, by rank (or none)
     suspects_total: int = 0  # every suspect, listed or not
     ranks_total: int = 0  # ranks of the world (claimed world size, or beyond it the highest rank that reported)
     never_reported: int = 0  # of them, ranks that sent nothing in this attempt
 
-    def to_dict(self, *, with_ranks: bool = True) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "run_id": self.run_id, "status": self.status, "attempt": self.attempt, "world_size": self.world_size,
-            "server_time": self.server_time, "last_progress_time": self.last_progress_time,
-            "last_step": self.last_step, "pending_step": self.pending_step,
-            "seconds_since_progress": self.seconds_since_progress,
-            "median_step_seconds": self.median_step_seconds, "threshold_seconds": self.threshold_seconds,
-            "threshold_basis": self.threshold_basis, "hung": self.hung,
-            "hung_for_seconds": (self.seconds_since_progress - self.threshold_seconds)
-            if self.hung and self.seconds_since_progress is not None else None,
-            "suspects": [{"rank": s.rank, "reasons": list(s.reasons)} for s in self.suspects],
-            "suspect_ranks": [s.rank for s in self.suspects],
-            "suspects_total": self.suspects_total,
-            # the number of suspects when the list is cut, else None (the name /v1/live has used since it cut)
-            "suspects_truncated": self.suspects_total if self.suspects_total > len(self.suspects) else None,
-            "ranks_total": self.ranks_total, "never_reported": self.never_reported,
-            # the names the dashboard has read since before hang detection
-            "possibly_hung": self.hung, "stall_threshold_seconds": self.threshold_seconds,
-        }
-        if with_ranks:
-            out["ranks"] = [dict(r) for r in self.ranks]
-            out["ranks_truncated"] = self.ranks_total > len(self.ranks)
-        return out
+    @property
+    def hung_for_seconds(self) -> float | None:
+        if not self.hung or self.seconds_since_progress is None:
+            return None
+        return self.seconds_since_progress - self.threshold_seconds
+
+    @property
+    def suspects_truncated(self) -> int | None:
+        """The number of suspects when the list is cut, else None (the name /v1/live has used since it cut)."""
+        return self.suspects_total if self.suspects_total > len(self.suspects) else None
+
+    @property
+    def ranks_truncated(self) -> bool:
+        return self.ranks_total > len(self.ranks)
+
+
+def live_run(status: LiveStatus, *, project: str, version: int, latest_time: float | None,
+             at_risk_gpu_seconds: float, allocated_gpus: int, with_ranks: bool = True,
+             max_suspects: int | None = None) -> LiveRun:
+    """The API's live answer of a run: its verdict `status` and what the caller knows of the run beside (project,
+    version, latest event time, at-risk GPU-seconds and allocated GPUs from its ledger). Without ranks (the fleet
+    list; detect_hang(..., with_ranks=False) builds none) the rank rows are left out; `max_suspects` cuts the
+    suspects further."""
+    suspects = status.suspects if max_suspects is None else status.suspects[:max_suspects]
+    since = status.seconds_since_progress
+    return LiveRun(  # validated once here; the suspects and rank rows are models already (not validated again)
+        run_id=status.run_id, project=project, status=status.status, attempt=status.attempt,
+        world_size=status.world_size, allocated_gpus=allocated_gpus, version=version,
+        server_time=status.server_time, latest_time=latest_time,
+        seconds_since_last_event=(status.server_time - latest_time) if latest_time is not None else None,
+        last_progress_time=status.last_progress_time, last_step=status.last_step, pending_step=status.pending_step,
+        seconds_since_progress=since, median_step_seconds=status.median_step_seconds,
+        threshold_seconds=status.threshold_seconds, threshold_basis=status.threshold_basis, hung=status.hung,
+        hung_for_seconds=status.hung_for_seconds, suspects=list(suspects), suspect_ranks=[s.rank for s in suspects],
+        suspects_truncated=status.suspects_total if status.suspects_total > len(suspects) else None,
+        suspects_total=status.suspects_total, never_reported=status.never_reported, ranks_total=status.ranks_total,
+        ranks_truncated=status.ranks_truncated if with_ranks else None,
+        at_risk_gpu_seconds=at_risk_gpu_seconds, possibly_hung=status.hung,
+        stall_threshold_seconds=status.threshold_seconds, ranks=list(status.ranks) if with_ranks else None,
+    )
 
 
 def median_step_seconds(state: LiveState) -> float | None:
@@ -202,8 +214,10 @@ def last_progress_time(state: LiveState) -> float | None:
     return max(values) if values else None
 
 
-def detect_hang(state: LiveState, now: float, config: LiveConfig | None = None) -> LiveStatus:
-    """The run's live status at the server time `now`."""
+def detect_hang(state: LiveState, now: float, config: LiveConfig | None = None, *,
+                with_ranks: bool = True) -> LiveStatus:
+    """The run's live status at the server time `now`; `with_ranks=False` leaves the rank rows out (the fleet
+    list, the metrics and the preemption ranking show none: no row is built)."""
     config = config or LiveConfig()
     threshold, basis = hang_threshold(state, config)
     progress = last_progress_time(state)
@@ -216,12 +230,12 @@ def detect_hang(state: LiveState, now: float, config: LiveConfig | None = None) 
     # Heartbeats are a relative signal: when no rank sent one recently (old clients, the simulator, or the
     # collector lost them all), silence names nobody.
     beating = any(r.heartbeat_time is not None for r in state.ranks)
-    known = {r.rank: _rank_row(r, positions.get(r.rank), front, now, config, beating) for r in state.ranks}
+    known = {r.rank: _judge(r, positions.get(r.rank), front, now, config, beating) for r in state.ranks}
     world = max(state.world_size, max(known, default=-1) + 1)
     silent_ranks = world - len(known)  # in the world, sent nothing: counted, never built one by one
     never_reported = silent_ranks + sum(1 for r in state.ranks if not r.reported)
-    suspects, suspects_total = _suspects(known, silent_ranks, config.max_suspects) if hung else ((), 0)
-    rows = _listed_rows(known, [s.rank for s in suspects], world, config.max_rank_rows)
+    suspects, suspects_total = _suspects(known, silent_ranks, config.max_suspects, now) if hung else ((), 0)
+    rows = _listed_rows(known, [s.rank for s in suspects], world, config.max_rank_rows, now) if with_ranks else ()
     return LiveStatus(
         run_id=state.run_id, status=state.status, attempt=state.attempt, world_size=state.world_size,
         server_time=now, last_progress_time=progress, last_step=last_step,
@@ -235,7 +249,7 @@ def detect_hang(state: LiveState, now: float, config: LiveConfig | None = None) 
 # -- per rank -------------------------------------------------------------------------------------------
 
 
-def _position(rank: RankLive, state: LiveState) -> tuple[int, int]:
+def _position(rank: RankState, state: LiveState) -> tuple[int, int]:
     """(step in progress, collectives started or completed in it): how far the rank got."""
     base = rank.last_step if rank.last_step is not None else (state.resume_step or 0)
     pending = base + 1
@@ -247,32 +261,50 @@ def _position(rank: RankLive, state: LiveState) -> tuple[int, int]:
     return pending, done
 
 
-def _rank_row(rank: RankLive, position: tuple[int, int] | None, front: tuple[int, int] | None, now: float,
-              config: LiveConfig, beating: bool) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class _Judged:
+    """A rank that reported, as detection judged it. Every such rank is judged (thousands in a wide run); its
+    answer row (`_row`) is built only when it is listed."""
+
+    state: RankState
+    position: tuple[int, int] | None  # (step in progress, collectives in it)
+    silent: bool
+    behind: bool
+
+
+def _judge(rank: RankState, position: tuple[int, int] | None, front: tuple[int, int] | None, now: float,
+           config: LiveConfig, beating: bool) -> _Judged:
     seen = rank.heartbeat_time if rank.heartbeat_time is not None else rank.start_time
     silent = beating and rank.reported and (seen is None or now - seen > config.silent_after_s)
     if rank.heartbeat_time is None and rank.start_time is not None and now - rank.start_time <= config.silent_after_s:
         silent = False  # just started: its first heartbeat is not due yet
     behind = position is not None and front is not None and position < front
-    return {
-        "rank": rank.rank, "reported": rank.reported, "last_step": rank.last_step,
-        "last_step_end": rank.last_step_end,
-        "pending_step": position[0] if position else None,
-        "collectives_in_pending_step": position[1] if position else None,
-        "last_heartbeat_time": rank.heartbeat_time,
-        "heartbeat_age_seconds": (now - rank.heartbeat_time) if rank.heartbeat_time is not None else None,
-        "silent": bool(silent and rank.ended is None), "behind": bool(behind), "ended": rank.ended,
-    }
+    return _Judged(state=rank, position=position, silent=bool(silent and rank.ended is None), behind=bool(behind))
 
 
-def _unreported_row(rank: int) -> dict[str, Any]:
+def _heartbeat_age(rank: RankState, now: float) -> float | None:
+    return (now - rank.heartbeat_time) if rank.heartbeat_time is not None else None
+
+
+def _row(judged: _Judged, now: float) -> RankLive:
+    rank, position = judged.state, judged.position
+    return RankLive(
+        rank=rank.rank, reported=rank.reported, last_step=rank.last_step, last_step_end=rank.last_step_end,
+        pending_step=position[0] if position else None,
+        collectives_in_pending_step=position[1] if position else None,
+        last_heartbeat_time=rank.heartbeat_time, heartbeat_age_seconds=_heartbeat_age(rank, now),
+        silent=judged.silent, behind=judged.behind, ended=rank.ended,
+    )
+
+
+def _unreported_row(rank: int) -> RankLive:
     """The row of a rank of the world that sent nothing in the attempt."""
-    return {"rank": rank, "reported": False, "last_step": None, "last_step_end": None, "pending_step": None,
-            "collectives_in_pending_step": None, "last_heartbeat_time": None, "heartbeat_age_seconds": None,
-            "silent": False, "behind": False, "ended": None}
+    return RankLive(rank=rank, reported=False, last_step=None, last_step_end=None, pending_step=None,
+                    collectives_in_pending_step=None, last_heartbeat_time=None, heartbeat_age_seconds=None,
+                    silent=False, behind=False, ended=None)
 
 
-def _silent_ranks(known: dict[int, dict[str, Any]]) -> Iterator[int]:
+def _silent_ranks(known: dict[int, _Judged]) -> Iterator[int]:
     """Ranks 0, 1, ... that sent nothing, lowest first (the caller stops early: never the whole world)."""
     rank = 0
     while True:
@@ -281,46 +313,50 @@ def _silent_ranks(known: dict[int, dict[str, Any]]) -> Iterator[int]:
         rank += 1
 
 
-def _suspects(known: dict[int, dict[str, Any]], silent_ranks: int, limit: int) -> tuple[tuple[Suspect, ...], int]:
+def _suspects(known: dict[int, _Judged], silent_ranks: int, limit: int,
+              now: float) -> tuple[tuple[Suspect, ...], int]:
     """(the first `limit` suspects by rank, those with evidence first; how many there are)."""
-    rows = list(known.values())
-    ended_all = bool(rows) and silent_ranks == 0 and all(r["ended"] is not None for r in rows)
-    front_step = max((r["pending_step"] for r in rows if r["pending_step"] is not None), default=None)
-    found = []
-    for row in sorted(rows, key=lambda r: int(r["rank"])):
+    judged = list(known.values())
+    ended_all = bool(judged) and silent_ranks == 0 and all(j.state.ended is not None for j in judged)
+    front_step = max((j.position[0] for j in judged if j.position is not None), default=None)
+    found: list[tuple[int, list[str]]] = []
+    for j in sorted(judged, key=lambda j: j.state.rank):
+        rank = j.state
         reasons = []
-        if not row["reported"]:
+        if not rank.reported:
             reasons.append("never reported in this attempt")
-        if row["behind"]:
-            reasons.append(f"behind: in step {row['pending_step']} after {row['collectives_in_pending_step']} "
+        if j.behind and j.position is not None:
+            reasons.append(f"behind: in step {j.position[0]} after {j.position[1]} "
                            f"collective(s); the furthest rank is in step {front_step}")
-        if row["silent"]:
-            age = row["heartbeat_age_seconds"]
+        if j.silent:
+            age = _heartbeat_age(rank, now)
             reasons.append("no heartbeat" + (f" for {age:.0f} s" if age is not None else " seen recently"))
-        if row["ended"] is not None and not ended_all:
-            reasons.append(f"ended its attempt ({row['ended']}) while the others did not")
+        if rank.ended is not None and not ended_all:
+            reasons.append(f"ended its attempt ({rank.ended}) while the others did not")
         if reasons:
-            found.append(Suspect(rank=row["rank"], reasons=tuple(reasons)))
+            found.append((rank.rank, reasons))
     total = len(found) + silent_ranks
     listed = found[:limit]
     silent = itertools.islice(_silent_ranks(known), min(silent_ranks, limit - len(listed)))
-    listed += [Suspect(rank=rank, reasons=("never reported in this attempt",)) for rank in silent]
-    return tuple(sorted(listed, key=lambda s: s.rank)), total
+    listed += [(rank, ["never reported in this attempt"]) for rank in silent]
+    # only the listed suspects become models (at most `limit`), validated once here
+    return tuple(Suspect(rank=rank, reasons=tuple(reasons)) for rank, reasons in sorted(listed)), total
 
 
-def _listed_rows(known: dict[int, dict[str, Any]], suspects: list[int], world: int,
-                 limit: int) -> tuple[dict[str, Any], ...]:
-    """At most `limit` rank rows, by rank: the listed suspects', then the ranks that reported, then the others."""
-    chosen: dict[int, dict[str, Any]] = {}
+def _listed_rows(known: dict[int, _Judged], suspects: list[int], world: int, limit: int,
+                 now: float) -> tuple[RankLive, ...]:
+    """At most `limit` rank rows, by rank: the listed suspects', then the ranks that reported, then the others.
+    Only these rows become models (validated once here)."""
+    chosen: dict[int, _Judged | None] = {}
     for rank in itertools.chain(suspects, sorted(known)):
         if len(chosen) >= limit:
             break
-        chosen.setdefault(rank, known.get(rank) or _unreported_row(rank))
+        chosen.setdefault(rank, known.get(rank))
     for rank in _silent_ranks(known):
         if len(chosen) >= limit or rank >= world:
             break
-        chosen.setdefault(rank, _unreported_row(rank))
-    return tuple(chosen[rank] for rank in sorted(chosen))
+        chosen.setdefault(rank, None)
+    return tuple(_row(j, now) if j is not None else _unreported_row(rank) for rank, j in sorted(chosen.items()))
 
 
 def _has_step(state: LiveState) -> bool:
@@ -392,7 +428,7 @@ def live_state_from_run_data(data: RunData, *, status: str = RUNNING, recent_ste
         pending = (last_step or 0) + 1
         own_c = colls[(colls["rank"] == rank) & (colls["step"] == pending)].drop_duplicates(["op", "start"])
         beat = beats.get(rank)
-        ranks.append(RankLive(
+        ranks.append(RankState(
             rank=rank, reported=rank in start_by_rank.index, last_step=last_step,
             last_step_end=float(own["end"].to_numpy(np.float64)[last]) if last is not None else None,
             collectives_done=len(own_c),

@@ -10,12 +10,12 @@ the run 5 times a second. Checkpoint requests are here too: what a scheduler ask
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from sqlalchemy import Engine
 
 from services.analysis.ledger_types import Ledger
-from services.analysis.live import LiveConfig, LiveStatus, detect_hang
+from services.analysis.live import LiveConfig, LiveStatus, detect_hang, live_run
+from services.analysis.live_types import CheckpointRequestOut, LiveRun, PreemptionCandidate
 from services.analysis.preemption import allocated_gpus, cheapest_to_preempt
 from services.analysis.provisional import LiveHang, provisional_ledger
 from services.derive.cache import AnalysisCache
@@ -42,25 +42,25 @@ def live_config(settings: ServiceSettings) -> LiveConfig:
 
 
 def live_status(engine: Engine, row: RunRow, now: float, config: LiveConfig) -> LiveStatus:
-    """The run's hang verdict judged as running (a few index lookups; the caller knows it is running)."""
+    """The run's hang verdict judged as running, without rank rows (a few index lookups; the caller knows it is
+    running)."""
     with engine.connect() as conn:
         state = load_live_state(conn, row, now=now, lookback_s=max(60.0, 4 * config.silent_after_s),
                                 recent_steps=config.recent_steps)
-    return detect_hang(replace(state, status="running"), now, config)
+    return detect_hang(replace(state, status="running"), now, config, with_ranks=False)
 
 
-def live_hang_of(status: LiveStatus) -> LiveHang | None:
-    """The provisional hang's input when live detection calls the run hung."""
+def live_hang_of(status: LiveStatus | LiveRun) -> LiveHang | None:
+    """The provisional hang's input when live detection calls the run hung (from the verdict, or from a
+    `live_for_row` answer: the run page has one already)."""
     if not status.hung or status.last_progress_time is None:
         return None
     return LiveHang(since=status.last_progress_time)
 
 
-def live_hang_of_answer(live: dict[str, Any]) -> LiveHang | None:
-    """The same, from a `live_for_row` answer (the run page has one already)."""
-    if not live.get("hung") or live.get("last_progress_time") is None:
-        return None
-    return LiveHang(since=float(live["last_progress_time"]))
+def live_hang_of_answer(live: LiveRun) -> LiveHang | None:
+    """`live_hang_of` of a `live_for_row` answer."""
+    return live_hang_of(live)
 
 
 def with_live_hang(engine: Engine, row: RunRow, ledger: Ledger, now: float, config: LiveConfig) -> Ledger:
@@ -77,7 +77,7 @@ def ledger_now(analyses: AnalysisCache, row: RunRow, now: float, config: LiveCon
 
 
 def live_for_row(analyses: AnalysisCache, row: RunRow, now: float, config: LiveConfig, *,
-                 with_ranks: bool = True, ledger_budget_s: float = LEDGER_BUDGET_S) -> dict[str, Any]:
+                 with_ranks: bool = True, ledger_budget_s: float = LEDGER_BUDGET_S) -> LiveRun:
     """The run's live status. Its at-risk GPU-seconds come from the ledger: fresh when it is built within
     `ledger_budget_s`, else the stored one (refreshed in the background)."""
     ledger = recent_ledger(analyses, row, budget_s=ledger_budget_s)[0]
@@ -86,30 +86,21 @@ def live_for_row(analyses: AnalysisCache, row: RunRow, now: float, config: LiveC
                                 recent_steps=config.recent_steps)
     status = ledger.status if row.status == "running" else row.status
     state = replace(state, status=status)
-    out = detect_hang(state, now, config).to_dict(with_ranks=with_ranks)
-    latest = row.last_time
-    out.update({
-        "project": row.project, "version": row.version, "latest_time": latest,
-        "seconds_since_last_event": (now - latest) if latest is not None else None,
-        "at_risk_gpu_seconds": float(ledger.at_risk_gpu_seconds),
-        "allocated_gpus": max(allocated_gpus(ledger), state.world_size),
-    })
-    if not with_ranks and len(out["suspects"]) > MAX_FLEET_SUSPECTS:
-        out["suspects_truncated"] = out["suspects_total"]
-        out["suspects"] = out["suspects"][:MAX_FLEET_SUSPECTS]
-        out["suspect_ranks"] = out["suspect_ranks"][:MAX_FLEET_SUSPECTS]
-    return out
+    return live_run(detect_hang(state, now, config, with_ranks=with_ranks), project=row.project, version=row.version,
+                    latest_time=row.last_time, at_risk_gpu_seconds=float(ledger.at_risk_gpu_seconds),
+                    allocated_gpus=max(allocated_gpus(ledger), state.world_size), with_ranks=with_ranks,
+                    max_suspects=None if with_ranks else MAX_FLEET_SUSPECTS)
 
 
 def live_for_running_runs(analyses: AnalysisCache, now: float, config: LiveConfig, *, limit: int = 500,
-                          project: str | None = None) -> list[dict[str, Any]]:
+                          project: str | None = None) -> list[LiveRun]:
     """Every running run (of `project`; None = every project), hung ones first, then by seconds since progress
     (longest first)."""
     with analyses.engine.connect() as conn:
         rows = list_runs(conn, status="running", limit=limit, project=project)
     out = [live_for_row(analyses, row, now, config, with_ranks=False) for row in rows]
-    out = [r for r in out if r["status"] == "running"]
-    out.sort(key=lambda r: (not r["hung"], -(r["seconds_since_progress"] or 0.0), r["run_id"], r["project"]))
+    out = [r for r in out if r.status == "running"]
+    out.sort(key=lambda r: (not r.hung, -(r.seconds_since_progress or 0.0), r.run_id, r.project))
     return out
 
 
@@ -117,7 +108,7 @@ def live_for_running_runs(analyses: AnalysisCache, now: float, config: LiveConfi
 
 
 def preemption_candidates(analyses: AnalysisCache, now: float, config: LiveConfig, *, limit: int = 500,
-                          project: str | None = None) -> list[dict[str, Any]]:
+                          project: str | None = None) -> list[PreemptionCandidate]:
     """Running runs (of `project`; None = every project), cheapest to preempt now first, with the components of
     the cost and each run's project."""
     engine = analyses.engine
@@ -135,32 +126,32 @@ def preemption_candidates(analyses: AnalysisCache, now: float, config: LiveConfi
         row = rows[k]
         with engine.connect() as conn:
             state = load_live_state(conn, row, now=now, lookback_s=max(60.0, 4 * config.silent_after_s))
-        out.append({**cost.model_dump(), "run_id": row.run_id, "project": row.project,
-                    "hung": detect_hang(replace(state, status="running"), now, config).hung,
-                    "pending_checkpoint_request": pending.get(row.pk)})
+        hung = detect_hang(replace(state, status="running"), now, config, with_ranks=False).hung
+        out.append(PreemptionCandidate(**{**cost.model_dump(), "run_id": row.run_id}, project=row.project,
+                                       hung=hung, pending_checkpoint_request=pending.get(row.pk)))
     return out
 
 
-def request_out(run_id: str, r: CheckpointRequestRow) -> dict[str, Any]:
-    return {"id": r.id, "run_id": run_id, "requested_at": r.requested_at, "reason": r.reason,
-            "requested_by": r.requested_by, "fulfilled_at": r.fulfilled_at, "fulfilled_step": r.fulfilled_step,
-            "pending": r.pending}
+def request_out(run_id: str, r: CheckpointRequestRow) -> CheckpointRequestOut:
+    return CheckpointRequestOut(id=r.id, run_id=run_id, requested_at=r.requested_at, reason=r.reason,
+                                requested_by=r.requested_by, fulfilled_at=r.fulfilled_at,
+                                fulfilled_step=r.fulfilled_step, pending=r.pending)
 
 
 def request_checkpoint(engine: Engine, row: RunRow, now: float, *, reason: str | None,
-                       requested_by: str | None) -> dict[str, Any]:
+                       requested_by: str | None) -> CheckpointRequestOut:
     with engine.begin() as conn:
         return request_out(row.run_id, create_request(conn, row.pk, now=now, reason=reason,
                                                       requested_by=requested_by))
 
 
-def checkpoint_requests_for_run(engine: Engine, row: RunRow) -> list[dict[str, Any]]:
+def checkpoint_requests_for_run(engine: Engine, row: RunRow) -> list[CheckpointRequestOut]:
     with engine.begin() as conn:
         resolve_fulfilled(conn, row.pk)
         return [request_out(row.run_id, r) for r in list_requests(conn, row.pk)]
 
 
-def signals_for_run(engine: Engine, row: RunRow) -> dict[str, Any] | None:
+def signals_for_run(engine: Engine, row: RunRow) -> CheckpointRequestOut | None:
     """The oldest checkpoint request of the run not fulfilled yet, or None."""
     with engine.begin() as conn:
         resolve_fulfilled(conn, row.pk)

@@ -27,6 +27,7 @@ from services.analysis.live import LiveConfig, detect_hang
 from services.analysis.provisional import LiveHang, provisional_ledger
 from services.derive.cache import AnalysisCache
 from services.derive.ledger import current_ledger
+from services.derive.live import live_hang_of
 from services.settings import MetricsSettings
 from services.storage.live import load_live_state
 from services.storage.run_activity import last_step_times, latest_client_stats
@@ -149,13 +150,11 @@ def _hangs(conn: Connection, rows: list[RunRow], now: float, config: LiveConfig
     for row in rows:
         try:
             state = load_live_state(conn, row, now=now, lookback_s=max(60.0, 4 * config.silent_after_s))
-            status = detect_hang(replace(state, status=RunStatus.RUNNING.value), now, config)
+            status = detect_hang(replace(state, status=RunStatus.RUNNING.value), now, config, with_ranks=False)
         except Exception:  # one bad run must not take the whole scrape down
             logger.exception("metrics: live status of run %s failed", row.run_id)
             continue
-        hang = LiveHang(since=status.last_progress_time) \
-            if status.hung and status.last_progress_time is not None else None
-        out[row.pk] = (status.hung, status.suspects_total, hang)  # every suspect, listed or not
+        out[row.pk] = (status.hung, status.suspects_total, live_hang_of(status))  # every suspect, listed or not
     return out
 
 

@@ -10,11 +10,12 @@ index). The cost grows with the number of ranks, not with the length of the run.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, text
 
-from services.analysis.live import LiveState, RankLive
+from services.analysis.live import LiveState, RankState
 from services.storage.runs import RunRow
 
 _ATTEMPT_SQL = text("SELECT max(attempt) FROM events WHERE run_pk = :pk AND kind = 'attempt_start'")
@@ -48,6 +49,15 @@ _HEARTBEATS_SQL = text(
 )
 
 
+@dataclass(slots=True)
+class _Started:
+    """A rank that sent attempt_start in the attempt: its earliest start and its last step, if any."""
+
+    start_time: float
+    last_step: int | None = None
+    last_step_end: float | None = None
+
+
 def load_live_state(conn: Connection, run: RunRow, *, now: float, lookback_s: float = 60.0,
                     recent_steps: int = 32) -> LiveState:
     attempt = conn.execute(_ATTEMPT_SQL, {"pk": run.pk}).scalar()
@@ -55,32 +65,32 @@ def load_live_state(conn: Connection, run: RunRow, *, now: float, lookback_s: fl
         return LiveState(run_id=run.run_id, status=run.status, first_time=run.first_time,
                          latest_time=run.last_time)
     args = {"pk": run.pk, "a": int(attempt)}
-    ranks: dict[int, dict[str, Any]] = {}
+    ranks: dict[int, _Started] = {}
     world = 0
     for rank, t, data, last_step, last_end in conn.execute(_STARTS_SQL, args):
         fields = json.loads(data) if data else {}
         world = max(world, int(fields.get("world_size") or 0))
-        mine = ranks.setdefault(int(rank), {"start_time": float(t)})
-        mine["start_time"] = min(mine["start_time"], float(t))
+        mine = ranks.setdefault(int(rank), _Started(start_time=float(t)))
+        mine.start_time = min(mine.start_time, float(t))
         if last_step is not None:
-            mine["last_step"], mine["last_step_end"] = int(last_step), float(last_end)
+            mine.last_step, mine.last_step_end = int(last_step), float(last_end)
     ended: dict[int, str] = {}
     end_time = None
     for rank, t, data in conn.execute(_ENDS_SQL, args):
         ended[int(rank)] = str((json.loads(data) if data else {}).get("reason") or "unknown")
         end_time = max(end_time or t, t)
-    stepped = {r: v for r, v in ranks.items() if "last_step" in v}
+    stepped = {r: v.last_step for r, v in ranks.items() if v.last_step is not None}
     leader_ends: tuple[float, ...] = ()
     leader_secs: tuple[float, ...] = ()
     done: dict[tuple[int, int], tuple[int, float]] = {}
     if stepped:
-        leader = max(stepped, key=lambda r: (stepped[r]["last_step"], -r))
+        leader = max(stepped, key=lambda r: (stepped[r], -r))
         rows = sorted(conn.execute(_RECENT_SQL, {**args, "r": leader, "n": recent_steps + 1}).all(),
                       key=lambda row: row[0])
         leader_ends = tuple(float(e) for _, _, e in rows)
         leader_secs = tuple(float(e) - float(s) for _, s, e in rows)
-        front = max(v["last_step"] for v in stepped.values())
-        lo = max(min(v["last_step"] for v in stepped.values()) + 1, front - 1)
+        front = max(stepped.values())
+        lo = max(min(stepped.values()) + 1, front - 1)
         for rank, step, n, last in conn.execute(_COLLECTIVES_SQL, {**args, "lo": lo, "hi": front + 1}):
             done[(int(rank), int(step))] = (int(n), float(last))
     beats: dict[int, tuple[float, int | None, int | None]] = {}
@@ -100,20 +110,20 @@ def load_live_state(conn: Connection, run: RunRow, *, now: float, lookback_s: fl
     # only the ranks that sent something: the others of a claimed world are counted by detect_hang, never built
     for rank in sorted({r for r in (*ranks, *ended, *beats) if 0 <= r < span}):
         info = ranks.get(rank)
-        last_step = info.get("last_step") if info else None
+        last_step = info.last_step if info else None
         coll = done.get((rank, (last_step or 0) + 1), (0, None))
         beat = beats.get(rank)
-        out.append(RankLive(
+        out.append(RankState(
             rank=rank, reported=info is not None, last_step=last_step,
-            last_step_end=info.get("last_step_end") if info else None,
+            last_step_end=info.last_step_end if info else None,
             collectives_done=coll[0], last_collective_end=coll[1],
             heartbeat_time=beat[0] if beat else None, heartbeat_step=beat[1] if beat else None,
             heartbeat_collectives=beat[2] if beat else None, ended=ended.get(rank),
-            start_time=info["start_time"] if info else None,
+            start_time=info.start_time if info else None,
         ))
     return LiveState(
         run_id=run.run_id, status=run.status, attempt=int(attempt), world_size=world or len(ranks),
-        attempt_start=min((v["start_time"] for v in ranks.values()), default=None),
+        attempt_start=min((v.start_time for v in ranks.values()), default=None),
         resume_step=int(resume) if resume is not None else None, ranks=tuple(out),
         leader_step_ends=leader_ends, leader_step_seconds=leader_secs,
         checkpoint_start=_float(kinds.get("checkpoint_start")), checkpoint_end=_float(kinds.get("checkpoint_end")),

@@ -9,7 +9,7 @@ import pytest
 from services.analysis.live import (
     LiveConfig,
     LiveState,
-    RankLive,
+    RankState,
     detect_hang,
     hang_threshold,
     live_state_from_run_data,
@@ -68,7 +68,7 @@ def test_a_run_is_hung_only_once_the_time_without_progress_passes_the_threshold(
     flagged = detect_hang(s, end + 30.1)
     assert flagged.hung is True
     assert flagged.seconds_since_progress == pytest.approx(30.1)
-    assert flagged.to_dict()["hung_for_seconds"] == pytest.approx(0.1)
+    assert flagged.hung_for_seconds == pytest.approx(0.1)
     assert flagged.last_progress_time == pytest.approx(end)
 
 
@@ -128,15 +128,15 @@ def test_startup_and_checkpoint_writes_get_their_own_floor() -> None:
 
 
 def test_hand_built_state_with_one_silent_rank() -> None:
-    ranks = tuple(RankLive(rank=r, last_step=9, last_step_end=T0 + 9, heartbeat_time=T0 + (9 if r == 1 else 60))
+    ranks = tuple(RankState(rank=r, last_step=9, last_step_end=T0 + 9, heartbeat_time=T0 + (9 if r == 1 else 60))
                   for r in range(2))
     s = LiveState(run_id="x", status="running", attempt=0, world_size=2, ranks=ranks,
                   leader_step_ends=tuple(T0 + i for i in range(10)))
     result = detect_hang(s, T0 + 61)
     assert result.hung and result.threshold_seconds == 30.0
     assert [x.rank for x in result.suspects] == [1]
-    row = {r["rank"]: r for r in result.to_dict()["ranks"]}
-    assert row[1]["silent"] and not row[0]["silent"]
+    row = {r.rank: r for r in result.ranks}
+    assert row[1].silent and not row[0].silent
 
 
 def test_a_simulated_running_run_is_flagged_after_its_threshold_and_not_before() -> None:

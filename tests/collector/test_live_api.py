@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from services.analysis.live import detect_hang, live_state_from_run_data
+from services.analysis.live import detect_hang, live_run, live_state_from_run_data
 from services.analysis.run_data import run_data_from_events
 from services.simulate import START_TIME, SimConfig, simulate
 
@@ -49,8 +49,10 @@ def test_the_database_and_the_pure_detector_agree(client) -> None:
     events = running_sim("agree", stopped_ago_s=45.0)
     post(client, events)
     live = client.get("/v1/runs/agree/live").json()
-    expected = detect_hang(live_state_from_run_data(run_data_from_events("agree", events)), live["server_time"])
-    for key, value in expected.to_dict().items():
+    status = detect_hang(live_state_from_run_data(run_data_from_events("agree", events)), live["server_time"])
+    expected = live_run(status, project=live["project"], version=live["version"], latest_time=live["latest_time"],
+                        at_risk_gpu_seconds=live["at_risk_gpu_seconds"], allocated_gpus=live["allocated_gpus"])
+    for key, value in expected.model_dump(mode="json").items():
         assert live[key] == (pytest.approx(value) if isinstance(value, float) else value), key
 
 

@@ -12,7 +12,7 @@ from fastapi import APIRouter
 
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep, RunScopeDep
 from services.collector.schemas.errors import NOT_FOUND
-from services.collector.schemas.live import LiveRun, LiveRuns, PreemptionCandidate, PreemptionCandidates
+from services.collector.schemas.live import LiveRun, LiveRuns, PreemptionCandidates
 from services.derive.live import live_for_row, live_for_running_runs, preemption_candidates
 
 router = APIRouter(tags=["live"])
@@ -21,7 +21,7 @@ router = APIRouter(tags=["live"])
 @router.get("/v1/runs/{run_id:path}/live", response_model=LiveRun, responses=NOT_FOUND,
             summary="Seconds since the run's last progress, hang threshold, hung flag, suspect ranks, at risk")
 def get_live(run: RunDep, analyses: AnalysesDep, live: LiveConfigDep) -> LiveRun:
-    return LiveRun(**live_for_row(analyses, run, time.time(), live))
+    return live_for_row(analyses, run, time.time(), live)
 
 
 @router.get("/v1/live", response_model=LiveRuns,
@@ -29,7 +29,7 @@ def get_live(run: RunDep, analyses: AnalysesDep, live: LiveConfigDep) -> LiveRun
 def get_live_runs(analyses: AnalysesDep, live: LiveConfigDep, scope: RunScopeDep) -> LiveRuns:
     now = time.time()
     runs = [] if scope.matches_nothing else live_for_running_runs(analyses, now, live, project=scope.project)
-    return LiveRuns(server_time=now, hung=sum(1 for r in runs if r["hung"]), runs=[LiveRun(**r) for r in runs])
+    return LiveRuns(server_time=now, hung=sum(1 for r in runs if r.hung), runs=runs)
 
 
 @router.get("/v1/preemption-candidates", response_model=PreemptionCandidates,
@@ -38,4 +38,4 @@ def get_preemption_candidates(analyses: AnalysesDep, live: LiveConfigDep,
                               scope: RunScopeDep) -> PreemptionCandidates:
     now = time.time()
     ranked = [] if scope.matches_nothing else preemption_candidates(analyses, now, live, project=scope.project)
-    return PreemptionCandidates(server_time=now, candidates=[PreemptionCandidate(**c) for c in ranked])
+    return PreemptionCandidates(server_time=now, candidates=ranked)

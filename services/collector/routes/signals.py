@@ -24,20 +24,17 @@ router = APIRouter(tags=["signals"])
 def post_checkpoint_request(run: WriteRunDep, engine: EngineDep,
                             body: CheckpointRequestIn | None = None) -> CheckpointRequestOut:
     body = body or CheckpointRequestIn()
-    return CheckpointRequestOut(**request_checkpoint(engine, run, time.time(), reason=body.reason,
-                                                     requested_by=body.requested_by))
+    return request_checkpoint(engine, run, time.time(), reason=body.reason, requested_by=body.requested_by)
 
 
 @router.get("/v1/runs/{run_id:path}/checkpoint-request", response_model=CheckpointRequests, responses=NOT_FOUND,
             summary="The run's checkpoint requests, newest first, with the checkpoint that fulfilled each")
 def get_checkpoint_requests(run: RunDep, engine: EngineDep) -> CheckpointRequests:
-    requests = checkpoint_requests_for_run(engine, run)
-    return CheckpointRequests(run_id=run.run_id, requests=[CheckpointRequestOut(**r) for r in requests])
+    return CheckpointRequests(run_id=run.run_id, requests=checkpoint_requests_for_run(engine, run))
 
 
 @router.get("/v1/runs/{run_id:path}/signals", response_model=Signals, responses=NOT_FOUND,
             summary="What a running client polls: the oldest pending checkpoint request")
 def get_signals(run: ClientRunDep, engine: EngineDep) -> Signals:
     pending = signals_for_run(engine, run)
-    return Signals(run_id=run.run_id, server_time=time.time(),
-                   checkpoint_request=CheckpointRequestOut(**pending) if pending else None)
+    return Signals(run_id=run.run_id, server_time=time.time(), checkpoint_request=pending)
