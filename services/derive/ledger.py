@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from services.analysis.ledger import build_ledger
 from services.analysis.ledger_types import Ledger
@@ -19,12 +22,29 @@ from services.storage.load import CompletedCheckpoint, last_ok_checkpoint, load_
 from services.storage.runs import RunRow, list_runs, store_ledger
 
 logger = logging.getLogger(__name__)
+M = TypeVar("M", bound=BaseModel)
 
 
 def stored_ledger(_: AnalysisCache, run: RunRow) -> Built[Ledger] | None:
+    ledger = parse_stored_ledger(run)
+    return None if ledger is None else Built(run.ledger_version, ledger)
+
+
+def parse_stored_ledger(run: RunRow) -> Ledger | None:
+    """The run's stored ledger; None when there is none, or when another version of goodput wrote it and its fields
+    no longer match the Ledger (after an upgrade): the caller then builds it again from the events."""
     if run.ledger_json is None:
         return None
-    return Built(run.ledger_version, Ledger.model_validate_json(run.ledger_json))
+    return parse_stored(Ledger, run.ledger_json, what="ledger", run_id=run.run_id)
+
+
+def parse_stored(model: type[M], stored_json: str, *, what: str, run_id: str) -> M | None:
+    try:
+        return model.model_validate_json(stored_json)
+    except ValidationError as exc:
+        logger.warning("the stored %s of run %s does not match this version of goodput (%d fields); building it "
+                       "again from the run's events", what, run_id, exc.error_count())
+        return None
 
 
 def _build(analyses: AnalysisCache, run: RunRow) -> Ledger:

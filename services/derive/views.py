@@ -23,7 +23,7 @@ from services.analysis.ledger_types import Ledger
 from services.analysis.view_types import RunViews
 from services.analysis.views import build_run_views
 from services.derive.cache import AnalysisCache, Built, Product
-from services.derive.ledger import LEDGER, stored_ledger
+from services.derive.ledger import LEDGER, parse_stored, stored_ledger
 from services.storage.load import load_run_data
 from services.storage.run_views import load_views, store_views
 from services.storage.runs import RunRow, store_ledger
@@ -45,10 +45,12 @@ def _stored(analyses: AnalysisCache, run: RunRow) -> Built[AnalysedViews] | None
         row = load_views(conn, run.pk)
     if row is None or row.ledger_json is None:
         return None
+    ledger = parse_stored(Ledger, row.ledger_json, what="ledger", run_id=run.run_id)
+    views = parse_stored(RunViews, row.views_json, what="views", run_id=run.run_id)
+    if ledger is None or views is None:
+        return None
     return Built(row.version, AnalysedViews(version=row.version, analysed_at=row.analysed_at,
-                                            analysis_seconds=row.analysis_seconds,
-                                            ledger=Ledger.model_validate_json(row.ledger_json),
-                                            views=RunViews.model_validate_json(row.views_json)))
+                                            analysis_seconds=row.analysis_seconds, ledger=ledger, views=views))
 
 
 def _build(analyses: AnalysisCache, run: RunRow) -> AnalysedViews:

@@ -26,7 +26,7 @@ from services.analysis.ledger_types import Ledger
 from services.analysis.live import LiveConfig, detect_hang
 from services.analysis.provisional import LiveHang, provisional_ledger
 from services.derive.cache import AnalysisCache
-from services.derive.ledger import current_ledger
+from services.derive.ledger import current_ledger, parse_stored_ledger
 from services.derive.live import live_hang_of
 from services.settings import MetricsSettings
 from services.storage.live import load_live_state
@@ -97,8 +97,8 @@ def build_snapshot(analyses: AnalysisCache, config: MetricsSettings, now: float,
             except Exception:  # one bad run must not take the whole scrape down
                 logger.exception("metrics: ledger of run %s failed", row.run_id)
                 missing += 1
-        elif row.ledger_json is not None:
-            ledgers[row.pk] = (Ledger.model_validate_json(row.ledger_json), True)
+        elif (stored := parse_stored_ledger(row)) is not None:
+            ledgers[row.pk] = (stored, True)
         else:
             missing += 1
 
