@@ -58,11 +58,6 @@ def live_hang_of(status: LiveStatus | LiveRun) -> LiveHang | None:
     return LiveHang(since=status.last_progress_time)
 
 
-def live_hang_of_answer(live: LiveRun) -> LiveHang | None:
-    """`live_hang_of` of a `live_for_row` answer."""
-    return live_hang_of(live)
-
-
 def with_live_hang(engine: Engine, row: RunRow, ledger: Ledger, now: float, config: LiveConfig) -> Ledger:
     """`ledger` with the provisional hang of a hung running run booked up to `now` (services.analysis.provisional);
     the ledger itself for a run that is not running (no lookups)."""

@@ -18,7 +18,7 @@ from services.analysis.provisional import provisional_ledger
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep
 from services.collector.schemas.errors import NOT_FOUND
 from services.collector.schemas.views import RunCheckpoints, RunRanks, RunRestarts, RunTimeline, RunView
-from services.derive.live import LEDGER_BUDGET_S, live_for_row, live_hang_of_answer
+from services.derive.live import LEDGER_BUDGET_S, live_for_row, live_hang_of
 from services.derive.views import current_views, recent_views
 
 # How long /view?stale_ok=true waits for a fresh build before it answers with the stored one.
@@ -69,7 +69,7 @@ def get_view(
     # the views were waited for already: the live part takes the ledger it finds
     live = live_for_row(analyses, run, time.time(), live_config,
                         ledger_budget_s=0.0 if stale_ok else LEDGER_BUDGET_S)
-    hang = live_hang_of_answer(live) if built.ledger.status == "running" else None
+    hang = live_hang_of(live) if built.ledger.status == "running" else None
     return RunView.model_validate({
         **dict(built.views), "ledger": provisional_ledger(built.ledger, hang, live.server_time), "stale": stale,
         "run_version": max(run.version, built.version), "analysed_at": built.analysed_at,
