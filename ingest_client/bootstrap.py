@@ -15,17 +15,12 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 from ingest_client.generation import WORKER_PID_ENV
-
-_cost_ms: float | None = None
 
 
 def start_worker() -> None:
     """``init()`` for this worker; errors are reported once and swallowed."""
-    global _cost_ms
-    started = time.perf_counter()
     # Subprocesses of this worker skip the bootstrap even if no generation gets claimed (GOODPUT_MODE=disabled).
     os.environ.setdefault(WORKER_PID_ENV, str(os.getpid()))
     try:
@@ -37,10 +32,3 @@ def start_worker() -> None:
             "goodput: the bootstrap could not start this worker's tracker, so an attempt that fails before the "
             f"script calls goodput.init() is not recorded ({type(exc).__name__}: {exc})\n"
         )
-    finally:
-        _cost_ms = (time.perf_counter() - started) * 1000.0
-
-
-def cost_ms() -> float | None:
-    """How long :func:`start_worker` took in this process (milliseconds), or None if it did not run."""
-    return _cost_ms

@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -463,6 +463,3 @@ def _newer(beats: dict[int, tuple[float, int | None, int | None]], rank: int,
     if rank not in beats or beat[0] >= beats[rank][0]:
         beats[rank] = beat
 
-
-def with_status(state: LiveState, status: str) -> LiveState:
-    return replace(state, status=status)
