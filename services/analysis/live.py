@@ -462,4 +462,3 @@ def _newer(beats: dict[int, tuple[float, int | None, int | None]], rank: int,
            beat: tuple[float, int | None, int | None]) -> None:
     if rank not in beats or beat[0] >= beats[rank][0]:
         beats[rank] = beat
-
