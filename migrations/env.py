@@ -7,6 +7,7 @@ from sqlalchemy import Connection
 
 from services.storage.db import make_engine
 from services.storage.migrate import migration_transaction
+from services.storage.retention import include_name
 from services.storage.tables import metadata
 
 config = context.config
@@ -17,6 +18,7 @@ def _run(connection: Connection) -> None:
         connection=connection,
         target_metadata=metadata,
         compare_type=True,
+        include_name=include_name,
         render_as_batch=connection.dialect.name == "sqlite",
     )
     with context.begin_transaction():

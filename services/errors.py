@@ -3,6 +3,7 @@
 GoodputServiceError
  ├── RunNotFound          404: no event of that run was ever stored
  ├── RunInSeveralProjects 409: a reader of every project named a run id that several projects use
+ ├── RunDetailPruned      410: what was asked needs the run's raw rows, deleted by retention
  ├── InvalidBatch         400 / 413 / 422: the batch is rejected whole, nothing of it stored
  ├── EventIdConflict      409: an event id already stored for the run with other content; batch rejected whole
  ├── Overloaded           503 + Retry-After: the writer is behind; send the same batch again later
@@ -35,6 +36,18 @@ class RunInSeveralProjects(GoodputServiceError):
             f"with ?project=<name> (the CLI's --project)")
         self.run_id = run_id
         self.projects = projects
+
+
+class RunDetailPruned(GoodputServiceError):
+    """The answer needs a run's raw rows (steps, collectives), which retention deleted: only what was stored for the
+    run before (ledger, views, straggler report, resume check with the default tolerances) can be served."""
+
+    def __init__(self, run_id: str, pruned_at: float, what: str) -> None:
+        super().__init__(
+            f"run {run_id!r}: {what}, and its raw steps and collectives were deleted by retention "
+            f"(GOODPUT_RAW_RETENTION_DAYS) at {pruned_at:.0f} (epoch seconds), so it cannot be built again")
+        self.run_id = run_id
+        self.pruned_at = pruned_at
 
 
 class InvalidBatch(GoodputServiceError):

@@ -116,3 +116,13 @@ def timestamp(epoch_s: float | None) -> str:
 def iso(epoch_s: float | None) -> str:
     """ISO 8601 in UTC for machine-read files (CSV); empty when unknown."""
     return "" if epoch_s is None else datetime.fromtimestamp(epoch_s, UTC).isoformat()
+
+
+def pruned_note(detail_pruned_at: float, *, unanalysed_events: bool = False) -> str:
+    """What the run page and the report say about a run whose raw rows retention deleted."""
+    note = (f"Raw detail pruned {timestamp(detail_pruned_at)} (steps and collectives are kept "
+            "GOODPUT_RAW_RETENTION_DAYS after a run's last event): these figures are the analysis stored then, "
+            "and are final.")
+    if unanalysed_events:
+        note += " Events received after that are stored but not analysed."
+    return note

@@ -52,6 +52,14 @@ class ServerSettings(_Section):
         "GOODPUT_WARM_ANALYSES_S: every this many seconds one background thread re-analyses the runs that changed "
         "(those opened on the dashboard first), using at most a quarter of that time, so run pages open on a "
         "stored analysis; 0 turns it off (pages then build an analysis the first time they need it)"))
+    raw_retention_days: float = Field(30.0, ge=0, description=(
+        "GOODPUT_RAW_RETENTION_DAYS: a run's raw rows (steps, collectives, step and heartbeat events) are deleted "
+        "once it has received nothing for this many days; its ledger, views, straggler report and resume check "
+        "are stored first and kept for good. 0 keeps raw rows forever"))
+    prune_interval_s: float = Field(3600.0, ge=0, description=(
+        "GOODPUT_PRUNE_INTERVAL_S: every this many seconds one collector process creates the coming days' "
+        "partitions (PostgreSQL) and prunes raw rows past GOODPUT_RAW_RETENTION_DAYS (as `goodput db prune`); "
+        "0 turns the background job off"))
 
 
 class IngestSettings(_Section):

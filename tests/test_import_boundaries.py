@@ -89,8 +89,9 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "services.simulate": ("services.analysis", API_CLIENT, "services.settings"),
     # The CLI's admin commands (migrate, tokens) work on the database of the host they run on, and `serve`
     # prepares the metrics directory before it starts the collector.
-    "services.cli": (
-        "services.analysis", "services.storage", "services.metrics", "services.simulate", "services.reports",
+    "services.cli": (  # derive: `goodput db prune` stores each run's analyses before deleting its raw rows
+        "services.analysis", "services.storage", "services.derive", "services.metrics", "services.simulate",
+        "services.reports",
         "services.presentation", "services.errors", "services.settings", API_CLIENT, "ingest_client",
     ),
     "dashboards": ("services.analysis", "services.presentation", "services.errors", "services.settings", API_CLIENT),

@@ -133,7 +133,11 @@ def suspects_text(live: LiveRun | None) -> str | None:
 
 
 def freshness_note(view: RunView) -> html.Div | None:
-    """Shown while the figures below describe an older version of the run than the collector has."""
+    """Shown while the figures below describe an older version of the run than the collector has, or for good once
+    retention pruned the run's raw rows (the figures are the analysis stored then)."""
+    if view.detail_pruned_at is not None:
+        return html.Div(className="freshness", id="run-pruned-note", children=fmt.pruned_note(
+            view.detail_pruned_at, unanalysed_events=view.run_version > view.version))
     if not view.stale:
         return None
     took = view.analysis_seconds

@@ -61,6 +61,13 @@ def _parser() -> argparse.ArgumentParser:
     check = db_sub.add_parser("check", help="exit 1 if the database schema differs from the models")
     check.add_argument("--db", help=DB_HELP)
     check.set_defaults(handler=_db_check)
+    prune = db_sub.add_parser(
+        "prune", help="delete the raw rows of runs quiet for GOODPUT_RAW_RETENTION_DAYS (their analyses are stored "
+                      "first and kept); exit 0 done, 2 another process is pruning, 3 some runs were left whole")
+    prune.add_argument("--db", help=DB_HELP)
+    prune.add_argument("--days", type=float, help="retention in days (default: GOODPUT_RAW_RETENTION_DAYS, 30)")
+    prune.add_argument("--dry-run", action="store_true", help="print what would be deleted, change nothing")
+    prune.set_defaults(handler=_db_prune)
 
     from services.cli.tokens import add_token_parser  # standard library only, like this module
 
@@ -192,6 +199,7 @@ def _serve(ns: argparse.Namespace) -> int:
     url, host, port = settings.server.database_url, settings.server.host, settings.server.port
     engine = make_engine(url)
     upgrade(engine)
+    _ensure_partitions(engine)
     auth = _auth_mode(engine, host)
     engine.dispose()
     if ns.workers > 1 and url.startswith("sqlite"):
@@ -246,6 +254,36 @@ def _db_check(ns: argparse.Namespace) -> int:
         print(diff)
     print("schema matches the models" if not drift else f"{len(drift)} difference(s): write a migration")
     return 1 if drift else 0
+
+
+def _ensure_partitions(engine: Engine) -> None:
+    import time
+
+    from services.storage.retention import ensure_partitions
+
+    with engine.begin() as conn:
+        ensure_partitions(conn, now=time.time())
+
+
+def _db_prune(ns: argparse.Namespace) -> int:
+    from services.cli.retention import prune_lines
+    from services.derive.cache import AnalysisCache
+    from services.derive.retention import PruneBusy, prune
+    from services.settings import ServerSettings
+    from services.storage.db import make_engine
+    from services.storage.migrate import upgrade
+
+    days = ns.days if ns.days is not None else ServerSettings().raw_retention_days
+    engine = make_engine(_database_url(ns))
+    upgrade(engine)
+    try:
+        result = prune(AnalysisCache(engine), retention_days=days, dry_run=ns.dry_run)
+    except PruneBusy as exc:
+        print(f"goodput db prune: {exc}", file=sys.stderr)
+        return 2
+    for line in prune_lines(result, days=days, dry_run=ns.dry_run):
+        print(line)
+    return 3 if result.left_whole else 0
 
 
 def _simulate(ns: argparse.Namespace) -> int:

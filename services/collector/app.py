@@ -30,6 +30,7 @@ from services.collector.routes import (
 from services.collector.schemas.ingest import EventBatch
 from services.derive.analyst import WarmAnalyses
 from services.derive.cache import AnalysisCache
+from services.derive.retention import PruneJob
 from services.settings import DashboardSettings, ServiceSettings
 from services.storage.db import make_engine
 from services.storage.writer import BatchWriter
@@ -43,6 +44,8 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     writer = BatchWriter(engine, max_pending_events=settings.ingest.writer_max_pending_events)
     analyses = AnalysisCache(engine)
     warm = WarmAnalyses(analyses, interval_s=settings.server.warm_analyses_s)
+    retention = PruneJob(analyses, retention_days=settings.server.raw_retention_days,
+                         interval_s=settings.server.prune_interval_s)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -50,9 +53,11 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
         app.state.inflater = ThreadPoolExecutor(max_workers=1, thread_name_prefix="goodput-inflate")
         writer.start()
         warm.start()
+        retention.start()
         try:
             yield
         finally:
+            retention.stop()
             warm.stop()
             writer.stop()
             app.state.inflater.shutdown(wait=False, cancel_futures=True)

@@ -14,6 +14,7 @@ from services.errors import (
     Forbidden,
     InvalidBatch,
     Overloaded,
+    RunDetailPruned,
     RunInSeveralProjects,
     RunNotFound,
     StorageUnavailable,
@@ -39,6 +40,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RunInSeveralProjects)
     async def _ambiguous(_: Request, exc: RunInSeveralProjects) -> JSONResponse:
         return _error(409, "run_in_several_projects", str(exc), run_id=exc.run_id, projects=exc.projects)
+
+    @app.exception_handler(RunDetailPruned)
+    async def _pruned(_: Request, exc: RunDetailPruned) -> JSONResponse:
+        return _error(410, "run_detail_pruned", str(exc), run_id=exc.run_id, detail_pruned_at=exc.pruned_at)
 
     @app.exception_handler(EventIdConflict)
     async def _event_conflict(_: Request, exc: EventIdConflict) -> JSONResponse:

@@ -21,6 +21,10 @@ A product whose build makes another one too says so in `includes` (a views build
 the stored one when it is current): a request for either waits for a build of the other in progress instead of
 starting its own beside it (for the views, then reusing the ledger it stored), and the pace counts it for both.
 
+A run whose raw rows retention deleted (`detail_pruned_at`, services.derive.retention) is never built again: its
+products are what was stored before the rows went (the ledger and views where they always are, the others in
+`run_products`), whatever its version; a product not stored is RunDetailPruned.
+
 One instance per collector app (`app.state.analyses`); every process of `goodput serve --workers N` has its own.
 """
 
@@ -35,8 +39,11 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Generic, TypeVar, cast
 
+from pydantic import BaseModel, ValidationError
 from sqlalchemy import Engine
 
+from services.errors import RunDetailPruned
+from services.storage.run_products import load_product
 from services.storage.runs import RunRow, get_run_by_pk
 
 T = TypeVar("T")
@@ -58,6 +65,8 @@ class Product(Generic[T]):
     # the last result the database keeps; None: the product is kept in this process's memory (a few recent runs)
     stored: Callable[[AnalysisCache, RunRow], Built[T] | None] | None = None
     includes: tuple[str, ...] = ()  # products each build of this one makes (and stores) too
+    # the value's model, for a product kept in memory: what `run_products` holds of it once the run is pruned
+    model: type[BaseModel] | None = None
 
 
 class SingleFlight(Generic[T]):
@@ -144,6 +153,8 @@ class AnalysisCache:
 
     def current(self, product: Product[T], run: RunRow) -> T:
         """The product of at least the version `run` was read at: kept, or built now (joining a build in progress)."""
+        if run.detail_pruned_at is not None:
+            return self.final(product, run)
         wanted = run.version
         while True:
             kept = self._kept(product, run)
@@ -163,6 +174,8 @@ class AnalysisCache:
         """(value, stale): the product of the run's version when it is kept or built within `budget_s`; else the
         last one kept, stale, while a build goes on (started now if the pace allows). None: nothing kept yet and
         nothing ready within the budget."""
+        if run.detail_pruned_at is not None:
+            return self.final(product, run), False
         kept = self._kept(product, run)
         if kept is not None and kept.version >= run.version:
             return kept.value, False
@@ -191,6 +204,25 @@ class AnalysisCache:
         key = _key(product, run_pk)
         return (self._flights.running(key) is None and self._related_build(product, run_pk) is None
                 and self._pace.due(key, time.monotonic()))
+
+    def final(self, product: Product[T], run: RunRow) -> T:
+        """A pruned run's product as stored when its raw rows went (never built again)."""
+        assert run.detail_pruned_at is not None
+        problem = f"no {product.name} was stored for it"
+        if product.stored is not None:
+            kept = product.stored(self, run)  # None also when another version of goodput wrote it
+            if kept is not None:
+                return kept.value
+            problem = f"its stored {product.name} is missing or was written by another version of goodput"
+        elif product.model is not None:
+            with self.engine.connect() as conn:
+                stored = load_product(conn, run.pk, product.name)
+            if stored is not None:
+                try:
+                    return cast(T, product.model.model_validate_json(stored[1]))
+                except ValidationError:
+                    problem = f"its stored {product.name} was written by another version of goodput"
+        raise RunDetailPruned(run.run_id, run.detail_pruned_at, problem)
 
     # -- runs people watch ------------------------------------------------------------------------------------
 
@@ -248,6 +280,8 @@ class AnalysisCache:
         started = time.monotonic()
         with self.engine.connect() as conn:
             run = get_run_by_pk(conn, run_pk)  # read again: the newest version when the build starts
+        if run.detail_pruned_at is not None:  # pruned since it was asked for: never built from what is left
+            return Built(run.version, self.final(product, run))
         kept = self._kept(product, run)
         if kept is not None and kept.version >= run.version:
             return cast(Built[object], kept)  # stored meanwhile (a related build, another process): no build to pace

@@ -19,6 +19,7 @@ from sqlalchemy import Engine
 from services.analysis.resume_check import ResumeCheckConfig, build_resume_check
 from services.analysis.resume_types import ResumeCheck
 from services.derive.cache import AnalysisCache, Product
+from services.errors import RunDetailPruned
 from services.storage.load import load_run_data
 from services.storage.runs import RunRow
 
@@ -43,13 +44,17 @@ def _check(engine: Engine, run: RunRow, config: ResumeCheckConfig) -> ResumeChec
     return check
 
 
-RESUME_CHECK = Product(name="resume-check", build=lambda analyses, run: _check(analyses.engine, run, DEFAULT_CONFIG))
+RESUME_CHECK = Product(name="resume-check", build=lambda analyses, run: _check(analyses.engine, run, DEFAULT_CONFIG),
+                       model=ResumeCheck)
 
 
 def resume_check(analyses: AnalysisCache, run: RunRow, config: ResumeCheckConfig = DEFAULT_CONFIG
                  ) -> ResumeCheck:
     """GET /v1/runs/{run_id}/resume-check: the run's resume check (of the run's version)."""
     if config != DEFAULT_CONFIG:
+        if run.detail_pruned_at is not None:
+            raise RunDetailPruned(run.run_id, run.detail_pruned_at,
+                                  "a resume check with other tolerances than the default reads every step's loss")
         return _check(analyses.engine, run, config)
     return analyses.current(RESUME_CHECK, run)
 

@@ -60,6 +60,8 @@ class RunReport(BaseModel):
     checkpoints: ReportCheckpoints
     stragglers: list[StragglerRow]
     recommendations: list[Recommendation]
+    # server clock when retention deleted the run's raw rows: the report is built from its stored analyses
+    detail_pruned_at: float | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -94,7 +96,7 @@ def build_stragglers(ledger: Ledger, views: RunViews | None) -> list[StragglerRo
 
 def build_report(ledger: Ledger, views: RunViews | None, *, generated_at: float,
                  providers: Sequence[Provider] = DEFAULT_PROVIDERS,
-                 resume_check: ResumeCheck | None = None) -> RunReport:
+                 resume_check: ResumeCheck | None = None, detail_pruned_at: float | None = None) -> RunReport:
     """`ledger` is the run's ledger as GET /v1/runs/{id}/waste serves it; `views` the run's dashboard views of the
     same version (services.analysis.views), or None for a report from the ledger alone; `resume_check` the run's
     GET /v1/runs/{id}/resume-check, when known (a flagged one becomes a recommendation)."""
@@ -107,4 +109,5 @@ def build_report(ledger: Ledger, views: RunViews | None, *, generated_at: float,
         ReportInput(ledger=ledger, views=views, resume_check=resume_check), providers)
     return RunReport(report_version=REPORT_VERSION, run_id=ledger.run_id, generated_at=generated_at, ledger=ledger,
                      breakdown=build_breakdown(ledger), restarts=restarts, checkpoints=checkpoints,
-                     stragglers=build_stragglers(ledger, views), recommendations=recommendations)
+                     stragglers=build_stragglers(ledger, views), recommendations=recommendations,
+                     detail_pruned_at=detail_pruned_at)

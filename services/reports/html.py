@@ -26,6 +26,7 @@ from services.presentation import (
     gpu_hours,
     gpu_seconds,
     percent,
+    pruned_note,
     timestamp,
 )
 from services.reports.content import ALLOCATED, BreakdownRow, RunReport, StragglerRow
@@ -228,6 +229,12 @@ def _provisional_note(provisional: ProvisionalHang | None) -> str:
             "ledger once the attempt ends.</p>")
 
 
+def _pruned_note(detail_pruned_at: float | None) -> str:
+    if detail_pruned_at is None:
+        return ""
+    return f'<p class="note pruned">{_e(pruned_note(detail_pruned_at))}</p>'
+
+
 def report_html(report: RunReport) -> str:
     ledger = report.ledger
     breakdown = report.breakdown
@@ -244,6 +251,7 @@ def report_html(report: RunReport) -> str:
          f" · {_e(duration(ledger.allocated_wall_seconds))} allocated wall time"
          f" · report written {_e(timestamp(report.generated_at))}</p></header>"),
         _provisional_note(ledger.provisional),
+        _pruned_note(report.detail_pruned_at),
         '<section class="kpis">',
         _kpi("goodput", percent(ledger.goodput), "productive / allocated"),
         _kpi("allocated", f"{gpu_hours(allocated)}", f"{gpu_seconds(allocated)} GPU-s"),

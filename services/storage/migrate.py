@@ -13,6 +13,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Connection, Engine
 
 from services.errors import ConfigurationError
+from services.storage.retention import include_name
 from services.storage.tables import metadata
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
@@ -71,7 +72,7 @@ def migration_transaction(engine: Engine) -> Iterator[Connection]:
 def schema_drift(engine: Engine) -> list[object]:
     """Differences between the migrated database and services.storage.tables (empty = no drift)."""
     with engine.connect() as conn:
-        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        context = MigrationContext.configure(conn, opts={"compare_type": True, "include_name": include_name})
         return list(compare_metadata(context, metadata))
 
 

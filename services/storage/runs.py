@@ -40,6 +40,7 @@ class RunRow:
     version: int
     ledger_version: int
     ledger_json: str | None
+    detail_pruned_at: float | None = None  # retention deleted its raw rows then: its stored analyses are final
 
     @property
     def ref(self) -> RunRef:
@@ -47,12 +48,13 @@ class RunRow:
 
 
 _RUN_COLUMNS = (Run.id, Run.run_id, Run.project, Run.status, Run.first_time, Run.last_time, Run.received_at,
-                Run.version, Run.ledger_version, Run.ledger_json)
+                Run.version, Run.ledger_version, Run.ledger_json, Run.detail_pruned_at)
 
 
 def _run_row(row: Any) -> RunRow:
     return RunRow(pk=row[0], run_id=row[1], project=row[2], status=row[3], first_time=row[4], last_time=row[5],
-                  received_at=row[6], version=row[7], ledger_version=row[8], ledger_json=row[9])
+                  received_at=row[6], version=row[7], ledger_version=row[8], ledger_json=row[9],
+                  detail_pruned_at=row[10])
 
 
 def get_run(conn: Connection, run: RunRef | str) -> RunRow:
@@ -120,9 +122,9 @@ def store_ledger(conn: Connection, run_pk: int, version: int, ledger_json: str, 
 
 def runs_analysed_before_their_last_change(conn: Connection, *, received_since: float, limit: int) -> list[int]:
     """Keys of the runs that received events since `received_since` and whose stored views are older than the run
-    (or missing), the most recently active first."""
+    (or missing), the most recently active first; never a pruned run (its analyses are final)."""
     query = (select(Run.id).select_from(Run).outerjoin(RunViews, RunViews.run_pk == Run.id)
-             .where(Run.received_at >= received_since,
+             .where(Run.received_at >= received_since, Run.detail_pruned_at.is_(None),
                     (RunViews.version.is_(None)) | (RunViews.version < Run.version))
              .order_by(Run.received_at.desc()).limit(limit))
     return [row[0] for row in conn.execute(query)]

@@ -3,6 +3,10 @@
 `steps` and `collectives` hold one row per step / collective call and are written with PostgreSQL COPY:
 they have no primary key (duplicates are removed when a run is analysed; a replay that regroups steps
 counts nothing twice). Missing loss / lr / comm values are NaN on PostgreSQL and NULL on SQLite.
+
+On PostgreSQL both are partitioned by day of `end_time` (RANGE, epoch seconds; partitions `steps_pYYYYMMDD`
+plus `steps_default` for any time outside them), so that retention drops whole days
+(services/storage/retention.py). SQLite keeps plain tables and deletes rows.
 """
 
 from __future__ import annotations
@@ -52,6 +56,9 @@ class Run(Base):
     version: Mapped[int] = mapped_column(BigInteger, default=0)
     ledger_version: Mapped[int] = mapped_column(BigInteger, default=-1)
     ledger_json: Mapped[str | None] = mapped_column(Text)
+    # Server clock when the run's raw rows (steps, collectives, step and heartbeat events) were deleted by
+    # retention; from then on its stored analyses (ledger, views, run_products) are final and never rebuilt.
+    detail_pruned_at: Mapped[float | None] = mapped_column(Double)
 
     __table_args__ = (UniqueConstraint("run_id", "project", name="uq_runs_run_id_project"),)
 
@@ -70,6 +77,18 @@ class RunViews(Base):
     analysed_at: Mapped[float] = mapped_column(Double)  # server clock when the build finished
     analysis_seconds: Mapped[float] = mapped_column(Double)  # what the build took (load + ledger + views)
     views_json: Mapped[str] = mapped_column(Text)
+
+
+class RunProduct(Base):
+    """An analysis of a run kept for good when its raw rows are pruned (the straggler report, the resume check):
+    what the API serves for the run from then on. The ledger and views are kept where they always are."""
+
+    __tablename__ = "run_products"
+
+    run_pk: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    product: Mapped[str] = mapped_column(String(32), primary_key=True)  # services.derive.cache.Product.name
+    version: Mapped[int] = mapped_column(BigInteger)  # the run's version it describes
+    product_json: Mapped[str] = mapped_column(Text)
 
 
 class Event(Base):
@@ -105,6 +124,7 @@ steps = Table(
     Column("lr", Double),
     Column("comm", Double),
     Index("ix_steps_run_attempt_rank_step", "run_pk", "attempt", "rank", "step"),
+    postgresql_partition_by="RANGE (end_time)",
 )
 
 collectives = Table(
@@ -118,6 +138,7 @@ collectives = Table(
     Column("start_time", Double, nullable=False),
     Column("end_time", Double, nullable=False),
     Index("ix_collectives_run_attempt_step", "run_pk", "attempt", "step"),
+    postgresql_partition_by="RANGE (end_time)",
 )
 
 

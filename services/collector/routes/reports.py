@@ -43,7 +43,8 @@ def get_report(run: RunDep, analyses: AnalysesDep, live: LiveConfigDep,
     analysed = current_views(analyses, run)
     now = time.time()
     ledger = with_live_hang(analyses.engine, run, analysed.ledger, now, live)  # a hung run's hang so far
-    report = build_report(ledger, analysed.views, generated_at=now, resume_check=resume_check(analyses, run))
+    report = build_report(ledger, analysed.views, generated_at=now, resume_check=resume_check(analyses, run),
+                          detail_pruned_at=run.detail_pruned_at)
     body = _RENDER[format](report)
     disposition = "inline" if format == "html" else "attachment"
     return Response(body, media_type=_MEDIA[format], headers={

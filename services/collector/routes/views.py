@@ -73,4 +73,4 @@ def get_view(
     return RunView.model_validate({
         **dict(built.views), "ledger": provisional_ledger(built.ledger, hang, live.server_time), "stale": stale,
         "run_version": max(run.version, built.version), "analysed_at": built.analysed_at,
-        "analysis_seconds": built.analysis_seconds, "live": live})
+        "analysis_seconds": built.analysis_seconds, "detail_pruned_at": run.detail_pruned_at, "live": live})

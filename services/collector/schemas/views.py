@@ -44,6 +44,9 @@ class RunView(RunViews):
     run_version: int = Field(description="the run's version now (> version while stale)")
     analysed_at: float = Field(description="the collector's clock when this build finished")
     analysis_seconds: float = Field(description="what the build took (load, ledger and views)")
+    detail_pruned_at: float | None = Field(None, description=(
+        "the collector's clock when retention deleted the run's raw rows (GOODPUT_RAW_RETENTION_DAYS): this build "
+        "is final; events received later (run_version > version) are not analysed"))
     live: LiveRun
 
 
