@@ -85,6 +85,9 @@ def _extreme(data: RunData, pick: Any, columns: tuple[str, str, str]) -> float |
         getattr(frame[column], pick.__name__)()
         for frame, column in zip((data.events, data.steps, data.collectives), columns, strict=True) if not frame.empty
     ]
+    summary = data.step_summary
+    if summary is not None and not summary.empty:
+        values.append(summary.raw_last_end if pick is max else summary.raw_first_start)
     finite = [float(v) for v in values if pd.notna(v)]
     return float(pick(finite)) if finite else None
 
@@ -132,14 +135,20 @@ def build_job_steps(steps: pd.DataFrame) -> pd.DataFrame:
 def build_run_structure(data: RunData) -> RunStructure:
     events = data.events
     steps = dedupe_steps(data.steps)
-    job_steps = build_job_steps(steps)
+    summary = data.step_summary
+    if summary is not None:  # the steps reduced per block: the same job steps and per-attempt figures
+        job_steps = summary.job_steps
+        step_stats = _step_stats_of_job_steps(job_steps, summary.attempt_ranks)
+    else:
+        job_steps = build_job_steps(steps)
+        step_stats = _step_stats(steps)
     latest = latest_time(data)
 
     status, run_end_time = _run_status(events)
     submitted_times = events.loc[events["kind"] == "run_submitted", "time"]
     submitted = float(submitted_times.min()) if not submitted_times.empty else None
 
-    attempts = _build_attempts(events, steps, status, run_end_time, latest)
+    attempts = _build_attempts(events, step_stats, status, run_end_time, latest)
     checkpoints = _build_checkpoints(events, job_steps, attempts, latest)
     allocations, reported = _build_allocations(events, attempts, latest)
     return RunStructure(
@@ -167,17 +176,15 @@ def _run_status(events: pd.DataFrame) -> tuple[RunStatus, float | None]:
 
 
 def _build_attempts(
-    events: pd.DataFrame, steps: pd.DataFrame, status: RunStatus, run_end_time: float | None, latest: float | None
+    events: pd.DataFrame, step_stats: dict[int, _StepStats], status: RunStatus, run_end_time: float | None,
+    latest: float | None
 ) -> tuple[Attempt, ...]:
     with_attempt = events[events["attempt"].notna()]
-    numbers = set(with_attempt["attempt"].astype(np.int64).tolist())
-    if not steps.empty:
-        numbers |= set(steps["attempt"].unique().tolist())
+    numbers = set(with_attempt["attempt"].astype(np.int64).tolist()) | set(step_stats)
     ordered = sorted(int(n) for n in numbers)
     if not ordered:
         return ()
 
-    step_stats = _step_stats(steps)
     starts: dict[int, float] = {}
     raw: list[_RawAttempt] = []
     for number in ordered:
@@ -292,6 +299,21 @@ def _step_stats(steps: pd.DataFrame) -> dict[int, _StepStats]:
     return {int(a): _StepStats(first_start=float(fs), last_end=float(le), first_step=int(f), last_step=int(la),
                                ranks=int(n))
             for a, fs, le, f, la, n in rows}
+
+
+def _step_stats_of_job_steps(job_steps: pd.DataFrame, attempt_ranks: dict[int, int]) -> dict[int, _StepStats]:
+    """`_step_stats` from the job steps (first start, last end, first and last step are theirs) and the ranks that
+    reported a step in each attempt."""
+    if job_steps.empty:
+        return {}
+    stats = job_steps.groupby("attempt").agg(first_start=("start", "min"), last_end=("end", "max"),
+                                             first_step=("step", "min"), last_step=("step", "max"))
+    rows = zip(stats.index.to_numpy(np.int64), stats["first_start"].to_numpy(np.float64),
+               stats["last_end"].to_numpy(np.float64), stats["first_step"].to_numpy(np.int64),
+               stats["last_step"].to_numpy(np.int64), strict=True)
+    return {int(a): _StepStats(first_start=float(fs), last_end=float(le), first_step=int(f), last_step=int(la),
+                               ranks=attempt_ranks[int(a)])
+            for a, fs, le, f, la in rows}
 
 
 class _RawAttempt(TypedDict):

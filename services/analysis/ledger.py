@@ -32,7 +32,7 @@ from services.analysis.ledger_types import (
     WasteBreakdown,
 )
 from services.analysis.run_data import RunData
-from services.analysis.stragglers import rank_compute, step_straggle
+from services.analysis.stragglers import rank_compute, step_straggle, summary_straggle
 
 
 def build_ledger(data: RunData, painting: RunPainting | None = None) -> Ledger:
@@ -100,10 +100,16 @@ def build_ledger(data: RunData, painting: RunPainting | None = None) -> Ledger:
 def _straggler(
     data: RunData, job_steps: pd.DataFrame, run: RunStructure, kept_gpu_s: float
 ) -> tuple[float, dict[int, float]]:
-    if run.steps.empty or job_steps.empty:
-        return 0.0, {}
-    compute = rank_compute(run, data, job_steps.loc[job_steps["kept"]])
-    stats = step_straggle(run, compute, gpus_counted(run))
+    summary = data.step_summary
+    if summary is not None:
+        if summary.empty or job_steps.empty:
+            return 0.0, {}
+        stats = summary_straggle(summary.straggle, job_steps["kept"].to_numpy(bool), gpus_counted(run))
+    else:
+        if run.steps.empty or job_steps.empty:
+            return 0.0, {}
+        compute = rank_compute(run, data, job_steps.loc[job_steps["kept"]])
+        stats = step_straggle(run, compute, gpus_counted(run))
     if stats.empty:
         return 0.0, {}
     total = float(stats["cost"].sum())

@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from services.analysis.step_blocks import StepSummary
+
 EVENT_COLUMNS = ("kind", "time", "attempt", "rank", "step", "gpus", "world_size", "host", "ok", "reason", "status",
                  "value", "checkpoint_step")
 STEP_COLUMNS = ("attempt", "rank", "step", "start", "end", "loss", "lr", "comm")
@@ -43,6 +45,9 @@ class RunData:
     # Collective seconds already summed per (attempt, rank, step), duplicates removed (COMM_COLUMNS); when
     # set, it stands for `collectives` in the ledger (storage computes it in the database).
     comm: pd.DataFrame | None = None
+    # The step rows reduced per block (services.analysis.step_blocks); when set, `steps` is empty and the ledger
+    # and views read this instead (storage keeps it up to date as rows arrive).
+    step_summary: StepSummary | None = None
 
 
 def events_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:

@@ -120,6 +120,17 @@ def step_straggle(run: RunStructure, compute: pd.DataFrame, gpus_by_attempt: Map
     return stats[columns]
 
 
+def summary_straggle(straggle: pd.DataFrame, kept: np.ndarray, gpus_by_attempt: Mapping[int, int]) -> pd.DataFrame:
+    """`step_straggle` from the per-step statistics of services.analysis.step_blocks (one row per job step, in
+    the job steps' order; `kept`: whether each was kept): the kept steps where at least two ranks' compute is
+    known."""
+    stats = straggle[kept & (straggle["known"].to_numpy(np.int64) >= 2)].rename(columns={"known": "ranks"})
+    stats = stats.reset_index(drop=True)
+    on_gpus = stats["attempt"].map(gpus_by_attempt).to_numpy(dtype=np.float64)
+    stats["cost"] = (stats["slowest"] - stats["median"]).to_numpy() * on_gpus
+    return stats[["attempt", "step", "slowest", "median", "ranks", "rank", "cost"]]
+
+
 def _comm_seconds(collectives: pd.DataFrame) -> pd.DataFrame | None:
     if collectives.empty:
         return None  # no collective timings: straggler cost cannot be seen
@@ -212,14 +223,7 @@ def rank_consistency(compute: pd.DataFrame) -> tuple[pd.DataFrame, float]:
     values = compute["compute"].to_numpy(np.float64)
     matrix = _as_step_by_rank(compute)
     if matrix is not None:
-        ranks, grid = matrix
-        excess = grid - others_median_by_step(grid)
-        if grid.shape[1] < 2:
-            return pd.DataFrame(columns=columns, index=pd.Index([], name="rank")), float(np.median(values))
-        by_rank = pd.DataFrame({"steps": np.full(len(ranks), grid.shape[0]),
-                                "slower_steps": (excess > 0).sum(axis=0),
-                                "median_excess": np.median(excess, axis=0)}, index=pd.Index(ranks, name="rank"))
-        return by_rank, float(np.median(values))
+        return consistency_of_grid(*matrix), float(np.median(values))
     group = compute.groupby(["attempt", "step"], sort=False).ngroup().to_numpy(np.int64)
     median_others = others_median(group, values)
     compared = ~np.isnan(median_others)
@@ -229,6 +233,15 @@ def rank_consistency(compute: pd.DataFrame) -> tuple[pd.DataFrame, float]:
     by_rank = frame.groupby("rank").agg(steps=("slower", "size"), slower_steps=("slower", "sum"),
                                         median_excess=("excess", "median"))
     return by_rank[columns], float(np.median(values))
+
+
+def consistency_of_grid(ranks: np.ndarray, grid: np.ndarray) -> pd.DataFrame:
+    """`rank_consistency`'s per-rank figures for a (steps x ranks) matrix where every rank reported every step."""
+    if grid.shape[1] < 2:
+        return pd.DataFrame(columns=["steps", "slower_steps", "median_excess"], index=pd.Index([], name="rank"))
+    excess = grid - others_median_by_step(grid)
+    return pd.DataFrame({"steps": np.full(len(ranks), grid.shape[0]), "slower_steps": (excess > 0).sum(axis=0),
+                         "median_excess": np.median(excess, axis=0)}, index=pd.Index(ranks, name="rank"))
 
 
 def _as_step_by_rank(compute: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
@@ -255,6 +268,12 @@ def flagged_ranks(compute: pd.DataFrame, cost_share: Mapping[int, float] | None 
     `cost_share`: each rank's share of the straggler GPU-seconds; None skips condition 5 (a caller that has no
     ledger at hand, e.g. a view drawn from compute alone)."""
     by_rank, reference = rank_consistency(compute)
+    return flags_of_consistency(by_rank, reference, cost_share, rule)
+
+
+def flags_of_consistency(by_rank: pd.DataFrame, reference: float, cost_share: Mapping[int, float] | None = None,
+                         rule: FlagRule = DEFAULT_FLAG_RULE) -> dict[int, dict[str, Any]]:
+    """`flagged_ranks` from `rank_consistency`'s answer."""
     alpha = rule.family_alpha / max(len(by_rank), 1)
     out: dict[int, dict[str, Any]] = {}
     rows = zip(by_rank.index.to_numpy(np.int64), by_rank["steps"].to_numpy(np.int64),

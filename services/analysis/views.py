@@ -29,7 +29,14 @@ from services.analysis.categories import WasteCategory
 from services.analysis.claims import CLAIM_CATEGORY, Claim, RunPainting, paint_run
 from services.analysis.ledger_types import Ledger
 from services.analysis.run_data import RunData
-from services.analysis.stragglers import flagged_ranks, rank_hosts, step_compute
+from services.analysis.step_blocks import ComputeGrid, compute_grid
+from services.analysis.stragglers import (
+    consistency_of_grid,
+    flags_of_consistency,
+    rank_consistency,
+    rank_hosts,
+    step_compute,
+)
 from services.analysis.view_types import (
     AllocationSpan,
     AttemptSpan,
@@ -270,32 +277,22 @@ def _rank_compute(data: RunData, steps: pd.DataFrame, ledger: Ledger, heat_rows:
                   heat_cols: int) -> RankCompute | NoRankCompute:
     """Per rank: compute seconds per step (duration minus time in collectives), median / p90 / mean.
 
-    `steps`: the run's steps, one row per (attempt, rank, step) (RunStructure.steps)."""
+    `steps`: the run's steps, one row per (attempt, rank, step) (RunStructure.steps); or, when the data carries
+    its steps reduced per block (`RunData.step_summary`), the same figures from its compute matrix."""
     by_rank_cost = {int(k): float(v) for k, v in ledger.straggler_gpu_seconds_by_rank.items()}
-    if steps.empty:
+    summary = data.step_summary
+    if (summary.empty if summary is not None else steps.empty):
         return NoRankCompute(rows=[], heatmap=None, compute_source=None, straggler_ranks=[])
-    attempt = steps["attempt"].to_numpy(np.int64)
-    rank = steps["rank"].to_numpy(np.int64)
-    step = steps["step"].to_numpy(np.int64)
-    measured = step_compute(data, steps)
-    compute, known = measured.seconds, measured.known  # known: the steps with collective timings
-    source = "step duration minus collectives" if known.any() else "step duration"
-
-    frame = pd.DataFrame({"rank": rank, "step": step, "compute": compute})
-    grouped = frame.groupby("rank", sort=True)["compute"]
-    stats = pd.DataFrame({
-        "steps": grouped.size(),
-        "median_s": grouped.median(),
-        "p90_s": grouped.quantile(0.9),
-        "mean_s": grouped.mean(),
-    })
+    if summary is not None:
+        stats, known_any, consistency, heatmap = _rank_figures_of_grid(compute_grid(summary), heat_rows, heat_cols)
+    else:
+        stats, known_any, consistency, heatmap = _rank_figures_of_rows(data, steps, heat_rows, heat_cols)
+    source = "step duration minus collectives" if known_any else "step duration"
     hosts = rank_hosts(data.events)
     overall = float(stats["median_s"].median())
     total_cost = sum(by_rank_cost.values())
-    evidence = flagged_ranks(  # the flag rule of /stragglers, over the steps with collective timings
-        pd.DataFrame({"attempt": attempt[known], "rank": rank[known], "step": step[known],
-                      "compute": compute[known]}),
-        {r: v / total_cost for r, v in by_rank_cost.items()} if total_cost > 0 else {})
+    evidence = flags_of_consistency(  # the flag rule of /stragglers, over the steps with collective timings
+        *consistency, {r: v / total_cost for r, v in by_rank_cost.items()} if total_cost > 0 else {})
     stragglers = {r for r, e in evidence.items() if e["flagged"]}
     listed = stats
     if len(stats) > MAX_RANK_ROWS:  # flagged stragglers, then the costliest, then the slowest ranks
@@ -316,10 +313,69 @@ def _rank_compute(data: RunData, steps: pd.DataFrame, ledger: Ledger, heat_rows:
         rows_total=len(stats),
         rows_truncated=len(stats) > len(listed),
         median_compute_s=overall,
-        heatmap=_heatmap(frame, heat_rows, heat_cols),
+        heatmap=heatmap,
         compute_source=source,
         straggler_ranks=sorted(stragglers),
     )
+
+
+_RankFigures = tuple[pd.DataFrame, bool, tuple[pd.DataFrame, float], Heatmap]
+
+
+def _rank_figures_of_rows(data: RunData, steps: pd.DataFrame, heat_rows: int, heat_cols: int) -> _RankFigures:
+    """(per-rank steps / median / p90 / mean, whether any collective time is known, the flag rule's per-rank
+    evidence and yardstick, the heat map) from the step rows."""
+    attempt = steps["attempt"].to_numpy(np.int64)
+    rank = steps["rank"].to_numpy(np.int64)
+    step = steps["step"].to_numpy(np.int64)
+    measured = step_compute(data, steps)
+    compute, known = measured.seconds, measured.known  # known: the steps with collective timings
+    frame = pd.DataFrame({"rank": rank, "step": step, "compute": compute})
+    grouped = frame.groupby("rank", sort=True)["compute"]
+    stats = pd.DataFrame({
+        "steps": grouped.size(),
+        "median_s": grouped.median(),
+        "p90_s": grouped.quantile(0.9),
+        "mean_s": grouped.mean(),
+    })
+    consistency = rank_consistency(pd.DataFrame({"attempt": attempt[known], "rank": rank[known],
+                                                 "step": step[known], "compute": compute[known]}))
+    return stats, bool(known.any()), consistency, _heatmap(frame, heat_rows, heat_cols)
+
+
+def _rank_figures_of_grid(grid: ComputeGrid, heat_rows: int, heat_cols: int) -> _RankFigures:
+    """`_rank_figures_of_rows` from the ranks x job steps compute matrix (services.analysis.step_blocks)."""
+    values, present, known = grid.compute, ~np.isnan(grid.compute), grid.known
+    counts = present.sum(axis=1)
+    if bool(present.all()):
+        median, p90, mean = np.median(values, axis=1), np.quantile(values, 0.9, axis=1), values.mean(axis=1)
+    else:
+        mine = [values[i][present[i]] for i in range(len(grid.ranks))]
+        median = np.array([np.median(v) for v in mine])
+        p90 = np.array([np.quantile(v, 0.9) for v in mine])
+        mean = np.array([v.mean() for v in mine])
+    stats = pd.DataFrame({"steps": counts, "median_s": median, "p90_s": p90, "mean_s": mean},
+                         index=pd.Index(grid.ranks, name="rank"))
+    columns = known.any(axis=0)
+    # every rank known in every step that has one known (the usual case): no frame of rows
+    if bool(columns.any()) and bool(known[:, columns].all()):
+        known_values = values[:, columns]
+        consistency = consistency_of_grid(grid.ranks, known_values.T), float(np.median(known_values))
+    else:
+        rows, cols = np.nonzero(known)
+        consistency = rank_consistency(pd.DataFrame({"attempt": grid.attempt[cols], "rank": grid.ranks[rows],
+                                                     "step": grid.step[cols], "compute": values[rows, cols]}))
+    lo_step, hi_step = int(grid.step.min()), int(grid.step.max())
+    n_cols = max(1, min(heat_cols, hi_step - lo_step + 1))
+    col_edges = np.linspace(lo_step, hi_step + 1, n_cols + 1)
+    col = np.clip(np.searchsorted(col_edges, grid.step, side="right") - 1, 0, n_cols - 1)
+    one_hot = np.zeros((len(col), n_cols))
+    one_hot[np.arange(len(col)), col] = 1.0
+    total = np.where(present, values, 0.0) @ one_hot
+    count = present.astype(np.float64) @ one_hot
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_cells = total / count
+    return stats, bool(known.any()), consistency, _heatmap_of_cells(grid.ranks, mean_cells, col_edges, heat_rows)
 
 
 def _heatmap(frame: pd.DataFrame, heat_rows: int, heat_cols: int) -> Heatmap:
@@ -335,6 +391,12 @@ def _heatmap(frame: pd.DataFrame, heat_rows: int, heat_cols: int) -> Heatmap:
     count = np.bincount(cell, minlength=len(ranks) * n_cols)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = (total / count).reshape(len(ranks), n_cols)
+    return _heatmap_of_cells(ranks, mean, col_edges, heat_rows)
+
+
+def _heatmap_of_cells(ranks: np.ndarray, mean: np.ndarray, col_edges: np.ndarray, heat_rows: int) -> Heatmap:
+    """The heat map from the mean compute per (rank, step bucket)."""
+    n_cols = len(col_edges) - 1
     group = max(1, int(np.ceil(len(ranks) / heat_rows)))
     n_groups = int(np.ceil(len(ranks) / group))
     padded = np.full((n_groups * group, n_cols), np.nan)

@@ -20,6 +20,7 @@ from services.derive.cache import AnalysisCache
 from services.derive.views import VIEWS, current_views
 from services.storage.locks import release_process_lock, try_process_lock
 from services.storage.runs import get_run_by_pk, runs_analysed_before_their_last_change
+from services.storage.step_blocks import fold_step_blocks
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +75,9 @@ class WarmAnalyses:
             if self._stop.is_set() or time.monotonic() >= deadline:
                 break
             if not self._analyses.due(VIEWS, run_pk):
+                # its changed step blocks summarised now (the rows since the last round): the build, when due,
+                # reads only the blocks that change meanwhile
+                fold_step_blocks(self._analyses.engine, run_pk)
                 continue
             with self._analyses.engine.connect() as conn:
                 run = get_run_by_pk(conn, run_pk)

@@ -18,8 +18,9 @@ from pydantic import BaseModel, ValidationError
 from services.analysis.ledger import build_ledger
 from services.analysis.ledger_types import Ledger
 from services.derive.cache import AnalysisCache, Built, Product
-from services.storage.load import CompletedCheckpoint, last_ok_checkpoint, load_run_data
+from services.storage.load import CompletedCheckpoint, last_ok_checkpoint
 from services.storage.runs import RunRow, list_runs, store_ledger
+from services.storage.step_blocks import load_summarised_run_data
 
 logger = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
@@ -49,8 +50,7 @@ def parse_stored(model: type[M], stored_json: str, *, what: str, run_id: str) ->
 
 def _build(analyses: AnalysisCache, run: RunRow) -> Ledger:
     started = time.monotonic()
-    with analyses.engine.connect() as conn:
-        data = load_run_data(conn, run)
+    data = load_summarised_run_data(analyses.engine, run)
     ledger = build_ledger(data)
     with analyses.engine.begin() as conn:
         store_ledger(conn, run.pk, run.version, ledger.model_dump_json(), ledger.status)

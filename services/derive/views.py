@@ -24,9 +24,9 @@ from services.analysis.view_types import RunViews
 from services.analysis.views import build_run_views
 from services.derive.cache import AnalysisCache, Built, Product
 from services.derive.ledger import LEDGER, parse_stored, stored_ledger
-from services.storage.load import load_run_data
 from services.storage.run_views import load_views, store_views
 from services.storage.runs import RunRow, store_ledger
+from services.storage.step_blocks import load_summarised_run_data
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +55,7 @@ def _stored(analyses: AnalysisCache, run: RunRow) -> Built[AnalysedViews] | None
 
 def _build(analyses: AnalysisCache, run: RunRow) -> AnalysedViews:
     started = time.perf_counter()
-    with analyses.engine.connect() as conn:
-        data = load_run_data(conn, run)
+    data = load_summarised_run_data(analyses.engine, run)
     loaded = time.perf_counter()
     painting = paint_run(build_run_structure(data))  # read by both the ledger and the views
     stored = stored_ledger(analyses, run)

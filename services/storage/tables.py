@@ -18,6 +18,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -178,6 +179,35 @@ class CheckpointRequest(Base):
     fulfilled_step: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (Index("ix_checkpoint_requests_run_fulfilled", "run_pk", "fulfilled_at"),)
+
+
+# -- the step rows reduced per block of steps (services.storage.step_blocks) -----------------------------------
+
+step_marks = Table(
+    # Which ranks sent rows for which block of steps (services.analysis.step_blocks: steps // BLOCK_STEPS of one
+    # attempt), and how many times: written with the rows, in the same transaction. The ranks of a block say
+    # which rows to read when it is summarised again; its count, against the one its summary was made at, that it
+    # changed since.
+    "step_marks",
+    Base.metadata,
+    Column("run_pk", Integer, primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("block", BigInteger, primary_key=True),
+    Column("rank", Integer, primary_key=True),
+    Column("changes", BigInteger, nullable=False),
+)
+
+step_blocks = Table(
+    # One block's summary (services.analysis.step_blocks.StepBlock, as bytes) and the sum of its marks' changes
+    # when the rows it was made from were read.
+    "step_blocks",
+    Base.metadata,
+    Column("run_pk", Integer, primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("block", BigInteger, primary_key=True),
+    Column("changes", BigInteger, nullable=False),
+    Column("summary", LargeBinary, nullable=False),
+)
 
 
 metadata = Base.metadata

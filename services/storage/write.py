@@ -28,6 +28,7 @@ from services.storage import pgcopy
 from services.storage.db import psycopg_connection
 from services.storage.records import EventConflict, IngestRecord, IngestResult
 from services.storage.runs import DEFAULT_PROJECT
+from services.storage.step_blocks import mark_step_blocks
 from services.storage.tables import Event, Run, collectives, steps
 
 _INSERT_CHUNK = 2000
@@ -131,6 +132,7 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
 
     _insert_steps(conn, new_records, postgres)
     _insert_collectives(conn, new_records)
+    mark_step_blocks(conn, new_records)
     _touch_runs(conn, new_records)
     return [IngestResult(accepted=a, duplicates=d, conflict=conflicts.get(b))
             for b, (a, d) in enumerate(zip(accepted, duplicates, strict=True))]

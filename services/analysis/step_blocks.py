@@ -1,0 +1,229 @@
+"""A run's step rows reduced per block of steps: what the ledger and the run page read instead of every row.
+
+A block is the rows of one attempt whose step lies in [block x BLOCK_STEPS, (block + 1) x BLOCK_STEPS): every rank's
+rows of those steps, so whatever the analysis needs per (attempt, step) is computed inside one block. Its summary
+(`StepBlock`) holds, after the same dedupe as `attempts.dedupe_steps` (one row per (attempt, rank, step), the
+earliest (start, end) wins):
+
+- per step: the job step (first start, last end, ranks reporting) and the straggle statistics over the ranks whose
+  collective time is known (slowest compute, median compute, the slowest rank: the lowest of equals, ranks known);
+- the ranks of the block, the earliest start and the latest end of its raw rows (duplicates included, as
+  `attempts.first_time` / `latest_time` read them);
+- per (rank, step) the compute seconds and whether the collective time is known, as a ranks x steps matrix (NaN
+  where a rank sent no row): the run page's per-rank statistics, flags and heat map.
+
+`merge_blocks` puts the blocks of a run together as a `StepSummary`. A block's summary depends only on its rows, so
+a block is summarised again only when rows arrive for it (services.storage.step_blocks keeps them), and the merge
+of all blocks equals the summary of the whole run: the analysis built on it equals the one built on every row
+(tests/storage/test_incremental_analysis.py compares them).
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+BLOCK_STEPS = 128
+
+_JOB = ("step", "start", "end", "ranks")
+_STRAGGLE = ("slowest", "median", "rank", "known")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepBlock:
+    attempt: int
+    block: int
+    steps: np.ndarray  # int64, the block's step numbers that have rows, ascending
+    start: np.ndarray  # float64 per step: first rank's start
+    end: np.ndarray  # float64 per step: last rank's end
+    ranks_per_step: np.ndarray  # int64 per step: ranks that reported it
+    slowest: np.ndarray  # float64 per step: the slowest known compute (NaN: no rank known)
+    median: np.ndarray  # float64 per step: the median known compute
+    slowest_rank: np.ndarray  # int64 per step: the rank with the slowest known compute, lowest of equals (-1: none)
+    known_ranks: np.ndarray  # int64 per step: ranks whose compute is known
+    ranks: np.ndarray  # int64, the block's ranks, ascending
+    compute: np.ndarray  # float64 ranks x steps: compute seconds, NaN where the rank has no row for the step
+    known: np.ndarray  # bool ranks x steps: the row's collective time is known
+    raw_first_start: float
+    raw_last_end: float
+
+    def to_bytes(self) -> bytes:
+        buffer = io.BytesIO()
+        np.savez(buffer, attempt=np.int64(self.attempt), block=np.int64(self.block), steps=self.steps,
+                 start=self.start, end=self.end, ranks_per_step=self.ranks_per_step, slowest=self.slowest,
+                 median=self.median, slowest_rank=self.slowest_rank, known_ranks=self.known_ranks, ranks=self.ranks,
+                 compute=self.compute, known=self.known,
+                 raw=np.array([self.raw_first_start, self.raw_last_end], dtype=np.float64))
+        return buffer.getvalue()
+
+    @staticmethod
+    def from_bytes(data: bytes) -> StepBlock:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            raw = z["raw"]
+            return StepBlock(attempt=int(z["attempt"]), block=int(z["block"]), steps=z["steps"], start=z["start"],
+                             end=z["end"], ranks_per_step=z["ranks_per_step"], slowest=z["slowest"],
+                             median=z["median"], slowest_rank=z["slowest_rank"], known_ranks=z["known_ranks"],
+                             ranks=z["ranks"], compute=z["compute"], known=z["known"],
+                             raw_first_start=float(raw[0]), raw_last_end=float(raw[1]))
+
+
+def block_of(step: np.ndarray | int) -> np.ndarray:
+    return np.floor_divide(np.asarray(step, dtype=np.int64), BLOCK_STEPS)
+
+
+def summarize_block(attempt: int, block: int, rank: np.ndarray, step: np.ndarray, start: np.ndarray,
+                    end: np.ndarray, comm: np.ndarray) -> StepBlock:
+    """One block's rows (any order, duplicates included; `comm`: the row's collective seconds, its own or summed
+    from its collective rows, NaN where unknown) -> its summary."""
+    rank, step = np.asarray(rank, dtype=np.int64), np.asarray(step, dtype=np.int64)
+    start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
+    comm = np.asarray(comm, dtype=np.float64)
+    raw_first, raw_last = float(start.min()), float(end.max())
+    # dedupe as attempts.dedupe_steps: by (rank, step, start, end), the first of each (rank, step)
+    order = np.lexsort((end, start, step, rank))
+    rank, step, start, end, comm = rank[order], step[order], start[order], end[order], comm[order]
+    first = np.ones(len(step), dtype=bool)
+    first[1:] = (rank[1:] != rank[:-1]) | (step[1:] != step[:-1])
+    rank, step, start, end, comm = rank[first], step[first], start[first], end[first], comm[first]
+
+    ranks, row = np.unique(rank, return_inverse=True)
+    steps, col = np.unique(step, return_inverse=True)
+    known_row = ~np.isnan(comm)
+    compute_row = np.clip((end - start) - np.where(known_row, comm, 0.0), 0.0, None)  # stragglers.step_compute
+    compute = np.full((len(ranks), len(steps)), np.nan)
+    compute[row, col] = compute_row
+    known = np.zeros((len(ranks), len(steps)), dtype=bool)
+    known[row, col] = known_row
+
+    first_start = np.full(len(steps), np.inf)
+    np.minimum.at(first_start, col, start)
+    last_end = np.full(len(steps), -np.inf)
+    np.maximum.at(last_end, col, end)
+    ranks_per_step = np.bincount(col, minlength=len(steps)).astype(np.int64)
+
+    known_values = np.where(known, compute, np.nan)
+    known_ranks = known.sum(axis=0).astype(np.int64)
+    has = known_ranks > 0
+    slowest = np.full(len(steps), np.nan)
+    median = np.full(len(steps), np.nan)
+    slowest_rank = np.full(len(steps), -1, dtype=np.int64)
+    if has.any():
+        sub = known_values[:, has]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            slowest[has] = np.nanmax(sub, axis=0)
+            median[has] = np.nanmedian(sub, axis=0)
+        slowest_rank[has] = ranks[np.nanargmax(sub, axis=0)]  # the first maximum: the lowest of equal ranks
+    return StepBlock(attempt=int(attempt), block=int(block), steps=steps, start=first_start, end=last_end,
+                     ranks_per_step=ranks_per_step, slowest=slowest, median=median, slowest_rank=slowest_rank,
+                     known_ranks=known_ranks, ranks=ranks, compute=compute, known=known,
+                     raw_first_start=raw_first, raw_last_end=raw_last)
+
+
+def summarize_steps(steps: pd.DataFrame, comm: pd.DataFrame | None = None) -> list[StepBlock]:
+    """Every block of a run's step rows (STEP_COLUMNS; `comm`: COMM_COLUMNS, collective seconds summed per
+    (attempt, rank, step), filling the rows whose own `comm` is NaN)."""
+    if steps.empty:
+        return []
+    own = steps["comm"].to_numpy(np.float64)
+    if comm is not None and not comm.empty and np.isnan(own).any():
+        filled = steps[["attempt", "rank", "step"]].merge(comm, on=["attempt", "rank", "step"], how="left")
+        own = np.where(np.isnan(own), filled["seconds"].to_numpy(np.float64), own)
+    attempt = steps["attempt"].to_numpy(np.int64)
+    step = steps["step"].to_numpy(np.int64)
+    block = block_of(step)
+    order = np.lexsort((block, attempt))
+    key_a, key_b = attempt[order], block[order]
+    cut = np.flatnonzero(np.r_[True, (key_a[1:] != key_a[:-1]) | (key_b[1:] != key_b[:-1]), True])
+    rank, start, end = (steps[c].to_numpy(dtype) for c, dtype in (("rank", np.int64), ("start", np.float64),
+                                                                  ("end", np.float64)))
+    out = []
+    for lo, hi in itertools.pairwise(cut):
+        sel = order[lo:hi]
+        out.append(summarize_block(int(key_a[lo]), int(key_b[lo]), rank[sel], step[sel], start[sel], end[sel],
+                                   own[sel]))
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepSummary:
+    """A run's blocks merged: what the analysis reads of its steps (module docstring)."""
+
+    job_steps: pd.DataFrame  # attempt, step, start, end, ranks: attempts.build_job_steps of the deduped rows
+    straggle: pd.DataFrame  # attempt, step, slowest, median, rank, known: per job step, over known compute
+    attempt_ranks: dict[int, int]  # ranks that reported a step, per attempt
+    raw_first_start: float | None
+    raw_last_end: float | None
+    blocks: tuple[StepBlock, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not self.blocks
+
+
+def merge_blocks(blocks: Sequence[StepBlock]) -> StepSummary:
+    ordered = tuple(sorted(blocks, key=lambda b: (b.attempt, b.block)))
+    if not ordered:
+        job = pd.DataFrame({"attempt": pd.Series([], dtype=np.int64), "step": pd.Series([], dtype=np.int64),
+                            "start": pd.Series([], dtype=float), "end": pd.Series([], dtype=float),
+                            "ranks": pd.Series([], dtype=np.int64)})
+        straggle = pd.DataFrame({c: pd.Series([], dtype=np.int64 if c in ("attempt", "step", "rank", "known")
+                                              else float) for c in ("attempt", "step", *_STRAGGLE)})
+        return StepSummary(job_steps=job, straggle=straggle, attempt_ranks={}, raw_first_start=None,
+                           raw_last_end=None, blocks=())
+    attempt = np.concatenate([np.full(len(b.steps), b.attempt, dtype=np.int64) for b in ordered])
+    step = np.concatenate([b.steps for b in ordered])
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([getattr(b, name) for b in ordered])
+
+    job = pd.DataFrame({"attempt": attempt, "step": step, "start": cat("start"), "end": cat("end"),
+                        "ranks": cat("ranks_per_step")})
+    straggle = pd.DataFrame({"attempt": attempt, "step": step, "slowest": cat("slowest"), "median": cat("median"),
+                             "rank": cat("slowest_rank"), "known": cat("known_ranks")})
+    by_attempt: dict[int, list[np.ndarray]] = {}
+    for b in ordered:
+        by_attempt.setdefault(b.attempt, []).append(b.ranks)
+    return StepSummary(
+        job_steps=job, straggle=straggle,
+        attempt_ranks={a: len(np.unique(np.concatenate(r))) for a, r in by_attempt.items()},
+        raw_first_start=min(b.raw_first_start for b in ordered),
+        raw_last_end=max(b.raw_last_end for b in ordered), blocks=ordered)
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeGrid:
+    """Every (rank, job step) compute of a run as one matrix: ranks x job steps (columns in the order of
+    `StepSummary.job_steps`), NaN where a rank has no row."""
+
+    ranks: np.ndarray
+    attempt: np.ndarray  # per column
+    step: np.ndarray  # per column
+    compute: np.ndarray
+    known: np.ndarray
+
+
+def compute_grid(summary: StepSummary) -> ComputeGrid:
+    blocks = summary.blocks
+    ranks = np.unique(np.concatenate([b.ranks for b in blocks])) if blocks else np.zeros(0, dtype=np.int64)
+    widths = [len(b.steps) for b in blocks]
+    compute = np.full((len(ranks), sum(widths)), np.nan)
+    known = np.zeros((len(ranks), sum(widths)), dtype=bool)
+    at = 0
+    for b, width in zip(blocks, widths, strict=True):
+        if len(b.ranks) == len(ranks):  # the usual case: every rank in every block
+            compute[:, at:at + width] = b.compute
+            known[:, at:at + width] = b.known
+        else:
+            rows = np.searchsorted(ranks, b.ranks)
+            compute[rows, at:at + width] = b.compute
+            known[rows, at:at + width] = b.known
+        at += width
+    return ComputeGrid(ranks=ranks, attempt=summary.job_steps["attempt"].to_numpy(np.int64),
+                       step=summary.job_steps["step"].to_numpy(np.int64), compute=compute, known=known)
