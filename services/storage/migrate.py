@@ -13,6 +13,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Connection, Engine
 
 from services.errors import ConfigurationError
+from services.storage.locks import MIGRATION_LOCK, wait_for_transaction_lock
 from services.storage.retention import include_name
 from services.storage.tables import metadata
 
@@ -46,7 +47,10 @@ def downgrade(engine: Engine, revision: str = "base") -> None:
 
 @contextmanager
 def migration_transaction(engine: Engine) -> Iterator[Connection]:
-    """One transaction for the migrations. On SQLite, foreign keys are not enforced inside it (SQLite's own
+    """One transaction for the migrations, one process at a time: on PostgreSQL the transaction first waits for an
+    advisory lock, so that collectors started together on a new database (several hosts, compose) do not both
+    create the tables (the second failed with a UniqueViolation on pg_type); the second then finds the
+    first's revision committed and has nothing to do. On SQLite, foreign keys are not enforced inside it (SQLite's own
     procedure for changing a table others reference: rebuilding `runs` must not cascade-delete its events) and
     `PRAGMA foreign_key_check` must find nothing before it commits."""
     with engine.connect() as conn:
@@ -56,6 +60,7 @@ def migration_transaction(engine: Engine) -> Iterator[Connection]:
             conn.commit()
         try:
             with conn.begin():
+                wait_for_transaction_lock(conn, MIGRATION_LOCK)
                 yield conn
                 if sqlite:
                     broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()

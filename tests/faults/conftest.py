@@ -30,6 +30,8 @@ class Collector:
     folder: Path
     port: int = field(default_factory=free_port)
     extra_env: dict[str, str] = field(default_factory=dict)
+    command: list[str] = field(default_factory=lambda: list(GOODPUT))  # what runs `serve ...`
+    name: str = "serve"  # its logs: <name>-<start>.log
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
@@ -37,15 +39,19 @@ class Collector:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def log_path(self) -> Path:
+        return self.folder / f"{self.name}-{self.starts}.log"
+
     def start(self, timeout_s: float = 60.0) -> None:
         self.starts += 1
-        log = open(self.folder / f"serve-{self.starts}.log", "wb")  # noqa: SIM115 (the process keeps it)
-        self.proc = subprocess.Popen([*GOODPUT, "serve", "--port", str(self.port), "--db", self.db_url,
+        log = open(self.log_path, "wb")  # noqa: SIM115 (the process keeps it)
+        self.proc = subprocess.Popen([*self.command, "serve", "--port", str(self.port), "--db", self.db_url,
                                       "--no-dashboard"], cwd=self.folder, env=env_with(**self.extra_env),
                                      stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            assert self.proc.poll() is None, (self.folder / f"serve-{self.starts}.log").read_text()
+            assert self.proc.poll() is None, self.log_path.read_text()
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
                     return
