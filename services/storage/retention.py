@@ -33,6 +33,9 @@ from services.storage.tables import Run
 DAY_S = 86_400
 PARTITIONED_TABLES = ("steps", "collectives")
 PARTITIONS_AHEAD_DAYS = 3  # partitions exist for today and this many days ahead (the background job runs hourly)
+# Per-block summaries of the raw rows (services.storage.step_blocks): a pruned run is never built again, so they go
+# with its rows.
+DERIVED_FROM_RAW_TABLES = ("step_marks", "step_blocks")
 RAW_EVENT_KINDS = ("step", "steps", "collective", "collectives", "heartbeat")
 # The partitions of the partitioned tables: not in the models (services.storage.tables), never schema drift.
 PARTITION_NAME = re.compile(r"^(steps|collectives)_(p\d{8}|default)$")
@@ -176,7 +179,7 @@ def prune_raw_rows(conn: Connection, plan: RawRowsPlan) -> RawRowsPruned:
                   .scalars()) if plan.runs else []
     if not pruned:
         return out
-    for table in PARTITIONED_TABLES:
+    for table in (*PARTITIONED_TABLES, *DERIVED_FROM_RAW_TABLES):
         deleted = conn.execute(text(f"DELETE FROM {table} WHERE run_pk IN :pks")
                                .bindparams(bindparam("pks", expanding=True)), {"pks": pruned})
         out.rows_deleted[table] = deleted.rowcount

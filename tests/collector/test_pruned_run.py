@@ -23,7 +23,8 @@ LATER = time.time() + 40 * 86_400  # the run has been quiet for 40 days
 
 def raw_rows(engine: Any) -> int:
     with engine.connect() as conn:
-        return sum(int(conn.execute(text(f"SELECT count(*) FROM {t}")).scalar() or 0) for t in ("steps", "collectives"))
+        return sum(int(conn.execute(text(f"SELECT count(*) FROM {t}")).scalar() or 0)
+                   for t in ("steps", "collectives", "step_marks", "step_blocks"))
 
 
 def test_a_pruned_run_still_has_its_page_report_and_advice_from_stored_analyses(settings: Any, engine: Any) -> None:

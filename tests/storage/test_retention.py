@@ -38,7 +38,7 @@ def add_run(engine: Engine, run_id: str, *, received_at: float, step_ends: list[
 def counts(engine: Engine, pk: int) -> dict[str, int]:
     with engine.connect() as conn:
         return {table: int(conn.execute(text(f"SELECT count(*) FROM {table} WHERE run_pk = :pk"), {"pk": pk}).scalar()
-                           or 0) for table in ("steps", "collectives", "events")}
+                           or 0) for table in ("steps", "collectives", "events", "step_marks", "step_blocks")}
 
 
 def test_partitions_are_created_ahead_and_a_row_outside_them_still_lands(engine: Engine) -> None:
@@ -82,7 +82,8 @@ def test_retention_drops_old_partitions_and_rows_without_touching_newer_rows_or_
 
     result = prune(analyses, retention_days=30, now=NOW)
     assert result.frozen == ["quiet"] and result.left_whole == []
-    assert counts(engine, quiet) == {"steps": 0, "collectives": 0, "events": 1}  # attempt_start is kept
+    assert counts(engine, quiet) == {"steps": 0, "collectives": 0, "events": 1,  # attempt_start is kept
+                                     "step_marks": 0, "step_blocks": 0}
     assert {pk: counts(engine, pk) for pk in (going, newer)} == before
     with engine.connect() as conn:
         pruned_at = dict(conn.execute(select(Run.run_id, Run.detail_pruned_at)).all())
