@@ -3,6 +3,7 @@ command they run works here against the local PostgreSQL (loopback addresses ins
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -52,7 +54,7 @@ def local(argv: list[str], replacements: dict[str, str]) -> list[str]:
 
 def test_compose_file_has_the_production_services(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == {"postgres", "collector", "dashboard", "prometheus"}
+    assert set(services) == {"postgres", "collector", "collector-2", "loadbalancer", "dashboard", "prometheus"}
     pg = services["postgres"]
     assert pg["image"].startswith("postgres:15")
     assert "pgdata:/var/lib/postgresql/data" in pg["volumes"] and "pgdata" in compose["volumes"]
@@ -65,16 +67,73 @@ def test_compose_file_has_the_production_services(compose: dict[str, Any]) -> No
     assert collector["environment"]["GOODPUT_DATABASE_URL"].startswith("postgresql://")
     assert "@postgres:5432/" in collector["environment"]["GOODPUT_DATABASE_URL"]
     assert collector["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert services["collector-2"] == collector  # the same collector again, on the same database
     dashboard = services["dashboard"]
     assert dashboard["entrypoint"] == ["python", "-m", "dashboards"]
-    assert dashboard["command"][dashboard["command"].index("--api") + 1] == "http://collector:8000"
-    assert dashboard["depends_on"]["collector"]["condition"] == "service_healthy"
+    assert dashboard["command"][dashboard["command"].index("--api") + 1] == "http://loadbalancer:8000"
+    assert dashboard["depends_on"]["loadbalancer"]["condition"] == "service_healthy"
     prometheus = services["prometheus"]
     assert "./deploy/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in prometheus["volumes"]
     assert "promdata:/prometheus" in prometheus["volumes"]
     scrape = yaml.safe_load((REPO / "deploy/prometheus.yml").read_text())["scrape_configs"][0]
-    assert scrape["static_configs"][0]["targets"] == ["collector:8000"]
+    assert scrape["static_configs"][0]["targets"] == ["collector:8000", "collector-2:8000"]  # each, not the balancer
     assert scrape["metrics_path"] == "/metrics" and scrape["scrape_interval"] == "15s"
+
+
+NGINX_CONF = REPO / "deploy/nginx.conf"
+
+
+def test_the_load_balancer_sends_to_every_collector_and_is_the_only_published_api_port(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    collectors = sorted(name for name, svc in services.items() if svc.get("command", [None])[0] == "serve")
+    assert collectors == ["collector", "collector-2"]
+    lb = services["loadbalancer"]
+    assert lb["image"].startswith("nginx:")
+    assert "./deploy/nginx.conf:/etc/nginx/nginx.conf:ro" in lb["volumes"] and NGINX_CONF.exists()
+    assert lb["ports"] == ["8000:8000"]
+    assert all("ports" not in services[c] and services[c]["expose"] == ["8000"] for c in collectors)
+    assert {name: dep["condition"] for name, dep in lb["depends_on"].items()} == dict.fromkeys(collectors,
+                                                                                           "service_healthy")
+    conf = NGINX_CONF.read_text()
+    upstream = re.search(r"upstream goodput_collectors \{(.*?)\}", conf, re.DOTALL)
+    assert upstream is not None
+    assert re.findall(r"^\s*server (\S+?):8000\b", upstream.group(1), re.MULTILINE) == collectors
+    assert re.search(r"^\s*listen 8000;", conf, re.MULTILINE)
+    assert "proxy_pass http://goodput_collectors;" in conf
+    assert re.search(r"proxy_next_upstream [^;]*\bnon_idempotent\b", conf)  # POST /v1/events fails over
+    health = lb["healthcheck"]["test"]
+    assert health[:2] == ["CMD", "wget"] and health[-1] == "http://127.0.0.1:8000/nginx-healthz"
+    assert "location = /nginx-healthz" in conf
+
+
+def localized_nginx_conf(folder: Path, backends: list[int], port: int) -> Path:
+    """deploy/nginx.conf as it runs here: the collectors at loopback ports, nginx's files in `folder`."""
+    conf = NGINX_CONF.read_text()
+    for name, backend in zip(("collector", "collector-2"), backends, strict=True):
+        conf = conf.replace(f"server {name}:8000 ", f"server 127.0.0.1:{backend} ")
+    conf = conf.replace("listen 8000;", f"listen 127.0.0.1:{port};").replace("pid /tmp/nginx.pid;",
+                                                                            f"pid {folder}/nginx.pid;")
+    temp = " ".join(f"{kind}_temp_path {folder}/{kind};" for kind in ("client_body", "proxy", "fastcgi", "uwsgi",
+                                                                        "scgi"))
+    conf = conf.replace("http {", "http {\n    " + temp, 1)
+    path = folder / "nginx.conf"
+    path.write_text(conf)
+    return path
+
+
+def nginx_binary() -> str:
+    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    if nginx is None:
+        pytest.fail("nginx not found: apt-get install nginx-light (scripts/system-deps.sh does it)")
+    return nginx
+
+
+def test_nginx_accepts_the_load_balancer_config(tmp_path: Path) -> None:
+    out = subprocess.run([nginx_binary(), "-t", "-p", str(tmp_path), "-c",
+                          str(localized_nginx_conf(tmp_path, [free_port(), free_port()], free_port()))],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "test is successful" in out.stderr
 
 
 def test_docker_compose_config_accepts_the_file_when_available(tmp_path: Path) -> None:
@@ -161,7 +220,7 @@ def test_every_compose_command_runs_here_against_postgresql(compose: dict[str, A
     port, dash_port = free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
     replacements = {"0.0.0.0": "127.0.0.1", "8000": str(port), "8050": str(dash_port),
-                    "http://collector:": "http://127.0.0.1:"}
+                    "http://loadbalancer:": "http://127.0.0.1:"}  # (the dashboard here asks the collector directly)
     entrypoint = dockerfile_json("ENTRYPOINT")
     collector = start([*entrypoint, *local(services["collector"]["command"], replacements)], tmp_path,
                       GOODPUT_DATABASE_URL=postgres_url, PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"),
@@ -212,3 +271,53 @@ def test_every_compose_command_runs_here_against_postgresql(compose: dict[str, A
         if dashboard is not None:
             stop(dashboard)
         stop(collector)
+
+
+@pytest.mark.postgres
+def test_through_the_load_balancer_a_killed_collector_loses_no_batch(postgres_url: str, tmp_path: Path) -> None:
+    """deploy/nginx.conf for real in front of two `goodput serve` on one database: one is SIGKILLed halfway
+    through; the batches sent through nginx are acknowledged (nginx passes a failed POST to the other collector,
+    the client resends what was still not acknowledged) and every event is stored once."""
+    from ingest_client.transport.base import SendStatus
+    from ingest_client.transport.http import HttpTransport
+    from services.simulate import SimConfig, simulate
+    from tests.faults.conftest import Collector
+
+    collectors = [Collector(postgres_url, tmp_path, name=f"serve-{i}") for i in (1, 2)]
+    lb_port = free_port()
+    conf = localized_nginx_conf(tmp_path, [c.port for c in collectors], lb_port)
+    nginx = subprocess.Popen([nginx_binary(), "-p", str(tmp_path), "-c", str(conf), "-g", "daemon off;"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for c in collectors:
+            c.start()
+        events = simulate(SimConfig(run_id="behind-nginx", ranks=4, hours=0.1, mtbf_s=None, seed=3,
+                                    records_per_rank=10, start_time=float(int(time.time()) - 3600))).events
+        batches = [[json.dumps(e).encode() for e in events[i:i + 10]] for i in range(0, len(events), 10)]
+        transport = HttpTransport(f"http://127.0.0.1:{lb_port}/v1/events", timeout_s=30)
+        acknowledged = resent = 0
+        for b, batch in enumerate(batches):
+            if b == len(batches) // 2:
+                collectors[0].kill()
+            for _ in range(20):
+                result = transport.send(batch)
+                assert result.status is not SendStatus.REJECTED, result.message
+                if result.status is SendStatus.OK:
+                    break
+                resent += 1
+                time.sleep(0.2)
+            else:
+                raise AssertionError(f"batch {b} never acknowledged through nginx: {result.message}")
+            acknowledged += 1
+        assert acknowledged == len(batches)
+        with httpx.Client() as client:
+            ledger = client.get(f"http://127.0.0.1:{lb_port}/v1/runs/behind-nginx/waste", timeout=120)
+        assert ledger.status_code == 200, ledger.text
+        with psycopg.connect(postgres_url) as conn:
+            stored = conn.execute("SELECT count(*), count(DISTINCT event_id) FROM events").fetchone()
+        assert stored == (len(events), len(events)), f"{resent} sends repeated by the client"
+    finally:
+        nginx.terminate()
+        nginx.wait(10)
+        for c in collectors:
+            c.stop()
