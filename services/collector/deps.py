@@ -2,7 +2,9 @@
 
 The run dependencies resolve `{run_id}` (and `?project=`) under the caller's token scope to the run's row, or
 answer 404 for a run the caller may not see (services.collector.auth). The app's shared objects (engine,
-writer, settings, analysis cache) live in `app.state`, set once by `create_app`.
+writer, settings, analysis cache) live in `app.state`, set once by `create_app`; their dependencies are `async def`
+because FastAPI runs a plain `def` dependency on a worker thread, and a thread hop per dependency per request was
+most of the cost of an ingest request (benchmarks/requests.py).
 """
 
 from __future__ import annotations
@@ -30,23 +32,23 @@ from services.storage.runs import RunRow
 from services.storage.writer import BatchWriter
 
 
-def _engine(request: Request) -> Engine:
+async def _engine(request: Request) -> Engine:
     return cast(Engine, request.app.state.engine)
 
 
-def _writer_of_batches(request: Request) -> BatchWriter:
+async def _writer_of_batches(request: Request) -> BatchWriter:
     return cast(BatchWriter, request.app.state.writer)
 
 
-def _settings(request: Request) -> ServiceSettings:
+async def _settings(request: Request) -> ServiceSettings:
     return cast(ServiceSettings, request.app.state.settings)
 
 
-def _analyses(request: Request) -> AnalysisCache:
+async def _analyses(request: Request) -> AnalysisCache:
     return cast(AnalysisCache, request.app.state.analyses)
 
 
-def _live(settings: Annotated[ServiceSettings, Depends(_settings)]) -> LiveConfig:
+async def _live(settings: Annotated[ServiceSettings, Depends(_settings)]) -> LiveConfig:
     return live_config(settings)
 
 

@@ -30,8 +30,12 @@ def install(app: FastAPI) -> None:
     app.add_middleware(RequestTimer, instruments=service.instruments)
 
 
-def _service(request: Request) -> MetricsService:
+def _metrics_service(request: Request) -> MetricsService:
     return cast(MetricsService, request.app.state.metrics)
+
+
+async def _service(request: Request) -> MetricsService:  # async: a plain def dependency costs a thread hop
+    return _metrics_service(request)
 
 
 MetricsDep = Annotated[MetricsService, Depends(_service)]
@@ -55,8 +59,8 @@ class IngestCounters:
         self._instruments.count_ingested(accepted, duplicates)
 
 
-def _ingest_counters(request: Request) -> IngestCounters:
-    return IngestCounters(_service(request).instruments)
+async def _ingest_counters(request: Request) -> IngestCounters:
+    return IngestCounters(_metrics_service(request).instruments)
 
 
 IngestCountersDep = Annotated[IngestCounters, Depends(_ingest_counters)]
