@@ -327,9 +327,9 @@ def test_two_collectors_on_one_database_one_killed_store_every_event_exactly_onc
     wait_for(lambda: db.writer_transaction_open(victim_app), "the victim's writer to be in a transaction",
              explain=lambda: f"sender: {sender.progress()}; sessions: {db.activity()}; victim's log: "
                              f"{victim.log_path.read_text()[-2000:]}")
+    sender.killed.set()  # (first, so the sends the kill breaks are counted after it)
     victim.kill()
     (probe / "release").touch()  # (only the dead process was paused: the hold was taken once)
-    sender.killed.set()
     survivor_rounds = _count(probe, survivor_pid, "round", "end")
     wait_for(lambda: db.sessions(victim_app) == 0, "PostgreSQL to end the killed collector's sessions")
     wait_for(lambda: _count(probe, survivor_pid, "round", "end") > survivor_rounds,
