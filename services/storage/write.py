@@ -17,7 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -43,16 +44,17 @@ class ConflictingBatches(Exception):
         self.conflicts = conflicts
 
 
-def write_batches(engine: Engine, batches: Sequence[Sequence[IngestRecord]],
+def write_batches(target: Engine | Connection, batches: Sequence[Sequence[IngestRecord]],
                   projects: Sequence[str | None] | None = None) -> list[IngestResult]:
     """`write_group` in its own transaction, committed; batches refused for a conflict are left out of a second
-    transaction (each pass leaves out at least one, so this ends). One result per batch."""
+    transaction (each pass leaves out at least one, so this ends). One result per batch. `target`: an engine (a
+    pooled connection per call) or a connection the caller holds (the writer's: no checkout and ping per group)."""
     projects = list(projects) if projects is not None else [None] * len(batches)
     refused: dict[int, EventConflict] = {}
     while True:
         keep = [b for b in range(len(batches)) if b not in refused]
         try:
-            with engine.begin() as conn:
+            with _transaction(target) as conn:
                 written = write_group(conn, [batches[b] for b in keep], [projects[b] for b in keep])
         except ConflictingBatches as exc:  # rolled back: nothing of the group was stored
             refused.update((keep[k], conflict) for k, conflict in exc.conflicts.items())
@@ -61,6 +63,16 @@ def write_batches(engine: Engine, batches: Sequence[Sequence[IngestRecord]],
         for b, result in zip(keep, written, strict=True):
             results[b] = result
         return results
+
+
+@contextmanager
+def _transaction(target: Engine | Connection) -> Iterator[Connection]:
+    if isinstance(target, Engine):
+        with target.begin() as conn:
+            yield conn
+    else:
+        with target.begin():
+            yield target
 
 
 def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],

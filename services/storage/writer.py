@@ -9,6 +9,7 @@ Retry-After, so memory stays bounded under any load.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 
 from services.errors import EventIdConflict, Overloaded, StorageUnavailable
 from services.storage.records import IngestRecord, IngestResult
@@ -39,6 +41,7 @@ class BatchWriter:
         self._max_group = max_group_events
         self._pending = 0
         self._lock = threading.Lock()
+        self._held = threading.local()  # each writer thread's connection, kept between groups
 
     @property
     def pending_events(self) -> int:
@@ -74,7 +77,7 @@ class BatchWriter:
         while True:
             item = self._queue.get()
             if item is None:
-                return
+                break
             group = [item]
             size = item[1]
             stop = False
@@ -90,12 +93,13 @@ class BatchWriter:
                 size += nxt[1]
             self._write(group)
             if stop:
-                return
+                break
+        self._drop_held_connection()
 
     def _write(self, group: list[_Batch]) -> None:
         try:
-            results = write_batches(self._engine, [records for records, _, _, _ in group],
-                                    [project for _, _, _, project in group])
+            results = self._write_on_held_connection([records for records, _, _, _ in group],
+                                                     [project for _, _, _, project in group])
         except Exception as exc:  # every failure goes back to the waiting requests
             logger.warning("writing %d batches failed: %s", len(group), exc)
             error = StorageUnavailable(f"the database did not accept the write: {exc.__class__.__name__}: {exc}")
@@ -111,6 +115,32 @@ class BatchWriter:
         finally:
             with self._lock:
                 self._pending -= sum(weight for _, weight, _, _ in group)
+
+
+    def _write_on_held_connection(self, batches: list[Sequence[IngestRecord]],
+                                  projects: list[str | None]) -> list[IngestResult]:
+        """Each writer thread keeps its connection between groups (a pool checkout pings the server first: one
+        round trip per group saved). A held connection the server dropped (restarted, idle timeout) fails on
+        first use; the group is written once more on a new connection: safe, since the failed transaction left
+        nothing or, if only its commit's answer was lost, the retry's events are duplicates and absorbed."""
+        for retry in (False, True):
+            conn = self._held.conn if hasattr(self._held, "conn") else None
+            if conn is None or conn.closed or conn.invalidated:
+                conn = self._held.conn = self._engine.connect()
+            try:
+                return write_batches(conn, batches, projects)
+            except DBAPIError as exc:
+                self._drop_held_connection()
+                if retry or not exc.connection_invalidated:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _drop_held_connection(self) -> None:
+        conn = getattr(self._held, "conn", None)
+        self._held.conn = None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # it is gone either way
+                conn.close()
 
 
 def _weight(records: Sequence[IngestRecord]) -> int:
