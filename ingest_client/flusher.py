@@ -4,8 +4,10 @@ The ``goodput-flusher`` daemon thread wakes every ``flush_interval_s`` (or when 
 passes its threshold), packs the rows into wire records, appends them to the spool *first*, and
 then sends what the collector has not acknowledged yet, oldest first: the spools of dead
 processes of the same run (claimed at start), then this process's own. Transient failures back
-off exponentially with jitter (``Retry-After`` wins). A batch the collector refuses for good is never
-acknowledged away: it moves to the quarantine next to the spool (:mod:`ingest_client.quarantine`) for
+off exponentially with jitter (``Retry-After`` wins). Regular send rounds follow the collector's pace: at
+most one per ``Goodput-Send-Interval`` it answers with (services/collector/pace.py; explicit flushes and
+durable events are not held back), so a big fleet sends fewer, fuller batches. A batch the collector refuses
+for good is never acknowledged away: it moves to the quarantine next to the spool (:mod:`ingest_client.quarantine`) for
 ``goodput sync``, is counted (``rejected_events``) and logged once per reason with what to do. A 413 halves
 the batch size (for the rest of the process) and sends again; a single record still refused is quarantined.
 A 401 or 403 means the whole client is misconfigured: after one refusal the flusher stops sending for a
@@ -112,6 +114,7 @@ class Pipeline:
         self._flush_deadline = 0.0
         self._stop = threading.Event()
         self._next_send_at = 0.0
+        self._pace_s = 0.0  # the interval between send rounds the collector asks for (Goodput-Send-Interval)
         self._failures_in_a_row = 0
         self._auth_refusals_in_a_row = 0
         self._auth_blocked_until = 0.0  # monotonic; no sends before it (flushes included)
@@ -261,6 +264,9 @@ class Pipeline:
                 all_sent = self._send_pending(deadline)
             elif now >= self._next_send_at:
                 self._send_pending(now + SEND_BUDGET_S)
+                # the collector's pace: at most one regular send round per interval it asks for (a backoff set
+                # by a failure in the round is longer and stays)
+                self._next_send_at = max(self._next_send_at, now + self._pace_s)
         if flushing:
             with self._cond:
                 self._done_gen = gen
@@ -333,7 +339,7 @@ class Pipeline:
                 self._schedule_retry(result)
                 return False
             if result.status is SendStatus.OK:
-                self._sent_ok()
+                self._sent_ok(result)
                 self.sent_events += n
                 if owner is not self.spool:
                     self.replayed_events += n
@@ -380,7 +386,7 @@ class Pipeline:
             self._schedule_retry(result)
             return False
         if result.status is SendStatus.OK:
-            self._sent_ok()
+            self._sent_ok(result)
             self.sent_events += len(chunk)
             self.replayed_events += len(chunk)
             self._resending = (batch, payloads, done + len(chunk))
@@ -409,10 +415,12 @@ class Pipeline:
                            "sending at most %d per batch from now on", n, result.message, self._batch_cap)
         return True
 
-    def _sent_ok(self) -> None:
+    def _sent_ok(self, result: SendResult) -> None:
         self._failures_in_a_row = 0
         self._auth_refusals_in_a_row = 0
         self._next_send_at = 0.0
+        if result.send_interval_s is not None:
+            self._pace_s = result.send_interval_s
 
     def _block_for_auth(self) -> None:
         self._auth_refusals_in_a_row += 1

@@ -83,6 +83,14 @@ class IngestSettings(_Section):
         "a slower upload gets 408 and frees what it held (the client resends it)"))
     writer_max_pending_events: int = Field(4_000_000, description=(
         "GOODPUT_WRITER_MAX_PENDING_EVENTS: rows waiting for the database before ingestion answers 503"))
+    target_requests_per_s: float = Field(400.0, gt=0, description=(
+        "GOODPUT_TARGET_REQUESTS_PER_S: ingest requests per second one collector process aims to receive. Every "
+        "answer asks each sender to wait senders-seen-in-the-last-10-s / this between posts "
+        "(Goodput-Send-Interval), so a big fleet sends fewer, fuller batches instead of queueing"))
+    max_send_interval_s: float = Field(5.0, ge=0, le=60, description=(
+        "GOODPUT_MAX_SEND_INTERVAL_S: the longest interval between posts the collector asks for: what it costs in "
+        "freshness (a live figure lags its events by up to this). Keep it below 3 heartbeats "
+        "(GOODPUT_HEARTBEAT_INTERVAL_S), after which a silent rank is a hang suspect"))
 
 
 class PlausibilitySettings(_Section):

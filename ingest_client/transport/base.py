@@ -24,6 +24,8 @@ class SendResult:
     accepted: int = 0
     duplicates: int = 0
     retry_after_s: float | None = None
+    # OK answers: the interval between posts the collector asks of each sender now (Goodput-Send-Interval)
+    send_interval_s: float | None = None
     message: str = ""
 
 

@@ -15,6 +15,8 @@ from ingest_client.transport.base import SendResult, SendStatus, encode_batch
 GZIP_MIN_BYTES = 1024
 REJECTED_STATUSES = frozenset({400, 401, 403, 413, 422})
 MAX_RETRY_AFTER_S = 300.0
+# A collector's pace beyond this is taken as this: a live figure never lags its events by more because of it
+MAX_SEND_INTERVAL_S = 30.0
 _MAX_MESSAGE_CHARS = 300
 
 
@@ -22,12 +24,15 @@ class HttpTransport:
     """Sends one batch per call. Other 4xx/5xx answers are retried (the data stays in the spool),
     since they more likely mean a misrouted URL or a broken deployment than a bad batch."""
 
-    def __init__(self, events_url: str, *, token: str | None = None, timeout_s: float = 2.0) -> None:
+    def __init__(self, events_url: str, *, token: str | None = None, timeout_s: float = 2.0,
+                 sender: str | None = None) -> None:
         self.events_url = events_url
         self._timeout_s = timeout_s
         self._headers = {"Content-Type": "application/json", "User-Agent": "goodput-ingest-client/1"}
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
+        if sender:  # the collector counts distinct senders to set its pace (Goodput-Send-Interval)
+            self._headers["Goodput-Sender"] = sender
 
     def send(self, events: Sequence[bytes], /, *, timeout_s: float | None = None) -> SendResult:
         body = encode_batch(events)
@@ -41,6 +46,7 @@ class HttpTransport:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 status = response.status
                 text = response.read(64 * 1024)
+                pace = parse_send_interval(response.headers.get("Goodput-Send-Interval"))
         except urllib.error.HTTPError as exc:
             return _result_from_error(exc)
         except (OSError, ValueError) as exc:  # URLError and timeouts are OSErrors
@@ -49,7 +55,8 @@ class HttpTransport:
         if not 200 <= status < 300:
             return SendResult(status=SendStatus.RETRY, http_status=status, message=f"unexpected status {status}")
         accepted, duplicates = _parse_ack(text, len(events))
-        return SendResult(status=SendStatus.OK, http_status=status, accepted=accepted, duplicates=duplicates)
+        return SendResult(status=SendStatus.OK, http_status=status, accepted=accepted, duplicates=duplicates,
+                          send_interval_s=pace)
 
     def close(self) -> None:
         pass
@@ -89,6 +96,17 @@ def _parse_ack(text: bytes, n_events: int) -> tuple[int, int]:
         return int(payload.get("accepted", n_events)), int(payload.get("duplicates", 0))
     except (ValueError, TypeError, AttributeError):
         return n_events, 0
+
+
+def parse_send_interval(value: str | None) -> float | None:
+    """Seconds from a ``Goodput-Send-Interval`` header, capped at MAX_SEND_INTERVAL_S; None if absent or bad."""
+    try:
+        seconds = float(value) if value else None
+    except ValueError:
+        return None
+    if seconds is None or seconds != seconds or seconds < 0:
+        return None
+    return min(seconds, MAX_SEND_INTERVAL_S)
 
 
 def parse_retry_after(value: str | None) -> float | None:

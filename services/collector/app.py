@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 
 from services.collector.auth import Authenticator, DashboardGuard
 from services.collector.errors import install_error_handlers
+from services.collector.pace import SendPace
 from services.collector.routes import (
     advice,
     health,
@@ -75,6 +76,8 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     app.state.auth = auth = Authenticator(engine, cache_ttl_s=settings.server.auth_cache_ttl_s)
     app.state.body_budget = ingest.BodyBudget(settings.ingest.max_inflight_body_bytes,
                                               settings.ingest.max_inflight_body_bytes_per_client)
+    app.state.pace = SendPace(target_requests_per_s=settings.ingest.target_requests_per_s,
+                              max_interval_s=settings.ingest.max_send_interval_s)
     install_error_handlers(app)
     metrics.install(app)  # app.state.metrics and the request-duration middleware
     app.include_router(ingest.router)

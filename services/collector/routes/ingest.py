@@ -14,6 +14,8 @@ from starlette.concurrency import run_in_threadpool
 from services.collector.auth import Principal
 from services.collector.batch import decompress, parse_batch
 from services.collector.deps import WritePrincipalDep
+from services.collector.pace import HEADER as PACE_HEADER
+from services.collector.pace import SendPace, sender_of
 from services.collector.plausibility import check_plausible
 from services.collector.routes.metrics import IngestCounters
 from services.collector.schemas.errors import ErrorResponse
@@ -32,7 +34,9 @@ _ERRORS: dict[int | str, dict[str, Any]] = {status: {"model": ErrorResponse}
 @router.post(
     "/v1/events",
     response_model=IngestAck,
-    responses=_ERRORS,
+    responses={**_ERRORS, 200: {"headers": {PACE_HEADER: {
+        "description": "seconds the collector asks each sender to leave between two posts (services/collector/pace.py)",
+        "schema": {"type": "number"}}}}},
     openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
         "schema": {"$ref": "#/components/schemas/EventBatch"}}}}},
     summary="Ingest a batch of events (all or nothing; duplicates absorbed)",
@@ -47,6 +51,8 @@ async def ingest_events(request: Request, principal: WritePrincipalDep) -> Respo
     settings: ServiceSettings = state.settings
     counters = IngestCounters(state.metrics.instruments)
     budget: BodyBudget = state.body_budget
+    pace: SendPace = state.pace
+    pace.seen(sender_of(request.scope["headers"], request.scope.get("client")))
     with counters.rejections(), budget.hold(_client_key(principal, request)) as take:  # counts 4xx by code
         limits = settings.ingest
         raw = await _read_capped(request, limits.max_body_bytes, take, limits.body_timeout_s)
@@ -59,7 +65,7 @@ async def ingest_events(request: Request, principal: WritePrincipalDep) -> Respo
     counters.ingested(result.accepted, result.duplicates)
     # IngestAck's JSON written directly: FastAPI would validate and encode the model again for every request
     return Response(b'{"accepted":%d,"duplicates":%d}' % (result.accepted, result.duplicates),
-                    media_type="application/json")
+                    media_type="application/json", headers={PACE_HEADER: pace.header_value})
 
 
 # Bodies up to this size are parsed on the event loop: a small batch (one rank's few steps, ~300 bytes) validates
