@@ -36,6 +36,10 @@ Every environment variable the client reads is declared here, once:
     Seconds between ``heartbeat`` events. Default 5.
 ``GOODPUT_HTTP_TIMEOUT_S``
     Timeout of one POST. Default 2.
+``GOODPUT_EVENTS_VIA``
+    Set by ``goodput launch --node-relay``: the node relay's address (:mod:`ingest_client.relay`); records go
+    there, durably spooled on the node, and the relay sends them on. Checkpoint requests are still asked of
+    ``GOODPUT_URL``.
 ``GOODPUT_SIGTERM_REASON``
     ``attempt_end`` reason recorded on SIGTERM: ``failed`` (default) or ``preempted``.
 ``GOODPUT_EXIT_TIMEOUT_S``
@@ -70,6 +74,7 @@ class Mode(str, Enum):
 
 ENV_VARS: dict[str, str] = {
     "url": "GOODPUT_URL",
+    "events_via": "GOODPUT_EVENTS_VIA",
     "token": "GOODPUT_TOKEN",
     "mode": "GOODPUT_MODE",
     "spool_dir": "GOODPUT_SPOOL_DIR",
@@ -102,6 +107,7 @@ class ClientConfig:
 
     mode: Mode = Mode.OFFLINE
     url: str | None = None
+    events_via: str | None = None
     token: str | None = None
     run_id: str | None = None
     spool_dir: Path = DEFAULT_SPOOL_DIR
@@ -130,6 +136,9 @@ class ClientConfig:
                 raise ConfigError(
                     f"url must start with http:// or https://, got {self.url!r} {_where('url')}"
                 )
+        if self.events_via is not None and not self.events_via.startswith(("http://", "https://")):
+            raise ConfigError(f"events_via must start with http:// or https://, got {self.events_via!r} "
+                              f"{_where('events_via')}")
         if self.run_id is not None and not _is_printable_id(self.run_id, 256):
             raise ConfigError(
                 f"run_id must be 1-256 printable characters, got {self.run_id!r} {_where('run_id')}"
@@ -174,6 +183,11 @@ class ClientConfig:
     @property
     def events_url(self) -> str | None:
         return None if self.url is None else self.url.rstrip("/") + "/v1/events"
+
+    @property
+    def send_url(self) -> str | None:
+        """Where a worker's records go: the node relay when there is one, else the collector."""
+        return self.events_via.rstrip("/") + "/v1/events" if self.events_via else self.events_url
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, /, **overrides: object) -> ClientConfig:

@@ -49,7 +49,8 @@ BACKOFF_CAP_S = 30.0
 # doubling per refusal in a row; the records wait in the spool meanwhile.
 AUTH_BACKOFF_BASE_S = 5.0
 AUTH_BACKOFF_CAP_S = 300.0
-SEND_BUDGET_S = 1.0  # longest a regular cycle spends sending before draining the buffer again
+SEND_BUDGET_S = 1.0
+_REFUSED_FOR_CONTENT = frozenset({400, 422})  # longest a regular cycle spends sending before draining the buffer again
 # Longest a durable write waits for the flusher to let go of the spool (it holds it for one build-and-append, one
 # batch read or one fsync); past it, the rows go through the buffer like any other.
 DURABLE_LOCK_TIMEOUT_S = 2.0
@@ -82,6 +83,9 @@ class PipelineSettings:
     max_batch_bytes: int
     replay_orphans: bool
     spool_metadata: dict[str, object]
+    # The node relay's batches hold several ranks' records: a batch refused for what it holds (400, 422) is
+    # halved until the refused record is alone, so that only it is quarantined (ingest_client.relay).
+    split_refused: bool = False
 
 
 class Pipeline:
@@ -119,6 +123,7 @@ class Pipeline:
         self._auth_refusals_in_a_row = 0
         self._auth_blocked_until = 0.0  # monotonic; no sends before it (flushes included)
         self._batch_cap = settings.max_batch_events  # halved by every 413 of a batch of more than one record
+        self._regrow_cap = False  # the relay's cap, halved to isolate a refused record, doubles back after it
         self._retry_quarantine = True  # dead processes' quarantined batches: until one is refused again
         self._resending: tuple[QuarantinedBatch, list[bytes], int] | None = None  # batch, its records, sent
         self._refusals_logged: set[str] = set()
@@ -180,6 +185,23 @@ class Pipeline:
         finally:
             self._spool_lock_owner = None
             self._spool_lock.release()
+
+    def append_encoded(self, payloads: list[bytes]) -> bool:
+        """Append records encoded elsewhere (the node relay's: its ranks' records) to the spool and fsync them,
+        from the calling thread; they are sent at the flusher's pace. False if the spool cannot take them."""
+        if self._forked or not payloads:
+            return not payloads
+        with self._spool_lock:
+            if self._closed:
+                return False
+            try:
+                self.spool.append(payloads)
+                self.spool.fsync()
+            except OSError as exc:
+                self._warn.warning("spool", "goodput: cannot write the spool in %s: %s", self.settings.spool_run_dir,
+                                   exc)
+                return False
+        return True
 
     def flush(self, timeout_s: float) -> bool:
         """Spool everything buffered now and send it; True when all of it was acknowledged
@@ -407,15 +429,25 @@ class Pipeline:
         return True
 
     def _split_after(self, result: SendResult, n: int) -> bool:
-        """After a 413 of a batch of ``n`` > 1 records: halve the batch size and say so (True)."""
-        if result.http_status != 413 or n <= 1:
+        """After a 413 of a batch of ``n`` > 1 records (and, for the node relay, a 400 or 422): halve the batch
+        size and say so (True)."""
+        if n <= 1:
             return False
-        self._batch_cap = max(1, n // 2)
-        self._warn.warning("split", "goodput: the collector refused a batch of %d records as too large (%s); "
-                           "sending at most %d per batch from now on", n, result.message, self._batch_cap)
-        return True
+        if result.http_status == 413:
+            self._batch_cap = max(1, n // 2)
+            self._warn.warning("split", "goodput: the collector refused a batch of %d records as too large (%s); "
+                               "sending at most %d per batch from now on", n, result.message, self._batch_cap)
+            return True
+        if self.settings.split_refused and result.http_status in _REFUSED_FOR_CONTENT:
+            self._batch_cap = max(1, n // 2)
+            self._regrow_cap = True  # back to full batches once the refused record is quarantined alone
+            return True
+        return False
 
     def _sent_ok(self, result: SendResult) -> None:
+        if self._regrow_cap:
+            self._batch_cap = min(self.settings.max_batch_events, self._batch_cap * 2)
+            self._regrow_cap = self._batch_cap < self.settings.max_batch_events
         self._failures_in_a_row = 0
         self._auth_refusals_in_a_row = 0
         self._next_send_at = 0.0

@@ -50,6 +50,7 @@ from ingest_client.errors import ConfigError
 from ingest_client.events import ROW_EVENT, EventKind, RecordBuilder, RecordContext, RunStatus
 from ingest_client.flusher import Pipeline, PipelineSettings
 from ingest_client.generation import GENERATION_ENV, LAUNCH_BASE_ENV, LAUNCH_ID_ENV, WORKER_PID_ENV
+from ingest_client.relay import EVENTS_VIA_ENV, NodeRelay
 from ingest_client.signals import PREEMPTED_MARKER_ENV
 from ingest_client.slurm import SlurmJob, gpus_of_allocation, hostnames, outcome, read_job
 from ingest_client.spool import run_dir_name
@@ -181,6 +182,10 @@ def launch_main(argv: list[str]) -> int:
     parser.add_argument("--warning-signal", default="USR1",
                         help="the scheduler's preemption warning (sbatch --signal=B:USR1@120): on it the launcher "
                              "asks the run to checkpoint now (tracker.should_checkpoint()); 'none' leaves it alone")
+    parser.add_argument("--node-relay", action="store_true",
+                        help="the node's ranks send through this launcher (GOODPUT_NODE_RELAY=1): their records are "
+                             "spooled here and sent as one stream at the collector's pace, one sender per node "
+                             "instead of one per rank (ingest_client.relay); for fleets of thousands of ranks")
     parser.add_argument("--no-bootstrap", action="store_true",
                         help="do not start the workers' trackers as their interpreters start (GOODPUT_BOOTSTRAP=0): "
                              "an attempt that fails before the script calls goodput.init() is then not seen")
@@ -244,6 +249,9 @@ def launch_main(argv: list[str]) -> int:
         else:
             print("goodput launch: GPU count unknown (pass --gpus); allocation_start not sent", file=sys.stderr)
 
+    relay = None
+    if args.node_relay or env.get("GOODPUT_NODE_RELAY", "").strip() == "1":
+        relay = _start_relay(child_env, run_id)
     warning = _warning_signal(args.warning_signal)
     # One request per run: srun forwards the warning to every node's launcher; the first task asks.
     asks = warning is not None and node_rank_of(command, env) in (0, None) and first_task
@@ -255,6 +263,10 @@ def launch_main(argv: list[str]) -> int:
     finally:
         if preempted_marker is not None:
             preempted_marker.unlink(missing_ok=True)
+        if relay is not None and not relay.close(args.timeout):
+            print(f"goodput launch: the node relay could not send everything in {args.timeout:g} s; the rest is in "
+                  f"the spool ({relay.pipeline.settings.spool_run_dir}): the next process of the run or "
+                  "`goodput sync` sends it", file=sys.stderr)
 
     if sender is not None:
         job = {"job_id": job_id} if job_id else {}
@@ -271,6 +283,24 @@ def launch_main(argv: list[str]) -> int:
             print("goodput launch: some run events are still in the spool; `goodput sync` sends them",
                   file=sys.stderr)
     return code
+
+
+def _start_relay(child_env: dict[str, str], run_id: str) -> NodeRelay | None:
+    """Start the node relay and point the workers at it; None (workers send directly) when it cannot run."""
+    try:
+        config = ClientConfig.from_env(child_env, run_id=run_id, install_handlers=False)
+    except ConfigError as exc:
+        print(f"goodput launch: no node relay: {exc}", file=sys.stderr)
+        return None
+    if config.mode is not Mode.ONLINE:
+        return None
+    try:
+        relay = NodeRelay(config, run_id).start()
+    except OSError as exc:
+        print(f"goodput launch: no node relay ({exc}); the workers send directly", file=sys.stderr)
+        return None
+    child_env[EVENTS_VIA_ENV] = relay.url
+    return relay
 
 
 class _SlurmEventIds:

@@ -198,8 +198,8 @@ class Tracker:
             if config.mode is Mode.OFFLINE:
                 transport = None
             elif transport is None:
-                assert config.events_url is not None
-                transport = HttpTransport(config.events_url, token=config.token, timeout_s=config.http_timeout_s,
+                assert config.send_url is not None
+                transport = HttpTransport(config.send_url, token=config.token, timeout_s=config.http_timeout_s,
                                           sender=self.proc_id)
             builder = RecordBuilder(
                 RecordContext(run_id=context.run_id, attempt=context.attempt, rank=context.rank), self.proc_id

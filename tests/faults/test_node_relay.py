@@ -1,0 +1,116 @@
+"""`goodput launch --node-relay`: the node's ranks send through the launcher (ingest_client/relay.py).
+
+Real processes: a `goodput serve` on PostgreSQL, a real launcher, four real client ranks under it. The collector
+sees one sender and a fraction of the requests, every step arrives exactly once, one rank's refused event does not
+hold back the others, and a launcher SIGKILLed while the collector is down loses nothing (`goodput sync`)."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ingest_client.config import ClientConfig
+from ingest_client.relay import NodeRelay
+from tests.faults.conftest import WORKER, Collector, stored_steps, sync_spool
+from tests.ingest_client.conftest import spooled_records
+from tests.test_cli import GOODPUT, env_with
+
+pytestmark = pytest.mark.postgres
+
+RANKS = 4
+STEPS = 80
+PERIOD_S = 0.05
+
+
+def _ingest_requests(url: str) -> int:
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    return sum(int(float(v)) for v in re.findall(
+        r'^goodput_collector_request_duration_seconds_count\{[^}]*handler="/v1/events"[^}]*method="POST"[^}]*\} '
+        r'(\S+)$', text, re.M))
+
+
+def _launch(url: str, spool: Path, run_id: str, *, steps: int = STEPS) -> subprocess.Popen[str]:
+    """A launcher with the node relay, running RANKS client ranks as torchrun would (one process each)."""
+    ranks = " ".join(
+        f"RANK={r} LOCAL_RANK={r} WORLD_SIZE={RANKS} {sys.executable} {WORKER} {steps} {PERIOD_S} 60 &"
+        for r in range(RANKS))
+    return subprocess.Popen(
+        [*GOODPUT, "launch", "--node-relay", "--run-id", run_id, "--timeout", "30", "--", "bash", "-c",
+         f"{ranks} wait"],
+        env=env_with(GOODPUT_URL=url, GOODPUT_SPOOL_DIR=str(spool), TORCHELASTIC_RESTART_COUNT="0",
+                     GOODPUT_FLUSH_INTERVAL_S="0.05"),
+        text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _worker_results(out: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def test_ranks_send_through_the_launcher_as_one_sender(collector: Collector, tmp_path: Path) -> None:
+    collector.start()
+    launcher = _launch(collector.url, tmp_path / "spool", "relayed")
+    out, err = launcher.communicate(timeout=300)
+    assert launcher.returncode == 0, err[-3000:]
+    results = _worker_results(out)
+    assert len(results) == RANKS and all(r["acknowledged"] for r in results), out
+    assert stored_steps(collector.db_url, "relayed") == {rank: list(range(1, STEPS + 1)) for rank in range(RANKS)}
+    # each rank alone would post every 0.05 s (~80 requests each, ~320 in all); the relay sends the node's
+    # records together at most every 0.5 s (plus the launcher's own run events and the final flushes)
+    requests = _ingest_requests(collector.url)
+    assert requests < 30, f"{requests} ingest requests: the ranks' records were not sent together"
+    print(f"{requests} ingest requests for {RANKS} ranks x {STEPS} steps through the relay")
+
+
+def test_one_ranks_refused_event_does_not_hold_back_the_others(collector: Collector, tmp_path: Path) -> None:
+    collector.start()
+    config = ClientConfig.from_env({"GOODPUT_URL": collector.url, "GOODPUT_SPOOL_DIR": str(tmp_path / "spool")},
+                                   install_handlers=False)
+    relay = NodeRelay(config, "mixed").start()
+    try:
+        now = time.time()
+        good = [{"event_id": f"good-{r}", "run_id": "mixed", "kind": "steps", "time": now, "attempt": 0, "rank": r,
+                 "step": [1, 2], "start": [now - 2, now - 1], "end": [now - 1.5, now - 0.5]} for r in range(3)]
+        bad = {"event_id": "bad-3", "run_id": "mixed", "kind": "steps", "time": now, "attempt": 0, "rank": 3,
+               "step": [1], "start": [now - 1], "end": [now - 2]}  # ends before it starts: 422
+        for event in [*good[:2], bad, good[2]]:  # four ranks' posts, spooled into one batch of the relay
+            answer = httpx.post(f"{relay.url}/v1/events", json={"events": [event]}, timeout=10)
+            assert answer.status_code == 200, answer.text
+        assert relay.pipeline.flush(30.0) is True
+    finally:
+        relay.close(10.0)
+    assert stored_steps(collector.db_url, "mixed") == {0: [1, 2], 1: [1, 2], 2: [1, 2]}
+    stats = relay.pipeline.stats()
+    assert stats.rejected_events == 1 and stats.quarantined_events == 1
+    quarantined = list((tmp_path / "spool").rglob("*.quarantine"))
+    assert len(quarantined) == 1 and b"bad-3" in quarantined[0].read_bytes()
+
+
+def test_a_killed_launcher_loses_nothing_its_relay_acknowledged(collector: Collector, tmp_path: Path) -> None:
+    # the collector is down while the ranks run: the relay acknowledges what it spooled, and cannot send it
+    launcher = _launch(collector.url, tmp_path / "spool", "relay-killed", steps=40)
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "spool").rglob("relay*.spool")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(3.0)  # the ranks keep sending their steps to the relay
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait(30)
+    subprocess.run(["pkill", "-f", f"{WORKER} 40 "], check=False)  # its ranks, orphaned by the kill
+    spooled: dict[int, set[int]] = {}  # what the ranks' and the relay's spools hold, before anything is sent
+    for record in spooled_records(tmp_path / "spool"):
+        if record["kind"] == "steps":
+            spooled.setdefault(record["rank"], set()).update(record["step"])
+    relayed = [p for p in (tmp_path / "spool").rglob("relay*.spool") if p.stat().st_size]
+    assert relayed, "the relay acknowledged nothing before the kill"
+    collector.start()
+    sync_spool(collector.url, tmp_path / "spool")
+    stored = stored_steps(collector.db_url, "relay-killed")
+    assert stored == {rank: sorted(steps) for rank, steps in spooled.items()}  # all of it, each step once
+    assert all(steps == list(range(1, len(steps) + 1)) for steps in stored.values())
