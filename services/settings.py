@@ -60,6 +60,10 @@ class ServerSettings(_Section):
         "GOODPUT_PRUNE_INTERVAL_S: every this many seconds one collector process creates the coming days' "
         "partitions (PostgreSQL) and prunes raw rows past GOODPUT_RAW_RETENTION_DAYS (as `goodput db prune`); "
         "0 turns the background job off"))
+    opentelemetry: bool = Field(False, description=(
+        "GOODPUT_OPENTELEMETRY: FastAPI's native OpenTelemetry (spans, metrics, logs to the process's global "
+        "providers); off by default: it looks up the providers on every request, about a fifth of a small "
+        "ingest request's cost, and the collector's own metrics are on /metrics"))
 
 
 class IngestSettings(_Section):
