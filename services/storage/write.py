@@ -19,10 +19,11 @@ import json
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Engine, func, select, update
+from sqlalchemy import Connection, Engine, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 
 from services.storage import pgcopy
@@ -210,14 +211,15 @@ def _insert_events(conn: Connection, candidates: list[tuple[int, IngestRecord, s
                    postgres: bool) -> set[tuple[int, str]]:
     if not candidates:
         return set()
-    insert = postgresql.insert if postgres else sqlite.insert
+    # One key order for every writer: concurrent transactions inserting the same ids wait, never deadlock.
+    candidates = sorted(candidates, key=lambda c: (c[0], c[1].event_id))
+    if postgres:
+        return _insert_events_postgres(conn, candidates)
     statement = (
-        insert(Event).on_conflict_do_nothing(index_elements=["run_pk", "event_id"])
+        sqlite.insert(Event).on_conflict_do_nothing(index_elements=["run_pk", "event_id"])
         .returning(Event.run_pk, Event.event_id)
     )
     inserted: set[tuple[int, str]] = set()
-    # One key order for every writer: concurrent transactions inserting the same ids wait, never deadlock.
-    candidates = sorted(candidates, key=lambda c: (c[0], c[1].event_id))
     for i in range(0, len(candidates), _INSERT_CHUNK):
         rows = [
             {"run_pk": run_pk, "event_id": r.event_id, "kind": r.kind, "time": r.time, "attempt": r.attempt,
@@ -225,6 +227,35 @@ def _insert_events(conn: Connection, candidates: list[tuple[int, IngestRecord, s
             for run_pk, r, data_json, digest in candidates[i:i + _INSERT_CHUNK]
         ]
         inserted.update((r[0], r[1]) for r in conn.execute(statement, rows))
+    return inserted
+
+
+# The rows as one array per column: one statement of fixed text per chunk (parsed and planned once per connection),
+# where SQLAlchemy's multi-row VALUES is a new statement text per row count, parsed by the driver every time.
+# The rows go in the arrays' order (ORDER BY the ordinality), so the key order above holds.
+_INSERT_EVENTS_SQL = (
+    "INSERT INTO events (run_pk, event_id, kind, time, attempt, rank, step, data, content_hash) "
+    "SELECT run_pk, event_id, kind, time, attempt, rank, step, data, content_hash FROM unnest("
+    "%s::int4[], %s::text[], %s::text[], %s::float8[], %s::int4[], %s::int4[], %s::int8[], %s::text[], %s::text[]"
+    ") WITH ORDINALITY AS v(run_pk, event_id, kind, time, attempt, rank, step, data, content_hash, n) ORDER BY n "
+    "ON CONFLICT (run_pk, event_id) DO NOTHING RETURNING run_pk, event_id"
+)
+
+
+def _insert_events_postgres(conn: Connection,
+                            candidates: list[tuple[int, IngestRecord, str | None, str]]) -> set[tuple[int, str]]:
+    inserted: set[tuple[int, str]] = set()
+    with psycopg_connection(conn).cursor() as cursor:
+        for i in range(0, len(candidates), _INSERT_CHUNK):
+            chunk = candidates[i:i + _INSERT_CHUNK]
+            columns = (
+                [run_pk for run_pk, _, _, _ in chunk], [r.event_id for _, r, _, _ in chunk],
+                [r.kind for _, r, _, _ in chunk], [r.time for _, r, _, _ in chunk],
+                [r.attempt for _, r, _, _ in chunk], [r.rank for _, r, _, _ in chunk],
+                [r.step for _, r, _, _ in chunk], [data_json for _, _, data_json, _ in chunk],
+                [digest for _, _, _, digest in chunk],
+            )
+            inserted.update((run_pk, event_id) for run_pk, event_id in cursor.execute(_INSERT_EVENTS_SQL, columns))
     return inserted
 
 
@@ -246,8 +277,8 @@ def _insert_steps(conn: Connection, records: list[tuple[int, IngestRecord]], pos
     parts = [(run_pk, r) for run_pk, r in records if r.step_rows is not None]
     if not parts:
         return
-    if postgres:  # one COPY, fed record by record: no concatenated copy of the batch's columns
-        copy_step_columns(conn, (_step_columns(run_pk, r) for run_pk, r in parts))
+    if postgres:  # one COPY, encoded a few records at a time: no concatenated copy of the whole group's columns
+        _copy_encoded_steps(conn, _encoded_step_chunks(parts))
         return
     for run_pk, r in parts:  # rows as Python objects one chunk at a time
         cols = _step_columns(run_pk, r)
@@ -269,23 +300,48 @@ def _step_columns(run_pk: int, r: IngestRecord) -> dict[str, np.ndarray]:
             "end_time": rows.end, "loss": rows.loss, "lr": rows.lr, "comm": rows.comm}
 
 
-_COPY_CHUNK_ROWS = 50_000  # ~5 MB of encoded rows at a time
+_COPY_CHUNK_ROWS = 50_000  # ~5 MB of encoded rows at a time (one record of up to MAX_SERIES rows more at most)
+
+
+def _encoded_step_chunks(parts: list[tuple[int, IngestRecord]]) -> Iterator[bytes]:
+    """The records' step rows as binary COPY rows, records taken together up to _COPY_CHUNK_ROWS rows: a few numpy
+    calls per chunk and column, not per record (a group of bulk records has thousands of them)."""
+    start = rows = 0
+    for end, (_, r) in enumerate(parts, 1):
+        assert r.step_rows is not None
+        rows += len(r.step_rows.step)
+        if rows >= _COPY_CHUNK_ROWS or end == len(parts):
+            yield _encode_steps(parts[start:end])
+            start, rows = end, 0
+
+
+def _encode_steps(parts: list[tuple[int, IngestRecord]]) -> bytes:
+    series = [r.step_rows for _, r in parts if r.step_rows is not None]
+    counts = [len(s.step) for s in series]
+    return pgcopy.encode_step_rows(
+        np.repeat(np.array([run_pk for run_pk, _ in parts], dtype=np.int32), counts),
+        np.repeat(np.array([r.attempt for _, r in parts], dtype=np.int32), counts),
+        np.repeat(np.array([r.rank for _, r in parts], dtype=np.int32), counts),
+        *(np.concatenate([getattr(s, column) for s in series])
+          for column in ("step", "start", "end", "loss", "lr", "comm")),
+    )
 
 
 def copy_steps(conn: Connection, cols: dict[str, np.ndarray]) -> None:
     """Binary COPY of step rows into PostgreSQL (also the benchmark's raw-COPY baseline)."""
-    copy_step_columns(conn, [cols])
+    n = len(cols["step"])
+    _copy_encoded_steps(conn, (pgcopy.encode_step_rows(*(cols[c][i:i + _COPY_CHUNK_ROWS]
+                                                         for c in pgcopy.STEP_COPY_COLUMNS))
+                               for i in range(0, n, _COPY_CHUNK_ROWS)))
 
 
-def copy_step_columns(conn: Connection, parts: Iterable[dict[str, np.ndarray]]) -> None:
-    """One binary COPY of several column sets, encoded a chunk at a time (memory: one chunk, not the batch)."""
+def _copy_encoded_steps(conn: Connection, chunks: Iterable[bytes]) -> None:
+    """One binary COPY into `steps` (the partitioned table: PostgreSQL routes each row to its day's partition)."""
     sql = f"COPY steps ({', '.join(pgcopy.STEP_COPY_COLUMNS)}) FROM STDIN (FORMAT binary)"
     with psycopg_connection(conn).cursor() as cursor, cursor.copy(sql) as copy:
         copy.write(pgcopy.HEADER)
-        for cols in parts:
-            for i in range(0, len(cols["step"]), _COPY_CHUNK_ROWS):
-                copy.write(pgcopy.encode_step_rows(*(cols[c][i:i + _COPY_CHUNK_ROWS]
-                                                     for c in pgcopy.STEP_COPY_COLUMNS)))
+        for chunk in chunks:
+            copy.write(chunk)
         copy.write(pgcopy.TRAILER)
 
 
@@ -307,28 +363,38 @@ def _insert_collectives(conn: Connection, records: list[tuple[int, IngestRecord]
 
 def _touch_runs(conn: Connection, records: list[tuple[int, IngestRecord]]) -> None:
     """Bump each written run's version (invalidates its stored ledger) and keep its summary columns."""
-    per_run: dict[int, dict[str, Any]] = {}
+    per_run: dict[int, _RunTouch] = {}
     for run_pk, r in records:
-        times = [r.time]
-        if r.step_rows is not None and len(r.step_rows.step):
-            times += [float(r.step_rows.start.min()), float(r.step_rows.end.max())]
-        if r.collective_rows is not None and len(r.collective_rows.step):
-            times += [float(r.collective_rows.start.min()), float(r.collective_rows.end.max())]
-        info = per_run.setdefault(run_pk, {"first": min(times), "last": max(times), "end": None})
-        info["first"] = min(info["first"], *times)
-        info["last"] = max(info["last"], *times)
-        if r.kind == "run_end" and r.data and (info["end"] is None or r.time >= info["end"][0]):
-            info["end"] = (r.time, r.data["status"])
+        touch = per_run.get(run_pk)
+        if touch is None:
+            touch = per_run[run_pk] = _RunTouch()
+        touch.times.append(np.array([r.time]))
+        for rows in (r.step_rows, r.collective_rows):
+            if rows is not None and len(rows.step):
+                touch.times += (rows.start, rows.end)
+        if r.kind == "run_end" and r.data and (touch.end is None or r.time >= touch.end[0]):
+            touch.end = (r.time, r.data["status"])
     now = time.time()
-    # SQLite's two-argument min/max are PostgreSQL's least/greatest
-    least, greatest = (func.min, func.max) if conn.dialect.name == "sqlite" else (func.least, func.greatest)
-    for run_pk, info in sorted(per_run.items()):  # one lock order for every writer process: no deadlock
-        values: dict[str, Any] = {
-            "version": Run.version + 1,
-            "received_at": now,
-            "first_time": func.coalesce(least(Run.first_time, info["first"]), info["first"]),
-            "last_time": func.coalesce(greatest(Run.last_time, info["last"]), info["last"]),
-        }
-        if info["end"] is not None:
-            values["status"] = info["end"][1]
-        conn.execute(update(Run).where(Run.id == run_pk).values(**values))
+    statement = _TOUCH_RUN_SQLITE if conn.dialect.name == "sqlite" else _TOUCH_RUN
+    for run_pk, touch in sorted(per_run.items()):  # one lock order for every writer process: no deadlock
+        times = np.concatenate(touch.times)  # one reduction per run, not one per record and column
+        conn.execute(statement, {"run_pk": run_pk, "now": now, "first": float(times.min()), "last": float(times.max()),
+                                 "status": touch.end[1] if touch.end is not None else None})
+
+
+@dataclass(slots=True)
+class _RunTouch:
+    times: list[np.ndarray] = field(default_factory=list)  # every time the run's new records mention
+    end: tuple[float, str] | None = None  # (time, status) of its latest run_end
+
+
+# A fixed text (compiled once), where an update() construct is built and keyed again for every run of every group.
+# SQLite's two-argument min/max are PostgreSQL's least/greatest.
+_TOUCH_RUN_TEMPLATE = (
+    "UPDATE runs SET version = version + 1, received_at = :now, "
+    "first_time = coalesce({least}(first_time, :first), :first), "
+    "last_time = coalesce({greatest}(last_time, :last), :last), "
+    "status = coalesce(:status, status) WHERE id = :run_pk"
+)
+_TOUCH_RUN = text(_TOUCH_RUN_TEMPLATE.format(least="least", greatest="greatest"))
+_TOUCH_RUN_SQLITE = text(_TOUCH_RUN_TEMPLATE.format(least="min", greatest="max"))
