@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from services.errors import EventIdConflict, Overloaded, StorageUnavailable
 from services.storage.records import IngestRecord, IngestResult
-from services.storage.write import write_batches
+from services.storage.write import RunPks, write_batches
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ class BatchWriter:
         self._pending = 0
         self._lock = threading.Lock()
         self._held = threading.local()  # each writer thread's connection, kept between groups
+        self._run_pks: RunPks = {}  # runs.id by (project, run id), shared by the threads: runs are never deleted
 
     @property
     def pending_events(self) -> int:
@@ -128,10 +129,12 @@ class BatchWriter:
             if conn is None or conn.closed or conn.invalidated:
                 conn = self._held.conn = self._engine.connect()
             try:
-                return write_batches(conn, batches, projects)
+                return write_batches(conn, batches, projects, run_pks=self._run_pks)
             except DBAPIError as exc:
                 self._drop_held_connection()
-                if retry or not exc.connection_invalidated:
+                if isinstance(exc, IntegrityError):  # a cached run key the database no longer has (restored?)
+                    self._run_pks.clear()
+                if retry or not (exc.connection_invalidated or isinstance(exc, IntegrityError)):
                     raise
         raise AssertionError("unreachable")
 
