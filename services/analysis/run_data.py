@@ -52,10 +52,8 @@ class RunData:
 
 def events_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """Control events -> the `events` frame (extra fields of a row are ignored)."""
-    columns: dict[str, list[Any]] = {c: [] for c in EVENT_COLUMNS}
-    for row in rows:
-        for c in EVENT_COLUMNS:
-            columns[c].append(row.get(c))
+    listed = rows if isinstance(rows, list) else list(rows)
+    columns: dict[str, list[Any]] = {c: [row.get(c) for row in listed] for c in EVENT_COLUMNS}
     frame = pd.DataFrame(
         {
             "kind": pd.Series(columns["kind"], dtype=object),

@@ -20,14 +20,14 @@ of all blocks equals the summary of the whole run: the analysis built on it equa
 
 from __future__ import annotations
 
-import io
 import itertools
-import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+
+from services.analysis.medians import others_median_by_step
 
 BLOCK_STEPS = 128
 
@@ -52,25 +52,26 @@ class StepBlock:
     known: np.ndarray  # bool ranks x steps: the row's collective time is known
     raw_first_start: float
     raw_last_end: float
+    # derived from the above when the block is made (not stored): the columns (steps) where some rank's collective
+    # time is known, and, when every rank of the block is known in each of them (the usual shape), each rank's
+    # compute minus the median of the other ranks' in those steps (ranks x known steps), the flag rule's evidence
+    # (stragglers.consistency_of_grid) computed once per block instead of once per build
+    known_columns: np.ndarray = field(init=False, repr=False, compare=False)
+    excess: np.ndarray | None = field(init=False, repr=False, compare=False)
 
-    def to_bytes(self) -> bytes:
-        buffer = io.BytesIO()
-        np.savez(buffer, attempt=np.int64(self.attempt), block=np.int64(self.block), steps=self.steps,
-                 start=self.start, end=self.end, ranks_per_step=self.ranks_per_step, slowest=self.slowest,
-                 median=self.median, slowest_rank=self.slowest_rank, known_ranks=self.known_ranks, ranks=self.ranks,
-                 compute=self.compute, known=self.known,
-                 raw=np.array([self.raw_first_start, self.raw_last_end], dtype=np.float64))
-        return buffer.getvalue()
+    def __post_init__(self) -> None:
+        columns = self.known.any(axis=0) if self.known.size else np.zeros(len(self.steps), dtype=bool)
+        object.__setattr__(self, "known_columns", columns)
+        excess = None
+        if len(self.ranks) >= 2 and bool(self.known[:, columns].all()):
+            values = self.compute[:, columns]
+            excess = values - others_median_by_step(values.T).T
+        object.__setattr__(self, "excess", excess)
 
-    @staticmethod
-    def from_bytes(data: bytes) -> StepBlock:
-        with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            raw = z["raw"]
-            return StepBlock(attempt=int(z["attempt"]), block=int(z["block"]), steps=z["steps"], start=z["start"],
-                             end=z["end"], ranks_per_step=z["ranks_per_step"], slowest=z["slowest"],
-                             median=z["median"], slowest_rank=z["slowest_rank"], known_ranks=z["known_ranks"],
-                             ranks=z["ranks"], compute=z["compute"], known=z["known"],
-                             raw_first_start=float(raw[0]), raw_last_end=float(raw[1]))
+    @property
+    def nbytes(self) -> int:
+        return int(self.compute.nbytes + self.known.nbytes + (self.excess.nbytes if self.excess is not None else 0)
+                   + 8 * 8 * len(self.steps))
 
 
 def block_of(step: np.ndarray | int) -> np.ndarray:
@@ -114,11 +115,9 @@ def summarize_block(attempt: int, block: int, rank: np.ndarray, step: np.ndarray
     median = np.full(len(steps), np.nan)
     slowest_rank = np.full(len(steps), -1, dtype=np.int64)
     if has.any():
-        sub = known_values[:, has]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            slowest[has] = np.nanmax(sub, axis=0)
-            median[has] = np.nanmedian(sub, axis=0)
+        sub = known_values[:, has]  # every column has a known value: no all-NaN slice to warn about
+        slowest[has] = np.nanmax(sub, axis=0)
+        median[has] = np.nanmedian(sub, axis=0)
         slowest_rank[has] = ranks[np.nanargmax(sub, axis=0)]  # the first maximum: the lowest of equal ranks
     return StepBlock(attempt=int(attempt), block=int(block), steps=steps, start=first_start, end=last_end,
                      ranks_per_step=ranks_per_step, slowest=slowest, median=median, slowest_rank=slowest_rank,

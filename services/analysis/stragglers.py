@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from services.analysis.attempts import RunStructure
+from services.analysis.medians import others_median_by_step
 from services.analysis.run_data import RunData
 
 SLOW_FACTOR = 1.10  # a rank is slow in a step when its compute exceeds the step's median by this factor
@@ -189,28 +190,6 @@ def binomial_tail_half(k: int, n: int) -> float:
     return min(total, 1.0)
 
 
-def others_median_by_step(matrix: np.ndarray) -> np.ndarray:
-    """`others_median` for a (steps x ranks) matrix where every rank reported every step: O(n) per step.
-
-    In a step sorted v[0..n-1], the median of the others of x is, for n even, v[n/2] when x <= v[n/2-1], else
-    v[n/2-1]; for n odd (middle c), (v[c]+v[c+1])/2 when x < v[c], (v[c-1]+v[c])/2 when x > v[c], and
-    (v[c-1]+v[c+1])/2 when x == v[c] (ties give the same value whichever copy x is)."""
-    n = matrix.shape[1]
-    if n < 2:
-        return np.full(matrix.shape, np.nan)
-    if n % 2 == 0:
-        h = n // 2
-        part = np.partition(matrix, (h - 1, h), axis=1)
-        lo, hi = part[:, h - 1 : h], part[:, h : h + 1]
-        return np.where(matrix <= lo, hi, lo)
-    c = n // 2
-    part = np.sort(matrix, axis=1) if n == 3 else np.partition(matrix, (c - 1, c, c + 1), axis=1)
-    below, mid, above = part[:, c - 1 : c], part[:, c : c + 1], part[:, c + 1 : c + 2]
-    out: np.ndarray = np.where(matrix < mid, (mid + above) / 2.0, np.where(matrix > mid, (below + mid) / 2.0,
-                                                                           (below + above) / 2.0))
-    return out
-
-
 def rank_consistency(compute: pd.DataFrame) -> tuple[pd.DataFrame, float]:
     """Per rank: steps compared, steps slower than the others' median, median excess over it (seconds);
     and the median compute of all (rank, step) rows, the yardstick of "material".
@@ -278,9 +257,12 @@ def flags_of_consistency(by_rank: pd.DataFrame, reference: float, cost_share: Ma
     out: dict[int, dict[str, Any]] = {}
     rows = zip(by_rank.index.to_numpy(np.int64), by_rank["steps"].to_numpy(np.int64),
                by_rank["slower_steps"].to_numpy(np.int64), by_rank["median_excess"].to_numpy(np.float64), strict=True)
+    tails: dict[tuple[int, int], float] = {}  # ranks of one run share most (slower, steps) pairs
     for rank, rank_steps, rank_slower, rank_excess in rows:
         steps, slower = int(rank_steps), int(rank_slower)
-        chance = binomial_tail_half(slower, steps)
+        chance = tails.get((slower, steps))
+        if chance is None:
+            chance = tails[(slower, steps)] = binomial_tail_half(slower, steps)
         median_excess = float(rank_excess)
         share = None if cost_share is None else float(cost_share.get(int(rank), 0.0))
         flagged = (steps >= rule.min_steps and slower >= rule.consistent_share * steps and chance < alpha

@@ -7,7 +7,9 @@ that was never analysed would still wait for the whole build. One thread of the 
 `active_window_s`: runs someone opened in the last `interest_s` first, then the most recently active. It
 spends at most `share` of each interval building (a single long build may exceed it) and goes through the
 app's analysis cache, so it shares builds with the pages and follows their pace: a big run that keeps
-changing is rebuilt at most every 4x its build time.
+changing is rebuilt at most every 4x its build time, or 1x when the build was incremental (the run's decoded
+step blocks and events were in the cache's `summaries`). Runs not due yet have their changed step blocks
+summarised (into the same `summaries`), so the build, when due, reads and decodes only what changes meanwhile.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ class WarmAnalyses:
             if not self._analyses.due(VIEWS, run_pk):
                 # its changed step blocks summarised now (the rows since the last round): the build, when due,
                 # reads only the blocks that change meanwhile
-                fold_step_blocks(self._analyses.engine, run_pk)
+                fold_step_blocks(self._analyses.engine, run_pk, self._analyses.summaries)
                 continue
             with self._analyses.engine.connect() as conn:
                 run = get_run_by_pk(conn, run_pk)

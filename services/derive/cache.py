@@ -14,8 +14,13 @@ cache's database:
 - budget: `recent` waits at most `budget_s` for a fresh result, then answers with the last one kept, flagged
   stale, while the build goes on.
 - pace: a build that `recent` (a polled page) or the background analyst would start waits until `factor` x
-  the last build's duration has passed since it finished, so keeping a big live run current costs at most
-  about 1/factor of a core however often its pages are polled. A small run (milliseconds) refreshes at once.
+  the last build's CPU time (its thread's; the wall time when shorter) has passed since it finished, so keeping
+  a big live run current costs at most about 1/(1 + factor) of a core however often its pages are polled, and
+  a machine busy with other work (which stretches a build's wall time, not its cost) does not slow it further.
+  A small run (milliseconds) refreshes at once. An incremental build (the product says so: the run's step
+  blocks and events were in this process's `summaries` already, so it read only what changed) is paced by
+  `incremental_factor` (1): it is cheap, and a live run's figures stay within about two builds and one wait of
+  its events.
 
 A product whose build makes another one too says so in `includes` (a views build makes the run's ledger, or reuses
 the stored one when it is current): a request for either waits for a build of the other in progress instead of
@@ -45,6 +50,7 @@ from sqlalchemy import Engine
 from services.errors import RunDetailPruned
 from services.storage.run_products import load_product
 from services.storage.runs import RunRow, get_run_by_pk
+from services.storage.step_blocks import SummaryCache
 
 T = TypeVar("T")
 
@@ -67,6 +73,8 @@ class Product(Generic[T]):
     includes: tuple[str, ...] = ()  # products each build of this one makes (and stores) too
     # the value's model, for a product kept in memory: what `run_products` holds of it once the run is pruned
     model: type[BaseModel] | None = None
+    # whether a build of the run now reads only what changed since the last one (Pace.incremental_factor)
+    incremental: Callable[[AnalysisCache, RunRow], bool] | None = None
 
 
 class SingleFlight(Generic[T]):
@@ -111,26 +119,29 @@ class Pace:
     """When a background refresh may start: not before `factor` x the last refresh's duration has passed since it
     finished (and at least `min_interval_s`)."""
 
-    def __init__(self, factor: float = 4.0, min_interval_s: float = 0.0, capacity: int = 10_000) -> None:
+    def __init__(self, factor: float = 4.0, min_interval_s: float = 0.0, capacity: int = 10_000,
+                 incremental_factor: float = 1.0) -> None:
         self._factor = factor
+        self._incremental_factor = incremental_factor
         self._min_interval_s = min_interval_s
         self._capacity = capacity
         self._lock = threading.Lock()
-        self._last: dict[Hashable, tuple[float, float]] = {}  # key -> (finished, seconds), monotonic clock
+        self._last: dict[Hashable, tuple[float, float]] = {}  # key -> (finished, wait), monotonic clock
 
-    def record(self, key: Hashable, finished: float, seconds: float) -> None:
+    def record(self, key: Hashable, finished: float, seconds: float, *, incremental: bool = False) -> None:
+        wait = (self._incremental_factor if incremental else self._factor) * seconds
         with self._lock:
             if len(self._last) >= self._capacity:
                 self._last.clear()
-            self._last[key] = (finished, seconds)
+            self._last[key] = (finished, wait)
 
     def due(self, key: Hashable, now: float) -> bool:
         with self._lock:
             last = self._last.get(key)
         if last is None:
             return True
-        finished, seconds = last
-        return now - finished >= max(self._min_interval_s, self._factor * seconds)
+        finished, wait = last
+        return now - finished >= max(self._min_interval_s, wait)
 
 
 _Key = tuple[str, int]  # (product name, run pk)
@@ -140,8 +151,10 @@ class AnalysisCache:
     """The derived products of the runs of one database (`engine`), built and kept by one policy."""
 
     def __init__(self, engine: Engine, *, pace: Pace | None = None, memory_capacity: int = 32,
-                 watched_capacity: int = 10_000) -> None:
+                 watched_capacity: int = 10_000, summaries: SummaryCache | None = None) -> None:
         self.engine = engine
+        # the decoded step blocks and control events of the runs built here (services.storage.step_blocks)
+        self.summaries = summaries if summaries is not None else SummaryCache()
         self._flights: SingleFlight[Built[object]] = SingleFlight("analysis")
         self._pace = pace or Pace()
         self._lock = threading.Lock()
@@ -277,7 +290,7 @@ class AnalysisCache:
         return cast(Future[Built[T]], future)
 
     def _build(self, product: Product[T], run_pk: int) -> Built[object]:
-        started = time.monotonic()
+        started, cpu_started = time.monotonic(), time.thread_time()
         with self.engine.connect() as conn:
             run = get_run_by_pk(conn, run_pk)  # read again: the newest version when the build starts
         if run.detail_pruned_at is not None:  # pruned since it was asked for: never built from what is left
@@ -285,12 +298,16 @@ class AnalysisCache:
         kept = self._kept(product, run)
         if kept is not None and kept.version >= run.version:
             return cast(Built[object], kept)  # stored meanwhile (a related build, another process): no build to pace
+        incremental = product.incremental is not None and product.incremental(self, run)
         built: Built[object] = Built(run.version, product.build(self, run))
         if product.stored is None:
             self._keep_in_memory(_key(product, run_pk), built)
         finished = time.monotonic()
+        # paced by the core the build used (this thread's CPU time), not by its wall time: on a busy machine (other
+        # builds, ingest, the database on the same cores) the wall time grows but the cost to bound does not
+        seconds = min(finished - started, time.thread_time() - cpu_started)
         for name in (product.name, *product.includes):
-            self._pace.record((name, run_pk), finished, finished - started)
+            self._pace.record((name, run_pk), finished, seconds, incremental=incremental)
         return built
 
     def _reread(self, run: RunRow) -> RunRow:

@@ -50,7 +50,7 @@ def parse_stored(model: type[M], stored_json: str, *, what: str, run_id: str) ->
 
 def _build(analyses: AnalysisCache, run: RunRow) -> Ledger:
     started = time.monotonic()
-    data = load_summarised_run_data(analyses.engine, run)
+    data = load_summarised_run_data(analyses.engine, run, analyses.summaries)
     ledger = build_ledger(data)
     with analyses.engine.begin() as conn:
         store_ledger(conn, run.pk, run.version, ledger.model_dump_json(), ledger.status)
@@ -60,7 +60,13 @@ def _build(analyses: AnalysisCache, run: RunRow) -> Ledger:
     return ledger
 
 
-LEDGER = Product(name="ledger", build=_build, stored=stored_ledger)
+def incremental(analyses: AnalysisCache, run: RunRow) -> bool:
+    """Whether a build of the run now reads only what changed: this process read the run before (its decoded step
+    blocks and control events are in `analyses.summaries`)."""
+    return analyses.summaries.holds(run.pk)
+
+
+LEDGER = Product(name="ledger", build=_build, stored=stored_ledger, incremental=incremental)
 
 
 def current_ledger(analyses: AnalysisCache, run: RunRow) -> Ledger:

@@ -23,7 +23,7 @@ from services.analysis.ledger_types import Ledger
 from services.analysis.view_types import RunViews
 from services.analysis.views import build_run_views
 from services.derive.cache import AnalysisCache, Built, Product
-from services.derive.ledger import LEDGER, parse_stored, stored_ledger
+from services.derive.ledger import LEDGER, incremental, parse_stored, stored_ledger
 from services.storage.run_views import load_views, store_views
 from services.storage.runs import RunRow, store_ledger
 from services.storage.step_blocks import load_summarised_run_data
@@ -55,7 +55,8 @@ def _stored(analyses: AnalysisCache, run: RunRow) -> Built[AnalysedViews] | None
 
 def _build(analyses: AnalysisCache, run: RunRow) -> AnalysedViews:
     started = time.perf_counter()
-    data = load_summarised_run_data(analyses.engine, run)
+    read_before = incremental(analyses, run)
+    data = load_summarised_run_data(analyses.engine, run, analyses.summaries)
     loaded = time.perf_counter()
     painting = paint_run(build_run_structure(data))  # read by both the ledger and the views
     stored = stored_ledger(analyses, run)
@@ -68,12 +69,12 @@ def _build(analyses: AnalysisCache, run: RunRow) -> AnalysedViews:
         store_ledger(conn, run.pk, run.version, ledger.model_dump_json(), ledger.status)
         store_views(conn, run.pk, version=run.version, analysed_at=built.analysed_at,
                     analysis_seconds=built.analysis_seconds, views_json=views.model_dump_json())
-    logger.info("views built for run %s (version %d): load %.2f s, ledger and views %.2f s", run.run_id,
-                run.version, loaded - started, finished - loaded)
+    logger.info("views built for run %s (version %d, %s): load %.2f s, ledger and views %.2f s", run.run_id,
+                run.version, "incremental" if read_before else "whole run read", loaded - started, finished - loaded)
     return built
 
 
-VIEWS = Product(name="views", build=_build, stored=_stored, includes=(LEDGER.name,))
+VIEWS = Product(name="views", build=_build, stored=_stored, includes=(LEDGER.name,), incremental=incremental)
 
 
 def current_views(analyses: AnalysisCache, run: RunRow) -> AnalysedViews:

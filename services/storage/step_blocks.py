@@ -7,24 +7,109 @@
   read before the rows, so a summary never claims rows it did not read (rows committed in between make it
   summarised again next time). Cost: the rows of the changed blocks, not the run's.
 - `load_step_summary`: the run's blocks merged, what the ledger and the views read instead of every row.
+- `SummaryCache`: the decoded blocks and the parsed control events of recently built runs, in this process (one per
+  analysis cache): a block is read and decoded again only when its summary changed (its `changes` differ from the
+  ones it was decoded at; folding here puts the new summary in directly), control events only when their count
+  grew (they are only ever added while a run can be built: retention deletes some only of a pruned run, which is
+  never built again), and then only the new ones. A build of a live run then reads the blocks that changed and the
+  events that arrived since the last build, not the run.
 """
 
 from __future__ import annotations
 
+import io
+import struct
+import threading
+import zipfile
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy import Connection, Engine, and_, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from services.analysis.run_data import RunData, collectives_frame, steps_frame
 from services.analysis.step_blocks import BLOCK_STEPS, StepBlock, StepSummary, block_of, merge_blocks, summarize_block
 from services.storage.db import psycopg_connection, sqlite_connection
-from services.storage.load import _load_events, sum_collective_seconds
-from services.storage.records import IngestRecord
+from services.storage.load import _load_events, _load_events_with_ids, sum_collective_seconds
+from services.storage.records import SERIES_KINDS, IngestRecord
 from services.storage.runs import RunRow
-from services.storage.tables import step_blocks, step_marks
+from services.storage.tables import Event, step_blocks, step_marks
+
+_BlockKey = tuple[int, int, int]  # (run pk, attempt, block)
+
+
+@dataclass(frozen=True, slots=True)
+class _KeptEvents:
+    ids: frozenset[str]
+    frame: pd.DataFrame
+
+
+class SummaryCache:
+    """Decoded step blocks (keyed by run, attempt, block and the `changes` they were summarised at; at most
+    `capacity_bytes` of them, least recently used out first) and the control events of the last `event_runs` runs
+    built (module docstring). Thread-safe; one per analysis cache."""
+
+    def __init__(self, capacity_bytes: int = 1 << 30, event_runs: int = 32) -> None:
+        self._capacity_bytes = capacity_bytes
+        self._event_runs = event_runs
+        self._lock = threading.Lock()
+        self._blocks: OrderedDict[_BlockKey, tuple[int, StepBlock | None]] = OrderedDict()
+        self._bytes = 0
+        self._events: OrderedDict[int, _KeptEvents] = OrderedDict()
+
+    def block(self, key: _BlockKey, changes: int) -> tuple[bool, StepBlock | None]:
+        """(found, the block's summary; None: a block without rows) for the block summarised at `changes`."""
+        with self._lock:
+            kept = self._blocks.get(key)
+            if kept is None or kept[0] != changes:
+                return False, None
+            self._blocks.move_to_end(key)
+            return True, kept[1]
+
+    def keep_block(self, key: _BlockKey, changes: int, summary: StepBlock | None) -> None:
+        size = summary.nbytes if summary is not None else 0
+        if size > self._capacity_bytes:
+            return
+        with self._lock:
+            old = self._blocks.pop(key, None)
+            if old is not None:
+                if old[0] > changes:  # a newer summary is already here
+                    self._blocks[key] = old
+                    return
+                self._bytes -= old[1].nbytes if old[1] is not None else 0
+            self._blocks[key] = (changes, summary)
+            self._bytes += size
+            while self._bytes > self._capacity_bytes:
+                _, (_, dropped) = self._blocks.popitem(last=False)
+                self._bytes -= dropped.nbytes if dropped is not None else 0
+
+    def events(self, run_pk: int) -> _KeptEvents | None:
+        with self._lock:
+            kept = self._events.get(run_pk)
+            if kept is not None:
+                self._events.move_to_end(run_pk)
+            return kept
+
+    def keep_events(self, run_pk: int, kept: _KeptEvents) -> None:
+        with self._lock:
+            self._events[run_pk] = kept
+            self._events.move_to_end(run_pk)
+            while len(self._events) > self._event_runs:
+                self._events.popitem(last=False)
+
+    def holds(self, run_pk: int) -> bool:
+        """Whether the run was read here before (its control events are kept): a build of it reads what changed."""
+        with self._lock:
+            return run_pk in self._events
+
+    def clear(self) -> None:
+        with self._lock:
+            self._blocks.clear()
+            self._events.clear()
+            self._bytes = 0
 
 
 def mark_step_blocks(conn: Connection, records: Sequence[tuple[int, IngestRecord]]) -> None:
@@ -48,8 +133,8 @@ def mark_step_blocks(conn: Connection, records: Sequence[tuple[int, IngestRecord
                              for k, n in sorted(counts.items())])  # one key order for every writer: no deadlock
 
 
-def fold_step_blocks(engine: Engine, run_pk: int) -> int:
-    """Summarise again the run's blocks that changed since their summary; returns how many."""
+def fold_step_blocks(engine: Engine, run_pk: int, cache: SummaryCache | None = None) -> int:
+    """Summarise again the run's blocks that changed since their summary (kept in `cache` too); returns how many."""
     with engine.connect() as conn:
         marked = _marked(conn, run_pk)
         folded = {(int(a), int(b)): int(c) for a, b, c in conn.execute(
@@ -58,7 +143,9 @@ def fold_step_blocks(engine: Engine, run_pk: int) -> int:
     dirty = sorted(key for key, changes in marked.items() if folded.get(key) != changes)
     for attempt, block in dirty:
         with engine.begin() as conn:
-            _fold_block(conn, run_pk, attempt, block)
+            changes, summary = _fold_block(conn, run_pk, attempt, block)
+        if cache is not None:  # committed: what a build reads from the database from now on
+            cache.keep_block((run_pk, attempt, block), changes, summary)
     return len(dirty)
 
 
@@ -71,7 +158,7 @@ def _marked(conn: Connection, run_pk: int, attempt: int | None = None,
     return {(int(a), int(b)): int(c) for a, b, c in conn.execute(query)}
 
 
-def _fold_block(conn: Connection, run_pk: int, attempt: int, block: int) -> None:
+def _fold_block(conn: Connection, run_pk: int, attempt: int, block: int) -> tuple[int, StepBlock | None]:
     changes = _marked(conn, run_pk, attempt, block)[(attempt, block)]  # before the rows: never claims unread rows
     ranks = sorted(int(r) for (r,) in conn.execute(select(step_marks.c.rank).where(
         step_marks.c.run_pk == run_pk, step_marks.c.attempt == attempt, step_marks.c.block == block)))
@@ -87,13 +174,14 @@ def _fold_block(conn: Connection, run_pk: int, attempt: int, block: int) -> None
             at = np.clip(np.searchsorted(key, mine), 0, len(key) - 1)
             found = key[at] == mine
             comm = np.where(np.isnan(comm) & found, seconds[at], comm)
-    summary = summarize_block(attempt, block, rank, step, start, end, comm).to_bytes() if len(step) else b""
+    summary = summarize_block(attempt, block, rank, step, start, end, comm) if len(step) else None
     insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     statement = insert(step_blocks).values(run_pk=run_pk, attempt=attempt, block=block, changes=changes,
-                                           summary=summary)
+                                           summary=block_to_bytes(summary) if summary is not None else b"")
     conn.execute(statement.on_conflict_do_update(
         index_elements=["run_pk", "attempt", "block"],
         set_={"changes": statement.excluded.changes, "summary": statement.excluded.summary}))
+    return changes, summary
 
 
 _STEP_SQL = ("SELECT rank, step, start_time, end_time, {comm} FROM steps WHERE run_pk = {p} AND attempt = {p} "
@@ -134,17 +222,140 @@ def _fetch(conn: Connection, template: str, params: tuple[int, ...]) -> np.ndarr
     return np.array(rows, dtype=np.float64).reshape(-1, 5)
 
 
-def load_summarised_run_data(engine: Engine, run: RunRow) -> RunData:
+def load_summarised_run_data(engine: Engine, run: RunRow, cache: SummaryCache | None = None) -> RunData:
     """What the ledger and the views read of a run: its control events and its step rows reduced per block, the
-    changed blocks summarised again first."""
-    fold_step_blocks(engine, run.pk)
+    changed blocks summarised again first. With `cache`, only what changed since the cache last saw the run is
+    read (SummaryCache)."""
+    fold_step_blocks(engine, run.pk, cache)
     with engine.connect() as conn:
-        return RunData(run_id=run.run_id, events=_load_events(conn, run.pk), steps=steps_frame(),
-                       collectives=collectives_frame(), step_summary=load_step_summary(conn, run.pk))
+        events = _load_events(conn, run.pk) if cache is None else _cached_events(conn, run.pk, cache)
+        return RunData(run_id=run.run_id, events=events, steps=steps_frame(), collectives=collectives_frame(),
+                       step_summary=load_step_summary(conn, run.pk, cache))
 
 
-def load_step_summary(conn: Connection, run_pk: int) -> StepSummary:
-    """The run's block summaries, merged (fold them first: `fold_step_blocks`)."""
-    rows = conn.execute(select(step_blocks.c.summary).where(step_blocks.c.run_pk == run_pk)).all()
-    blocks: list[StepBlock] = [StepBlock.from_bytes(bytes(summary)) for (summary,) in rows if summary]
+def load_step_summary(conn: Connection, run_pk: int, cache: SummaryCache | None = None) -> StepSummary:
+    """The run's block summaries, merged (fold them first: `fold_step_blocks`); with `cache`, only the blocks whose
+    summary is not there at its current `changes` are read and decoded."""
+    if cache is None:
+        return merge_blocks([block_from_bytes(data) for _, _, _, data in _summaries(conn, run_pk) if data])
+    current = conn.execute(select(step_blocks.c.attempt, step_blocks.c.block, step_blocks.c.changes)
+                           .where(step_blocks.c.run_pk == run_pk)).all()
+    blocks: list[StepBlock] = []
+    missing: list[tuple[int, int]] = []
+    for attempt, block, changes in current:
+        found, summary = cache.block((run_pk, int(attempt), int(block)), int(changes))
+        if not found:
+            missing.append((int(attempt), int(block)))
+        elif summary is not None:
+            blocks.append(summary)
+    if missing:
+        few = 2 * len(missing) < len(current)  # a few: by key; else the run's, keeping the missing ones
+        wanted = set(missing)
+        for attempt, block, changes, data in _summaries(conn, run_pk, missing if few else None):
+            if (attempt, block) not in wanted:
+                continue
+            summary = block_from_bytes(data) if data else None
+            cache.keep_block((run_pk, attempt, block), changes, summary)
+            if summary is not None:
+                blocks.append(summary)
     return merge_blocks(blocks)
+
+
+def _summaries(conn: Connection, run_pk: int,
+               keys: Sequence[tuple[int, int]] | None = None) -> list[tuple[int, int, int, bytes]]:
+    """(attempt, block, changes, summary) of the run's blocks (`keys`: only those). On PostgreSQL in binary: a
+    bytea read as text is hex, twice the bytes to send and decode."""
+    if conn.dialect.name == "postgresql":
+        sql = "SELECT attempt, block, changes, summary FROM step_blocks WHERE run_pk = %s"
+        params: list[int] = [run_pk]
+        if keys is not None:
+            sql += " AND (attempt, block) IN (" + ", ".join("(%s, %s)" for _ in keys) + ")"
+            params += [v for key in keys for v in key]
+        with psycopg_connection(conn).cursor(binary=True) as pg_cursor:
+            rows = pg_cursor.execute(sql, params).fetchall()
+    else:
+        query = select(step_blocks.c.attempt, step_blocks.c.block, step_blocks.c.changes, step_blocks.c.summary
+                       ).where(step_blocks.c.run_pk == run_pk)
+        if keys is not None:
+            query = query.where(or_(*(and_(step_blocks.c.attempt == a, step_blocks.c.block == b) for a, b in keys)))
+        rows = [tuple(row) for row in conn.execute(query)]
+    return [(int(a), int(b), int(c), bytes(data) if data else b"") for a, b, c, data in rows]
+
+
+def _cached_events(conn: Connection, run_pk: int, cache: SummaryCache) -> pd.DataFrame:
+    """The run's control events (as `load._load_events`), reading only those the cache does not hold yet."""
+    table = Event.__table__
+    control = and_(table.c.run_pk == run_pk, table.c.kind.not_in(sorted(SERIES_KINDS)))
+    kept = cache.events(run_pk)
+    if kept is not None:
+        count = int(conn.execute(select(func.count()).select_from(table).where(control)).scalar_one())
+        if count == len(kept.ids):  # only ever added: the same events
+            return kept.frame
+    if kept is None:
+        frame, listed = _load_events_with_ids(conn, run_pk)
+        cache.keep_events(run_pk, _KeptEvents(ids=frozenset(listed), frame=frame))
+        return frame
+    ids = frozenset(str(i) for (i,) in conn.execute(select(table.c.event_id).where(control)))
+    if not kept.ids <= ids:  # never while the run can be built; read them all again
+        frame, listed = _load_events_with_ids(conn, run_pk)
+        cache.keep_events(run_pk, _KeptEvents(ids=frozenset(listed), frame=frame))
+        return frame
+    new = sorted(ids - kept.ids)
+    parts = [kept.frame]
+    for at in range(0, len(new), 500):  # within any SQLite's limit of bound parameters
+        parts.append(_load_events(conn, run_pk, event_ids=new[at:at + 500]))
+    frame = pd.concat(parts, ignore_index=True)
+    cache.keep_events(run_pk, _KeptEvents(ids=ids, frame=frame))
+    return frame
+
+
+def block_to_bytes(block: StepBlock) -> bytes:
+    """A block's summary as stored in `step_blocks.summary`: an uncompressed .npz of its fields."""
+    buffer = io.BytesIO()
+    np.savez(buffer, attempt=np.int64(block.attempt), block=np.int64(block.block), steps=block.steps,
+             start=block.start, end=block.end, ranks_per_step=block.ranks_per_step, slowest=block.slowest,
+             median=block.median, slowest_rank=block.slowest_rank, known_ranks=block.known_ranks, ranks=block.ranks,
+             compute=block.compute, known=block.known,
+             raw=np.array([block.raw_first_start, block.raw_last_end], dtype=np.float64))
+    return buffer.getvalue()
+
+
+def block_from_bytes(data: bytes) -> StepBlock:
+    z = _read_npz(data)
+    raw = z["raw"]
+    return StepBlock(attempt=int(z["attempt"]), block=int(z["block"]), steps=z["steps"], start=z["start"],
+                     end=z["end"], ranks_per_step=z["ranks_per_step"], slowest=z["slowest"], median=z["median"],
+                     slowest_rank=z["slowest_rank"], known_ranks=z["known_ranks"], ranks=z["ranks"],
+                     compute=z["compute"], known=z["known"], raw_first_start=float(raw[0]),
+                     raw_last_end=float(raw[1]))
+
+
+def _read_npz(data: bytes) -> dict[str, np.ndarray]:
+    """The arrays of an uncompressed .npz (what `block_to_bytes` writes) as read-only views of `data`: no copy, and
+    no CRC pass over a block's megabyte (`np.load` reads the same values). Anything else (a compressed member, an
+    object array) goes through `np.load`."""
+    out: dict[str, np.ndarray] = {}
+    view = memoryview(data)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        for info in archive.infolist():
+            name_length, extra_length = struct.unpack_from("<HH", data, info.header_offset + 26)
+            at = info.header_offset + 30 + name_length + extra_length
+            if info.compress_type != zipfile.ZIP_STORED:
+                break
+            member = io.BytesIO(view[at:at + info.file_size])
+            version = np.lib.format.read_magic(member)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(member)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(member)
+            else:
+                break
+            if dtype.hasobject:
+                break
+            count = int(np.prod(shape, dtype=np.int64))
+            array = np.frombuffer(data, dtype=dtype, count=count, offset=at + member.tell())
+            out[info.filename.removesuffix(".npy")] = array.reshape(shape, order="F" if fortran else "C")
+        else:
+            return out
+    with np.load(io.BytesIO(data), allow_pickle=False) as z:
+        return {name: z[name] for name in z.files}

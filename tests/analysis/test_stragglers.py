@@ -10,6 +10,7 @@ import pytest
 
 from services.analysis.ledger import build_ledger
 from services.analysis.ledger_types import Ledger
+from services.analysis.medians import median_of_sorted_rows, others_median_by_step
 from services.analysis.run_data import run_data_from_events
 from services.analysis.straggler_report import build_straggler_report
 from services.analysis.straggler_types import StragglerReport
@@ -19,7 +20,6 @@ from services.analysis.stragglers import (
     culprits,
     flagged_ranks,
     others_median,
-    others_median_by_step,
     projected_step_factor,
     step_straggle,
 )
@@ -170,3 +170,10 @@ def test_the_binomial_tail_matches_exact_integer_arithmetic(k: int, n: int) -> N
 def test_a_flag_rule_with_a_share_outside_zero_to_one_is_refused() -> None:
     with pytest.raises(ValueError, match=r"FlagRule\.consistent_share must be between 0 and 1, got 1\.5"):
         FlagRule(consistent_share=1.5)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 9])
+def test_the_median_of_sorted_rows_is_numpys_median(n: int) -> None:
+    rng = np.random.default_rng(n)
+    matrix = np.round(rng.normal(1.0, 0.1, size=(50, n)), 3)  # ties included
+    np.testing.assert_array_equal(median_of_sorted_rows(np.sort(matrix, axis=1)), np.median(matrix, axis=1))

@@ -49,3 +49,11 @@ def test_pace_waits_a_multiple_of_the_last_build_before_the_next() -> None:
     assert not pace.due("big", now=179.0) and pace.due("big", now=180.0)
     pace.record("small", finished=100.0, seconds=0.01)  # milliseconds: the floor decides
     assert not pace.due("small", now=100.4) and pace.due("small", now=100.5)
+
+
+def test_an_incremental_build_is_paced_by_its_own_factor() -> None:
+    pace = Pace(factor=4.0, incremental_factor=1.0)
+    pace.record("live", finished=100.0, seconds=2.0, incremental=True)  # read only what changed: 2 s later
+    assert not pace.due("live", now=101.9) and pace.due("live", now=102.0)
+    pace.record("live", finished=200.0, seconds=2.0)  # read the whole run: 8 s later
+    assert not pace.due("live", now=207.9) and pace.due("live", now=208.0)
