@@ -121,8 +121,10 @@ def freeze(analyses: AnalysisCache, run: RunRow, *, now: float) -> bool:
     with analyses.engine.begin() as conn:
         for name, product_json in finals:
             store_product(conn, run.pk, name, version=run.version, product_json=product_json)
-        if mark_pruned(conn, run.pk, version=run.version, now=now):
-            return True
+        pruned = mark_pruned(conn, run.pk, version=run.version, now=now)
+    if pruned:  # never built again: its decoded blocks would only push live runs' out of the cache
+        analyses.summaries.forget(run.pk)
+        return True
     logger.info("run %s received events while its analyses were stored: not pruned this time", run.run_id)
     return False
 

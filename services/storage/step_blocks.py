@@ -105,6 +105,14 @@ class SummaryCache:
         with self._lock:
             return run_pk in self._events
 
+    def forget(self, run_pk: int) -> None:
+        """Drop what is kept of a run (pruned: never built again)."""
+        with self._lock:
+            self._events.pop(run_pk, None)
+            for key in [k for k in self._blocks if k[0] == run_pk]:
+                _, summary = self._blocks.pop(key)
+                self._bytes -= summary.nbytes if summary is not None else 0
+
     def clear(self) -> None:
         with self._lock:
             self._blocks.clear()

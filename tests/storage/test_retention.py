@@ -82,6 +82,7 @@ def test_retention_drops_old_partitions_and_rows_without_touching_newer_rows_or_
 
     result = prune(analyses, retention_days=30, now=NOW)
     assert result.frozen == ["quiet"] and result.left_whole == []
+    assert not analyses.summaries.holds(quiet)  # built to be frozen, then dropped from the process's cache
     assert counts(engine, quiet) == {"steps": 0, "collectives": 0, "events": 1,  # attempt_start is kept
                                      "step_marks": 0, "step_blocks": 0}
     assert {pk: counts(engine, pk) for pk in (going, newer)} == before

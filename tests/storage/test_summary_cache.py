@@ -35,3 +35,11 @@ def test_the_least_recently_used_blocks_go_first_beyond_the_capacity() -> None:
     assert cache.block((1, 0, 0), 1)[0]  # used: the next to go is block 1
     cache.keep_block((1, 0, 3), 1, _block(3))
     assert [cache.block((1, 0, b), 1)[0] for b in range(4)] == [True, False, True, True]
+
+
+def test_a_forgotten_run_keeps_nothing() -> None:
+    cache = SummaryCache()
+    cache.keep_block((1, 0, 0), 1, _block(0))
+    cache.keep_block((2, 0, 0), 1, _block(0))
+    cache.forget(1)
+    assert cache.block((1, 0, 0), 1) == (False, None) and cache.block((2, 0, 0), 1)[0]
