@@ -124,21 +124,44 @@ def mark_step_blocks(conn: Connection, records: Sequence[tuple[int, IngestRecord
     """Count, per (run, attempt, block, rank), the newly inserted records with rows in that block."""
     counts: dict[tuple[int, int, int, int], int] = {}
     for run_pk, r in records:
+        if r.attempt is None or r.rank is None:
+            continue
         for rows in (r.step_rows, r.collective_rows):
-            if rows is None or not len(rows.step) or r.attempt is None or r.rank is None:
+            if rows is None or not len(rows.step):
                 continue
-            for block in np.unique(block_of(rows.step)).tolist():
-                key = (run_pk, int(r.attempt), int(block), int(r.rank))
+            for block in _blocks_of(rows.step):
+                key = (run_pk, r.attempt, block, r.rank)
                 counts[key] = counts.get(key, 0) + 1
     if not counts:
         return
-    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    statement = insert(step_marks)
+    keys = sorted(counts)  # one key order for every writer: concurrent upserts wait, never deadlock
+    if conn.dialect.name == "postgresql":  # one statement of fixed text, whatever the number of marks
+        with psycopg_connection(conn).cursor() as cursor:
+            cursor.execute(_MARK_SQL, ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys],
+                                       [k[3] for k in keys], [counts[k] for k in keys]))
+        return
+    statement = sqlite.insert(step_marks)
     statement = statement.on_conflict_do_update(
         index_elements=["run_pk", "attempt", "block", "rank"],
         set_={"changes": step_marks.c.changes + statement.excluded.changes})
-    conn.execute(statement, [{"run_pk": k[0], "attempt": k[1], "block": k[2], "rank": k[3], "changes": n}
-                             for k, n in sorted(counts.items())])  # one key order for every writer: no deadlock
+    conn.execute(statement, [{"run_pk": k[0], "attempt": k[1], "block": k[2], "rank": k[3], "changes": counts[k]}
+                             for k in keys])
+
+
+_MARK_SQL = (
+    "INSERT INTO step_marks (run_pk, attempt, block, rank, changes) "
+    "SELECT run_pk, attempt, block, rank, changes FROM unnest(%s::int4[], %s::int4[], %s::int8[], %s::int4[], "
+    "%s::int8[]) WITH ORDINALITY AS m(run_pk, attempt, block, rank, changes, n) ORDER BY n "
+    "ON CONFLICT (run_pk, attempt, block, rank) DO UPDATE SET changes = step_marks.changes + excluded.changes"
+)
+
+
+def _blocks_of(step: np.ndarray) -> list[int]:
+    """The distinct blocks of a record's steps. A record usually holds a few steps of one block: plain Python is
+    faster than numpy below a few dozen values."""
+    if len(step) <= 64:
+        return sorted({int(s) // BLOCK_STEPS for s in step.tolist()})
+    return [int(b) for b in np.unique(block_of(step))]
 
 
 def fold_step_blocks(engine: Engine, run_pk: int, cache: SummaryCache | None = None) -> int:
