@@ -47,6 +47,7 @@ from typing import Generic, TypeVar, cast
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import Engine
 
+from services.derive.memory import release_freed_memory
 from services.errors import RunDetailPruned
 from services.storage.run_products import load_product
 from services.storage.runs import RunRow, get_run_by_pk
@@ -308,6 +309,7 @@ class AnalysisCache:
         seconds = min(finished - started, time.thread_time() - cpu_started)
         for name in (product.name, *product.includes):
             self._pace.record((name, run_pk), finished, seconds, incremental=incremental)
+        release_freed_memory()
         return built
 
     def _reread(self, run: RunRow) -> RunRow:
