@@ -45,30 +45,21 @@ class ConflictingBatches(Exception):
         self.conflicts = conflicts
 
 
-RunPks = dict[tuple[str, str], int]  # (project, run id) -> runs.id
-
-
 def write_batches(target: Engine | Connection, batches: Sequence[Sequence[IngestRecord]],
-                  projects: Sequence[str | None] | None = None, *, run_pks: RunPks | None = None) -> list[IngestResult]:
+                  projects: Sequence[str | None] | None = None) -> list[IngestResult]:
     """`write_group` in its own transaction, committed; batches refused for a conflict are left out of a second
     transaction (each pass leaves out at least one, so this ends). One result per batch. `target`: an engine (a
-    pooled connection per call) or a connection the caller holds (the writer's: no checkout and ping per group).
-    `run_pks`: the caller's cache of runs' keys (runs are never deleted), read first and filled with the runs this
-    write found or created once it is committed."""
+    pooled connection per call) or a connection the caller holds (the writer's: no checkout and ping per group)."""
     projects = list(projects) if projects is not None else [None] * len(batches)
     refused: dict[int, EventConflict] = {}
     while True:
         keep = [b for b in range(len(batches)) if b not in refused]
-        found: RunPks = {}
         try:
             with _transaction(target) as conn:
-                written = write_group(conn, [batches[b] for b in keep], [projects[b] for b in keep],
-                                      run_pks=run_pks, found_runs=found)
+                written = write_group(conn, [batches[b] for b in keep], [projects[b] for b in keep])
         except ConflictingBatches as exc:  # rolled back: nothing of the group was stored
             refused.update((keep[k], conflict) for k, conflict in exc.conflicts.items())
             continue
-        if run_pks is not None:
-            run_pks.update(found)
         results = [IngestResult(0, 0, conflict=c) for c in (refused.get(b) for b in range(len(batches)))]
         for b, result in zip(keep, written, strict=True):
             results[b] = result
@@ -86,8 +77,7 @@ def _transaction(target: Engine | Connection) -> Iterator[Connection]:
 
 
 def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
-                projects: Sequence[str | None] | None = None, *, run_pks: RunPks | None = None,
-                found_runs: RunPks | None = None) -> list[IngestResult]:
+                projects: Sequence[str | None] | None = None) -> list[IngestResult]:
     """Insert every new event of every batch; commit is the caller's. Returns one result per batch.
 
     `projects[b]` is the project of batch b's write token: its runs are that project's (created there if new).
@@ -116,10 +106,7 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
             for k, v in mine.items():
                 first_seen.setdefault(k, v)
 
-    runs = _ensure_runs(conn, {key for b, batch in enumerate(keyed) if b not in conflicts for key, _ in batch},
-                        run_pks or {})
-    if found_runs is not None:
-        found_runs.update(runs)
+    runs = _ensure_runs(conn, {key for b, batch in enumerate(keyed) if b not in conflicts for key, _ in batch})
     seen: set[tuple[int, str]] = set()
     candidates: list[tuple[int, IngestRecord, str | None, str]] = []
     owner: list[tuple[int, int]] = []  # (batch, index in batch) of each candidate
@@ -197,12 +184,10 @@ def _update_with_array(digest: Any, values: np.ndarray) -> None:
         digest.update(np.ascontiguousarray(values).data)
 
 
-def _ensure_runs(conn: Connection, keys: set[tuple[str, str]], known: RunPks) -> RunPks:
-    """{(project, run_id): pk} of every named run, creating the missing ones (`known` ones are not looked up)."""
-    cached = {key: known[key] for key in keys if key in known}
-    keys = keys - cached.keys()
+def _ensure_runs(conn: Connection, keys: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    """{(project, run_id): pk} of every named run, creating the missing ones."""
     if not keys:
-        return cached
+        return {}
     run_ids = sorted({run_id for _, run_id in keys})
 
     def found() -> dict[tuple[str, str], int]:
@@ -219,7 +204,7 @@ def _ensure_runs(conn: Connection, keys: set[tuple[str, str]], known: RunPks) ->
              for project, run_id in missing],
         )
         pks = found()
-    return {**cached, **pks}
+    return pks
 
 
 def _insert_events(conn: Connection, candidates: list[tuple[int, IngestRecord, str | None, str]],

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DBAPIError
 
 from services.errors import EventIdConflict, Overloaded, StorageUnavailable
 from services.storage.records import IngestRecord, IngestResult
-from services.storage.write import RunPks, write_batches
+from services.storage.write import write_batches
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,6 @@ class BatchWriter:
         self._pending = 0
         self._lock = threading.Lock()
         self._held = threading.local()  # each writer thread's connection, kept between groups
-        self._run_pks: RunPks = {}  # runs.id by (project, run id), shared by the threads: runs are never deleted
 
     @property
     def pending_events(self) -> int:
@@ -129,12 +128,10 @@ class BatchWriter:
             if conn is None or conn.closed or conn.invalidated:
                 conn = self._held.conn = self._engine.connect()
             try:
-                return write_batches(conn, batches, projects, run_pks=self._run_pks)
-            except DBAPIError as exc:
+                return write_batches(conn, batches, projects)
+            except Exception as exc:  # the next group starts on a new connection, whatever went wrong
                 self._drop_held_connection()
-                if isinstance(exc, IntegrityError):  # a cached run key the database no longer has (restored?)
-                    self._run_pks.clear()
-                if retry or not (exc.connection_invalidated or isinstance(exc, IntegrityError)):
+                if retry or not _is_disconnect(exc):
                     raise
         raise AssertionError("unreachable")
 
@@ -144,6 +141,15 @@ class BatchWriter:
         if conn is not None:
             with contextlib.suppress(Exception):  # it is gone either way
                 conn.close()
+
+
+# Parts of the write path run on the driver's own cursor (binary COPY, unnest inserts): its errors arrive
+# unwrapped, as psycopg's classes, besides SQLAlchemy's wrappers of the others.
+def _is_disconnect(exc: Exception) -> bool:
+    if isinstance(exc, DBAPIError):
+        return exc.connection_invalidated
+    return type(exc).__module__.startswith("psycopg") and any(
+        cls.__name__ == "OperationalError" for cls in type(exc).__mro__)
 
 
 def _weight(records: Sequence[IngestRecord]) -> int:
