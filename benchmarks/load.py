@@ -177,12 +177,26 @@ def _watch_hang(url: str, watch: HangWatch, until: float, stop: threading.Event)
                     "hung_for_seconds", "last_step", "pending_step", "median_step_seconds", "suspect_ranks",
                     "suspects_total", "server_time")}
                 asked = time.perf_counter()
-                fleet = client.get(f"{url}/v1/live").json()
+                try:
+                    fleet = client.get(f"{url}/v1/live").json()
+                except (httpx.HTTPError, ValueError) as exc:  # an overloaded collector: say so, keep the run's figure
+                    watch.fleet_latency_s = time.perf_counter() - asked
+                    watch.fleet_answer = {"error": f"{type(exc).__name__} after {watch.fleet_latency_s:.0f} s"}
+                    return
                 watch.fleet_latency_s = time.perf_counter() - asked
                 watch.fleet_answer = {"runs": len(fleet.get("runs", [])), "hung": fleet.get("hung"),
                                       "hung_runs": [r["run_id"] for r in fleet.get("runs", []) if r.get("hung")]}
                 return
             stop.wait(max(0.0, 1.0 - (time.perf_counter() - asked)))
+
+
+def _fleet_live(hang: dict[str, Any]) -> str:
+    """What `/v1/live` said when the run was flagged (or that it did not answer)."""
+    fleet = hang.get("fleet") or {}
+    if "hung" not in fleet:
+        return f"no answer ({fleet.get('error', 'the watcher stopped')})"
+    return (f"{fleet['hung']} of {fleet['runs']} runs hung ({fleet['hung_runs'][:3]}), "
+            f"{hang.get('fleet_live_ms')} ms")
 
 
 def _start_collector(db_url: str, workers: int, extra_env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str, int]:
@@ -376,14 +390,14 @@ def main(argv: list[str] | None = None) -> int:
     ok = (not check["ranks_wrong_total"] and check["rows_stored"] == check["steps_made"] and not ledger["runs_wrong"]
           and not fleet.unacked_records)
     result["exactly_once"] = ok
+    if ns.json:  # first: a report that fails to render leaves the figures (render again with --render)
+        Path(ns.json).write_text(json.dumps(result, indent=2, default=str))
     text_report = _markdown(result)
     print(text_report)
     out = Path(ns.out) if ns.out else REPO / "benchmarks" / "results" / (
         f"fleet-load-{ns.ranks}_2core-vm_{time.strftime('%Y%m')}.md")
     out.write_text(text_report)
     print(f"written to {out}")
-    if ns.json:
-        Path(ns.json).write_text(json.dumps(result, indent=2, default=str))
     return 0 if ok else 1
 
 
@@ -505,8 +519,7 @@ def _markdown(r: dict[str, Any]) -> str:
             f"the run's last progress, threshold {hang['threshold_seconds']} s ({hang['threshold_basis']}), i.e. "
             f"{hang.get('late_vs_threshold_s')} s after the threshold (polled every 1 s); suspects "
             f"{hang['suspect_ranks']} (the stuck rank alone: {hang.get('suspect_is_stuck_rank')}); `/v1/live` then: "
-            f"{hang['fleet']['hung']} of {hang['fleet']['runs']} runs hung ({hang['fleet']['hung_runs'][:3]}), "
-            f"{hang['fleet_live_ms']} ms; `/v1/runs/{{id}}/live` p50 {hang['poll_p50_ms']} ms, "
+            f"{_fleet_live(hang)}; `/v1/runs/{{id}}/live` p50 {hang['poll_p50_ms']} ms, "
             f"max {hang['poll_max_ms']} ms")
     rss = r["rss_mib"]
     rss_line = ", ".join(f"{t}s {m}" for t, m in rss[:: max(1, len(rss) // 12)])
