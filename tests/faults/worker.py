@@ -8,6 +8,7 @@ recorded, whether everything was acknowledged, its counters, and the slowest `tr
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -38,10 +39,13 @@ def main() -> int:
         time.sleep(0.5)
         acknowledged = tracker.flush(max(0.1, min(10.0, deadline - time.monotonic())))
     stats = tracker.stats()
-    print(json.dumps({"steps": steps, "acknowledged": acknowledged, "loop_s": loop_s,
-                      "worst_step_overhead_s": worst_overhead_s,
-                      "stats": None if stats is None else {k: getattr(stats, k) for k in stats.__slots__}}),
-          flush=True)
+    # one write(2) of the whole line: ranks launched together share one stdout pipe, and a print() may write
+    # the text and its newline separately (unbuffered stdout), interleaving two ranks' lines
+    line = json.dumps({"steps": steps, "acknowledged": acknowledged, "loop_s": loop_s,
+                       "worst_step_overhead_s": worst_overhead_s,
+                       "stats": None if stats is None else {k: getattr(stats, k) for k in stats.__slots__}})
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (line + "\n").encode())
     tracker.end_attempt("completed")
     tracker.shutdown(min(flush_s, 10.0))
     return 0
