@@ -41,11 +41,17 @@ def _load_events(conn: Connection, run_pk: int, *, event_ids: Sequence[str] | No
     return _load_events_with_ids(conn, run_pk, event_ids=event_ids)[0]
 
 
-def _load_events_with_ids(conn: Connection, run_pk: int, *,
-                          event_ids: Sequence[str] | None = None) -> tuple[pd.DataFrame, list[str]]:
+def _load_events_with_ids(conn: Connection, run_pk: int, *, event_ids: Sequence[str] | None = None,
+                          heartbeats: bool = True) -> tuple[pd.DataFrame, list[str]]:
     """The run's control events (`event_ids`: only those) and their ids, row for row, read as plain DBAPI tuples
-    (a run of 1,000 ranks has ~45k of them: SQLAlchemy Row objects cost more than the query)."""
-    kinds = sorted(SERIES_KINDS)
+    (a run of 1,000 ranks has ~45k of them: SQLAlchemy Row objects cost more than the query).
+
+    Heartbeats are read as each (attempt, rank)'s earliest and latest only (`_HEARTBEAT_EXTREMES`): a rank sends
+    one every 5 s for the run's whole life (a 256-rank run, 51 a second), and analysis reads of them only an
+    attempt's or a rank's first and last sign of life and the latest one's step and collectives, which the two
+    rows keep. `event_ids` never selects heartbeats (the analysis cache keeps the other control events by id and
+    asks for the heartbeats' extremes each time: `load_heartbeat_extremes`)."""
+    kinds = sorted(SERIES_KINDS | {"heartbeat"})
     postgres = conn.dialect.name == "postgresql"
     p = "%s" if postgres else "?"
     sql = (f"SELECT kind, time, attempt, rank, step, data, event_id FROM events WHERE run_pk = {p} "
@@ -54,15 +60,39 @@ def _load_events_with_ids(conn: Connection, run_pk: int, *,
     if event_ids is not None:
         sql += f" AND event_id IN ({', '.join(p for _ in event_ids)})"
         params += list(event_ids)
-    if postgres:
+    elif heartbeats:
+        sql += " UNION ALL " + _HEARTBEAT_EXTREMES.format(p=p)
+        params.append(int(run_pk))
+    return _events_frame(_fetch_rows(conn, sql, params))
+
+
+def load_heartbeat_extremes(conn: Connection, run_pk: int) -> pd.DataFrame:
+    """Each (attempt, rank)'s earliest and latest heartbeat, as control events (see `_load_events_with_ids`)."""
+    p = "%s" if conn.dialect.name == "postgresql" else "?"
+    return _events_frame(_fetch_rows(conn, _HEARTBEAT_EXTREMES.format(p=p), [int(run_pk)]))[0]
+
+
+# row_number() rather than min/max: the latest heartbeat's own step and collectives are read (live hang detection)
+_HEARTBEAT_EXTREMES = (
+    "SELECT kind, time, attempt, rank, step, data, event_id FROM ("
+    "SELECT kind, time, attempt, rank, step, data, event_id, "
+    "row_number() OVER (PARTITION BY attempt, rank ORDER BY time, event_id) AS earliest, "
+    "row_number() OVER (PARTITION BY attempt, rank ORDER BY time DESC, event_id DESC) AS latest "
+    "FROM events WHERE run_pk = {p} AND kind = 'heartbeat') AS beats WHERE earliest = 1 OR latest = 1")
+
+
+def _fetch_rows(conn: Connection, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    if conn.dialect.name == "postgresql":
         with psycopg_connection(conn).cursor() as pg_cursor:
-            rows = pg_cursor.execute(sql, params).fetchall()
-    else:
-        cursor = sqlite_connection(conn).cursor()
-        try:
-            rows = cursor.execute(sql, params).fetchall()
-        finally:
-            cursor.close()
+            return pg_cursor.execute(sql, params).fetchall()
+    cursor = sqlite_connection(conn).cursor()
+    try:
+        return cursor.execute(sql, params).fetchall()
+    finally:
+        cursor.close()
+
+
+def _events_frame(rows: list[tuple[Any, ...]]) -> tuple[pd.DataFrame, list[str]]:
     dicts = []
     ids = []
     for kind, time, attempt, rank, step, data, event_id in rows:

@@ -33,7 +33,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from services.analysis.run_data import RunData, collectives_frame, steps_frame
 from services.analysis.step_blocks import BLOCK_STEPS, StepBlock, StepSummary, block_of, merge_blocks, summarize_block
 from services.storage.db import psycopg_connection, sqlite_connection
-from services.storage.load import _load_events, _load_events_with_ids, sum_collective_seconds
+from services.storage.load import _load_events, _load_events_with_ids, load_heartbeat_extremes, sum_collective_seconds
 from services.storage.records import SERIES_KINDS, IngestRecord
 from services.storage.runs import RunRow
 from services.storage.tables import Event, step_blocks, step_marks
@@ -314,21 +314,31 @@ def _summaries(conn: Connection, run_pk: int,
 
 
 def _cached_events(conn: Connection, run_pk: int, cache: SummaryCache) -> pd.DataFrame:
-    """The run's control events (as `load._load_events`), reading only those the cache does not hold yet."""
+    """The run's control events (as `load._load_events`): those the cache does not hold yet are read by id, the
+    heartbeats' extremes (which move with every heartbeat) each time."""
+    control = _cached_control_events(conn, run_pk, cache)
+    beats = load_heartbeat_extremes(conn, run_pk)
+    if beats.empty or control.empty:
+        return beats if control.empty else control
+    return pd.concat([control, beats], ignore_index=True)
+
+
+def _cached_control_events(conn: Connection, run_pk: int, cache: SummaryCache) -> pd.DataFrame:
+    """The run's control events but heartbeats, reading only those the cache does not hold yet."""
     table = Event.__table__
-    control = and_(table.c.run_pk == run_pk, table.c.kind.not_in(sorted(SERIES_KINDS)))
+    control = and_(table.c.run_pk == run_pk, table.c.kind.not_in(sorted(SERIES_KINDS | {"heartbeat"})))
     kept = cache.events(run_pk)
     if kept is not None:
         count = int(conn.execute(select(func.count()).select_from(table).where(control)).scalar_one())
         if count == len(kept.ids):  # only ever added: the same events
             return kept.frame
     if kept is None:
-        frame, listed = _load_events_with_ids(conn, run_pk)
+        frame, listed = _load_events_with_ids(conn, run_pk, heartbeats=False)
         cache.keep_events(run_pk, _KeptEvents(ids=frozenset(listed), frame=frame))
         return frame
     ids = frozenset(str(i) for (i,) in conn.execute(select(table.c.event_id).where(control)))
     if not kept.ids <= ids:  # never while the run can be built; read them all again
-        frame, listed = _load_events_with_ids(conn, run_pk)
+        frame, listed = _load_events_with_ids(conn, run_pk, heartbeats=False)
         cache.keep_events(run_pk, _KeptEvents(ids=frozenset(listed), frame=frame))
         return frame
     new = sorted(ids - kept.ids)
