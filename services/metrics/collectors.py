@@ -4,6 +4,21 @@ Label sets are fixed: ``run_id`` and ``project`` (a run is identified by both: t
 are two series; only for the runs a snapshot labels: running or recently active, capped),
 ``category`` (the six waste categories), ``status``, ``reason`` and ``outcome`` with small, known value sets.
 No rank, host or event ever becomes a label value; that detail is in the API and the reports.
+
+``goodput_run_info`` (value 1) carries what a query joins on, one series per labelled run: ``status``,
+``world_size`` (ranks of the run's latest attempt) and ``gpus`` (GPUs of its latest allocation; the world size
+when none was reported). It covers exactly the runs the other ``goodput_run_*`` series cover, so its cardinality
+is theirs: at most GOODPUT_METRICS_MAX_RUNS (200) runs, running first, and a finished run drops out
+GOODPUT_METRICS_RUN_WINDOW_H (24) hours after its last event. A run makes a new info series only when its
+status, world size or GPU count changes (a restart at another size, the run ending). For example, the goodput
+of one project's running runs, with their GPU counts:
+
+    goodput_run_goodput_ratio * on (run_id, project) group_left (gpus, world_size)
+        goodput_run_info{project="nlp", status="running"}
+
+The fleet series (``goodput_fleet_*``) are gauges, sums over the runs in the window: a sum falls when a run
+leaves the window, so none of them is a counter, and none ends in ``_total``; rate per-run counters instead
+(``sum by (reason) (rate(goodput_run_client_dropped_events_total[5m]))``).
 """
 
 from __future__ import annotations
@@ -11,10 +26,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from services.analysis.categories import WASTE_KEYS, RunStatus
+from services.analysis.ledger_types import Ledger
 from services.metrics.snapshot import CLIENT_COUNTERS, RunSample, Snapshot
 
 PREFIX = "goodput"
@@ -45,8 +61,22 @@ def _counter(name: str, doc: str, labels: list[str] | None = None) -> CounterMet
     return CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=labels)
 
 
+def world_size_of(ledger: Ledger) -> int:
+    """Ranks of the run's latest attempt (0 before its first attempt started)."""
+    return ledger.attempts[-1].world_size if ledger.attempts else 0
+
+
+def gpus_of(ledger: Ledger) -> int:
+    """GPUs of the run's latest allocation (by end, then start); the world size when it has none."""
+    if not ledger.allocations:
+        return world_size_of(ledger)
+    return max(ledger.allocations, key=lambda a: (a.end, a.start)).gpus
+
+
 def _run_families(runs: Iterable[RunSample], now: float) -> Iterator[Metric]:
     run = ["run_id", "project"]
+    info = InfoMetricFamily(f"{PREFIX}_run", "One series per labelled run (value 1) to join on: its status, the "
+                            "world size of its latest attempt and the GPUs of its latest allocation", labels=run)
     ratio = _gauge("run_goodput_ratio", "Productive GPU-seconds / allocated GPU-seconds of the run (0..1)", run)
     allocated = _gauge("run_allocated_gpu_seconds", "GPU-seconds allocated to the run so far", run)
     productive = _gauge("run_productive_gpu_seconds", "GPU-seconds of kept optimizer steps, net of stragglers", run)
@@ -77,6 +107,8 @@ def _run_families(runs: Iterable[RunSample], now: float) -> Iterator[Metric]:
     for sample in runs:
         ledger = sample.ledger_at(now)  # a hung run's hang so far, provisionally
         rid = [sample.run_id, sample.project]
+        info.add_metric(rid, {"status": ledger.status, "world_size": str(world_size_of(ledger)),
+                              "gpus": str(gpus_of(ledger))})
         if ledger.goodput is not None:
             ratio.add_metric(rid, ledger.goodput)
         allocated.add_metric(rid, ledger.allocated_gpu_seconds)
@@ -101,7 +133,7 @@ def _run_families(runs: Iterable[RunSample], now: float) -> Iterator[Metric]:
             latest.add_metric(rid, ledger.latest_time)
         for reason, value in sample.client_dropped.items():
             dropped.add_metric([*rid, reason], float(value))
-    yield from (ratio, allocated, productive, waste, at_risk, restarts, checkpoints, blocking, since, running,
+    yield from (info, ratio, allocated, productive, waste, at_risk, restarts, checkpoints, blocking, since, running,
                 hung, suspects, provisional, latest, dropped)
 
 
@@ -129,7 +161,9 @@ def _fleet_families(snap: Snapshot, now: float) -> Iterator[Metric]:
     for status in RunStatus:
         by_status.add_metric([status.value], float(sum(1 for s in runs if s.ledger.status == status.value)))
     yield by_status
-    dropped = _gauge("fleet_client_dropped_events", "Events the clients report lost" + scope, ["reason"])
+    dropped = _gauge("fleet_client_dropped_events", "Events the clients report lost" + scope + " (a gauge: it "
+                     "falls when a run leaves the window; rate goodput_run_client_dropped_events_total instead)",
+                     ["reason"])
     for reason in CLIENT_COUNTERS:
         dropped.add_metric([reason], float(sum(s.client_dropped.get(reason, 0) for s in runs)))
     yield dropped

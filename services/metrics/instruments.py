@@ -23,7 +23,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
@@ -45,6 +45,7 @@ class CollectorInstruments:
     events: Counter
     rejected_batches: Counter
     request_seconds: Histogram
+    write_queue: Gauge
     shared: bool  # multiprocess mode: a scrape reads every worker's files instead of these objects
 
     @classmethod
@@ -60,7 +61,11 @@ class CollectorInstruments:
         seconds = Histogram(f"{PREFIX}_collector_request_duration_seconds", "Seconds from request to response, by "
                             "route template, method and status code", ["handler", "method", "code"],
                             buckets=REQUEST_BUCKETS_S, registry=registry)
-        return cls(events=events, rejected_batches=rejected, request_seconds=seconds,
+        # Set by each worker after each of its requests (RequestTimer); a scrape sums the live workers' values.
+        queue = Gauge(f"{PREFIX}_collector_write_queue_rows", "Rows accepted and waiting to be written to the "
+                      "database (an event plus its compact step rows), as of each worker's latest request",
+                      multiprocess_mode="livesum", registry=registry)
+        return cls(events=events, rejected_batches=rejected, request_seconds=seconds, write_queue=queue,
                    shared=multiprocess_dir() is not None)
 
     def count_ingested(self, accepted: int, duplicates: int) -> None:
@@ -79,7 +84,7 @@ class CollectorInstruments:
         if self.shared:
             MultiProcessCollector(registry)
         else:
-            for metric in (self.events, self.rejected_batches, self.request_seconds):
+            for metric in (self.events, self.rejected_batches, self.request_seconds, self.write_queue):
                 registry.register(metric)
         for collector in collectors:
             registry.register(collector)

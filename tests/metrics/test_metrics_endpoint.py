@@ -156,6 +156,74 @@ def test_request_histogram_is_labelled_by_route_template_never_by_run_id(make_cl
                  handler="unmatched", method="GET", code="404") == 1
 
 
+def test_embedded_dashboard_requests_are_labelled_by_its_mount_whatever_the_page(settings, engine) -> None:
+    from fastapi.testclient import TestClient
+
+    from services.collector.app import create_app
+
+    server = settings.server.model_copy(update={"serve_dashboard": True})
+    app = create_app(settings.model_copy(update={"server": server}), engine=engine)
+    pages = ["/dashboard/", "/dashboard/runs/secret-run-42", "/dashboard/_dash-layout", "/dashboard/no-such-page"]
+    with TestClient(app, client=("127.0.0.1", 50000)) as client:  # loopback: no token needed
+        codes = [client.get(page).status_code for page in pages]
+        assert client.get("/dashboard", follow_redirects=False).status_code == 307
+        text = client.get("/metrics").text
+    assert "secret-run-42" not in text and "no-such-page" not in text
+    samples = {(s.name, frozenset(s.labels.items())): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    counts = {dict(ls)["handler"]: v for (name, ls), v in samples.items()
+              if name == "goodput_collector_request_duration_seconds_count"}
+    assert counts == {"/dashboard/{path:path}": len(pages), "/dashboard": 1}, (counts, codes)
+
+
+def test_write_queue_gauge_is_the_writers_backlog_after_the_latest_request(make_client, monkeypatch) -> None:
+    from services.storage.writer import BatchWriter
+
+    client = make_client()
+    assert value(scrape(client), "goodput_collector_write_queue_rows") == 0
+    monkeypatch.setattr(BatchWriter, "pending_events", property(lambda self: 1234))
+    client.get("/healthz")
+    assert value(scrape(client), "goodput_collector_write_queue_rows") == 1234
+
+
+def test_run_info_has_one_series_per_labelled_run_to_join_on(make_client) -> None:
+    client = make_client(max_runs="2", run_window_h="1")
+    send_sim(client, "idle-gpus", gpus=6)  # 4 ranks on 6 GPUs, finished 10 min ago
+    send_sim(client, "live", end="running", ago_s=5.0)
+    send_sim(client, "too-old", ago_s=2 * 3600.0)  # finished before the window: no series of its own
+    samples = scrape(client)
+    info = {dict(ls)["run_id"]: (dict(ls), v) for (name, ls), v in samples.items() if name == "goodput_run_info"}
+    assert set(info) == {"idle-gpus", "live"}
+    assert info["idle-gpus"] == ({"run_id": "idle-gpus", "project": "default", "status": "finished",
+                                  "world_size": "4", "gpus": "6"}, 1.0)
+    assert info["live"] == ({"run_id": "live", "project": "default", "status": "running", "world_size": "4",
+                             "gpus": "4"}, 1.0)
+    labelled = {dict(ls)["run_id"] for name, ls in samples if name == "goodput_run_allocated_gpu_seconds"}
+    assert labelled == set(info)  # the same runs as every other goodput_run_* series: joins never miss
+
+
+def test_promtool_finds_every_metric_name_conventional(make_client) -> None:
+    """`promtool check metrics`: counters end in _total and nothing else does, units are base units, every family
+    has help text; on an exposition with every family present (runs, a hung one, drops, rejections)."""
+    import shutil
+    import subprocess
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool not found: apt-get install prometheus (scripts/system-deps.sh does it)")
+    client = make_client()
+    send_sim(client, "done", straggler_rank=1)
+    send_sim(client, "stuck", end="running", ago_s=120.0)
+    assert client.post("/v1/events", content=b"{not json").status_code == 400
+    text = client.get("/metrics").text
+    families = {f.name: f.type for f in text_string_to_metric_families(text)}
+    assert families["goodput_run_info"] == families["goodput_collector_write_queue_rows"] == "gauge"
+    assert {"goodput_run_restarts", "goodput_run_client_dropped_events", "goodput_collector_events",
+            "goodput_collector_rejected_batches"} <= {name for name, kind in families.items() if kind == "counter"}
+    out = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and not out.stdout.strip(), out.stdout + out.stderr
+
+
 def _client_stats(run_id: str, n: int, t: float, attempt: int, rank: int, **counts: int) -> dict[str, Any]:
     return {"event_id": f"cs-{n}", "run_id": run_id, "kind": "client_stats", "time": t, "attempt": attempt,
             "rank": rank, **counts}

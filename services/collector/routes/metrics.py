@@ -7,11 +7,12 @@ The metric names and labels are documented in services/metrics/collectors.py and
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, cast
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from starlette.routing import Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.collector.auth import READ_FLEET
@@ -27,7 +28,8 @@ def install(app: FastAPI) -> None:
     settings = app.state.settings
     service = MetricsService(app.state.analyses, settings.metrics, live=live_config(settings))
     app.state.metrics = service
-    app.add_middleware(RequestTimer, instruments=service.instruments)
+    writer = app.state.writer
+    app.add_middleware(RequestTimer, instruments=service.instruments, write_queue=lambda: writer.pending_events)
 
 
 def _metrics_service(request: Request) -> MetricsService:
@@ -72,13 +74,42 @@ def metrics(service: MetricsDep) -> Response:
     return Response(service.render(), media_type=CONTENT_TYPE)  # reads the database once per cache TTL at most
 
 
-class RequestTimer:
-    """Pure ASGI middleware: one histogram observation per HTTP request, labelled by the matched route's
-    template (``/v1/runs/{run_id:path}/waste``, never the run id itself), method and status code."""
+UNMATCHED = "unmatched"
 
-    def __init__(self, app: ASGIApp, instruments: CollectorInstruments) -> None:
+
+def handler_label(scope: Scope) -> str:
+    """The route template that answered: ``/v1/runs/{run_id:path}/waste`` (never the run id itself); for an app
+    mounted under a prefix (the embedded dashboard), the mount's template, ``/dashboard/{path:path}``, whatever
+    page or asset was asked for; ``unmatched`` for a path no route knows. A fixed set, whatever the paths."""
+    route = scope.get("route")
+    if isinstance(route, Mount):
+        return _mount_template(route)
+    path = getattr(route, "path", None)
+    if isinstance(path, str) and path:
+        return path
+    app = scope.get("app")  # the router does not always leave a matched mount in the scope: match it here
+    request_path = scope.get("path", "")
+    for candidate in getattr(app, "routes", ()):
+        if isinstance(candidate, Mount) and (request_path == candidate.path
+                                             or request_path.startswith(candidate.path + "/")):
+            return _mount_template(candidate)
+    return UNMATCHED
+
+
+def _mount_template(mount: Mount) -> str:
+    return f"{mount.path}/{{path:path}}"
+
+
+class RequestTimer:
+    """Pure ASGI middleware: one histogram observation per HTTP request, labelled by `handler_label` (the route
+    template), method and status code; after each request, this process's write queue (`write_queue()` rows)."""
+
+    def __init__(self, app: ASGIApp, instruments: CollectorInstruments,
+                 write_queue: Callable[[], int] | None = None) -> None:
         self.app = app
         self._histogram = instruments.request_seconds
+        self._queue_gauge = instruments.write_queue
+        self._write_queue = write_queue
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -96,8 +127,8 @@ class RequestTimer:
         try:
             await self.app(scope, receive, timed_send)
         finally:
-            route = scope.get("route")
-            handler = getattr(route, "path", None) or "unmatched"
             method = scope.get("method", "")
-            self._histogram.labels(handler, method if method in _METHODS else "other", str(status)).observe(
-                time.perf_counter() - started)
+            method = method if method in _METHODS else "other"
+            self._histogram.labels(handler_label(scope), method, str(status)).observe(time.perf_counter() - started)
+            if self._write_queue is not None:
+                self._queue_gauge.set(self._write_queue())
