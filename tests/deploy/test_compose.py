@@ -21,6 +21,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import create_postgres_database, drop_postgres_database
+from tests.metrics.servers import stop
 from tests.test_cli import REPO, env_with, free_port, wait_healthy
 
 COMPOSE = REPO / "docker-compose.yml"
@@ -54,7 +55,8 @@ def local(argv: list[str], replacements: dict[str, str]) -> list[str]:
 
 def test_compose_file_has_the_production_services(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == {"postgres", "collector", "collector-2", "loadbalancer", "dashboard", "prometheus"}
+    assert set(services) == {"postgres", "collector", "collector-2", "loadbalancer", "dashboard", "prometheus",
+                             "grafana"}
     pg = services["postgres"]
     assert pg["image"].startswith("postgres:15")
     assert "pgdata:/var/lib/postgresql/data" in pg["volumes"] and "pgdata" in compose["volumes"]
@@ -186,16 +188,6 @@ def image_env(**env: str) -> dict[str, str]:
 
 def start(argv: list[str], cwd: Path, **env: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, cwd=cwd, env=image_env(**env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
