@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 
 import httpx
@@ -40,3 +41,24 @@ def test_a_command_the_collector_cannot_answer_says_why_in_one_line(capsys: pyte
     out = capsys.readouterr().out.strip()
     assert out.startswith(f"goodput ledger: cannot reach the collector at http://127.0.0.1:{port}")
     assert "`goodput serve`" in out and "\n" not in out
+
+
+def test_advise_prints_the_apis_advice_word_for_word_within_the_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    from services.analysis.advice import AdviceInput
+    from services.cli.advice import print_advice
+    from services.reports.advice import run_advice
+    from tests.reports.ledgers import ledger as made
+
+    served = run_advice(AdviceInput(ledger=made(100_000.0, hang=30_000.0, startup=9_000.0, goodput=0.61)))
+    assert [r.code for r in served.recommendations] == ["startup"]  # hang without failed attempts: none to cut
+    api = ApiClient("http://c", http=httpx.Client(transport=httpx.MockTransport(
+        lambda request: httpx.Response(200, json=served.model_dump(mode="json")))))
+    assert print_advice(api, "r", as_json=True) == 0
+    assert json.loads(capsys.readouterr().out) == served.model_dump(mode="json")
+    assert print_advice(api, "r") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "run r (finished)" and max(map(len, lines)) <= 100
+    text = " ".join(line.strip() for line in lines)
+    rec = served.recommendations[0]
+    for sentence in (served.measured.text, rec.title, rec.wording, rec.prediction, rec.confidence.text):
+        assert sentence in text

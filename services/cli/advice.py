@@ -1,7 +1,16 @@
-"""`goodput advise` and `goodput simulate-interval`: checkpoint-interval advice as tables."""
+"""`goodput advise` and `goodput simulate-interval`: the run's advice as the API serves it, and the checkpoint-interval
+model against a Monte Carlo job.
+
+`goodput advise` prints the engine's text (services.analysis.advice) unchanged: the measured sentence, then each
+recommendation's title, wording, prediction, evidence, model and confidence, and the notes. Lines are wrapped to the
+terminal at spaces only, so joining them gives back the API's sentences word for word; `--json` prints the API's
+document itself."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import textwrap
 from typing import TYPE_CHECKING
 
 from services import presentation as fmt
@@ -13,27 +22,49 @@ from services.analysis.interval import (
 )
 
 if TYPE_CHECKING:  # simulate-interval calls no collector: the client is imported by `advise` only
+    from services.analysis.advice_types import Recommendation, RunAdvice
     from services.api_client import ApiClient
 
+MAX_WIDTH = 100
 
-def print_advice(api: ApiClient, run_id: str, *, project: str | None = None) -> int:
-    advice = api.advice(run_id, project=project).checkpoint_interval
-    inputs = advice.inputs
-    print(f"run {run_id}: checkpoint interval")
-    for label, value in (("checkpoint cost (delta)", fmt.duration(inputs.checkpoint_seconds)),
-                         ("restart cost (R)", fmt.duration(inputs.restart_seconds)),
-                         ("mean time between failures (M)", fmt.duration(inputs.mtbf_seconds)),
-                         ("current interval (compute)", fmt.duration(inputs.current_interval_seconds)),
-                         ("compute per step", fmt.seconds(inputs.seconds_per_step)),
-                         ("failure rate from", inputs.mtbf_source)):
-        print(f"  {label:<32} {value}")
-    if advice.intervals:
-        print(f"\n  {'interval':<10} {'seconds':>10} {'steps':>8} {'waste':>8} {'goodput':>8}")
-        for row in advice.intervals:
-            print(f"  {row.name:<10} {fmt.number(row.interval_seconds):>10} {fmt.number(row.interval_steps):>8} "
-                  f"{fmt.percent(row.expected_waste):>8} {fmt.percent(row.expected_goodput):>8}")
-    print(f"\n{advice.summary}")
+
+def print_advice(api: ApiClient, run_id: str, *, as_json: bool = False, project: str | None = None) -> int:
+    advice = api.advice(run_id, project=project)
+    if as_json:
+        print(json.dumps(advice.model_dump(mode="json"), indent=2))
+        return 0
+    print("\n".join(advice_lines(advice, width=min(shutil.get_terminal_size().columns, MAX_WIDTH))))
     return 0
+
+
+def _wrap(text: str, width: int, indent: str, first: str | None = None) -> list[str]:
+    return textwrap.wrap(text, width=width, initial_indent=indent if first is None else first,
+                         subsequent_indent=indent, break_long_words=False, break_on_hyphens=False) or [indent]
+
+
+def recommendation_lines(n: int, rec: Recommendation, width: int) -> list[str]:
+    pad = "   "
+    lines = _wrap(rec.title, width, pad, first=f"{n}. ")
+    lines += _wrap(f"at stake {rec.at_stake_text} ({rec.category})", width, pad)
+    lines += _wrap(rec.wording, width, pad)
+    lines += _wrap(rec.prediction, width, pad)
+    lines += _wrap("evidence: " + "; ".join(f"{e.label} {e.text}" for e in rec.evidence), width, pad)
+    lines += _wrap(f"model ({rec.model.name}): {rec.model.statement}", width, pad)
+    lines += _wrap(f"confidence: {rec.confidence.text}", width, pad)
+    return lines
+
+
+def advice_lines(advice: RunAdvice, *, width: int = MAX_WIDTH) -> list[str]:
+    lines = [f"run {advice.run_id} ({advice.measured.status})", *_wrap(advice.measured.text, width, "")]
+    if not advice.recommendations:
+        lines += ["", "No recommendation: no waste category is above the thresholds the advice rests on."]
+    for n, rec in enumerate(advice.recommendations, 1):
+        lines += ["", *recommendation_lines(n, rec, width)]
+    if advice.notes:
+        lines += ["", "Weighed and not advised:"]
+        for note in advice.notes:
+            lines += _wrap(note, width, "   ", first=" - ")
+    return lines
 
 
 def print_interval_table(*, delta: float, mtbf: float, restart: float, work_hours: float,

@@ -1,6 +1,7 @@
-"""A run's report: the ledger, a per-category breakdown, restarts, checkpoints, stragglers and recommendations.
-Pure: the caller passes the ledger, the views and the time of writing; `RunReport.to_json_dict` is the document
-`GET /v1/runs/{id}/report` serves."""
+"""A run's report: the ledger, a per-category breakdown, restarts, checkpoints, stragglers and the advice.
+Pure: the caller passes the ledger, the views, the advice and the time of writing; `RunReport.to_json_dict` is the
+document `GET /v1/runs/{id}/report` serves. The advice is the engine's (services.reports.advice.run_advice), the
+same `GET /v1/runs/{id}/advice` serves: its recommendations and notes go into the report unchanged."""
 
 from __future__ import annotations
 
@@ -9,15 +10,17 @@ from typing import Any
 
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
+from services.analysis.advice import AdviceInput
+from services.analysis.advice_types import MeasuredRun, Recommendation, RunAdvice
 from services.analysis.categories import PRODUCTIVE
 from services.analysis.ledger_types import CheckpointSummary, Ledger
 from services.analysis.resume_types import ResumeCheck
 from services.analysis.view_types import CheckpointRow, RestartRow, RunViews
 from services.analysis.views import build_restart_rows
 from services.presentation import CATEGORY_ORDER
-from services.reports.recommend import DEFAULT_PROVIDERS, Provider, Recommendation, ReportInput, recommend
+from services.reports.advice import run_advice
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2  # 2: recommendations are the advice engine's (services.analysis.advice_types), with its notes
 MAX_STRAGGLER_ROWS = 32
 ALLOCATED = "allocated"  # the breakdown's last row: the whole the categories partition
 
@@ -59,7 +62,9 @@ class RunReport(BaseModel):
     restarts: list[RestartRow]
     checkpoints: ReportCheckpoints
     stragglers: list[StragglerRow]
-    recommendations: list[Recommendation]
+    measured: MeasuredRun = Field(description="the advice's measured figures (GET /v1/runs/{id}/advice's)")
+    recommendations: list[Recommendation] = Field(description="GET /v1/runs/{id}/advice's, unchanged")
+    advice_notes: list[str] = Field(description="what the advice weighed and did not advise")
     # server clock when retention deleted the run's raw rows: the report is built from its stored analyses
     detail_pruned_at: float | None = None
 
@@ -94,20 +99,22 @@ def build_stragglers(ledger: Ledger, views: RunViews | None) -> list[StragglerRo
     return out
 
 
-def build_report(ledger: Ledger, views: RunViews | None, *, generated_at: float,
-                 providers: Sequence[Provider] = DEFAULT_PROVIDERS,
-                 resume_check: ResumeCheck | None = None, detail_pruned_at: float | None = None) -> RunReport:
+def build_report(ledger: Ledger, views: RunViews | None, *, generated_at: float, advice: RunAdvice | None = None,
+                 resume_check: ResumeCheck | None = None, peers: Sequence[Ledger] = (),
+                 detail_pruned_at: float | None = None) -> RunReport:
     """`ledger` is the run's ledger as GET /v1/runs/{id}/waste serves it; `views` the run's dashboard views of the
-    same version (services.analysis.views), or None for a report from the ledger alone; `resume_check` the run's
-    GET /v1/runs/{id}/resume-check, when known (a flagged one becomes a recommendation)."""
+    same version (services.analysis.views), or None for a report from the ledger alone; `advice` the run's advice
+    as GET /v1/runs/{id}/advice serves it, else made here from the ledger, views, `resume_check` (the run's
+    GET /v1/runs/{id}/resume-check, when known) and `peers` (its project's ledgers, for a failure rate)."""
     checkpoints = ReportCheckpoints(summary=ledger.checkpoints)
     if views is not None:
         checkpoints = ReportCheckpoints(summary=ledger.checkpoints, rows=list(views.checkpoints),
                                         rows_total=views.checkpoints_total)
     restarts = list(views.restarts) if views is not None else build_restart_rows(ledger)
-    recommendations: list[Recommendation] = recommend(
-        ReportInput(ledger=ledger, views=views, resume_check=resume_check), providers)
+    if advice is None:
+        advice = run_advice(AdviceInput(ledger=ledger, views=views, resume_check=resume_check, peers=peers))
     return RunReport(report_version=REPORT_VERSION, run_id=ledger.run_id, generated_at=generated_at, ledger=ledger,
                      breakdown=build_breakdown(ledger), restarts=restarts, checkpoints=checkpoints,
-                     stragglers=build_stragglers(ledger, views), recommendations=recommendations,
+                     stragglers=build_stragglers(ledger, views), measured=advice.measured,
+                     recommendations=advice.recommendations, advice_notes=advice.notes,
                      detail_pruned_at=detail_pruned_at)

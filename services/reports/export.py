@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -21,15 +22,35 @@ FLEET_COLUMNS = (
 )
 
 
+FLEET_FILENAME = "goodput-fleet.csv"
+
+
+def report_filename(run_id: str, format: str) -> str:
+    """The file a run's report is saved as (the API's Content-Disposition, `goodput report`'s default): the run id
+    with anything but letters, digits, `.`, `_` and `-` replaced, then `-report.<format>`."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", run_id)[:120] + f"-report.{format}"
+
+
 def report_json(report: RunReport) -> str:
     return json.dumps(report.to_json_dict(), indent=2, allow_nan=False)
 
 
-def _cell(value: Any) -> Any:
+def csv_decimals(column: str) -> int:
+    """Decimals a CSV column's numbers keep: GPU-seconds and seconds to 0.01, GPU-hours and ratios (share, goodput)
+    to 1e-6, epoch times to the millisecond. Enough for any sum a spreadsheet makes, and no float noise
+    (33.06666564941406 is written 33.07)."""
+    if column.endswith("gpu_hours") or column in ("share", "goodput"):
+        return 6
+    if column.endswith("_time"):
+        return 3
+    return 2
+
+
+def _cell(column: str, value: Any) -> Any:
     if value is None:
         return ""
     if isinstance(value, float):
-        return repr(value)  # shortest exact round trip: a spreadsheet or pandas reads back the same double
+        return repr(round(value, csv_decimals(column)))  # the shortest text of the rounded number
     return value
 
 
@@ -38,12 +59,13 @@ def _write(columns: Iterable[str], rows: Iterable[Mapping[str, Any]]) -> str:
     writer = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: _cell(v) for k, v in row.items()})
+        writer.writerow({k: _cell(k, v) for k, v in row.items()})
     return out.getvalue()
 
 
 def breakdown_csv(report: RunReport) -> str:
-    """One row per category (productive, the six waste categories, allocated): GPU-seconds, GPU-hours, share."""
+    """One row per category (productive, the six waste categories, allocated): GPU-seconds, GPU-hours, share
+    (rounded: `csv_decimals`)."""
     return _write(BREAKDOWN_COLUMNS, ({"run_id": report.run_id, **row.model_dump()} for row in report.breakdown))
 
 

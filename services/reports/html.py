@@ -13,6 +13,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from services.analysis.advice_types import MeasuredRun, Recommendation
 from services.analysis.categories import WasteCategory
 from services.analysis.ledger_types import AttemptLedger, ProvisionalHang
 from services.analysis.view_types import CheckpointRow, RestartRow
@@ -27,10 +28,10 @@ from services.presentation import (
     gpu_seconds,
     percent,
     pruned_note,
+    seconds,
     timestamp,
 )
 from services.reports.content import ALLOCATED, BreakdownRow, RunReport, StragglerRow
-from services.reports.recommend import Recommendation
 
 FIG_WIDTH = 700
 _FONT = "Inter, -apple-system, BlinkMacSystemFont, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
@@ -62,7 +63,11 @@ tr.total td { font-weight: 600; border-top: 2px solid var(--ink); }
 .recs { padding-left: 0; list-style: none; margin: 6px 0; }
 .recs li { border-left: 4px solid #0072B2; background: #F9FAFB; padding: 8px 12px; margin-bottom: 8px;
     break-inside: avoid; }
-.recs .title { font-weight: 600; } .recs .stake { color: var(--muted); font-size: 12px; }
+.recs .title { font-weight: 600; } .recs .stake, .recs .model, .recs .confidence { color: var(--muted);
+    font-size: 12px; }
+.recs .prediction { margin-top: 4px; font-weight: 500; }
+.recs table.evidence { margin: 4px 0; font-size: 12px; width: auto; }
+.recs table.evidence td { padding: 1px 8px 1px 0; border: none; }
 .note { color: var(--muted); font-size: 12px; }
 footer { margin-top: 24px; color: var(--muted); font-size: 12px; border-top: 1px solid var(--grid); padding-top: 8px; }
 @page { size: A4; margin: 12mm; }
@@ -143,7 +148,7 @@ def _straggler_figure(rows: Sequence[StragglerRow]) -> go.Figure:
     fig = go.Figure()
     fig.add_bar(x=[f"rank {r.rank}" for r in rows], y=[r.straggler_gpu_seconds / 3600 for r in rows],
                 marker_color=COLORS[WasteCategory.STRAGGLER.value],
-                hovertemplate="%{x}: %{y:,.3f} GPU-h<extra></extra>", showlegend=False)
+                hovertemplate="%{x}: %{y:,.2f} GPU-h<extra></extra>", showlegend=False)
     fig.update_yaxes(title_text="straggler GPU-hours")
     return _layout(fig, 240, bargap=0.3 if len(rows) > 3 else 0.8)
 
@@ -197,27 +202,37 @@ def _restarts_table(rows: Sequence[RestartRow]) -> str:
             f"</tr></thead><tbody>{body}</tbody></table>")
 
 
-def _compute(value: float | None) -> str:
-    return DASH if value is None else f"{value:.3f} s"
-
-
 def _straggler_table(rows: Sequence[StragglerRow]) -> str:
     body = "".join(
         f"<tr><td>{_e(r.rank)}</td><td>{_e(r.host or DASH)}</td>"
         f"<td>{gpu_hours(r.straggler_gpu_seconds, unit=False)}</td><td>{percent(r.share_of_straggler)}</td>"
-        f"<td>{_compute(r.median_compute_seconds)}</td></tr>"
+        f"<td>{seconds(r.median_compute_seconds)}</td></tr>"
         for r in rows[:10])
     return ("<table><thead><tr><th>rank</th><th>host</th><th>straggler GPU&#8209;h</th><th>share of straggler</th>"
             f"<th>median compute / step</th></tr></thead><tbody>{body}</tbody></table>")
 
 
-def _recommendations(recs: Sequence[Recommendation]) -> str:
-    if not recs:
-        return '<p class="note">No waste category is above the thresholds the advice rests on.</p>'
-    items = "".join(
-        f'<li><div class="title">{_e(r.title)}</div><div>{_e(r.detail)}</div>'
-        f'<div class="stake">at stake: {gpu_hours(r.gpu_seconds)}</div></li>' for r in recs)
-    return f'<ul class="recs">{items}</ul>'
+def _recommendation(r: Recommendation) -> str:
+    """One recommendation as the engine wrote it: every text field verbatim (GET /v1/runs/{id}/advice's)."""
+    evidence = "".join(f"<tr><td>{_e(e.label)}</td><td>{_e(e.text)}</td></tr>" for e in r.evidence)
+    return (f'<li id="advice-{_e(r.code)}"><div class="title">{_e(r.title)}</div>'
+            f'<div class="wording">{_e(r.wording)}</div><div class="prediction">{_e(r.prediction)}</div>'
+            f'<table class="evidence"><tbody>{evidence}</tbody></table>'
+            f'<div class="model">Model ({_e(r.model.name)}): {_e(r.model.statement)}</div>'
+            f'<div class="confidence">Confidence: {_e(r.confidence.text)}</div>'
+            f'<div class="stake">at stake: {_e(r.at_stake_text)} ({_e(r.category)})</div></li>')
+
+
+def _recommendations(measured: MeasuredRun, recs: Sequence[Recommendation], notes: Sequence[str]) -> str:
+    parts = [f'<p class="measured">{_e(measured.text)}</p>']
+    if recs:
+        parts.append(f'<ol class="recs">{"".join(_recommendation(r) for r in recs)}</ol>')
+    else:
+        parts.append('<p class="note">No waste category is above the thresholds the advice rests on.</p>')
+    if notes:
+        parts.append('<p class="note">Weighed and not advised:</p><ul class="notes">'
+                     + "".join(f'<li class="note">{_e(n)}</li>' for n in notes) + "</ul>")
+    return "".join(parts)
 
 
 def _provisional_note(provisional: ProvisionalHang | None) -> str:
@@ -265,7 +280,8 @@ def report_html(report: RunReport) -> str:
         "</section>",
         "<section><h2>Where the GPU-hours went</h2>", figure(_ledger_bar(breakdown)),
         _breakdown_table(breakdown), "</section>",
-        f"<section><h2>Recommendations</h2>{_recommendations(report.recommendations)}</section>",
+        "<section><h2>Recommendations</h2>"
+        f"{_recommendations(report.measured, report.recommendations, report.advice_notes)}</section>",
     ]
     parts.append("<section><h2>Attempts and restarts</h2>")
     if ledger.attempts:
@@ -277,7 +293,7 @@ def report_html(report: RunReport) -> str:
     parts.append("<section><h2>Checkpoints</h2>")
     parts.append(f"<p>{_e(ck.count)} checkpoint(s): {_e(ck.ok)} ok, {_e(ck.failed)} failed, {_e(ck.torn)} torn; "
                  f"median blocking {_e(duration(ck.median_blocking_seconds))}"
-                 f", median interval {_e(duration(ck.median_interval_seconds))}"
+                 f", median interval (one write's start to the next) {_e(duration(ck.median_interval_seconds))}"
                  f"; last good step {_e(_or_dash(ck.last_ok_step))}.</p>")
     rows = report.checkpoints.rows or []
     if rows:

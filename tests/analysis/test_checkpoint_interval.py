@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from services.analysis.advice import checkpoint_advice
+from services.analysis.advice import AdviceInput, build_advice, failure_rate, restart_seconds
 from services.analysis.interval import (
     daly_interval,
     first_order_goodput,
@@ -15,6 +15,7 @@ from services.analysis.interval import (
 from services.analysis.ledger import build_ledger
 from services.analysis.ledger_types import Ledger
 from services.analysis.run_data import run_data_from_events
+from services.reports.advice import formats_for
 from services.simulate import SimConfig, simulate
 
 
@@ -71,34 +72,34 @@ def _ledger(**kwargs: object) -> Ledger:
 def test_advice_uses_the_runs_measured_costs_and_failure_rate() -> None:
     ledger = _ledger(run_id="adv", ranks=16, hours=2, step_s=1.0, mtbf_s=1800, checkpoint_every=100,
                      checkpoint_s=30, startup_s=120, detect_s=60, relaunch_s=5, comm_s=0.0, seed=3)
-    advice = checkpoint_advice(ledger)
-    inputs = advice.inputs
-    assert inputs.checkpoint_seconds == pytest.approx(30)
-    assert inputs.mtbf_seconds == pytest.approx(ledger.mtbf_seconds)
-    assert inputs.mtbf_source.startswith("this run")
-    assert inputs.current_interval_seconds == pytest.approx(100, rel=1e-6)  # 100 steps of 1 s
-    assert inputs.seconds_per_step == pytest.approx(1.0, rel=1e-6)
+    advice = build_advice(AdviceInput(ledger=ledger), formats_for(ledger))
+    (rec,) = [r for r in advice.recommendations if r.code == "checkpoint_interval"]
+    evidence = {e.key: e.value for e in rec.evidence}
+    assert evidence["median_checkpoint_seconds"] == pytest.approx(30)
+    assert evidence["mtbf_seconds"] == pytest.approx(ledger.mtbf_seconds)
+    assert rec.confidence.failure_rate_source == "run" and rec.confidence.failures == ledger.failures
+    assert evidence["compute_interval_seconds"] == pytest.approx(100, rel=1e-6)  # 100 steps of 1 s
     # restart cost per failure: the hang (detection) plus the startup of the attempts that followed a failure
     attempts = ledger.attempts
     lost = sum(a.gpu_seconds.get("hang", 0) for a in attempts)
     lost += sum(a.gpu_seconds.get("startup", 0) for a in attempts[1:])
-    assert inputs.restart_seconds == pytest.approx(lost / 16 / ledger.failures)
-    assert 60 + 5 + 120 - 60 < inputs.restart_seconds < 60 + 5 + 120 + 5  # torn writes count as checkpoint
-    rows = {r.name: r for r in advice.intervals}
+    restart = restart_seconds(ledger)
+    assert restart is not None and restart == pytest.approx(lost / 16 / ledger.failures)
+    assert 60 + 5 + 120 - 60 < restart < 60 + 5 + 120 + 5  # torn writes count as checkpoint
     assert ledger.mtbf_seconds is not None
-    assert rows["young"].interval_seconds == pytest.approx(math.sqrt(2 * 30 * ledger.mtbf_seconds))
-    assert rows["daly"].expected_goodput > rows["current"].expected_goodput
-    assert "instead of every" in advice.summary
+    assert evidence["young_seconds"] == pytest.approx(math.sqrt(2 * 30 * ledger.mtbf_seconds))
+    assert rec.gain.bound == "expected" and rec.gain.gpu_seconds is not None and rec.gain.gpu_seconds > 0
+    assert "instead of every 1 min 40 s of compute (about 100 steps)" in rec.wording
 
 
 def test_advice_takes_the_failure_rate_from_similar_runs_when_the_run_rarely_failed() -> None:
     quiet = _ledger(run_id="quiet", ranks=16, hours=0.5, mtbf_s=None, seed=1)
     fleet = [_ledger(run_id=f"peer{i}", ranks=size, hours=1, mtbf_s=600, seed=i)
              for i, size in enumerate((8, 16, 32, 256))]
-    advice = checkpoint_advice(quiet, fleet)
+    rate = failure_rate(quiet, fleet)
     similar = [r for r in fleet if 8 <= max(a.world_size for a in r.attempts) <= 32]
     expected = sum(r.allocated_wall_seconds for r in similar) + quiet.allocated_wall_seconds
     expected /= sum(r.failures for r in similar)
-    assert advice.inputs.mtbf_seconds == pytest.approx(expected)
-    assert "3 runs of 8-32 ranks" in advice.inputs.mtbf_source
-    assert checkpoint_advice(quiet).intervals == []  # alone, it cannot say
+    assert rate is not None and rate.source == "project" and rate.runs == 4 and rate.world_range == (8, 32)
+    assert rate.mtbf_seconds == pytest.approx(expected)
+    assert failure_rate(quiet, []) is None  # alone, it cannot say

@@ -68,8 +68,8 @@ def test_a_flagged_run_s_report_recommends_fixing_the_resume(client: Any) -> Non
     check = client.get("/v1/runs/resume-rep/resume-check").json()
     report = client.get("/v1/runs/resume-rep/report", params={"format": "json"}).json()
     (rec,) = [r for r in report["recommendations"] if r["code"] == "resume_correctness"]
-    assert "loss_mismatch" in rec["detail"] and check["findings"][0]["message"] in rec["detail"]
-    assert rec["gpu_seconds"] == check["gpu_seconds_since_first_finding"] > 0
+    assert "loss_mismatch" in rec["wording"] and check["findings"][0]["message"] in rec["wording"]
+    assert rec["at_stake_gpu_seconds"] == check["gpu_seconds_since_first_finding"] > 0
     post(client, simulate(SimConfig(run_id="resume-fine", **SIM)).events)
     fine = client.get("/v1/runs/resume-fine/report", params={"format": "json"}).json()
     assert "resume_correctness" not in {r["code"] for r in fine["recommendations"]}

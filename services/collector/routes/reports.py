@@ -7,7 +7,6 @@ last digit.
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Annotated, Literal
 
@@ -15,20 +14,16 @@ from fastapi import APIRouter, Query, Response
 
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep, RunScopeDep
 from services.collector.schemas.errors import NOT_FOUND
-from services.derive.live import with_live_hang
-from services.derive.resume import resume_check
+from services.derive.advice import advice_input
 from services.derive.runs import current_ledgers, runs_in_scope
-from services.derive.views import current_views
-from services.reports import breakdown_csv, build_report, fleet_csv, report_html, report_json
+from services.reports import breakdown_csv, build_report, fleet_csv, report_filename, report_html, report_json
+from services.reports.advice import run_advice
+from services.reports.export import FLEET_FILENAME
 
 router = APIRouter(tags=["reports"])
 _MEDIA = {"json": "application/json", "csv": "text/csv; charset=utf-8", "html": "text/html; charset=utf-8"}
 ReportFormat = Literal["json", "csv", "html"]
 _RENDER = {"json": report_json, "csv": breakdown_csv, "html": report_html}
-
-
-def _filename(run_id: str, suffix: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", run_id)[:120] + suffix
 
 
 @router.get(
@@ -40,15 +35,14 @@ def get_report(run: RunDep, analyses: AnalysesDep, live: LiveConfigDep,
                format: Annotated[ReportFormat, Query(description="json, csv (one row per category) "
                                                      "or html (self-contained, prints well)")] = "json",
                ) -> Response:
-    analysed = current_views(analyses, run)
     now = time.time()
-    ledger = with_live_hang(analyses.engine, run, analysed.ledger, now, live)  # a hung run's hang so far
-    report = build_report(ledger, analysed.views, generated_at=now, resume_check=resume_check(analyses, run),
+    inp = advice_input(analyses, run, now, live)  # the ledger (a hung run's hang so far), views, resume check, peers
+    report = build_report(inp.ledger, inp.views, generated_at=now, advice=run_advice(inp),
                           detail_pruned_at=run.detail_pruned_at)
     body = _RENDER[format](report)
     disposition = "inline" if format == "html" else "attachment"
     return Response(body, media_type=_MEDIA[format], headers={
-        "Content-Disposition": f'{disposition}; filename="{_filename(run.run_id, "-report." + format)}"'})
+        "Content-Disposition": f'{disposition}; filename="{report_filename(run.run_id, format)}"'})
 
 
 @router.get("/v1/reports/fleet.csv", response_class=Response, responses={200: {"content": {_MEDIA["csv"]: {}}}},
@@ -66,4 +60,4 @@ def get_fleet_csv(
     ledgers = current_ledgers(analyses, rows, now=time.time(), config=live)
     body = fleet_csv((row.project, ledger) for row, ledger in ledgers if status is None or ledger.status == status)
     return Response(body, media_type=_MEDIA["csv"], headers={
-        "Content-Disposition": 'attachment; filename="goodput-fleet.csv"'})
+        "Content-Disposition": f'attachment; filename="{FLEET_FILENAME}"'})

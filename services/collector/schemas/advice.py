@@ -1,11 +1,18 @@
-"""Response models of what to change: checkpoint-interval advice (services.analysis.advice) and the straggler
-report (services.analysis.straggler_types, built by services.analysis.straggler_report)."""
+"""Response models of what to change: the run's advice (services.analysis.advice_types, built by the engine in
+services.analysis.advice) and the straggler report (services.analysis.straggler_types, built by
+services.analysis.straggler_report). Re-exported here for the API's users."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
-from services.analysis.advice import CheckpointAdvice
+from services.analysis.advice_types import (
+    AdviceModel,
+    Confidence,
+    Evidence,
+    Gain,
+    MeasuredRun,
+    Recommendation,
+    RunAdvice,
+)
 from services.analysis.straggler_types import (
     ScaleProjection,
     StragglerHost,
@@ -14,11 +21,7 @@ from services.analysis.straggler_types import (
     StragglerThresholds,
 )
 
-__all__ = [  # the straggler report's models are services.analysis.straggler_types'; re-exported for the API's users
-    "RunAdvice", "ScaleProjection", "StragglerHost", "StragglerRank", "StragglerReport", "StragglerThresholds",
+__all__ = [
+    "AdviceModel", "Confidence", "Evidence", "Gain", "MeasuredRun", "Recommendation", "RunAdvice", "ScaleProjection",
+    "StragglerHost", "StragglerRank", "StragglerReport", "StragglerThresholds",
 ]
-
-
-class RunAdvice(BaseModel):
-    run_id: str
-    checkpoint_interval: CheckpointAdvice
