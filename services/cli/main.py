@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -97,9 +97,18 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--truth", action="store_true", help="print the ledger the job must produce as JSON")
     sim.set_defaults(handler=_calls_the_collector(_simulate, "simulate", errors_to_stderr=True))
 
-    runs = sub.add_parser("runs", help="list runs with goodput and waste")
+    runs = sub.add_parser("runs", help="list runs, the most wasted GPU-hours first",
+                          description="goodput runs [--project P] [--status failed] [--since 2026-01-31] "
+                                      "[--last 24h] [--run-id PART] [--limit N] [--json]")
     runs.add_argument("--url", help=URL_HELP)
     runs.add_argument("--project", help="only this project's runs (a token of one project sees only its own)")
+    runs.add_argument("--status", choices=["running", "finished", "failed", "cancelled"], help="only these")
+    runs.add_argument("--since", help="runs with events at or after this time (epoch seconds or ISO 8601)")
+    runs.add_argument("--until", help="runs with events at or before this time (epoch seconds or ISO 8601)")
+    runs.add_argument("--last", help="runs with events in the last DURATION: 90m, 24h, 7d (instead of --since)")
+    runs.add_argument("--run-id", dest="run_id_part", metavar="PART", help="runs whose id contains PART")
+    runs.add_argument("--limit", type=int, help="only the worst N runs")
+    runs.add_argument("--json", action="store_true", help="the runs as JSON, worst first")
     runs.set_defaults(handler=_calls_the_collector(_runs, "runs"))
 
     ledger = sub.add_parser("ledger", help="print one run's waste ledger")
@@ -109,13 +118,14 @@ def _parser() -> argparse.ArgumentParser:
     ledger.add_argument("--project", help=PROJECT_HELP)
     ledger.set_defaults(handler=_calls_the_collector(_ledger, "ledger"))
 
-    report = sub.add_parser("report", help="download a run's waste report (json, csv, html), or the fleet CSV",
-                            description="goodput report RUN_ID --format html -o run.html; "
-                                        "goodput report --fleet [--since T] [--until T] -o fleet.csv")
+    report = sub.add_parser("report", help="save a run's waste report (json, csv, html), or the fleet CSV, to a file",
+                            description="goodput report RUN_ID [--format html] [-o run.html | -o -]; "
+                                        "goodput report --fleet [--since T] [--until T] [-o fleet.csv]")
     report.add_argument("run_id", nargs="?", help="the run (omit with --fleet)")
     report.add_argument("--fleet", action="store_true", help="one CSV row per run instead of one run's report")
     report.add_argument("--format", choices=["json", "csv", "html"], help="default: html for a run, csv for --fleet")
-    report.add_argument("-o", "--output", help="file to write (default: standard output)")
+    report.add_argument("-o", "--output", help="file to write; - for standard output (default: RUN_ID-report.FORMAT, "
+                                               "or goodput-fleet.csv, in the current folder)")
     report.add_argument("--since", help="--fleet: runs with events at or after this time (epoch seconds or ISO 8601)")
     report.add_argument("--until", help="--fleet: runs with events at or before this time (epoch seconds or ISO 8601)")
     report.add_argument("--status", choices=["running", "finished", "failed", "cancelled"], help="--fleet: only these")
@@ -123,9 +133,10 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--project", help=PROJECT_HELP + "; with --fleet: only this project's runs")
     report.set_defaults(handler=_calls_the_collector(_report, "report", errors_to_stderr=True))
 
-    advise = sub.add_parser("advise", help="what to change in a run: the checkpoint interval (Young, Daly)")
+    advise = sub.add_parser("advise", help="what to change in a run, the most GPU-hours at stake first")
     advise.add_argument("run_id")
     advise.add_argument("--url", help=URL_HELP)
+    advise.add_argument("--json", action="store_true", help="the advice as GET /v1/runs/{id}/advice serves it")
     advise.add_argument("--project", help=PROJECT_HELP)
     advise.set_defaults(handler=_calls_the_collector(_advise, "advise"))
 
@@ -322,10 +333,37 @@ def _event_end(event: dict[str, Any]) -> float:
 
 
 def _runs(ns: argparse.Namespace) -> int:
-    from services.cli.output import print_runs
+    from services.cli.output import RunFilter, print_runs
 
+    if ns.last is not None and ns.since is not None:
+        print("goodput runs: give --since or --last, not both", file=sys.stderr)
+        return 2
+    if ns.limit is not None and ns.limit < 1:
+        print(f"goodput runs: --limit must be at least 1, got {ns.limit}", file=sys.stderr)
+        return 2
+    since = _epoch(ns.since, "--since", "runs") if ns.last is None else _ago(ns.last)
+    selection = RunFilter(project=ns.project, status=ns.status, since=since, until=_epoch(ns.until, "--until", "runs"),
+                          run_id=ns.run_id_part, limit=ns.limit)
     with _api(ns) as api:
-        return print_runs(api, project=ns.project)
+        return print_runs(api, selection, as_json=ns.json)
+
+
+_UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+
+
+def _ago(value: str) -> float:
+    """Epoch seconds of now minus a duration such as 90m, 24h, 7d."""
+    import time
+
+    number, unit = value[:-1], value[-1:].lower()
+    try:
+        amount = float(number)
+    except ValueError:
+        amount = -1.0
+    if unit not in _UNITS_S or not amount > 0:
+        raise SystemExit(f"goodput runs: --last must be a positive number and a unit (s, m, h, d, w), such as 24h "
+                         f"or 7d, got {value!r}")
+    return time.time() - amount * _UNITS_S[unit]
 
 
 def _ledger(ns: argparse.Namespace) -> int:
@@ -335,7 +373,7 @@ def _ledger(ns: argparse.Namespace) -> int:
         return print_ledger(api, ns.run_id, as_json=ns.json, project=ns.project)
 
 
-def _epoch(value: str | None, option: str) -> float | None:
+def _epoch(value: str | None, option: str, command: str = "report") -> float | None:
     """Epoch seconds, or an ISO 8601 time (UTC unless it says otherwise)."""
     if value is None:
         return None
@@ -348,7 +386,7 @@ def _epoch(value: str | None, option: str) -> float | None:
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        raise SystemExit(f"goodput report: {option} must be epoch seconds or an ISO 8601 time "
+        raise SystemExit(f"goodput {command}: {option} must be epoch seconds or an ISO 8601 time "
                          f"(2026-01-31 or 2026-01-31T12:00:00+00:00), got {value!r}") from None
     return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
 
@@ -360,20 +398,25 @@ def _report(ns: argparse.Namespace) -> int:
     if ns.fleet and ns.format not in (None, "csv"):
         print("goodput report: --fleet writes CSV only", file=sys.stderr)
         return 2
+    from services.reports.export import FLEET_FILENAME, report_filename
+
+    format: Literal["json", "csv", "html"] = "csv" if ns.fleet else (ns.format or "html")
     with _api(ns) as api:
         if ns.fleet:
             document = api.fleet_report(since=_epoch(ns.since, "--since"), until=_epoch(ns.until, "--until"),
                                         status=ns.status, project=ns.project)
-            what = "fleet report"
+            what, default = "fleet report", FLEET_FILENAME
         else:
-            document = api.report(ns.run_id, format=ns.format or "html", project=ns.project)
-            what = f"report of run {ns.run_id}"
-    if ns.output in (None, "-"):
+            document = api.report(ns.run_id, format=format, project=ns.project)
+            what, default = f"report of run {ns.run_id}", report_filename(ns.run_id, format)
+    if ns.output == "-":
         sys.stdout.write(document.decode())
         return 0
-    with open(ns.output, "wb") as f:
+    path = ns.output or default
+    with open(path, "wb") as f:
         f.write(document)
-    print(f"wrote the {what} to {ns.output} ({len(document):,} bytes)", file=sys.stderr)
+    where = "" if ns.output else " in the current folder (-o FILE to choose, -o - for standard output)"
+    print(f"wrote the {what} to {path}{where} ({len(document):,} bytes)", file=sys.stderr)
     return 0
 
 
@@ -381,7 +424,7 @@ def _advise(ns: argparse.Namespace) -> int:
     from services.cli.advice import print_advice
 
     with _api(ns) as api:
-        return print_advice(api, ns.run_id, project=ns.project)
+        return print_advice(api, ns.run_id, as_json=ns.json, project=ns.project)
 
 
 def _simulate_interval(ns: argparse.Namespace) -> int:

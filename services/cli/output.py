@@ -1,26 +1,70 @@
-"""Tables printed by `goodput runs` and `goodput ledger`."""
+"""Tables printed by `goodput runs` and `goodput ledger`: every number through services.presentation, as the
+dashboard and the reports write it."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from services import presentation as fmt
-from services.api_client import ApiClient
+from services.api_client import ApiClient, RunListItem
 from services.presentation import CATEGORIES
 
+RUN_COLUMN_MAX = 40
+PROJECT_COLUMN_MAX = 16
 
-def print_runs(api: ApiClient, *, project: str | None = None) -> int:
-    runs = api.runs(project=project).runs
-    if not runs:
-        print("no runs yet: instrument a training script (see README) or try `goodput simulate`")
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFilter:
+    project: str | None = None
+    status: str | None = None
+    since: float | None = None  # epoch seconds: runs with events at or after
+    until: float | None = None
+    run_id: str | None = None  # a part of the run id
+    limit: int | None = None  # the worst this many
+
+
+def wasted_gpu_seconds(run: RunListItem) -> float:
+    return run.waste_gpu_seconds.total()
+
+
+def worst_first(runs: list[RunListItem]) -> list[RunListItem]:
+    """The runs that wasted the most GPU-seconds first (ties: the most recent first, then by id)."""
+    return sorted(runs, key=lambda r: (-wasted_gpu_seconds(r), -(r.last_time or 0.0), r.run_id))
+
+
+def _biggest_waste(run: RunListItem) -> str:
+    category, gpu_s = max(run.waste_gpu_seconds.items(), key=lambda kv: kv[1])
+    return f"{category} {fmt.share(gpu_s, run.allocated_gpu_seconds)}" if gpu_s > 0 else fmt.DASH
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def print_runs(api: ApiClient, selection: RunFilter = RunFilter(), *, as_json: bool = False) -> int:
+    """One line per run, worst first: allocated and wasted GPU time, goodput, the biggest waste category."""
+    runs = worst_first(api.runs(project=selection.project, status=selection.status, since=selection.since,
+                                until=selection.until, run_id=selection.run_id).runs)
+    if selection.limit is not None:
+        runs = runs[:selection.limit]
+    if as_json:
+        rows = [{**r.model_dump(mode="json"), "wasted_gpu_seconds": wasted_gpu_seconds(r)} for r in runs]
+        print(json.dumps({"runs": rows, "count": len(rows)}, indent=2))
         return 0
-    print(f"{'run':<32} {'project':<16} {'status':<10} {'GPU-h':>9} {'goodput':>8}  "
-          + " ".join(f"{c:>10}" for c in CATEGORIES))
+    if not runs:
+        print("no runs match: instrument a training script (see README) or try `goodput simulate`"
+              if selection == RunFilter() else "no runs match these filters")
+        return 0
+    run_w = min(max(len("run"), *(len(r.run_id) for r in runs)), RUN_COLUMN_MAX)
+    project_w = min(max(len("project"), *(len(r.project) for r in runs)), PROJECT_COLUMN_MAX)
+    print(f"{'run':<{run_w}} {'project':<{project_w}} {'status':<9} {'GPU-h':>9} {'wasted':>9} {'goodput':>7}  "
+          "biggest waste")
     for run in runs:
-        alloc = run.allocated_gpu_seconds
-        shares = " ".join(f"{fmt.share(run.waste_gpu_seconds[c], alloc):>10}" for c in CATEGORIES)
-        print(f"{run.run_id[:32]:<32} {run.project[:16]:<16} {run.status:<10} "
-              f"{fmt.gpu_hours(alloc, unit=False):>9} {fmt.percent(run.goodput):>8}  {shares}")
+        print(f"{_clip(run.run_id, run_w):<{run_w}} {_clip(run.project, project_w):<{project_w}} {run.status:<9} "
+              f"{fmt.gpu_hours(run.allocated_gpu_seconds, unit=False):>9} "
+              f"{fmt.gpu_hours(wasted_gpu_seconds(run), unit=False):>9} {fmt.percent(run.goodput):>7}  "
+              f"{_biggest_waste(run)}")
     return 0
 
 

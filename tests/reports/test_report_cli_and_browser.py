@@ -51,21 +51,34 @@ def test_report_command_writes_every_format(served: str, tmp_path: Path) -> None
         assert f"r.{fmt}" in out.stderr
     assert json.loads((tmp_path / "r.json").read_text())["ledger"] == ledger
     frame = pd.read_csv(tmp_path / "r.csv").set_index("category")
-    assert frame.loc["allocated", "gpu_seconds"] == ledger["allocated_gpu_seconds"]
-    assert frame.loc["hang", "gpu_seconds"] == ledger["waste_gpu_seconds"]["hang"]
+    assert frame.loc["allocated", "gpu_seconds"] == round(ledger["allocated_gpu_seconds"], 2)
+    assert frame.loc["hang", "gpu_seconds"] == round(ledger["waste_gpu_seconds"]["hang"], 2)
     assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
 
-    to_stdout = report(served, "cli-rep", "--format", "csv")
+    to_stdout = report(served, "cli-rep", "--format", "csv", "-o", "-")
     assert to_stdout.returncode == 0 and to_stdout.stdout == (tmp_path / "r.csv").read_text()
+
+
+def test_report_command_writes_a_file_named_after_the_run_by_default(served: str, tmp_path: Path) -> None:
+    out = subprocess.run([*GOODPUT, "report", "cli-rep", "--url", served], env=env_with(), capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == ""  # nothing printed to the terminal
+    page = tmp_path / "cli-rep-report.html"
+    assert page.read_text().startswith("<!DOCTYPE html>")
+    assert "wrote the report of run cli-rep to cli-rep-report.html in the current folder" in out.stderr
+    fleet = subprocess.run([*GOODPUT, "report", "--fleet", "--url", served], env=env_with(), capture_output=True,
+                           text=True, timeout=120, cwd=tmp_path)
+    assert fleet.returncode == 0 and (tmp_path / "goodput-fleet.csv").read_text().startswith("run_id,")
 
 
 def test_report_command_writes_the_fleet_csv_with_a_time_filter(served: str, tmp_path: Path) -> None:
     out = report(served, "--fleet", "-o", str(tmp_path / "fleet.csv"))
     assert out.returncode == 0, out.stderr
     assert set(pd.read_csv(tmp_path / "fleet.csv")["run_id"]) == {"cli-rep", "cli-other"}
-    future = report(served, "--fleet", "--since", "2100-01-01")
+    future = report(served, "--fleet", "--since", "2100-01-01", "-o", "-")
     assert future.returncode == 0 and future.stdout.count("\n") == 1  # the header only
-    listing = pd.read_csv(io.StringIO(report(served, "--fleet", "--since", "2020-01-01T00:00:00").stdout))
+    listing = pd.read_csv(io.StringIO(report(served, "--fleet", "--since", "2020-01-01T00:00:00", "-o", "-").stdout))
     assert len(listing) == 2
 
 
