@@ -34,6 +34,7 @@ from services.analysis.ledger_types import Ledger
 from services.analysis.live_types import LiveRun, LiveRuns
 from services.analysis.views import CheckpointRow, RestartRow
 from services.collector.schemas.advice import RunAdvice
+from services.collector.schemas.fleet import FleetWindow, RunInWindow, WindowFigures
 from services.collector.schemas.ingest import IngestAck
 from services.collector.schemas.resume import ResumeCheck
 from services.collector.schemas.runs import RunList, RunListItem
@@ -54,9 +55,10 @@ from services.collector.schemas.views import (
 
 __all__ = [
     "AccessDenied", "AllocationSpan", "ApiClient", "ApiError", "ApiStatusError", "AttemptSpan", "CheckpointRow",
-    "CollectorUnreachable", "Failure", "HangSpan", "IngestAck", "Ledger", "LiveRun", "LiveRuns", "NoRankCompute",
-    "NotFound", "Progress", "RankCompute", "Restart", "RestartRow", "ResumeCheck", "RunAdvice", "RunList",
-    "RunListItem", "RunView", "RunViews", "Segment", "UnexpectedAnswer", "WhoAmI", "bearer",
+    "CollectorUnreachable", "Failure", "FleetWindow", "HangSpan", "IngestAck", "Ledger", "LiveRun", "LiveRuns",
+    "NoRankCompute", "NotFound", "Progress", "RankCompute", "Restart", "RestartRow", "ResumeCheck", "RunAdvice",
+    "RunInWindow", "RunList", "RunListItem", "RunView", "RunViews", "Segment", "UnexpectedAnswer", "WhoAmI",
+    "WindowFigures", "bearer",
 ]
 
 T = TypeVar("T")
@@ -143,6 +145,13 @@ class ApiClient:
         """Every run (of `project`, with events in [since, until], of `status`, whose id contains `run_id`)."""
         params = {"status": status, "since": since, "until": until, "run_id": run_id, "project": project}
         return _parse(self._get("/v1/runs", params), RunList.model_validate_json)
+
+    def fleet_window(self, *, since: float | None = None, until: float | None = None, status: str | None = None,
+                     run_id: str | None = None, project: str | None = None, buckets: int = 48) -> FleetWindow:
+        """Every run's GPU time inside [since, until) (None: all time, until now), in total and per time bucket."""
+        params = {"since": since, "until": until, "status": status, "run_id": run_id, "project": project,
+                  "buckets": buckets}
+        return _parse(self._get("/v1/fleet/window", params), FleetWindow.model_validate_json)
 
     def ledger(self, run_id: str, *, project: str | None = None) -> Ledger:
         return _parse(self._get(_run_path(run_id, "waste"), {"project": project}), Ledger.model_validate_json)

@@ -33,6 +33,7 @@ from services.analysis.ledger_types import (
 )
 from services.analysis.run_data import RunData
 from services.analysis.stragglers import rank_compute, step_straggle, summary_straggle
+from services.analysis.usage import usage_of_painting
 
 
 def build_ledger(data: RunData, painting: RunPainting | None = None) -> Ledger:
@@ -64,7 +65,7 @@ def build_ledger(data: RunData, painting: RunPainting | None = None) -> Ledger:
     totals[WasteCategory.IDLE.value] = float(idle_gpu_s.sum())
     allocated = float((lengths * gpus).sum())
 
-    straggler_total, by_rank = _straggler(data, job_steps, run, totals[PRODUCTIVE])
+    straggler_total, by_rank, straggle = _straggler(data, job_steps, run, totals[PRODUCTIVE])
     productive = totals[PRODUCTIVE] - straggler_total
     waste = {key: totals[key] for key in WASTE_KEYS}
     waste[WasteCategory.STRAGGLER.value] = straggler_total
@@ -94,24 +95,27 @@ def build_ledger(data: RunData, painting: RunPainting | None = None) -> Ledger:
         allocations=[Allocation(start=a.start, end=a.end, gpus=a.gpus, open=a.open, reported=run.allocations_reported)
                      for a in run.allocations],
         running_tail=_running_tail(painting),
+        usage=usage_of_painting(painting, claimed_gpu_s, idle_gpu_s, straggle, straggler_total),
     )
 
 
 def _straggler(
     data: RunData, job_steps: pd.DataFrame, run: RunStructure, kept_gpu_s: float
-) -> tuple[float, dict[int, float]]:
+) -> tuple[float, dict[int, float], pd.DataFrame]:
+    """(total straggler GPU-seconds, per rank, per kept step: attempt, step, cost)."""
+    none = pd.DataFrame(columns=["attempt", "step", "cost"])
     summary = data.step_summary
     if summary is not None:
         if summary.empty or job_steps.empty:
-            return 0.0, {}
+            return 0.0, {}, none
         stats = summary_straggle(summary.straggle, job_steps["kept"].to_numpy(bool), gpus_counted(run))
     else:
         if run.steps.empty or job_steps.empty:
-            return 0.0, {}
+            return 0.0, {}, none
         compute = rank_compute(run, data, job_steps.loc[job_steps["kept"]])
         stats = step_straggle(run, compute, gpus_counted(run))
     if stats.empty:
-        return 0.0, {}
+        return 0.0, {}, none
     total = float(stats["cost"].sum())
     by_rank_series = stats.groupby("rank")["cost"].sum()
     if total > kept_gpu_s > 0:  # steps overlapping in time: never carve out more than the kept time
@@ -119,7 +123,7 @@ def _straggler(
         total = kept_gpu_s
     by_rank = {int(r): float(v) for r, v in zip(by_rank_series.index.to_numpy(np.int64),
                                                   by_rank_series.to_numpy(np.float64), strict=True) if v > 0}
-    return total, by_rank
+    return total, by_rank, stats
 
 
 def gpus_counted(run: RunStructure) -> dict[int, int]:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.analysis.categories import WASTE_KEYS
+from services.analysis.usage import Usage
 
 
 class _Frozen(BaseModel):
@@ -125,6 +126,8 @@ class Ledger(_Frozen):
     first_time: float | None
     latest_time: float | None
     running_tail: RunningTail | None = Field(None, description="a running run's trailing unclaimed time")
+    usage: Usage | None = Field(None, description="when the GPU time went where: the figures above laid out on the "
+                                "wall clock (services.analysis.usage); null in a ledger stored before it existed")
     provisional: ProvisionalHang | None = Field(None, description="present while the run is flagged hung: "
                                                 "the hang so far, booked provisionally until the attempt ends")
 

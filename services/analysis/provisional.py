@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.analysis.ledger_types import Ledger, ProvisionalHang, RunningTail
+from services.analysis.usage import Usage, with_interval
 
 RUNNING = "running"
 
@@ -72,6 +73,8 @@ def provisional_ledger(ledger: Ledger, hang: LiveHang | None, now: float) -> Led
             allocations[last] = allocations[last].model_copy(update={"end": float(now)})
             update["allocations"] = allocations
         update["running_tail"] = RunningTail(**{**tail.model_dump(), "until": float(now)})
+    if ledger.usage is not None:
+        update["usage"] = _provisional_usage(ledger.usage, tail, hang, now, start=start, added_wall=added_wall)
     if ledger.attempts and total_hang > 0:
         attempts = list(ledger.attempts)
         booked = attempts[-1].gpu_seconds
@@ -79,3 +82,16 @@ def provisional_ledger(ledger: Ledger, hang: LiveHang | None, now: float) -> Led
                                                                        + total_hang}})
         update["attempts"] = attempts
     return ledger.model_copy(update=update)
+
+
+def _provisional_usage(usage: Usage, tail: RunningTail, hang: LiveHang, now: float, *, start: float,
+                       added_wall: float) -> Usage:
+    """The ledger's Usage with the same overlay, where it happened: idle -> hang over [start, tail.until) on the
+    tail's GPUs; the time allocated since (to `now`) idle until the hang began, hang on the tail's GPUs after."""
+    gpus, allocated_gpus = float(tail.gpus), float(tail.allocated_gpus)
+    usage = with_interval(usage, start, tail.until, {"idle": -gpus, "hang": gpus})
+    if added_wall > 0:
+        hung_from = max(tail.until, hang.since)
+        usage = with_interval(usage, tail.until, hung_from, {"idle": allocated_gpus})
+        usage = with_interval(usage, hung_from, now, {"hang": gpus, "idle": allocated_gpus - gpus})
+    return usage

@@ -18,6 +18,7 @@ from services.collector.errors import install_error_handlers
 from services.collector.pace import SendPace
 from services.collector.routes import (
     advice,
+    fleet,
     health,
     ingest,
     live,
@@ -89,6 +90,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     app.include_router(live.router)  # before runs, like views
     app.include_router(signals.router)  # before runs, like views
     app.include_router(resume.router)  # before runs, like views
+    app.include_router(fleet.router)
     app.include_router(runs.router)
     app.include_router(health.router)
     app.include_router(whoami.router)

@@ -35,7 +35,7 @@ def get_runs(
     rows = runs_in_scope(analyses, scope, since=since, until=until, limit=limit)
     listed = listed_runs(analyses, rows, budget_s=LIST_BUDGET_S, now=time.time(), config=live, run_id_part=run_id,
                          status=status)
-    return RunList(runs=[_list_item(run) for run in listed], count=len(listed))
+    return RunList(runs=[list_item(run) for run in listed], count=len(listed))
 
 
 @router.get("/v1/runs/{run_id:path}/waste", response_model=Ledger, responses=NOT_FOUND,
@@ -50,7 +50,7 @@ def get_run(run: RunDep, analyses: AnalysesDep, live: LiveConfigDep) -> RunDetai
     return _detail(run_summary(analyses, run, now=time.time(), config=live))
 
 
-def _list_item(listed: ListedRun) -> RunListItem:
+def list_item(listed: ListedRun) -> RunListItem:
     ledger = listed.ledger
     return RunListItem(run_id=listed.row.run_id, project=listed.row.project, status=ledger.status,
                        first_time=ledger.first_time, last_time=ledger.latest_time,

@@ -1,0 +1,252 @@
+"""When a run's GPU time went where: the ledger's figures laid out on the wall clock, so that a time range can be
+cut out of them (the fleet page's "last hour", its over-time chart) without spreading a run's totals over its life.
+
+A `Usage` is a list of disjoint pieces of wall time, sorted, each with the GPU-seconds it holds per key of
+`USAGE_KEYS` (productive and every waste category). Inside a piece GPU time runs at an even rate; so cutting
+[t0, t1) out of a piece takes the overlapping share of each of its figures. The pieces add up to the ledger:
+`sum(piece figures) == ledger figures` per key.
+
+How it is built from the painting (services.analysis.claims), rule by rule as the ledger counts:
+- each painted segment holds `length x min(world size, GPUs)` of its claim's category and the rest of its GPUs as
+  idle: the painting's segments are already even (one claim, one GPU count each);
+- straggler time is carved out of kept steps, step by step: a kept step's straggler cost is taken from the
+  productive time of that step's own wall time, at an even rate over the step;
+- neighbours with the same rates merge (nothing is lost); when more than `max_pieces` remain, pieces are summed
+  into bins of one width aligned to the epoch (1 s, 5 s, ... 1 day), the smallest that fits: a bin then holds
+  its exact totals, spread evenly only inside it.
+
+Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+from services.analysis.categories import PRODUCTIVE, WASTE_KEYS, WasteCategory
+from services.analysis.claims import CLAIM_CATEGORY, RunPainting
+
+USAGE_KEYS: tuple[str, ...] = (PRODUCTIVE, *WASTE_KEYS)
+MAX_PIECES = 720
+BIN_WIDTHS_S: tuple[float, ...] = (1, 5, 10, 30, 60, 300, 600, 900, 1800, 3600, 7200, 6 * 3600, 12 * 3600, 86400,
+                                   7 * 86400)
+
+
+class Usage(BaseModel):
+    """A run's GPU time by category over wall time: piece i spans [start[i], end[i]) and holds
+    `gpu_seconds[key][i]` of each key (keys that are zero everywhere are left out)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    start: list[float]
+    end: list[float]
+    gpu_seconds: dict[str, list[float]] = Field(description="per key of productive and the waste categories")
+    bin_s: float | None = Field(None, description="pieces are bins of this width (a long run); null: exact pieces")
+
+    def matrix(self) -> np.ndarray:
+        """(pieces x USAGE_KEYS) GPU-seconds."""
+        out = np.zeros((len(self.start), len(USAGE_KEYS)))
+        for j, key in enumerate(USAGE_KEYS):
+            values = self.gpu_seconds.get(key)
+            if values:
+                out[:, j] = values
+        return out
+
+
+def usage_of_pieces(start: np.ndarray, end: np.ndarray, values: np.ndarray, *,
+                    max_pieces: int = MAX_PIECES) -> Usage:
+    """The Usage of even pieces (sorted, disjoint; `values`: pieces x USAGE_KEYS GPU-seconds): empty pieces dropped,
+    neighbours of equal rates merged, binned when still more than `max_pieces`."""
+    start, end, values = (np.asarray(start, np.float64), np.asarray(end, np.float64),
+                          np.asarray(values, np.float64).reshape(len(start), len(USAGE_KEYS)))
+    keep = (end > start) & (np.abs(values).sum(axis=1) > 0)
+    start, end, values = start[keep], end[keep], values[keep]
+    start, end, values = _merge_even(start, end, values)
+    bin_s = None
+    if len(start) > max_pieces:
+        bin_s = _bin_width(float(start[0]), float(end[-1]), max_pieces)
+        start, end, values = _binned(start, end, values, bin_s)
+    return _usage(start, end, values, bin_s)
+
+
+def clip_usage(usage: Usage, since: float | None, until: float | None) -> dict[str, float]:
+    """GPU-seconds per key of USAGE_KEYS inside [since, until) (None: unbounded on that side)."""
+    lo = -np.inf if since is None else float(since)
+    hi = np.inf if until is None else float(until)
+    if hi <= lo:
+        return dict.fromkeys(USAGE_KEYS, 0.0)
+    sums = usage_in_bins(usage, np.array([lo, hi]))[0]
+    return {key: float(v) for key, v in zip(USAGE_KEYS, sums, strict=True)}
+
+
+def usage_in_bins(usage: Usage, edges: np.ndarray) -> np.ndarray:
+    """(len(edges) - 1) x USAGE_KEYS GPU-seconds of each bin [edges[i], edges[i + 1]): exact for the pieces, each
+    piece's figures taken in proportion to its time inside the bin."""
+    edges = np.asarray(edges, np.float64)
+    n_bins = max(len(edges) - 1, 0)
+    if n_bins == 0 or not usage.start:
+        return np.zeros((n_bins, len(USAGE_KEYS)))
+    start, end = np.asarray(usage.start), np.asarray(usage.end)
+    values = usage.matrix()
+    # The cumulative GPU time F(t) is piecewise linear (even inside a piece, flat between pieces): a bin holds
+    # F(right edge) - F(left edge).
+    x = np.column_stack([start, end]).reshape(-1)
+    cum = np.cumsum(values, axis=0)
+    before = np.vstack([np.zeros((1, values.shape[1])), cum[:-1]])
+    finite = np.clip(edges, x[0], x[-1])
+    out = np.empty((n_bins, values.shape[1]))
+    for j in range(values.shape[1]):
+        y = np.column_stack([before[:, j], cum[:, j]]).reshape(-1)
+        at = np.interp(finite, x, y)
+        out[:, j] = np.diff(at)
+    return out
+
+
+def with_interval(usage: Usage, t0: float, t1: float, rates: Mapping[str, float]) -> Usage:
+    """`usage` with GPUs moved or added over [t0, t1): `rates[key]` GPUs (negative: taken away) per second of it
+    (the provisional hang of a hung run: idle -> hang, and time allocated since). Pieces are cut at t0 and t1;
+    time not covered by a piece becomes a new piece."""
+    if t1 <= t0 or not any(rates.values()):
+        return usage
+    start, end, values = np.asarray(usage.start), np.asarray(usage.end), usage.matrix()
+    cuts = np.array([t0, t1])
+    start, end, values = _cut(start, end, values, cuts)
+    # the uncovered gaps inside [t0, t1)
+    gaps_s, gaps_e = [], []
+    cursor = t0
+    for s, e in zip(start, end, strict=True):
+        if e <= t0 or s >= t1:
+            continue
+        if s > cursor:
+            gaps_s.append(cursor)
+            gaps_e.append(s)
+        cursor = max(cursor, e)
+    if cursor < t1:
+        gaps_s.append(cursor)
+        gaps_e.append(t1)
+    if gaps_s:
+        start = np.concatenate([start, gaps_s])
+        end = np.concatenate([end, gaps_e])
+        values = np.vstack([values, np.zeros((len(gaps_s), values.shape[1]))])
+        order = np.argsort(start, kind="stable")
+        start, end, values = start[order], end[order], values[order]
+    inside = (start >= t0) & (end <= t1)
+    rate = np.array([float(rates.get(key, 0.0)) for key in USAGE_KEYS])
+    values = values + np.outer(np.where(inside, end - start, 0.0), rate)
+    return _usage(start, end, values, usage.bin_s)
+
+
+def bucket_width(span_s: float, max_buckets: int) -> float:
+    """The width of the buckets of a chart over `span_s` seconds: the smallest of BIN_WIDTHS_S (at least 1 min)
+    with at most `max_buckets` buckets."""
+    for width in BIN_WIDTHS_S:
+        if width >= 60 and width * max_buckets >= span_s:
+            return float(width)
+    return float(BIN_WIDTHS_S[-1])
+
+
+def usage_of_painting(painting: RunPainting, claimed_gpu_s: np.ndarray, idle_gpu_s: np.ndarray,
+                      straggle: pd.DataFrame, straggler_gpu_s: float, *, max_pieces: int = MAX_PIECES) -> Usage:
+    """The run's Usage from its painting and the ledger's own per-segment figures (`claimed_gpu_s`, `idle_gpu_s`:
+    GPU-seconds of each painted segment) and straggler cost (`straggle`: attempt, step, cost per kept step;
+    `straggler_gpu_s`: the ledger's total, which the per-step costs are scaled to)."""
+    bounds = painting.bounds
+    n = len(bounds) - 1
+    if n <= 0:
+        return usage_of_pieces(np.zeros(0), np.zeros(0), np.zeros((0, len(USAGE_KEYS))), max_pieces=max_pieces)
+    values = np.zeros((n, len(USAGE_KEYS)))
+    column = {key: j for j, key in enumerate(USAGE_KEYS)}
+    for claim, category in CLAIM_CATEGORY.items():
+        sel = painting.claim == claim
+        values[sel, column[category]] = claimed_gpu_s[sel]
+    values[:, column[WasteCategory.IDLE.value]] = idle_gpu_s
+    if straggler_gpu_s > 0:
+        productive = values[:, column[PRODUCTIVE]]
+        carved = _straggle_by_segment(painting, straggle, productive, straggler_gpu_s)
+        values[:, column[PRODUCTIVE]] = productive - carved
+        values[:, column[WasteCategory.STRAGGLER.value]] = carved
+    return usage_of_pieces(bounds[:-1], bounds[1:], values, max_pieces=max_pieces)
+
+
+def _straggle_by_segment(painting: RunPainting, straggle: pd.DataFrame, productive: np.ndarray,
+                         total: float) -> np.ndarray:
+    """The straggler GPU-seconds of each painted segment: each kept step's cost at an even rate over the step's wall
+    time, never more than the segment's productive time, scaled to the ledger's total."""
+    bounds, lengths = painting.bounds, painting.lengths
+    rate = np.zeros(len(lengths))
+    steps = painting.job_steps
+    if not straggle.empty and not steps.empty:
+        timed = straggle[["attempt", "step", "cost"]].merge(steps[["attempt", "step", "start", "end"]],
+                                                            on=["attempt", "step"], how="inner")
+        timed = timed[timed["end"] > timed["start"]]
+        if not timed.empty:
+            lo = np.searchsorted(bounds, timed["start"].to_numpy(np.float64), side="left")
+            hi = np.searchsorted(bounds, timed["end"].to_numpy(np.float64), side="left")
+            per_s = timed["cost"].to_numpy(np.float64) / (timed["end"] - timed["start"]).to_numpy(np.float64)
+            diff = np.zeros(len(bounds) + 1)
+            np.add.at(diff, lo, per_s)
+            np.add.at(diff, hi, -per_s)
+            rate = np.cumsum(diff)[: len(lengths)]
+    carved: np.ndarray = np.minimum(rate * lengths, productive)
+    placed = float(carved.sum())
+    if placed > total:  # the ledger scaled the costs down (steps overlapping in time): so do we
+        carved = carved * (total / placed)
+    elif placed < total:  # the rest where kept time is left, in proportion to it (no step timing to place it by)
+        room = productive - carved
+        if float(room.sum()) > 0:
+            carved = carved + room * ((total - placed) / float(room.sum()))
+    return carved
+
+
+# -- pieces ---------------------------------------------------------------------------------------------------------
+
+
+def _usage(start: np.ndarray, end: np.ndarray, values: np.ndarray, bin_s: float | None) -> Usage:
+    return Usage(start=[float(v) for v in start], end=[float(v) for v in end], bin_s=bin_s,
+                 gpu_seconds={key: [float(v) for v in values[:, j]] for j, key in enumerate(USAGE_KEYS)
+                              if bool((values[:, j] != 0).any())})
+
+
+def _merge_even(start: np.ndarray, end: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Touching neighbours with the same GPU rates per key become one piece."""
+    if len(start) < 2:
+        return start, end, values
+    rates = values / (end - start)[:, None]
+    same = np.all(np.isclose(rates[1:], rates[:-1], rtol=1e-9, atol=1e-12), axis=1) & (start[1:] == end[:-1])
+    first = np.flatnonzero(np.r_[True, ~same])
+    last = np.r_[first[1:] - 1, len(start) - 1]
+    return start[first], end[last], np.add.reduceat(values, first, axis=0)
+
+
+def _bin_width(lo: float, hi: float, max_pieces: int) -> float:
+    for width in BIN_WIDTHS_S:
+        if np.floor(hi / width) - np.floor(lo / width) + 1 <= max_pieces:
+            return float(width)
+    return float(BIN_WIDTHS_S[-1])
+
+
+def _binned(start: np.ndarray, end: np.ndarray, values: np.ndarray, width: float) -> tuple[np.ndarray, ...]:
+    edges = np.arange(np.floor(start[0] / width) * width, end[-1] + width, width)
+    usage = _usage(start, end, values, None)
+    sums = usage_in_bins(usage, edges)
+    return edges[:-1], np.minimum(edges[1:], end[-1]), sums
+
+
+def _cut(start: np.ndarray, end: np.ndarray, values: np.ndarray, cuts: Sequence[float] | np.ndarray
+         ) -> tuple[np.ndarray, ...]:
+    """Pieces split at each of `cuts` that falls strictly inside one; the figures shared by time."""
+    for t in cuts:
+        inside = np.flatnonzero((start < t) & (end > t))
+        if not len(inside):
+            continue
+        i = int(inside[0])
+        share = (t - start[i]) / (end[i] - start[i])
+        start = np.insert(start, i + 1, t)
+        end = np.insert(end, i, t)
+        left = values[i] * share
+        values = np.insert(values, i + 1, values[i] - left, axis=0)
+        values[i] = left
+    return start, end, values
