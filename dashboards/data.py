@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import flask
+import numpy as np
 import pandas as pd
 
-from services.api_client import AccessDenied, ApiClient, ApiError, LiveRun, RunListItem, bearer
+from services.api_client import AccessDenied, ApiClient, ApiError, FleetWindow, LiveRun, RunListItem, bearer
 from services.presentation import CATEGORIES
+from services.presentation import duration as fmt_duration
 from services.settings import DashboardSettings
 
 CONFIG_KEY = "GOODPUT_DASHBOARD_CONFIG"
@@ -24,7 +27,31 @@ _CLIENTS_KEY = "goodput_api_clients"
 _LOCK = threading.Lock()
 
 RANGES_S: dict[str, float | None] = {"1h": 3600.0, "24h": 86400.0, "7d": 7 * 86400.0, "30d": 30 * 86400.0,
-                                     "all": None}
+                                     "all": None}  # "custom": the page's own from / to
+
+
+_TIME_FORMATS = ("%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d")  # UTC
+
+
+def time_range(range_key: str | None, start: str | None, end: str | None, now: float) -> tuple[float | None,
+                                                                                             float | None]:
+    """(since, until) of the range picked: a preset ends now; a custom one reads its UTC inputs (an empty side is
+    open); "all" is (None, None)."""
+    if range_key == "custom":
+        return _epoch(start), _epoch(end)
+    window = RANGES_S.get(range_key or "all")
+    return (now - window, None) if window else (None, None)
+
+
+def _epoch(text: str | None) -> float | None:
+    if not text:
+        return None
+    for pattern in _TIME_FORMATS:
+        try:
+            return datetime.strptime(text.strip(), pattern).replace(tzinfo=UTC).timestamp()
+        except ValueError:
+            continue
+    return None
 
 
 def config() -> DashboardSettings:
@@ -72,35 +99,74 @@ def _local_base_url(environ: Mapping[str, Any]) -> str:
 
 # -- shaping API answers ------------------------------------------------------------------------------------
 
-
-def runs_frame(runs: Sequence[RunListItem], live: Sequence[LiveRun] = ()) -> pd.DataFrame:
-    """/v1/runs rows -> one row per run with waste_<category> columns, worst (most wasted GPU-seconds) first."""
-    columns = ["run_id", "project", "status", "first_time", "last_time", "allocated_gpu_seconds",
+RUN_COLUMNS = ["run_id", "project", "status", "first_time", "last_time", "allocated_gpu_seconds",
                "productive_gpu_seconds", "goodput", "restarts", "wasted_gpu_seconds",
                *(f"waste_{c}" for c in CATEGORIES), "seconds_since_progress", "possibly_hung", "at_risk_gpu_seconds",
-               "suspect_ranks", "stale"]
-    if not runs:
-        return pd.DataFrame({c: [] for c in columns})
+               "suspect_ranks", "stale", "life_allocated_gpu_seconds", "laid_out"]
+KEYS: tuple[str, ...] = ("productive", *CATEGORIES)  # the partition of allocated time, as the API's usage keys
+
+
+def runs_frame(runs: Sequence[RunListItem], live: Sequence[LiveRun] = ()) -> pd.DataFrame:
+    """/v1/runs rows -> one row per run with waste_<category> columns (figures of each run's whole life), worst
+    (most wasted GPU-seconds) first."""
+    return _frame([(run, run.allocated_gpu_seconds, run.productive_gpu_seconds, run.goodput, run.waste_gpu_seconds,
+                    True) for run in runs], live)
+
+
+def window_frame(window: FleetWindow, live: Sequence[LiveRun] = ()) -> pd.DataFrame:
+    """/v1/fleet/window -> one row per run as `runs_frame`, its figures those inside the range (a run's whole-life
+    allocation in `life_allocated_gpu_seconds`)."""
+    return _frame([(r.run, r.window.allocated_gpu_seconds, r.window.productive_gpu_seconds, r.window.goodput,
+                    r.window.waste_gpu_seconds, r.laid_out) for r in window.runs], live)
+
+
+def _frame(rows_in: Sequence[tuple[RunListItem, float, float, float | None, Any, bool]],
+           live: Sequence[LiveRun]) -> pd.DataFrame:
+    if not rows_in:
+        return pd.DataFrame({c: [] for c in RUN_COLUMNS})
     rows = []
     live_by_run = {(row.run_id, row.project): row for row in live}
-    for run in runs:
-        waste = run.waste_gpu_seconds
+    for run, allocated, productive, goodput, waste, laid_out in rows_in:
         lv = live_by_run.get((run.run_id, run.project))
         rows.append({
             "run_id": run.run_id, "project": run.project, "status": run.status, "first_time": run.first_time,
-            "last_time": run.last_time, "allocated_gpu_seconds": run.allocated_gpu_seconds,
-            "productive_gpu_seconds": run.productive_gpu_seconds, "goodput": run.goodput,
-            "restarts": run.restarts, "wasted_gpu_seconds": waste.total(),
+            "last_time": run.last_time, "allocated_gpu_seconds": allocated,
+            "productive_gpu_seconds": productive, "goodput": goodput,
+            "restarts": run.restarts, "wasted_gpu_seconds": float(sum(waste[c] for c in CATEGORIES)),
             **{f"waste_{c}": waste[c] for c in CATEGORIES},
             "seconds_since_progress": lv.seconds_since_progress if lv else None,
             "possibly_hung": lv.possibly_hung if lv else False,
             "at_risk_gpu_seconds": lv.at_risk_gpu_seconds if lv else None,
             "suspect_ranks": tuple(lv.suspect_ranks) if lv else (),
             "stale": run.stale,  # figures of an older version while a newer one is built
+            "life_allocated_gpu_seconds": run.allocated_gpu_seconds,
+            "laid_out": laid_out,
         })
-    frame = pd.DataFrame(rows, columns=columns)
-    return frame.sort_values(["wasted_gpu_seconds", "run_id"], ascending=[False, True], kind="stable").reset_index(
-        drop=True)
+    frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
+    return sort_runs(frame, "wasted", descending=True)
+
+
+SORT_COLUMNS: dict[str, str] = {"run": "run_id", "project": "project", "status": "status", "goodput": "goodput",
+                                "allocated": "allocated_gpu_seconds", "wasted": "wasted_gpu_seconds",
+                                "restarts": "restarts", "last": "last_time"}
+
+
+def sort_runs(frame: pd.DataFrame, key: str, *, descending: bool, group_by_project: bool = False) -> pd.DataFrame:
+    """The runs ordered by SORT_COLUMNS[key] (unknown or undefined values last), ties by run id; by project first
+    when grouped."""
+    column = SORT_COLUMNS.get(key, "wasted_gpu_seconds")
+    by = [column, "run_id"] if column != "run_id" else ["run_id"]
+    ascending = [not descending, True][: len(by)]
+    if group_by_project and column != "project":
+        by, ascending = ["project", *by], [True, *ascending]
+    return frame.sort_values(by, ascending=ascending, kind="stable", na_position="last").reset_index(drop=True)
+
+
+def page_of(frame: pd.DataFrame, page: int, size: int) -> tuple[pd.DataFrame, int, int]:
+    """(the rows of 1-based `page`, that page clamped to the pages there are, how many pages)."""
+    pages = max(1, -(-len(frame) // size))
+    page = min(max(page, 1), pages)
+    return frame.iloc[(page - 1) * size: page * size], page, pages
 
 
 def fleet_totals(frame: pd.DataFrame) -> dict[str, float | None]:
@@ -119,44 +185,45 @@ def fleet_totals(frame: pd.DataFrame) -> dict[str, float | None]:
     return out
 
 
-def fleet_over_time(frame: pd.DataFrame, max_buckets: int = 48) -> tuple[pd.DataFrame, str]:
-    """GPU-seconds per time bucket and category, each run's totals spread evenly over its active time.
-
-    Returns (DataFrame with columns bucket_start, category, gpu_seconds; the bucket width's label).
-    """
-    spans = frame.dropna(subset=["first_time", "last_time"])
-    if spans.empty:
-        return pd.DataFrame({"bucket_start": [], "category": [], "gpu_seconds": []}), ""
-    lo, hi = float(spans["first_time"].min()), float(spans["last_time"].max())
-    width, label = _bucket_width(max(hi - lo, 1.0) / max_buckets)
-    first_bucket = (lo // width) * width
-    n = int((hi - first_bucket) // width) + 1
-    edges = first_bucket + width * pd.RangeIndex(n + 1).to_numpy()
-    out: dict[str, list[float]] = {c: [0.0] * n for c in ("productive", *CATEGORIES)}
-    columns = {"productive": "productive_gpu_seconds", **{c: f"waste_{c}" for c in CATEGORIES}}
-    gpu_seconds = {c: spans[column].to_numpy(dtype=float) for c, column in columns.items()}
-    for i, (first, last) in enumerate(zip(spans["first_time"].to_numpy(dtype=float),
-                                          spans["last_time"].to_numpy(dtype=float), strict=True)):
-        start, end = float(first), max(float(last), float(first) + 1e-9)
-        b0, b1 = int((start - first_bucket) // width), int((end - first_bucket) // width)
-        for b in range(b0, min(b1, n - 1) + 1):
-            overlap = min(end, edges[b + 1]) - max(start, edges[b])
-            fraction = overlap / (end - start)
-            if fraction <= 0:
-                continue
-            for c, values in gpu_seconds.items():
-                out[c][b] += float(values[i]) * fraction
-    records = [{"bucket_start": float(edges[b]), "category": c, "gpu_seconds": out[c][b]}
-               for c in out for b in range(n)]
-    return pd.DataFrame(records), label
+def projects_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per project: its runs' figures added up (goodput of the sums), most wasted first."""
+    columns = ["allocated_gpu_seconds", "productive_gpu_seconds", "wasted_gpu_seconds", "restarts",
+               *(f"waste_{c}" for c in CATEGORIES)]
+    if frame.empty:
+        return pd.DataFrame({c: [] for c in ["project", "runs", "running", "goodput", *columns]})
+    grouped = frame.groupby("project", sort=True)
+    out = grouped[columns].sum()
+    out["runs"] = grouped.size()
+    out["running"] = grouped["status"].apply(lambda s: int((s == "running").sum()))
+    out["goodput"] = (out["productive_gpu_seconds"] / out["allocated_gpu_seconds"]).where(
+        out["allocated_gpu_seconds"] > 0)
+    return out.reset_index().sort_values(["wasted_gpu_seconds", "project"], ascending=[False, True], kind="stable")
 
 
-_WIDTHS = ((60, "1 min"), (300, "5 min"), (900, "15 min"), (3600, "1 h"), (6 * 3600, "6 h"), (86400, "1 day"),
-           (7 * 86400, "1 week"))
+def over_time(window: FleetWindow, keep: set[tuple[str, str]] | None = None) -> pd.DataFrame:
+    """GPU-seconds per time bucket, project and key (productive and each waste category) of the runs in `keep`
+    ((project, run id); None: all), from each run's own buckets: time is where it was spent, never spread.
+
+    Columns: bucket_start, project, category, gpu_seconds (one row per bucket x project x key)."""
+    edges = window.bucket_start + window.bucket_s * np.arange(window.bucket_count, dtype=np.float64)
+    sums: dict[tuple[str, str], np.ndarray] = {}
+    for r in window.runs:
+        if keep is not None and (r.run.project, r.run.run_id) not in keep:
+            continue
+        for key, values in r.buckets.items():
+            acc = sums.setdefault((r.run.project, key), np.zeros(window.bucket_count))
+            acc += np.asarray(values[: window.bucket_count], dtype=np.float64)
+    records = [{"bucket_start": float(edges[b]), "project": project, "category": key, "gpu_seconds": float(v[b])}
+               for (project, key), v in sorted(sums.items()) for b in range(window.bucket_count)]
+    if not records:
+        return pd.DataFrame({"bucket_start": [], "project": [], "category": [], "gpu_seconds": []})
+    return pd.DataFrame(records)
 
 
-def _bucket_width(at_least_s: float) -> tuple[float, str]:
-    for width, label in _WIDTHS:
-        if width >= at_least_s:
-            return float(width), label
-    return float(_WIDTHS[-1][0]), _WIDTHS[-1][1]
+_WIDTH_LABELS = {60: "1 min", 300: "5 min", 600: "10 min", 900: "15 min", 1800: "30 min", 3600: "1 h",
+                 7200: "2 h", 6 * 3600: "6 h", 12 * 3600: "12 h", 86400: "1 day", 7 * 86400: "1 week"}
+
+
+def width_label(bucket_s: float) -> str:
+    """`15 min`, `1 h`, `1 day`: a bucket's width as the chart's axis says it."""
+    return _WIDTH_LABELS.get(int(bucket_s), fmt_duration(bucket_s))

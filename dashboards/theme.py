@@ -1,4 +1,5 @@
-"""The dashboard's look: fonts, ink and the plotly template (category colours and labels: services.presentation)."""
+"""The dashboard's look: fonts, ink and the plotly template (category, status and marker colours and labels:
+services.presentation, where every surface reads them)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ FONT = "Inter, -apple-system, BlinkMacSystemFont, 'Segoe UI', Roboto, Helvetica,
 INK = "#1F2937"
 MUTED = "#6B7280"
 GRID = "#E5E7EB"
+RANK_BAR = "#64748B"  # a rank that is not a straggler: neutral, neither a category's colour nor a status's
 
 
 def template() -> go.layout.Template:

@@ -5,6 +5,7 @@ formats. The dashboard, the reports and the CLI import these; none keeps a copy,
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from services.analysis.categories import WASTE_KEYS
@@ -39,12 +40,27 @@ DESCRIPTIONS: dict[str, str] = {
     "allocated": "everything allocated to the run",
 }
 
+# Statuses and markers: a set of their own (Paul Tol's "muted", colour-blind safe), so that no colour means both a
+# waste category and a state. A failure marker is the colour of a failed attempt; a hung run's is not the hang
+# category's (that one is waste time, this one a state).
 STATUS_COLORS: dict[str, str] = {
-    "running": "#0072B2",
-    "finished": "#009E73",
-    "failed": "#D55E00",
-    "cancelled": "#6B7280",
+    "running": "#332288",  # indigo
+    "finished": "#117733",  # green
+    "completed": "#117733",  # an attempt that completed: the run finished
+    "failed": "#882255",  # wine
+    "hung": "#AA4499",  # purple: hung, possibly hung, no progress (live)
+    "preempted": "#DDCC77",  # sand (dark text on it)
+    "cancelled": "#4B5563",  # slate
+    "ended": "#4B5563",  # an attempt that ended without saying why
 }
+STATUS_TEXT_COLORS: dict[str, str] = {status: "#1F2937" if status == "preempted" else "#FFFFFF"
+                                      for status in STATUS_COLORS}  # the ink that reads on each badge
+MARKER_COLORS: dict[str, str] = {
+    "failure": STATUS_COLORS["failed"],  # a failed attempt's end, a failed or torn checkpoint write
+    "hung": STATUS_COLORS["hung"],  # the live "no progress" band, the "possibly hung" flag
+    "restart": "#6B7280",  # a restart's line
+}
+WASTED_COLOR = "#4B5563"  # all waste together (a card's stripe): none of the categories'
 
 # -- numbers and times ---------------------------------------------------------------------------------------------
 
@@ -70,6 +86,55 @@ def gpu_hours(gpu_seconds: float | None, *, unit: bool = True) -> str:
     text = "<0.01" if 0 < abs(hours) < 0.005 else f"{hours:,.2f}"
     return f"{text} GPU-h" if unit else text
 
+
+
+@dataclass(frozen=True, slots=True)
+class GpuTimeUnit:
+    """A unit of GPU time: its symbol (`GPU-min`), axis title (`GPU-minutes`), size in GPU-seconds and decimals."""
+
+    symbol: str
+    title: str
+    seconds: float
+    decimals: int
+
+    def value(self, gpu_seconds: float) -> float:
+        """GPU-seconds in this unit (a chart's coordinate)."""
+        return gpu_seconds / self.seconds
+
+    @property
+    def d3_format(self) -> str:
+        """The plotly hover / tick format of a value in this unit: `,.2f`."""
+        return f",.{self.decimals}f"
+
+
+GPU_SECONDS = GpuTimeUnit(symbol="GPU-s", title="GPU-seconds", seconds=1.0, decimals=1)
+GPU_MINUTES = GpuTimeUnit(symbol="GPU-min", title="GPU-minutes", seconds=60.0, decimals=1)
+GPU_HOURS = GpuTimeUnit(symbol="GPU-h", title="GPU-hours", seconds=3600.0, decimals=2)
+
+
+def gpu_time_unit(*gpu_seconds: float | None) -> GpuTimeUnit:
+    """The one unit for a set of figures shown together (a card row, a table, a chart's axis), chosen by the
+    largest of them: GPU-hours from 1 GPU-hour on, GPU-minutes from 1 GPU-minute, else GPU-seconds. A figure
+    alone is a set of one. The same rule on every surface (dashboard, reports, CLI)."""
+    largest = max((abs(v) for v in gpu_seconds if v is not None and math.isfinite(v)), default=0.0)
+    if largest >= GPU_HOURS.seconds:
+        return GPU_HOURS
+    if largest >= GPU_MINUTES.seconds:
+        return GPU_MINUTES
+    return GPU_SECONDS
+
+
+def gpu_time(gpu_seconds: float | None, unit: GpuTimeUnit | None = None, *, with_unit: bool = True) -> str:
+    """GPU time in `unit` (by default the unit its own size calls for, `gpu_time_unit`): `1,234.56 GPU-h`,
+    `12.5 GPU-min`, `40.0 GPU-s`; a sliver that rounds to zero reads `<0.01 GPU-h`; `—` when unknown. Without the
+    unit (`with_unit=False`) where a column header carries it (`unit.symbol`)."""
+    if gpu_seconds is None or not math.isfinite(gpu_seconds):
+        return DASH
+    unit = unit or gpu_time_unit(gpu_seconds)
+    value = unit.value(gpu_seconds)
+    smallest = 10.0 ** -unit.decimals
+    text = f"<{smallest:.{unit.decimals}f}" if 0 < abs(value) < smallest / 2 else f"{value:,.{unit.decimals}f}"
+    return f"{text} {unit.symbol}" if with_unit else text
 
 def gpu_seconds(value: float | None) -> str:
     """GPU-seconds, whole: `12,345`."""

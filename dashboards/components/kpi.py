@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dash import html
 from dash.development.base_component import Component
 
-from services.presentation import STATUS_COLORS
+from services.presentation import STATUS_COLORS, STATUS_TEXT_COLORS
 
 
 def kpi_card(label: str, value: str, *, value_id: str, note: str = "", color: str | None = None,
@@ -21,8 +21,10 @@ def kpi_card(label: str, value: str, *, value_id: str, note: str = "", color: st
 
 
 def status_badge(status: str) -> html.Span:
+    """The status in its own colour (services.presentation.STATUS_COLORS: never a waste category's)."""
     return html.Span(status, className=f"badge badge-{status}",
-                     style={"backgroundColor": STATUS_COLORS.get(status, "#6B7280")})
+                     style={"backgroundColor": STATUS_COLORS.get(status, STATUS_COLORS["cancelled"]),
+                            "color": STATUS_TEXT_COLORS.get(status, "#FFFFFF")})
 
 
 def message(text: str, *, kind: str = "info", children: Sequence[Component] = ()) -> html.Div:

@@ -14,7 +14,7 @@ from dashboards.components.kpi import kpi_card, status_badge
 from dashboards.theme import FONT, GRID, INK
 from services import presentation as fmt
 from services.api_client import CheckpointRow, Ledger, LiveRun, NoRankCompute, RankCompute, RestartRow, RunView
-from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, LABELS
+from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, LABELS, MARKER_COLORS
 
 
 def header(ledger: Ledger) -> list[Any]:
@@ -29,21 +29,23 @@ def header(ledger: Ledger) -> list[Any]:
 
 
 def kpis(ledger: Ledger) -> list[html.Div]:
+    """The card row, every GPU figure in one unit (the one the allocated total calls for)."""
     allocated = ledger.allocated_gpu_seconds
+    unit = fmt.gpu_time_unit(allocated)
     wall = fmt.duration(ledger.allocated_wall_seconds)
     cards = [
         kpi_card("Goodput", fmt.percent(ledger.goodput), value_id=ids.kpi_value("run", "goodput"),
                  note="productive ÷ allocated", color=COLORS["productive"]),
-        kpi_card("Allocated", fmt.gpu_hours(allocated), value_id=ids.kpi_value("run", "allocated"),
+        kpi_card("Allocated", fmt.gpu_time(allocated, unit), value_id=ids.kpi_value("run", "allocated"),
                  note=f"{wall} of wall time"),
-        kpi_card("Productive", fmt.gpu_hours(ledger.productive_gpu_seconds),
+        kpi_card("Productive", fmt.gpu_time(ledger.productive_gpu_seconds, unit),
                  value_id=ids.kpi_value("run", "productive"),
                  note=fmt.share(ledger.productive_gpu_seconds, allocated), color=COLORS["productive"],
                  title=DESCRIPTIONS["productive"]),
     ]
     for c in CATEGORIES:
         value = ledger.waste_gpu_seconds[c]
-        cards.append(kpi_card(LABELS[c], fmt.gpu_hours(value), value_id=ids.kpi_value("run", f"waste-{c}"),
+        cards.append(kpi_card(LABELS[c], fmt.gpu_time(value, unit), value_id=ids.kpi_value("run", f"waste-{c}"),
                               note=fmt.share(value, allocated), color=COLORS[c], title=DESCRIPTIONS[c]))
     return cards
 
@@ -53,11 +55,11 @@ def ranks_note(ranks: RankCompute | NoRankCompute, ledger: Ledger) -> str:
         return "No step timings yet."
     source = ranks.compute_source or "step duration"
     slow = ranks.straggler_ranks
-    straggler = fmt.gpu_hours(ledger.waste_gpu_seconds.straggler)
+    straggler = fmt.gpu_time(ledger.waste_gpu_seconds.straggler)
     if slow:
         names = ", ".join(str(r) for r in slow[:8]) + ("…" if len(slow) > 8 else "")
         return (f"Median {source} per step, whisker to p90. Straggler rank{'s' if len(slow) > 1 else ''} "
-                f"{names} in red: the others waited {straggler} for them.")
+                f"{names} in the straggler colour: the others waited {straggler} for them.")
     return f"Median {source} per step, whisker to p90. No rank stands out (straggler time {straggler})."
 
 
@@ -80,12 +82,14 @@ _TABLE_STYLE: dict[str, Any] = {
 def restart_table(restarts: Sequence[RestartRow]) -> Any:
     if not restarts:
         return html.P("No restarts: the run kept its first attempt.", className="muted")
+    unit = fmt.gpu_time_unit(*(v for r in restarts for v in (r.rework_gpu_seconds, r.hang_gpu_seconds,
+                                                             r.startup_gpu_seconds)))
     rows: list[TableRow] = [{
         "attempt": r.attempt, "when": fmt.timestamp(r.time),
         "outcome": f"after {r.after} at step {fmt.integer(r.failed_at_step)}",
         "resume": "" if r.resume_step is None else r.resume_step, "reworked": r.steps_reworked,
-        "rework": fmt.gpu_hours(r.rework_gpu_seconds), "hang": fmt.gpu_hours(r.hang_gpu_seconds),
-        "startup": fmt.gpu_hours(r.startup_gpu_seconds),
+        "rework": fmt.gpu_time(r.rework_gpu_seconds, unit), "hang": fmt.gpu_time(r.hang_gpu_seconds, unit),
+        "startup": fmt.gpu_time(r.startup_gpu_seconds, unit),
     } for r in restarts]
     columns: list[DataTable.Columns] = [
         {"id": k, "name": v} for k, v in (("attempt", "Attempt"), ("when", "Restarted (UTC)"),
@@ -116,7 +120,8 @@ def checkpoint_table(checkpoints: Sequence[CheckpointRow], total: int, ledger: L
         note += f" Showing the last {len(checkpoints):,} of {total:,}."
     style = dict(_TABLE_STYLE)
     style["style_data_conditional"] = [
-        {"if": {"filter_query": '{ok} != "ok"', "column_id": "ok"}, "color": COLORS["hang"], "fontWeight": 600}]
+        {"if": {"filter_query": '{ok} != "ok"', "column_id": "ok"}, "color": MARKER_COLORS["failure"],
+         "fontWeight": 600}]
     return html.Div([html.P(note, className="muted"),
                      DataTable(id=ids.RUN_CHECKPOINT_TABLE + "-data", data=rows, columns=columns, **style)])
 

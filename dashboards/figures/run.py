@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dashboards.figures.common import base_figure, empty_figure, to_datetimes
-from dashboards.theme import GRID, INK, MUTED, template
+from dashboards.theme import GRID, INK, MUTED, RANK_BAR, template
 from services import presentation as fmt
 from services.api_client import (
     AllocationSpan,
@@ -27,10 +27,14 @@ from services.api_client import (
     RunViews,
     Segment,
 )
-from services.presentation import CATEGORIES, COLORS, LABELS
+from services.presentation import CATEGORIES, COLORS, LABELS, MARKER_COLORS, STATUS_COLORS, STATUS_TEXT_COLORS
 
-_OUTCOME_COLORS = {"completed": "#2F855A", "failed": COLORS["hang"], "preempted": COLORS["rework"],
-                   "running": "#0072B2", "ended": "#4B5563"}
+_OUTCOMES = ("completed", "failed", "preempted", "running", "ended")  # an attempt's, in the statuses' colours
+_ALLOCATION_COLOR = "#6B7280"
+# The heat map's scale: pale at the median of all ranks, dark where a rank is much slower (ColorBrewer Purples,
+# a sequential scale that reads in grey too); no waste category or status uses it.
+_HEAT_SCALE = [[0.0, "#F7F7FB"], [0.25, "#DADAEB"], [0.5, "#9E9AC8"], [0.75, "#6A51A3"], [1.0, "#3F007D"]]
+_HEAT_SPAN = 0.5  # the darkest colour: this much slower than the median (+50%) or more
 _ROW_ALLOC, _ROW_ATTEMPTS, _ROW_BAND = "Allocation", "Attempts", "GPU time"
 _MAX_MARKED = 60  # vertical lines and shaded hangs drawn at most (the rest are still in the tables)
 
@@ -47,8 +51,8 @@ def timeline_figure(view: RunViews, live: LiveRun | None = None) -> go.Figure:
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.34, 0.66], vertical_spacing=0.07)
     band_x, band_y, band_text = stall_band(live)
     fig.add_trace(go.Scatter(
-        x=band_x, y=band_y, mode="lines", fill="toself", fillcolor="rgba(213,94,0,0.16)",
-        line={"color": COLORS["hang"], "width": 1, "dash": "dot"}, name="No progress (live)", showlegend=False,
+        x=band_x, y=band_y, mode="lines", fill="toself", fillcolor=_rgba(MARKER_COLORS["hung"], 0.16),
+        line={"color": MARKER_COLORS["hung"], "width": 1, "dash": "dot"}, name="No progress (live)", showlegend=False,
         hoveron="fills", text=band_text, hoverinfo="text",
     ), row=2, col=1)
     fig.update_layout(template=template(), height=520, barmode="overlay", bargap=0.35,
@@ -79,14 +83,20 @@ def stall_band(live: LiveRun | None) -> tuple[list[str], list[float], str]:
     return [t0.isoformat(), t1.isoformat(), t1.isoformat(), t0.isoformat(), t0.isoformat()], [0, 0, top, top, 0], text
 
 
+def _rgba(hex_color: str, alpha: float) -> str:
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
 def _bar(fig: go.Figure, starts: list[float], ends: list[float], row_label: str, *, color: str | list[str],
-         name: str, text: list[str] | None, hover: list[str], legend: bool, group: str) -> None:
+         name: str, text: list[str] | None, hover: list[str], legend: bool, group: str,
+         text_color: str | list[str] = "white") -> None:
     start = np.asarray(starts, dtype=np.float64)
     width_ms = (np.asarray(ends, dtype=np.float64) - start) * 1000.0
     fig.add_trace(go.Bar(
         base=to_datetimes(start), x=width_ms, y=[row_label] * len(start), orientation="h", name=name,
         marker={"color": color, "line": {"width": 0}}, text=text, textposition="inside", insidetextanchor="start",
-        textfont={"color": "white", "size": 11}, hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
+        textfont={"color": text_color, "size": 11}, hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
         showlegend=legend, legendgroup=group,
     ), row=1, col=1)
 
@@ -94,7 +104,7 @@ def _bar(fig: go.Figure, starts: list[float], ends: list[float], row_label: str,
 def _allocation_bars(fig: go.Figure, allocations: Sequence[AllocationSpan]) -> None:
     if not allocations:
         return
-    _bar(fig, [a.start for a in allocations], [a.end for a in allocations], _ROW_ALLOC, color="#4B5563",
+    _bar(fig, [a.start for a in allocations], [a.end for a in allocations], _ROW_ALLOC, color=_ALLOCATION_COLOR,
          name="Allocation", legend=False, group="alloc",
          text=[f"{a.gpus:,} GPUs" + (" (open)" if a.open else "") for a in allocations],
          hover=[f"Allocation: {a.gpus:,} GPUs<br>{fmt.timestamp(a.start)} → {fmt.timestamp(a.end)}"
@@ -120,7 +130,8 @@ def _attempt_bars(fig: go.Figure, attempts: Sequence[AttemptSpan], status: str) 
         hover.append(f"Attempt {a.attempt}: {outcome}<br>resumed from step {fmt.integer(a.resume_step)}, "
                      f"{steps}<br>{a.world_size:,} ranks, {fmt.duration(a.end - a.start)}")
     _bar(fig, [a.start for a in attempts], [a.end for a in attempts], _ROW_ATTEMPTS,
-         color=[_OUTCOME_COLORS[o] for o in outcomes], name="Attempts", legend=False, group="attempts",
+         color=[STATUS_COLORS[o] for o in outcomes], text_color=[STATUS_TEXT_COLORS[o] for o in outcomes],
+         name="Attempts", legend=False, group="attempts",
          text=[f"#{a.attempt} {o}" for a, o in zip(attempts, outcomes, strict=True)], hover=hover)
 
 
@@ -136,7 +147,6 @@ def _segment_bars(fig: go.Figure, segments: Sequence[Segment]) -> None:
 
 
 def _progress_lines(fig: go.Figure, progress: Sequence[Progress]) -> None:
-    shown_rework = False
     for p in progress:
         t = np.asarray(p.time, dtype=np.float64)
         s = np.asarray(p.step, dtype=np.int64)
@@ -155,23 +165,26 @@ def _progress_lines(fig: go.Figure, progress: Sequence[Progress]) -> None:
                 r = np.concatenate([[np.flatnonzero(kept)[-1]], r])
             fig.add_trace(go.Scatter(
                 x=to_datetimes(t[r]), y=s[r], mode="lines", line={"color": COLORS["rework"], "width": 2, "dash": "dot"},
-                name="Steps later redone (rework)", legendgroup="rework-steps", showlegend=not shown_rework,
+                name="Steps later redone (rework)", legendgroup="rework", showlegend=False,  # the Rework entry
                 hovertemplate=f"attempt {p.attempt}: thrown away by the restart<br>step %{{y:,}}<br>"
                               "%{x|%H:%M:%S} UTC<extra></extra>",
             ), row=2, col=1)
-            shown_rework = True
 
 
 def _checkpoint_marks(fig: go.Figure, checkpoints: Sequence[CheckpointRow]) -> None:
     if not checkpoints:
         return
-    for ok, name, symbol, color in ((True, "Checkpoint", "diamond", COLORS["checkpoint"]),
-                                    (False, "Checkpoint failed / torn", "x-thin-open", COLORS["hang"])):
+    # A written checkpoint is the checkpoint category's mark: it joins that legend entry rather than adding a second
+    # "Checkpoint"; a failed or torn write is a failure mark.
+    for ok, name, symbol, color, group in (
+            (True, LABELS["checkpoint"], "diamond", COLORS["checkpoint"], "checkpoint"),
+            (False, "Checkpoint failed / torn", "x-thin-open", MARKER_COLORS["failure"], "checkpoint-failed")):
         mine = [c for c in checkpoints if c.ok is ok]
         if not mine:
             continue
         fig.add_trace(go.Scatter(
             x=to_datetimes([c.end for c in mine]), y=[c.step for c in mine], mode="markers", name=name,
+            legendgroup=group, showlegend=not ok,
             marker={"symbol": symbol, "size": 7, "color": color, "line": {"width": 2, "color": color}},
             customdata=[[fmt.seconds(c.blocking_seconds), "torn" if c.torn else ("ok" if c.ok else "failed")]
                         for c in mine],
@@ -185,7 +198,7 @@ def _failure_marks(fig: go.Figure, failures: Sequence[Failure], hangs: Sequence[
     if marked:
         fig.add_trace(go.Scatter(
             x=to_datetimes([f.time for f in marked]), y=[f.step for f in marked], mode="markers",
-            name="Failure", marker={"symbol": "x", "size": 12, "color": COLORS["hang"],
+            name="Failure", marker={"symbol": "x", "size": 12, "color": MARKER_COLORS["failure"],
                                     "line": {"width": 1, "color": "white"}},
             customdata=[[f.attempt, f.reason] for f in marked],
             hovertemplate="attempt %{customdata[0]} %{customdata[1]} at step %{y:,}<br>%{x|%H:%M:%S} UTC"
@@ -195,7 +208,7 @@ def _failure_marks(fig: go.Figure, failures: Sequence[Failure], hangs: Sequence[
         fig.add_vrect(x0=to_datetimes([h.start])[0], x1=to_datetimes([h.end])[0], row=2, col=1,
                       fillcolor=COLORS["hang"], opacity=0.12, line_width=0, layer="below")
     for r in restarts[:_MAX_MARKED]:
-        fig.add_vline(x=to_datetimes([r.time])[0], line={"color": MUTED, "width": 1, "dash": "dot"})
+        fig.add_vline(x=to_datetimes([r.time])[0], line={"color": MARKER_COLORS["restart"], "width": 1, "dash": "dot"})
     if len(restarts) <= 12:
         for r in restarts:
             fig.add_annotation(x=to_datetimes([r.time])[0], y=1, yref="y2 domain", xanchor="left",
@@ -204,7 +217,8 @@ def _failure_marks(fig: go.Figure, failures: Sequence[Failure], hangs: Sequence[
 
 
 def ledger_figure(ledger: Ledger) -> go.Figure:
-    """The ledger as a waterfall: allocated GPU-hours, minus each waste category, leaves the productive part."""
+    """The ledger as a waterfall: allocated GPU time, minus each waste category, leaves the productive part (in the
+    one unit the allocated total calls for)."""
     allocated = ledger.allocated_gpu_seconds
     if allocated <= 0:
         return empty_figure("Nothing allocated yet: no GPU time to account for")
@@ -216,23 +230,24 @@ def ledger_figure(ledger: Ledger) -> go.Figure:
         level -= waste[c]
         bases.append(level)
     bases = [0.0, *bases, 0.0]
-    colors = ["#4B5563", *(COLORS[c] for c in CATEGORIES), COLORS["productive"]]
+    colors = [_ALLOCATION_COLOR, *(COLORS[c] for c in CATEGORIES), COLORS["productive"]]
+    unit = fmt.gpu_time_unit(allocated)
     fig = base_figure(height=340, showlegend=False, bargap=0.3, uirevision="ledger")
     fig.add_trace(go.Bar(
-        x=names, y=[v / 3600.0 for v in values], base=[b / 3600.0 for b in bases], marker={"color": colors},
-        text=[f"{fmt.gpu_hours(v)}<br>{fmt.share(v, allocated)}" if v > 0 else "0" for v in values],
+        x=names, y=[unit.value(v) for v in values], base=[unit.value(b) for b in bases], marker={"color": colors},
+        text=[f"{fmt.gpu_time(v, unit)}<br>{fmt.share(v, allocated)}" if v > 0 else "0" for v in values],
         textposition="outside",
         textfont={"size": 11},
-        cliponaxis=False, customdata=[fmt.gpu_hours(v) for v in values],
+        cliponaxis=False, customdata=[fmt.gpu_time(v, unit) for v in values],
         hovertemplate="%{x}: %{customdata}<extra></extra>",
     ))
-    fig.update_yaxes(title_text="GPU-hours", rangemode="tozero", range=[0, allocated / 3600.0 * 1.18])
+    fig.update_yaxes(title_text=unit.title, rangemode="tozero", range=[0, unit.value(allocated) * 1.18])
     fig.update_xaxes(title_text=None)
     return fig
 
 
 def rank_compute_figure(ranks: RankCompute | NoRankCompute) -> go.Figure:
-    """Median compute seconds per step for each rank (whisker to p90); stragglers in red."""
+    """Median compute seconds per step for each rank (whisker to p90); stragglers in the straggler colour."""
     if not isinstance(ranks, RankCompute) or not ranks.rows:
         return empty_figure("No step timings reported yet")
     rows = ranks.rows
@@ -240,12 +255,12 @@ def rank_compute_figure(ranks: RankCompute | NoRankCompute) -> go.Figure:
     median = np.array([r.median_compute_s for r in rows])
     p90 = np.array([r.p90_compute_s for r in rows])
     slow = [r.is_straggler for r in rows]
-    colors = [COLORS["hang"] if s else "#6B8FB8" for s in slow]
+    colors = [COLORS["straggler"] if s else RANK_BAR for s in slow]
     fig = base_figure(height=340, showlegend=False, uirevision="ranks", bargap=0.15)
     hover = [f"rank {r.rank}" + (f" on {r.host}" if r.host else "") +
              f"<br>median {fmt.seconds(r.median_compute_s)}, p90 {fmt.seconds(r.p90_compute_s)}, "
              f"mean {fmt.seconds(r.mean_compute_s)}<br>{r.steps:,} steps; straggler cost "
-             f"{fmt.gpu_hours(r.straggler_gpu_seconds)}" for r in rows]
+             f"{fmt.gpu_time(r.straggler_gpu_seconds)}" for r in rows]
     trace_cls = go.Bar if len(rows) <= 256 else go.Scattergl
     kwargs: dict[str, Any] = {"marker": {"color": colors}} if trace_cls is go.Bar else {
         "mode": "markers", "marker": {"color": colors, "size": [9 if s else 4 for s in slow]}}
@@ -261,7 +276,7 @@ def rank_compute_figure(ranks: RankCompute | NoRankCompute) -> go.Figure:
         excess = (r.median_compute_s / overall - 1) if overall else 0.0
         fig.add_annotation(x=r.rank, y=max(r.p90_compute_s, r.median_compute_s), yanchor="bottom",
                            text=f"rank {r.rank}: {excess:+.0%}", showarrow=True, arrowhead=0, ay=-24,
-                           font={"color": COLORS["hang"], "size": 12})
+                           arrowcolor=COLORS["straggler"], font={"color": INK, "size": 12})
     fig.update_xaxes(title_text="rank", tickformat=",d")
     top = float(np.nanmax(np.maximum(p90, median))) if len(rows) else 1.0
     fig.update_yaxes(title_text="compute per step (s)", rangemode="tozero", range=[0, top * 1.25])
@@ -269,18 +284,27 @@ def rank_compute_figure(ranks: RankCompute | NoRankCompute) -> go.Figure:
 
 
 def heatmap_figure(ranks: RankCompute | NoRankCompute) -> go.Figure:
-    """Mean compute seconds per rank (group) and step bucket: a straggler is a bright row."""
+    """Mean compute per rank (group) and step bucket, against the median of all ranks: a healthy run is evenly pale,
+    a straggler a dark row (the scale's dark end is +50% or more; faster than the median stays pale)."""
     heat = ranks.heatmap
     if heat is None or not heat.z:
         return empty_figure("No step timings reported yet")
     n_rows = len(heat.rank_labels)
     fig = base_figure(height=min(560, max(300, 120 + 9 * n_rows)), uirevision="heatmap")
     per = heat.ranks_per_row
+    z = np.array([[np.nan if v is None else v for v in row] for row in heat.z], dtype=np.float64)
+    reference = ranks.median_compute_s if isinstance(ranks, RankCompute) and ranks.median_compute_s else None
+    if reference is None or reference <= 0:
+        finite = z[np.isfinite(z)]
+        reference = float(np.median(finite)) if finite.size else 1.0
+    excess = np.where(np.isfinite(z), z / reference - 1.0, np.nan)
     fig.add_trace(go.Heatmap(
-        z=heat.z, x=heat.step_centers, y=heat.rank_labels, colorscale="YlOrRd", hoverongaps=False,
-        colorbar={"title": {"text": "s / step", "side": "right"}, "thickness": 12, "outlinewidth": 0},
+        z=[[None if not np.isfinite(v) else float(v) for v in row] for row in excess], x=heat.step_centers,
+        y=heat.rank_labels, customdata=heat.z, colorscale=_HEAT_SCALE, zmin=0.0, zmax=_HEAT_SPAN, hoverongaps=False,
+        colorbar={"title": {"text": "vs median", "side": "right"}, "thickness": 12, "outlinewidth": 0,
+                  "tickformat": "+.0%"},
         hovertemplate=("ranks %{y}" if per > 1 else "rank %{y}") + "<br>steps around %{x:,}<br>"
-                      "mean compute %{z:.3f} s<extra></extra>",
+                      "mean compute %{customdata:.3f} s (%{z:+.0%} vs the median)<extra></extra>",
     ))
     fig.update_xaxes(title_text="step", tickformat=",d", showgrid=False)
     fig.update_yaxes(title_text="rank" if per == 1 else f"ranks ({per} per row, slowest shown)", type="category",

@@ -48,7 +48,7 @@ def layout(run_id: str | None = None, project: str | None = None, **_query: Any)
             ]),
             html.Div(className="grid-2", children=[
                 html.Div(className="card", children=[
-                    html.H3("Where the GPU-hours went"),
+                    html.H3("Where the GPU time went"),
                     html.P("Allocated GPU time, minus each kind of waste, leaves the productive time.",
                            className="muted"),
                     dcc.Graph(id=ids.RUN_LEDGER_GRAPH, config=_GRAPH_CONFIG),
@@ -61,14 +61,15 @@ def layout(run_id: str | None = None, project: str | None = None, **_query: Any)
             ]),
             html.Div(className="card", children=[
                 html.H3("Compute time by rank and step"),
-                html.P("Mean compute seconds per step; a rank that is always slower shows as a bright row.",
+                html.P("Mean compute per step against the median of all ranks: a healthy run is evenly pale; a "
+                       "rank that is always slower shows as a dark row.",
                        className="muted"),
                 dcc.Graph(id=ids.RUN_HEATMAP_GRAPH, config=_GRAPH_CONFIG),
             ]),
             html.Div(className="card", children=[
                 html.H3("Restarts"),
                 html.P("What each failure cost: the steps computed again (rework), the time stuck before the "
-                       "failure was torn down (hang) and the restart's startup, in GPU-hours from the ledger.",
+                       "failure was torn down (hang) and the restart's startup, in GPU time from the ledger.",
                        className="muted"),
                 html.Div(id=ids.RUN_RESTART_TABLE),
             ]),
@@ -181,7 +182,7 @@ def _draw_live(store: dict[str, Any] | None) -> Any:
     if live is None or live.status != "running":
         return None
     since = live.seconds_since_progress
-    at_risk = fmt.gpu_hours(live.at_risk_gpu_seconds)
+    at_risk = fmt.gpu_time(live.at_risk_gpu_seconds)
     usual = fmt.seconds(live.median_step_seconds)
     if since is None:
         text = "Running: no step completed yet."

@@ -65,15 +65,17 @@ def wait_for_rows(tab: Page, expected: list[str]) -> None:
 
 
 def fleet_expectations(runs: list[dict[str, Any]]) -> dict[str, str]:
+    """The fleet cards, in the one unit the allocated total calls for."""
     allocated = sum(r["allocated_gpu_seconds"] for r in runs)
     productive = sum(r["productive_gpu_seconds"] for r in runs)
+    unit = fmt.gpu_time_unit(allocated)
     out = {
         "#fleet-kpi-goodput": fmt.percent(productive / allocated),
-        "#fleet-kpi-allocated": fmt.gpu_hours(allocated),
-        "#fleet-kpi-wasted": fmt.gpu_hours(sum(sum(r["waste_gpu_seconds"].values()) for r in runs)),
+        "#fleet-kpi-allocated": fmt.gpu_time(allocated, unit),
+        "#fleet-kpi-wasted": fmt.gpu_time(sum(sum(r["waste_gpu_seconds"].values()) for r in runs), unit),
     }
     for c in CATEGORIES:
-        out[f"#fleet-kpi-waste-{c}"] = fmt.gpu_hours(sum(r["waste_gpu_seconds"][c] for r in runs))
+        out[f"#fleet-kpi-waste-{c}"] = fmt.gpu_time(sum(r["waste_gpu_seconds"][c] for r in runs), unit)
     return out
 
 
@@ -87,19 +89,20 @@ def test_fleet_page_shows_the_apis_numbers_worst_run_first(seeded_server: Server
 
     worst_first = sorted(runs, key=lambda r: (-sum(r["waste_gpu_seconds"].values()), r["run_id"]))
     assert table_run_ids(tab) == [r["run_id"] for r in worst_first]
+    unit = fmt.gpu_time_unit(*(r["allocated_gpu_seconds"] for r in runs))  # one unit for the table
     for run in runs:
         row = f'tr[data-run-id="{run["run_id"]}"]'
         if run.get("provisional"):  # still hung: its figures grow between reads (bracketed above)
             continue
         assert text(tab, f"{row} td.cell-goodput") == fmt.percent(run["goodput"])
-        assert text(tab, f"{row} td.cell-allocated") == fmt.gpu_hours(run["allocated_gpu_seconds"])
-        assert text(tab, f"{row} td.cell-wasted") == fmt.gpu_hours(sum(run["waste_gpu_seconds"].values()))
+        assert text(tab, f"{row} td.cell-allocated") == fmt.gpu_time(run["allocated_gpu_seconds"], unit)
+        assert text(tab, f"{row} td.cell-wasted") == fmt.gpu_time(sum(run["waste_gpu_seconds"].values()), unit)
         titles = [s.get_attribute("title") for s in tab.page.query_selector_all(f"{row} .stacked .seg")]
         for c in CATEGORIES:
             value = run["waste_gpu_seconds"][c]
             if value > 0:
                 share = fmt.share(value, run["allocated_gpu_seconds"])
-                assert f"{LABELS[c]}: {fmt.gpu_hours(value)} ({share})" in titles, (run["run_id"], c)
+                assert f"{LABELS[c]}: {fmt.gpu_time(value, unit)} ({share})" in titles, (run["run_id"], c)
 
     stalled = f'tr[data-run-id="{STALLED_RUN}"]'
     assert "possibly hung" in text(tab, stalled)
@@ -118,18 +121,17 @@ def test_fleet_filters_by_status_and_run_id(seeded_server: Server, tab: Page) ->
     tab.page.click("#fleet-status-filter")
     tab.page.get_by_role("option", name="Failed").click()
     wait_for_rows(tab, failed)
-    assert text(tab, "#fleet-kpi-allocated") == fmt.gpu_hours(
+    assert text(tab, "#fleet-kpi-allocated") == fmt.gpu_time(
         sum(r["allocated_gpu_seconds"] for r in seeded_server.get("/v1/runs", status="failed")["runs"]))
 
-    tab.page.reload()  # a fresh page: status back to any
-    tab.page.wait_for_selector("#fleet-kpi-goodput", state="visible")
-    tab.page.fill("#fleet-run-filter", "hang")
-    tab.page.press("#fleet-run-filter", "Enter")
+    assert "status=failed" in tab.page.url  # the filter is in the address (a reload keeps it)
+
+    open_fleet(tab, seeded_server)  # the page's own address: status back to any
+    tab.page.fill("#fleet-run-filter", "hang")  # no Enter: the run id filters as it is typed
     wait_for_rows(tab, ["gpt-small-hang"])
     tab.screenshot("fleet-filtered")
 
     tab.page.fill("#fleet-run-filter", "no-such-run")
-    tab.page.press("#fleet-run-filter", "Enter")
     tab.page.wait_for_selector("text=No runs match these filters")
     assert tab.errors == []
 
@@ -152,13 +154,16 @@ def test_run_page_shows_the_ledger_of_the_api(seeded_server: Server, tab: Page, 
     open_run(tab, seeded_server, run_id)
     ledger = seeded_server.get(f"/v1/runs/{run_id}/waste")
     allocated = ledger["allocated_gpu_seconds"]
+    u0, u1 = fmt.gpu_time_unit(first["allocated_gpu_seconds"]), fmt.gpu_time_unit(allocated)  # one per card row
     assert_shows(tab, "#run-kpi-goodput", fmt.percent(first["goodput"]), fmt.percent(ledger["goodput"]))
-    assert_shows(tab, "#run-kpi-allocated", fmt.gpu_hours(first["allocated_gpu_seconds"]), fmt.gpu_hours(allocated))
-    assert_shows(tab, "#run-kpi-productive", fmt.gpu_hours(first["productive_gpu_seconds"]),
-                 fmt.gpu_hours(ledger["productive_gpu_seconds"]))
+    assert_shows(tab, "#run-kpi-allocated", fmt.gpu_time(first["allocated_gpu_seconds"], u0),
+                 fmt.gpu_time(allocated, u1))
+    assert_shows(tab, "#run-kpi-productive", fmt.gpu_time(first["productive_gpu_seconds"], u0),
+                 fmt.gpu_time(ledger["productive_gpu_seconds"], u1))
     for c in CATEGORIES:
         value = ledger["waste_gpu_seconds"][c]
-        assert_shows(tab, f"#run-kpi-waste-{c}", fmt.gpu_hours(first["waste_gpu_seconds"][c]), fmt.gpu_hours(value))
+        assert_shows(tab, f"#run-kpi-waste-{c}", fmt.gpu_time(first["waste_gpu_seconds"][c], u0),
+                     fmt.gpu_time(value, u1))
         assert_shows(tab, f"#run-kpi-waste-{c}-note",
                      fmt.share(first["waste_gpu_seconds"][c], first["allocated_gpu_seconds"]),
                      fmt.share(value, allocated))
@@ -176,9 +181,11 @@ def test_failing_run_lists_its_restarts_with_the_ledgers_costs(seeded_server: Se
     restarts = seeded_server.get(f"/v1/runs/{run_id}/restarts")["restarts"]
     assert len(restarts) == ledger["restarts"] == 2  # three failures, the last one ends the run
     body = text(tab, "#run-restart-table")
+    unit = fmt.gpu_time_unit(*(r[k] for r in restarts for k in ("rework_gpu_seconds", "hang_gpu_seconds",
+                                                                 "startup_gpu_seconds")))
     for r in restarts:
-        assert fmt.gpu_hours(r["rework_gpu_seconds"]) in body
-        assert fmt.gpu_hours(r["startup_gpu_seconds"]) in body
+        assert fmt.gpu_time(r["rework_gpu_seconds"], unit) in body
+        assert fmt.gpu_time(r["startup_gpu_seconds"], unit) in body
     checkpoints = text(tab, "#run-checkpoint-table")
     assert f"{ledger['checkpoints']['count']:,} checkpoints" in checkpoints
     assert tab.errors == []
@@ -190,7 +197,7 @@ def test_straggler_rank_is_named_and_highlighted(seeded_server: Server, tab: Pag
     assert ranks["straggler_ranks"] == [5]
     ledger = seeded_server.get("/v1/runs/bert-finetune-straggler/waste")
     note = text(tab, "#run-ranks-note")
-    assert "rank 5" in note and fmt.gpu_hours(ledger["waste_gpu_seconds"]["straggler"]) in note
+    assert "rank 5" in note and fmt.gpu_time(ledger["waste_gpu_seconds"]["straggler"]) in note
     assert tab.page.query_selector("#run-ranks-graph text.annotation-text") is not None
 
 
@@ -200,7 +207,7 @@ def test_live_runs_show_progress_and_the_stalled_one_is_flagged(seeded_server: S
     live = seeded_server.get(f"/v1/runs/{STALLED_RUN}/live")
     assert live["possibly_hung"] is True
     assert banner.startswith("Possibly hung.")
-    assert f"{fmt.gpu_hours(live['at_risk_gpu_seconds'])} at risk" in banner
+    assert f"{fmt.gpu_time(live['at_risk_gpu_seconds'])} at risk" in banner
     tab.screenshot("run-stalled-live")
 
     open_run(tab, seeded_server, "resnet-live")

@@ -28,6 +28,37 @@ def test_gpu_hours_are_written_one_way(seconds: float | None, text: str) -> None
     assert fmt.gpu_hours(seconds) == text
 
 
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0.0, "0.0 GPU-s"), (40.0, "40.0 GPU-s"), (600.0, "10.0 GPU-min"), (2 * 300.0, "10.0 GPU-min"),
+    (3599.0, "60.0 GPU-min"), (3600.0, "1.00 GPU-h"), (12_345_678.0, "3,429.36 GPU-h"), (None, "—"),
+])
+def test_gpu_time_takes_the_unit_its_size_calls_for(seconds: float | None, text: str) -> None:
+    assert fmt.gpu_time(seconds) == text
+
+
+def test_a_small_run_reads_in_minutes_and_a_set_of_figures_shares_one_unit() -> None:
+    # a 2-GPU run of five minutes: 600 GPU-s allocated, 18 of them idle
+    unit = fmt.gpu_time_unit(600.0, 18.0, 0.0)
+    assert unit is fmt.GPU_MINUTES and unit.title == "GPU-minutes"
+    assert [fmt.gpu_time(v, unit) for v in (600.0, 18.0, 0.0, 1.0)] == [
+        "10.0 GPU-min", "0.3 GPU-min", "0.0 GPU-min", "<0.1 GPU-min"]
+    assert fmt.gpu_time(7200.0, fmt.gpu_time_unit(7200.0, 30.0), with_unit=False) == "2.00"
+    assert fmt.gpu_time_unit() is fmt.GPU_SECONDS and fmt.gpu_time_unit(None, float("nan")) is fmt.GPU_SECONDS
+
+
+def test_a_small_runs_cards_and_bars_use_minutes_not_slivers_of_hours() -> None:
+    small = run_item(run_id="tiny", allocated_gpu_seconds=600.0, productive_gpu_seconds=540.0, goodput=0.9,
+                     waste_gpu_seconds={**dict.fromkeys(CATEGORIES, 0.0), "startup": 60.0}, first_time=0.0,
+                     last_time=300.0)
+    frame = data.runs_frame([small])
+    cards = {c.children[1].id: c.children[1].children for c in fleet_parts.kpis(data.fleet_totals(frame), frame)}
+    assert cards["fleet-kpi-allocated"] == "10.0 GPU-min" and cards["fleet-kpi-waste-startup"] == "1.0 GPU-min"
+    assert not any("<0.01" in str(v) for v in cards.values())
+    fig = figures.fleet_runs_figure(frame)
+    assert fig.layout.xaxis.title.text == "GPU-minutes" and fig.data[0].x[0] == pytest.approx(9.0)
+    assert "9.0 GPU-min" in fig.data[0].customdata[0][1]
+
+
 def test_durations_and_percentages_read_naturally() -> None:
     assert fmt.percent(0.57692) == "57.7%"
     assert fmt.percent(None) == "—"
@@ -42,15 +73,6 @@ def test_runs_are_sorted_worst_first_and_totals_add_up() -> None:
     totals = data.fleet_totals(frame)
     assert totals["allocated"] == pytest.approx(3 * 7200.0 + 1500.0)
     assert totals["goodput"] == pytest.approx(3 * 7200.0 / (3 * 7200.0 + 1500.0))
-
-
-def test_fleet_over_time_spreads_each_run_without_losing_gpu_time() -> None:
-    frame = data.runs_frame([run_row("a", 600.0, first=1000.0, last=8200.0), run_row("b", 60.0, first=5000.0,
-                                                                                      last=5060.0)])
-    buckets, width = data.fleet_over_time(frame, max_buckets=10)
-    assert width == "15 min"
-    total = frame["productive_gpu_seconds"].sum() + frame["wasted_gpu_seconds"].sum()
-    assert buckets["gpu_seconds"].sum() == pytest.approx(total)
 
 
 def test_empty_fleet_and_empty_run_draw_explanations_not_blank_axes() -> None:
@@ -81,9 +103,11 @@ def test_fleet_table_row_shows_status_goodput_and_a_bar_per_category() -> None:
     assert row.to_plotly_json()["props"]["data-run-id"] == "r/1"
     cells = row.children
     assert cells[0].children.href.endswith("/runs/r%2F1?project=default")  # a run is (project, run id)
-    assert cells[2].children == fmt.percent(7200.0 / 7920.0)
-    assert len(cells[4].children.children) == 1 + len(CATEGORIES)
-    assert "possibly hung" in cells[7].children.children
+    assert cells[1].children == "default"
+    assert cells[3].children == fmt.percent(7200.0 / 7920.0)
+    assert cells[4].children == "2.20 GPU-h"
+    assert len(cells[5].children.children) == 1 + len(CATEGORIES)
+    assert "possibly hung" in cells[8].children.children
 
 
 def test_run_kpis_use_the_ledgers_numbers() -> None:
@@ -112,6 +136,6 @@ def test_a_stale_fleet_row_says_it_is_updating() -> None:
     fresh, stale = run_row("fresh", 100.0), run_row("busy", 50.0, status="running", stale=True)
     frame = data.runs_frame([fresh, stale])
     assert frame.set_index("run_id")["stale"].to_dict() == {"fresh": False, "busy": True}
-    rows = {r.children[0].children.children: flat_text(r.children[1]) for r in
+    rows = {r.children[0].children.children: flat_text(r.children[2]) for r in
             fleet_parts.runs_table(frame).children[-1].children}
     assert "updating" in rows["busy"] and "updating" not in rows["fresh"]
