@@ -62,3 +62,17 @@ def test_advise_prints_the_apis_advice_word_for_word_within_the_terminal(capsys:
     rec = served.recommendations[0]
     for sentence in (served.measured.text, rec.title, rec.wording, rec.prediction, rec.confidence.text):
         assert sentence in text
+
+
+def test_a_small_runs_ledger_is_in_gpu_minutes_like_its_page(capsys: pytest.CaptureFixture[str]) -> None:
+    waste = dict.fromkeys(CATEGORIES, 0.0) | {"startup": 60.0}  # a 2-GPU job of 5 minutes
+    served = ledger(run_id="small", status="finished", allocated_gpu_seconds=600.0, productive_gpu_seconds=540.0,
+                    waste_gpu_seconds=waste, goodput=0.9)
+    api = ApiClient("http://c", http=httpx.Client(transport=httpx.MockTransport(
+        lambda request: httpx.Response(200, json=served.model_dump(mode="json")))))
+    assert print_ledger(api, "small") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["GPU-seconds", "GPU-minutes", "share"]
+    rows = {line.split()[0]: line.split() for line in lines[2:-1]}
+    assert rows["allocated"] == ["allocated", "600", "10.0", "100.0%"]
+    assert rows["startup"] == ["startup", "60", "1.0", "10.0%"]  # not "<0.01" GPU-hours

@@ -58,12 +58,13 @@ def print_runs(api: ApiClient, selection: RunFilter = RunFilter(), *, as_json: b
         return 0
     run_w = min(max(len("run"), *(len(r.run_id) for r in runs)), RUN_COLUMN_MAX)
     project_w = min(max(len("project"), *(len(r.project) for r in runs)), PROJECT_COLUMN_MAX)
-    print(f"{'run':<{run_w}} {'project':<{project_w}} {'status':<9} {'GPU-h':>9} {'wasted':>9} {'goodput':>7}  "
+    unit = fmt.gpu_time_unit(*(r.allocated_gpu_seconds for r in runs))  # one unit for the table, as on the fleet page
+    print(f"{'run':<{run_w}} {'project':<{project_w}} {'status':<9} {unit.symbol:>10} {'wasted':>10} {'goodput':>7}  "
           "biggest waste")
     for run in runs:
         print(f"{_clip(run.run_id, run_w):<{run_w}} {_clip(run.project, project_w):<{project_w}} {run.status:<9} "
-              f"{fmt.gpu_hours(run.allocated_gpu_seconds, unit=False):>9} "
-              f"{fmt.gpu_hours(wasted_gpu_seconds(run), unit=False):>9} {fmt.percent(run.goodput):>7}  "
+              f"{fmt.gpu_time(run.allocated_gpu_seconds, unit, with_unit=False):>10} "
+              f"{fmt.gpu_time(wasted_gpu_seconds(run), unit, with_unit=False):>10} {fmt.percent(run.goodput):>7}  "
               f"{_biggest_waste(run)}")
     return 0
 
@@ -76,11 +77,12 @@ def print_ledger(api: ApiClient, run_id: str, *, as_json: bool = False, project:
     alloc = ledger.allocated_gpu_seconds
     print(f"run {ledger.run_id}  status {ledger.status}  restarts {ledger.restarts}  "
           f"queue {fmt.duration(ledger.queue_seconds)}")
-    print(f"{'':<12} {'GPU-seconds':>14} {'GPU-hours':>10} {'share':>7}")
+    unit = fmt.gpu_time_unit(alloc)  # the unit the run's size calls for, as on its page
+    print(f"{'':<12} {'GPU-seconds':>14} {unit.title:>11} {'share':>7}")
     rows = [("allocated", alloc), ("productive", ledger.productive_gpu_seconds)]
     rows += [(c, ledger.waste_gpu_seconds[c]) for c in CATEGORIES]
     for name, value in rows:
-        print(f"{name:<12} {fmt.gpu_seconds(value):>14} {fmt.gpu_hours(value, unit=False):>10} "
+        print(f"{name:<12} {fmt.gpu_seconds(value):>14} {fmt.gpu_time(value, unit, with_unit=False):>11} "
               f"{fmt.share(value, alloc):>7}")
     if ledger.goodput is not None:
         print(f"goodput {fmt.percent(ledger.goodput)}")

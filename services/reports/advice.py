@@ -13,8 +13,14 @@ DEFAULT_CONFIG = AdviceConfig()
 
 
 def formats_for(ledger: Ledger) -> Formats:
-    """The figures of one run's advice in the formats of the dashboard, the reports and the CLI."""
-    return Formats(gpu_time=presentation.gpu_hours, percent=presentation.percent, duration=presentation.duration,
+    """The figures of one run's advice in the formats of the dashboard, the reports and the CLI: GPU time in the
+    one unit the run's size calls for (its allocation: GPU-seconds, -minutes or -hours), as on its page."""
+    unit = presentation.gpu_time_unit(ledger.allocated_gpu_seconds)
+
+    def gpu_time(gpu_seconds: float) -> str:
+        return presentation.gpu_time(gpu_seconds, unit)
+
+    return Formats(gpu_time=gpu_time, percent=presentation.percent, duration=presentation.duration,
                    integer=presentation.integer)
 
 

@@ -23,9 +23,11 @@ from services.presentation import (
     DASH,
     DESCRIPTIONS,
     STATUS_COLORS,
+    GpuTimeUnit,
     duration,
-    gpu_hours,
     gpu_seconds,
+    gpu_time,
+    gpu_time_unit,
     percent,
     pruned_note,
     seconds,
@@ -96,7 +98,7 @@ def _layout(fig: go.Figure, height: int, **extra: Any) -> go.Figure:
     return fig
 
 
-def _ledger_bar(breakdown: Sequence[BreakdownRow]) -> go.Figure:
+def _ledger_bar(breakdown: Sequence[BreakdownRow], unit: GpuTimeUnit) -> go.Figure:
     fig = go.Figure()
     for row in breakdown:
         if row.category == ALLOCATED or not row.gpu_seconds:
@@ -106,7 +108,7 @@ def _ledger_bar(breakdown: Sequence[BreakdownRow]) -> go.Figure:
                     marker_color=COLORS[row.category], text=[percent(share) if share >= 0.04 else ""],
                     textposition="inside", insidetextanchor="middle", textfont={"color": "white"},
                     hovertemplate=f"{row.category}: {percent(row.share)}, "
-                                  f"{gpu_hours(row.gpu_seconds)}<extra></extra>")
+                                  f"{gpu_time(row.gpu_seconds, unit)}<extra></extra>")
     fig.update_layout(barmode="stack", showlegend=True)
     fig.update_xaxes(range=[0, 1], tickformat=".0%")
     fig.update_yaxes(visible=False)
@@ -114,17 +116,18 @@ def _ledger_bar(breakdown: Sequence[BreakdownRow]) -> go.Figure:
                    legend={"orientation": "h", "y": -0.55, "traceorder": "normal"})
 
 
-def _attempts_figure(attempts: Sequence[AttemptLedger]) -> go.Figure:
+def _attempts_figure(attempts: Sequence[AttemptLedger], unit: GpuTimeUnit) -> go.Figure:
     labels = [str(a.attempt) for a in attempts]
     fig = go.Figure()
     for category in CATEGORY_ORDER:
-        values = [a.gpu_seconds.get(category, 0.0) / 3600 for a in attempts]
+        values = [unit.value(a.gpu_seconds.get(category, 0.0)) for a in attempts]
         if any(values):
             fig.add_bar(x=labels, y=values, name=category, marker_color=COLORS[category],
-                        hovertemplate=f"attempt %{{x}} {category}: %{{y:,.2f}} GPU-h<extra></extra>")
+                        hovertemplate=f"attempt %{{x}} {category}: %{{y:{unit.d3_format}}} {unit.symbol}"
+                                      "<extra></extra>")
     fig.update_layout(barmode="stack")
     fig.update_xaxes(title_text="attempt", type="category", tickangle=0)
-    fig.update_yaxes(title_text="GPU-hours")
+    fig.update_yaxes(title_text=unit.title)
     return _layout(fig, 300, legend={"orientation": "h", "y": -0.3, "x": 0, "traceorder": "normal"})
 
 
@@ -144,12 +147,12 @@ def _checkpoint_figure(rows: Sequence[CheckpointRow]) -> go.Figure:
     return _layout(fig, 260)
 
 
-def _straggler_figure(rows: Sequence[StragglerRow]) -> go.Figure:
+def _straggler_figure(rows: Sequence[StragglerRow], unit: GpuTimeUnit) -> go.Figure:
     fig = go.Figure()
-    fig.add_bar(x=[f"rank {r.rank}" for r in rows], y=[r.straggler_gpu_seconds / 3600 for r in rows],
+    fig.add_bar(x=[f"rank {r.rank}" for r in rows], y=[unit.value(r.straggler_gpu_seconds) for r in rows],
                 marker_color=COLORS[WasteCategory.STRAGGLER.value],
-                hovertemplate="%{x}: %{y:,.2f} GPU-h<extra></extra>", showlegend=False)
-    fig.update_yaxes(title_text="straggler GPU-hours")
+                hovertemplate=f"%{{x}}: %{{y:{unit.d3_format}}} {unit.symbol}<extra></extra>", showlegend=False)
+    fig.update_yaxes(title_text=f"straggler {unit.title}")
     return _layout(fig, 240, bargap=0.3 if len(rows) > 3 else 0.8)
 
 
@@ -171,16 +174,22 @@ def _kpi(label: str, value: str, sub: str = "") -> str:
             f'<div class="sub">{_e(sub)}</div></div>')
 
 
-def _breakdown_table(breakdown: Sequence[BreakdownRow]) -> str:
+def _nb(text: str) -> str:
+    """A unit that does not break at its hyphen in a table header."""
+    return _e(text).replace("-", "&#8209;")
+
+
+def _breakdown_table(breakdown: Sequence[BreakdownRow], unit: GpuTimeUnit) -> str:
     body = []
     for row in breakdown:
         category = row.category
         swatch = f'<span class="swatch" style="background:{COLORS[category]}"></span>' if category in COLORS else ""
         css = ' class="total"' if category == ALLOCATED else ""
         body.append(f"<tr{css}><td>{swatch}{_e(category)}</td><td>{gpu_seconds(row.gpu_seconds)}</td>"
-                    f"<td>{gpu_hours(row.gpu_seconds, unit=False)}</td><td>{percent(row.share)}</td>"
+                    f"<td>{gpu_time(row.gpu_seconds, unit, with_unit=False)}</td><td>{percent(row.share)}</td>"
                     f'<td class="desc">{_e(DESCRIPTIONS.get(category, ""))}</td></tr>')
-    return ("<table><thead><tr><th>category</th><th>GPU&#8209;seconds</th><th>GPU&#8209;hours</th><th>share</th>"
+    return ("<table><thead><tr><th>category</th><th>GPU&#8209;seconds</th>"
+            f"<th>{_nb(unit.title)}</th><th>share</th>"
             f"<th></th></tr></thead><tbody>{''.join(body)}</tbody></table>")
 
 
@@ -188,28 +197,30 @@ def _or_dash(value: object | None) -> object:
     return DASH if value is None else value
 
 
-def _restarts_table(rows: Sequence[RestartRow]) -> str:
+def _restarts_table(rows: Sequence[RestartRow], unit: GpuTimeUnit) -> str:
     if not rows:
         return '<p class="note">No restart.</p>'
     body = "".join(
         f"<tr><td>{_e(r.attempt)}</td><td>{_e(timestamp(r.time)[5:-4])}</td><td>{_e(r.after or '')}</td>"
         f"<td>{_e(_or_dash(r.failed_at_step))}</td><td>{_e(_or_dash(r.resume_step))}</td>"
-        f"<td>{gpu_hours(r.rework_gpu_seconds, unit=False)}</td><td>{gpu_hours(r.hang_gpu_seconds, unit=False)}</td>"
-        f"<td>{gpu_hours(r.startup_gpu_seconds, unit=False)}</td></tr>"
+        f"<td>{gpu_time(r.rework_gpu_seconds, unit, with_unit=False)}</td>"
+        f"<td>{gpu_time(r.hang_gpu_seconds, unit, with_unit=False)}</td>"
+        f"<td>{gpu_time(r.startup_gpu_seconds, unit, with_unit=False)}</td></tr>"
         for r in rows)
     return ("<table><thead><tr><th>attempt</th><th>restarted (UTC)</th><th>after</th><th>failed at</th>"
-            "<th>resumed at</th><th>rework GPU&#8209;h</th><th>hang GPU&#8209;h</th><th>startup GPU&#8209;h</th>"
+            f"<th>resumed at</th><th>rework {_nb(unit.symbol)}</th><th>hang {_nb(unit.symbol)}</th>"
+            f"<th>startup {_nb(unit.symbol)}</th>"
             f"</tr></thead><tbody>{body}</tbody></table>")
 
 
-def _straggler_table(rows: Sequence[StragglerRow]) -> str:
+def _straggler_table(rows: Sequence[StragglerRow], unit: GpuTimeUnit) -> str:
     body = "".join(
         f"<tr><td>{_e(r.rank)}</td><td>{_e(r.host or DASH)}</td>"
-        f"<td>{gpu_hours(r.straggler_gpu_seconds, unit=False)}</td><td>{percent(r.share_of_straggler)}</td>"
+        f"<td>{gpu_time(r.straggler_gpu_seconds, unit, with_unit=False)}</td><td>{percent(r.share_of_straggler)}</td>"
         f"<td>{seconds(r.median_compute_seconds)}</td></tr>"
         for r in rows[:10])
-    return ("<table><thead><tr><th>rank</th><th>host</th><th>straggler GPU&#8209;h</th><th>share of straggler</th>"
-            f"<th>median compute / step</th></tr></thead><tbody>{body}</tbody></table>")
+    return (f"<table><thead><tr><th>rank</th><th>host</th><th>straggler {_nb(unit.symbol)}</th>"
+            f"<th>share of straggler</th><th>median compute / step</th></tr></thead><tbody>{body}</tbody></table>")
 
 
 def _recommendation(r: Recommendation) -> str:
@@ -235,11 +246,11 @@ def _recommendations(measured: MeasuredRun, recs: Sequence[Recommendation], note
     return "".join(parts)
 
 
-def _provisional_note(provisional: ProvisionalHang | None) -> str:
+def _provisional_note(provisional: ProvisionalHang | None, unit: GpuTimeUnit) -> str:
     if not provisional:
         return ""
     return (f'<p class="note provisional"><strong>Hung now (provisional):</strong> no progress since '
-            f"{_e(timestamp(provisional.since))}; {_e(gpu_hours(provisional.hang_gpu_seconds))} of hang "
+            f"{_e(timestamp(provisional.since))}; {_e(gpu_time(provisional.hang_gpu_seconds, unit))} of hang "
             f"up to {_e(timestamp(provisional.as_of))} are counted in these figures and replaced by the final "
             "ledger once the attempt ends.</p>")
 
@@ -258,6 +269,7 @@ def report_html(report: RunReport) -> str:
     waste_total = ledger.waste_total_gpu_seconds
     allocated = ledger.allocated_gpu_seconds
     ck = report.checkpoints.summary
+    unit = gpu_time_unit(allocated)  # one unit for the run, the size of its allocation (as on its page)
 
     parts = [
         (f"<header><h1>Run <code>{_e(report.run_id)}</code> "
@@ -265,30 +277,30 @@ def report_html(report: RunReport) -> str:
          f'<p class="meta">{_e(timestamp(ledger.first_time))} to {_e(timestamp(ledger.latest_time))}'
          f" · {_e(duration(ledger.allocated_wall_seconds))} allocated wall time"
          f" · report written {_e(timestamp(report.generated_at))}</p></header>"),
-        _provisional_note(ledger.provisional),
+        _provisional_note(ledger.provisional, unit),
         _pruned_note(report.detail_pruned_at),
         '<section class="kpis">',
         _kpi("goodput", percent(ledger.goodput), "productive / allocated"),
-        _kpi("allocated", f"{gpu_hours(allocated)}", f"{gpu_seconds(allocated)} GPU-s"),
-        _kpi("productive", f"{gpu_hours(ledger.productive_gpu_seconds)}",
+        _kpi("allocated", gpu_time(allocated, unit), f"{gpu_seconds(allocated)} GPU-s"),
+        _kpi("productive", gpu_time(ledger.productive_gpu_seconds, unit),
              f"{gpu_seconds(ledger.productive_gpu_seconds)} GPU-s"),
-        _kpi("waste", f"{gpu_hours(waste_total)}", percent(waste_total / allocated) + " of allocated"
+        _kpi("waste", gpu_time(waste_total, unit), percent(waste_total / allocated) + " of allocated"
              if allocated > 0 else ""),
         _kpi("restarts", str(ledger.restarts), f"{ledger.failures} failure(s), MTBF "
              f"{duration(ledger.mtbf_seconds)}"),
-        _kpi("at risk", f"{gpu_hours(ledger.at_risk_gpu_seconds)}", "work since the last checkpoint"),
+        _kpi("at risk", gpu_time(ledger.at_risk_gpu_seconds, unit), "work since the last checkpoint"),
         "</section>",
-        "<section><h2>Where the GPU-hours went</h2>", figure(_ledger_bar(breakdown)),
-        _breakdown_table(breakdown), "</section>",
+        "<section><h2>Where the GPU time went</h2>", figure(_ledger_bar(breakdown, unit)),
+        _breakdown_table(breakdown, unit), "</section>",
         "<section><h2>Recommendations</h2>"
         f"{_recommendations(report.measured, report.recommendations, report.advice_notes)}</section>",
     ]
     parts.append("<section><h2>Attempts and restarts</h2>")
     if ledger.attempts:
-        parts.append(figure(_attempts_figure(ledger.attempts)))
+        parts.append(figure(_attempts_figure(ledger.attempts, unit)))
         parts.append('<p class="note">Per attempt, before the straggler carve-out (straggler time is counted per '
                      "rank, in the table below).</p>")
-    parts.append(_restarts_table(report.restarts) + "</section>")
+    parts.append(_restarts_table(report.restarts, unit) + "</section>")
 
     parts.append("<section><h2>Checkpoints</h2>")
     parts.append(f"<p>{_e(ck.count)} checkpoint(s): {_e(ck.ok)} ok, {_e(ck.failed)} failed, {_e(ck.torn)} torn; "
@@ -303,14 +315,14 @@ def report_html(report: RunReport) -> str:
     stragglers = report.stragglers
     parts.append("<section><h2>Stragglers</h2>")
     if stragglers:
-        parts.append(figure(_straggler_figure(stragglers)))
-        parts.append(_straggler_table(stragglers))
+        parts.append(figure(_straggler_figure(stragglers, unit)))
+        parts.append(_straggler_table(stragglers, unit))
     else:
         parts.append('<p class="note">No rank was charged with straggler time.</p>')
     parts.append("</section>")
     parts.append('<footer>goodput waste ledger. Every allocated GPU-second is counted once: productive or one waste '
-                 "category (rules: docs/ledger.md). GPU-hours = GPU-seconds / 3600; shares are of the allocated "
-                 "GPU-seconds.</footer>")
+                 f"category (rules: docs/ledger.md). GPU time in {_e(unit.title)}, the unit the run's size calls for; "
+                 "shares are of the allocated GPU-seconds.</footer>")
     body = "\n".join(parts)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'

@@ -152,7 +152,8 @@ def test_the_idle_gpu_run_is_told_about_its_unused_gpus() -> None:
     rec = only(advise(ledger), "unused_gpus")
     assert rec.title == "8 of 32 GPUs never used"
     assert rec.wording.startswith("8 of 32 GPUs never used: the job ran 24 ranks on an allocation of 32 GPUs, so "
-                                  f"{fmt.gpu_hours(880)} (25.0% of the allocation) sat idle. Allocate only 24 GPUs")
+                                  "14.7 GPU-min (25.0% of the allocation) sat idle. Allocate only 24 GPUs")
+    # GPU time in the unit the run's size calls for: 3,520 GPU-s allocated, under a GPU-hour: GPU-minutes
     assert rec.gain.gpu_seconds == pytest.approx(880.0) and rec.gain.bound == "expected"
     assert rec.gain.measured_goodput == pytest.approx(2400 / 3520)
     assert rec.gain.predicted_goodput == pytest.approx(2400 / 2640)

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from services.presentation import gpu_hours, gpu_seconds, percent
+from services.presentation import gpu_seconds, gpu_time, gpu_time_unit, percent
 from services.simulate import SimConfig, simulate
 
 CATEGORIES = ["productive", "startup", "checkpoint", "rework", "hang", "straggler", "idle", "allocated"]
@@ -86,9 +86,11 @@ def test_html_report_is_self_contained_and_shows_the_ledgers_numbers(client) -> 
     assert re.search(r"<link[^>]+href=", page) is None  # no external stylesheet or font
     assert page.count("plotly.js v") >= 1 and "Plotly.newPlot" in page  # plotly.js inlined, figures drawn by it
     assert percent(ledger["goodput"]) in page
-    assert gpu_hours(ledger['allocated_gpu_seconds']) in page
+    unit = gpu_time_unit(ledger["allocated_gpu_seconds"])  # one unit for the run, by the size of its allocation
+    assert gpu_time(ledger["allocated_gpu_seconds"], unit) in page
+    assert f"<th>{unit.title.replace('-', '&#8209;')}</th>" in page
     for category, gpu_s in ledger["waste_gpu_seconds"].items():
-        assert f"<td>{gpu_seconds(gpu_s)}</td><td>{gpu_hours(gpu_s, unit=False)}</td>" in page, category
+        assert f"<td>{gpu_seconds(gpu_s)}</td><td>{gpu_time(gpu_s, unit, with_unit=False)}</td>" in page, category
     assert "@media print" in page
     assert "rep-html" in page
 
