@@ -99,3 +99,15 @@ def test_the_idle_gpu_run_is_told_8_of_32_gpus_were_never_used(runs: Any) -> Non
     assert rec.gain.predicted_goodput == pytest.approx(productive / (allocated - 8 * wall))
     assert rec.prediction.startswith(f"Measured goodput {percent(productive / allocated)} -> "
                                      f"{percent(productive / (allocated - 8 * wall))} if only the 24 GPUs")
+
+
+def test_a_live_run_gone_silent_is_told_to_stop_first_everywhere(client: Any) -> None:
+    from tests.collector.test_live_api import running_sim
+
+    post(client, running_sim("silent", stopped_ago_s=120.0))  # hung: its hang so far grows with the clock
+    advice = RunAdvice.model_validate(client.get("/v1/runs/silent/advice").json())
+    report = client.get("/v1/runs/silent/report", params={"format": "json"}).json()
+    assert advice.recommendations[0].code == report["recommendations"][0]["code"] == "hung_now"
+    assert advice.recommendations[0].title == report["recommendations"][0]["title"] == "The run is hung now: stop it"
+    assert [r.code for r in advice.recommendations] == [r["code"] for r in report["recommendations"]]
+    assert advice.recommendations[0].wording.startswith("No progress for 2 min")  # the figures grow between reads
