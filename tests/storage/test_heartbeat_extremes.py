@@ -17,11 +17,10 @@ from services.analysis.live import detect_hang, live_state_from_run_data
 from services.analysis.run_data import run_data_from_events
 from services.analysis.views import build_run_views
 from services.collector.batch import parse_batch
-from services.derive.cache import SummaryCache
 from services.simulate import SimConfig, simulate
 from services.storage.load import load_run_data
 from services.storage.runs import get_run
-from services.storage.step_blocks import load_summarised_run_data
+from services.storage.step_blocks import SummaryCache, load_summarised_run_data
 from services.storage.write import write_batches
 from tests.storage.test_incremental_analysis import assert_same
 
