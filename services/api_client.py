@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from services.analysis.ledger_types import Ledger
 from services.analysis.live_types import LiveRun, LiveRuns
+from services.analysis.rank_detail import RankDetail
 from services.analysis.views import CheckpointRow, RestartRow
 from services.collector.schemas.advice import RunAdvice
 from services.collector.schemas.fleet import FleetWindow, RunInWindow, WindowFigures
@@ -56,9 +57,9 @@ from services.collector.schemas.views import (
 __all__ = [
     "AccessDenied", "AllocationSpan", "ApiClient", "ApiError", "ApiStatusError", "AttemptSpan", "CheckpointRow",
     "CollectorUnreachable", "Failure", "FleetWindow", "HangSpan", "IngestAck", "Ledger", "LiveRun", "LiveRuns",
-    "NoRankCompute", "NotFound", "Progress", "RankCompute", "Restart", "RestartRow", "ResumeCheck", "RunAdvice",
-    "RunInWindow", "RunList", "RunListItem", "RunView", "RunViews", "Segment", "UnexpectedAnswer", "WhoAmI",
-    "WindowFigures", "bearer",
+    "NoRankCompute", "NotFound", "Progress", "RankCompute", "RankDetail", "Restart", "RestartRow", "ResumeCheck",
+    "RunAdvice", "RunInWindow", "RunList", "RunListItem", "RunView", "RunViews", "Segment", "UnexpectedAnswer",
+    "WhoAmI", "WindowFigures", "bearer",
 ]
 
 T = TypeVar("T")
@@ -161,6 +162,11 @@ class ApiClient:
         (`stale`), so that it answers within about a second."""
         response = self._get(_run_path(run_id, "view"), {"stale_ok": "true", "project": project})
         return _parse(response, RunView.model_validate_json)
+
+    def rank(self, run_id: str, rank: int, *, project: str | None = None) -> RankDetail:
+        """One rank of the run: host, attempts, steps' compute and collective time, failures it was part of."""
+        return _parse(self._get(_run_path(run_id, f"ranks/{int(rank)}"), {"project": project}),
+                      RankDetail.model_validate_json)
 
     def live(self, run_id: str, *, project: str | None = None) -> LiveRun:
         return _parse(self._get(_run_path(run_id, "live"), {"project": project}), LiveRun.model_validate_json)

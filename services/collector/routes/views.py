@@ -12,14 +12,18 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 
 from services.analysis.provisional import provisional_ledger
+from services.analysis.rank_detail import RankDetail, build_rank_detail
+from services.analysis.run_data import comm_frame
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep
 from services.collector.schemas.errors import NOT_FOUND
 from services.collector.schemas.views import RunCheckpoints, RunRanks, RunRestarts, RunTimeline, RunView
 from services.derive.live import LEDGER_BUDGET_S, live_for_row, live_hang_of
 from services.derive.views import current_views, recent_views
+from services.errors import RunDetailPruned
+from services.storage.rank_rows import load_rank_comm, load_rank_events, load_rank_steps
 
 # How long /view?stale_ok=true waits for a fresh build before it answers with the stored one.
 STALE_OK_BUDGET_S = 1.0
@@ -37,6 +41,20 @@ def get_timeline(run: RunDep, analyses: AnalysesDep) -> RunTimeline:
             summary="Per-rank compute seconds per step (median, p90, mean), straggler GPU-seconds, heat map")
 def get_ranks(run: RunDep, analyses: AnalysesDep) -> RunRanks:
     return RunRanks.model_validate(current_views(analyses, run).views, from_attributes=True)
+
+
+@router.get("/v1/runs/{run_id:path}/ranks/{rank}", response_model=RankDetail, responses=NOT_FOUND,
+            summary="One rank: its host, attempts, steps' compute and collective time, the failures it was part of")
+def get_rank(run: RunDep, analyses: AnalysesDep,
+             rank: Annotated[int, Path(ge=0, le=2**31 - 1, description="the rank's number in its run")]) -> RankDetail:
+    if run.detail_pruned_at is not None:
+        raise RunDetailPruned(run.run_id, run.detail_pruned_at, "a rank's steps are read from its raw rows")
+    views = current_views(analyses, run).views
+    with analyses.engine.connect() as conn:
+        steps = load_rank_steps(conn, run.pk, rank)
+        comm = load_rank_comm(conn, run.pk, rank) if steps["comm"].isna().any() else comm_frame()
+        events = load_rank_events(conn, run.pk, rank)
+    return build_rank_detail(views, rank, steps, comm, events)
 
 
 @router.get("/v1/runs/{run_id:path}/checkpoints", response_model=RunCheckpoints, responses=NOT_FOUND,
