@@ -85,8 +85,12 @@ class IngestSettings(_Section):
     body_timeout_s: float = Field(30.0, gt=0, description=(
         "GOODPUT_BODY_TIMEOUT_S: seconds a client has to send a request's whole body once the request has started; "
         "a slower upload gets 408 and frees what it held (the client resends it)"))
-    writer_max_pending_events: int = Field(4_000_000, description=(
-        "GOODPUT_WRITER_MAX_PENDING_EVENTS: rows waiting for the database before ingestion answers 503"))
+    # Parsed rows take 40-460 bytes each (big records to one-rank records of 3 steps): 500k rows stay under ~230 MB
+    # per process. 4M let an overloaded collector hold GBs and minutes of backlog that its clients' spools keep
+    # safer (benchmarks.load at 10,240 ranks on a busy machine: 4 GiB per worker).
+    writer_max_pending_events: int = Field(500_000, description=(
+        "GOODPUT_WRITER_MAX_PENDING_EVENTS: rows (and records) parsed and waiting for the database, per process, "
+        "before ingestion answers 503 with Retry-After (the clients keep them in their spools meanwhile)"))
     target_requests_per_s: float = Field(400.0, gt=0, description=(
         "GOODPUT_TARGET_REQUESTS_PER_S: ingest requests per second one collector process aims to receive. Every "
         "answer asks each sender to wait senders-seen-in-the-last-10-s / this between posts "

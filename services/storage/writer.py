@@ -29,7 +29,7 @@ _Batch = tuple[Sequence[IngestRecord], int, Future[IngestResult], str | None]  #
 
 
 class BatchWriter:
-    def __init__(self, engine: Engine, *, max_pending_events: int = 2_000_000,
+    def __init__(self, engine: Engine, *, max_pending_events: int = 500_000,
                  max_group_events: int = 200_000, threads: int | None = None) -> None:
         self._engine = engine
         # PostgreSQL: two writers, so one transaction streams rows while the other commits (write_group takes
