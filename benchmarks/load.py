@@ -288,6 +288,19 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(1000 * seconds, 1)
 
 
+def _stop(proc: subprocess.Popen[bytes]) -> float | None:
+    """Seconds `goodput serve` took to exit after SIGTERM; None when it had not after 60 s (then SIGKILLed)."""
+    started = time.monotonic()
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(30)
+        return None
+    return round(time.monotonic() - started, 2)
+
+
 def _default_hang_at(duration_s: float, ramp_s: float) -> float:
     return max(ramp_s + 20.0, min(duration_s / 2, duration_s - 60.0))
 
@@ -382,14 +395,14 @@ def main(argv: list[str] | None = None) -> int:
             check = _verify(db_url, fleet.steps_made, ns.ranks_per_run, empty_bytes)
         finally:
             stop_sampling.set()
-            proc.terminate()
-            proc.wait(30)
+            shutdown_s = _stop(proc)
     load_after = os.getloadavg()
     result = _result(ns, fleet, samples, watch, check, ledger, t0, stop, ended, load_before[0], load_after[0],
                      hang_at_s, runs)
     ok = (not check["ranks_wrong_total"] and check["rows_stored"] == check["steps_made"] and not ledger["runs_wrong"]
           and not fleet.unacked_records)
     result["exactly_once"] = ok
+    result["collector_shutdown_s"] = shutdown_s
     if ns.json:  # first: a report that fails to render leaves the figures (render again with --render)
         Path(ns.json).write_text(json.dumps(result, indent=2, default=str))
     text_report = _markdown(result)
@@ -563,6 +576,8 @@ def _markdown(r: dict[str, Any]) -> str:
                          f"{r['ledger']['ledger_s_median']} s); unacknowledged at give-up: "
                          f"{r['unacked_records_at_give_up']} -> "
                          f"**{'nothing lost or duplicated' if r['exactly_once'] else 'MISMATCH'}**"),
+        ("shutdown", "SIGTERM -> exit: " + ("**not within 60 s** (SIGKILLed)" if r.get("collector_shutdown_s") is None
+                                             else f"{r['collector_shutdown_s']} s")),
     ]
     table = "| | measured |\n|---|---|\n" + "\n".join(f"| {label} | {value} |" for label, value in rows)
     return f"""# Fleet load: {r['ranks']:,} simulated ranks into `goodput serve` ({r['workers']} workers, PostgreSQL)
