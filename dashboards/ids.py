@@ -62,6 +62,15 @@ RUN_HEATMAP_GRAPH = "run-heatmap-graph"
 RUN_RANKS_NOTE = "run-ranks-note"
 RUN_CHECKPOINT_TABLE = "run-checkpoint-table"
 RUN_RESTART_TABLE = "run-restart-table"
+RUN_LINKS = "run-links"  # the report (HTML / CSV / JSON) and the advice
+RUN_ADVICE = "run-advice"  # the recommendations panel
+RUN_UNUSED_GPUS = "run-unused-gpus-note"
+RUN_STRAGGLER_TABLE = "run-straggler-table"
+RUN_RANK_PICK = "run-rank-pick"  # dropdown: open a rank's drill-down
+RUN_RANK_PANEL = "run-rank-panel"  # the drill-down of ?rank=N
+RUN_RANK_TIMELINE_GRAPH = "run-rank-timeline-graph"
+RUN_RANK_STEPS_GRAPH = "run-rank-steps-graph"
+RUN_STEP_ZOOM = "run-step-zoom"  # clientside: the step axis follows the timeline's time zoom
 
 
 def kpi_value(page: str, name: str) -> str:

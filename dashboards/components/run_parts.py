@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote, urlencode
 
-from dash import html
+import dash
+from dash import dcc, html
 from dash.dash_table.DataTable import DataTable
 from dash.types import NumberType
 
@@ -13,8 +15,53 @@ from dashboards import ids
 from dashboards.components.kpi import kpi_card, status_badge
 from dashboards.theme import FONT, GRID, INK
 from services import presentation as fmt
-from services.api_client import CheckpointRow, Ledger, LiveRun, NoRankCompute, RankCompute, RestartRow, RunView
-from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, LABELS, MARKER_COLORS
+from services.api_client import (
+    CheckpointRow,
+    Ledger,
+    LiveRun,
+    NoRankCompute,
+    RankCompute,
+    RestartRow,
+    RunView,
+    RunViews,
+)
+from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, LABELS, MARKER_COLORS, WASTED_COLOR
+
+REPORT_FORMATS = (("html", "Report (HTML)"), ("csv", "CSV"), ("json", "JSON"))
+
+
+def run_href(run_id: str, project: str | None = None, rank: int | None = None) -> str:
+    """The run page's address under the app's prefix, `?rank=N` opening that rank's drill-down."""
+    query = {k: v for k, v in (("project", project), ("rank", None if rank is None else str(rank))) if v}
+    path = f"/runs/{quote(run_id, safe='')}" + (f"?{urlencode(query)}" if query else "")
+    try:
+        return str(dash.get_relative_path(path))
+    except AttributeError:  # no Dash app configured (pure use, tests)
+        return path
+
+
+def api_href(api_base: str, run_id: str, what: str, project: str | None = None, **params: str) -> str:
+    """A collector address for the browser: `api_base` is the collector the dashboard reads ("" when it is mounted
+    in the collector itself, whose API is at the site's root)."""
+    query = {**params, **({"project": project} if project else {})}
+    return f"{api_base.rstrip('/')}/v1/runs/{quote(run_id, safe='')}/{what}" + (
+        f"?{urlencode(query)}" if query else "")
+
+
+def links(api_base: str, run_id: str, project: str | None) -> html.Div:
+    """The run's report in each format and its advice, as the collector serves them."""
+    items: list[Any] = [html.Span("Download:", className="muted")]
+    for fmt_name, label in REPORT_FORMATS:
+        items.append(html.A(label, href=api_href(api_base, run_id, "report", project, format=fmt_name),
+                            id=f"run-link-report-{fmt_name}", target="_blank", rel="noopener"))
+    items.append(html.A("Advice (JSON)", href=api_href(api_base, run_id, "advice", project), id="run-link-advice",
+                        target="_blank", rel="noopener"))
+    return html.Div(items, className="run-links", id=ids.RUN_LINKS)
+
+
+def rank_name(rank: int, host: str | None) -> str:
+    """"rank 5 on node000" (the host when the run reported it)."""
+    return f"rank {rank}" + (f" on {host}" if host else "")
 
 
 def header(ledger: Ledger) -> list[Any]:
@@ -31,6 +78,7 @@ def header(ledger: Ledger) -> list[Any]:
 def kpis(ledger: Ledger) -> list[html.Div]:
     """The card row, every GPU figure in one unit (the one the allocated total calls for)."""
     allocated = ledger.allocated_gpu_seconds
+    wasted = float(sum(ledger.waste_gpu_seconds[c] for c in CATEGORIES))
     unit = fmt.gpu_time_unit(allocated)
     wall = fmt.duration(ledger.allocated_wall_seconds)
     cards = [
@@ -42,6 +90,9 @@ def kpis(ledger: Ledger) -> list[html.Div]:
                  value_id=ids.kpi_value("run", "productive"),
                  note=fmt.share(ledger.productive_gpu_seconds, allocated), color=COLORS["productive"],
                  title=DESCRIPTIONS["productive"]),
+        kpi_card("Wasted", fmt.gpu_time(wasted, unit), value_id=ids.kpi_value("run", "wasted"),
+                 note=fmt.share(wasted, allocated), color=WASTED_COLOR,
+                 title="Every waste category together: allocated minus productive"),
     ]
     for c in CATEGORIES:
         value = ledger.waste_gpu_seconds[c]
@@ -86,7 +137,7 @@ def restart_table(restarts: Sequence[RestartRow]) -> Any:
                                                              r.startup_gpu_seconds)))
     rows: list[TableRow] = [{
         "attempt": r.attempt, "when": fmt.timestamp(r.time),
-        "outcome": f"after {r.after} at step {fmt.integer(r.failed_at_step)}",
+        "outcome": _previous_attempt(r),
         "resume": "" if r.resume_step is None else r.resume_step, "reworked": r.steps_reworked,
         "rework": fmt.gpu_time(r.rework_gpu_seconds, unit), "hang": fmt.gpu_time(r.hang_gpu_seconds, unit),
         "startup": fmt.gpu_time(r.startup_gpu_seconds, unit),
@@ -97,6 +148,63 @@ def restart_table(restarts: Sequence[RestartRow]) -> Any:
                                           ("reworked", "Steps redone"), ("rework", "Rework"), ("hang", "Hang"),
                                           ("startup", "Startup"))]
     return DataTable(id=ids.RUN_RESTART_TABLE + "-data", data=rows, columns=columns, **_TABLE_STYLE)
+
+
+def _previous_attempt(r: RestartRow) -> str:
+    """"failed at step 1,234", or "failed during startup (no step completed)" when it never reached a step."""
+    if r.failed_at_step is None:
+        return f"{r.after} during startup (no step completed)"
+    return f"{r.after} at step {fmt.integer(r.failed_at_step)}"
+
+
+def unused_gpus_note(view: RunViews) -> html.Div | None:
+    """Said plainly when the allocation held more GPUs than any attempt ran ranks on: those GPUs never did any work
+    (the ledger books them as idle)."""
+    tl = view.timeline
+    if not tl.allocations or not tl.attempts:
+        return None
+    gpus = max(a.gpus for a in tl.allocations)
+    ranks = max(a.world_size for a in tl.attempts)
+    if ranks >= gpus:
+        return None
+    unused = gpus - ranks
+    return html.Div(className="message message-warning", id="run-unused-gpus", children=[
+        html.B(f"{unused:,} of {gpus:,} allocated GPUs never ran a rank. "),
+        f"Every attempt ran {ranks:,} rank{'s' if ranks != 1 else ''} on an allocation of {gpus:,} GPUs: the other "
+        f"{unused:,} sat idle the whole run (in the Idle figure below). Ask for {ranks:,} GPUs, or run "
+        f"{gpus:,} ranks."])
+
+
+def straggler_table(ranks: RankCompute | NoRankCompute, run_id: str, project: str | None,
+                    *, shown: int = 10) -> Any:
+    """The ranks that cost the most straggler time (flagged ones first), each named with its host and opening its
+    drill-down."""
+    rows = sorted(ranks.rows, key=lambda r: (not r.is_straggler, -r.straggler_gpu_seconds, r.rank))[:shown]
+    if not rows:
+        return html.P("No step timings yet.", className="muted")
+    overall = ranks.median_compute_s if isinstance(ranks, RankCompute) else None
+    unit = fmt.gpu_time_unit(*(r.straggler_gpu_seconds for r in rows))
+    head = html.Tr([html.Th(h) for h in ("Rank", "Host", "Median compute", "p90", "vs all ranks",
+                                         f"Straggler cost ({unit.symbol})", "Steps", "")])
+    body = []
+    for r in rows:
+        excess = f"{r.median_compute_s / overall - 1:+.0%}" if overall else fmt.DASH
+        body.append(html.Tr(className="straggler-row" if r.is_straggler else "", children=[
+            html.Td(dcc.Link(str(r.rank), href=run_href(run_id, project, r.rank))), html.Td(r.host or fmt.DASH),
+            html.Td(fmt.seconds(r.median_compute_s)), html.Td(fmt.seconds(r.p90_compute_s)), html.Td(excess),
+            html.Td(fmt.gpu_time(r.straggler_gpu_seconds, unit, with_unit=False)), html.Td(fmt.integer(r.steps)),
+            html.Td("flagged straggler" if r.is_straggler else "", className="straggler-flag")]))
+    more = len(ranks.rows) - len(rows)
+    note = (f"The {len(rows):,} costliest of {len(ranks.rows):,} ranks shown; open any rank from the list above."
+            if more > 0 else "Every rank, costliest first.")
+    return html.Div([html.Table([html.Thead(head), html.Tbody(body)], className="table straggler-table",
+                                id=ids.RUN_STRAGGLER_TABLE + "-data"), html.P(note, className="muted")])
+
+
+def rank_options(ranks: RankCompute | NoRankCompute) -> list[dict[str, Any]]:
+    """The rank picker's choices: every rank with its host."""
+    return [{"label": rank_name(r.rank, r.host) + (" (straggler)" if r.is_straggler else ""), "value": r.rank}
+            for r in sorted(ranks.rows, key=lambda r: r.rank)]
 
 
 def checkpoint_table(checkpoints: Sequence[CheckpointRow], total: int, ledger: Ledger) -> Any:

@@ -36,6 +36,7 @@ _ALLOCATION_COLOR = "#6B7280"
 _HEAT_SCALE = [[0.0, "#F7F7FB"], [0.25, "#DADAEB"], [0.5, "#9E9AC8"], [0.75, "#6A51A3"], [1.0, "#3F007D"]]
 _HEAT_SPAN = 0.5  # the darkest colour: this much slower than the median (+50%) or more
 _ROW_ALLOC, _ROW_ATTEMPTS, _ROW_BAND = "Allocation", "Attempts", "GPU time"
+_LABELLED_OUTCOMES = 6  # attempts whose bars also name their outcome; more are labelled by number only
 _MAX_MARKED = 60  # vertical lines and shaded hangs drawn at most (the rest are still in the tables)
 
 
@@ -129,10 +130,15 @@ def _attempt_bars(fig: go.Figure, attempts: Sequence[AttemptSpan], status: str) 
                  if a.first_step is not None else "no step completed")
         hover.append(f"Attempt {a.attempt}: {outcome}<br>resumed from step {fmt.integer(a.resume_step)}, "
                      f"{steps}<br>{a.world_size:,} ranks, {fmt.duration(a.end - a.start)}")
+    # Few attempts: "#1 failed"; many: "#1" (the colour and the hover say the outcome). A label that does not fit its
+    # bar whole is hidden (uniformtext), never cut to "#1 fa".
+    many = len(attempts) > _LABELLED_OUTCOMES
     _bar(fig, [a.start for a in attempts], [a.end for a in attempts], _ROW_ATTEMPTS,
          color=[STATUS_COLORS[o] for o in outcomes], text_color=[STATUS_TEXT_COLORS[o] for o in outcomes],
          name="Attempts", legend=False, group="attempts",
-         text=[f"#{a.attempt} {o}" for a, o in zip(attempts, outcomes, strict=True)], hover=hover)
+         text=[f"#{a.attempt}" if many else f"#{a.attempt} {o}" for a, o in zip(attempts, outcomes, strict=True)],
+         hover=hover)
+    fig.update_layout(uniformtext={"minsize": 9, "mode": "hide"})
 
 
 def _segment_bars(fig: go.Figure, segments: Sequence[Segment]) -> None:
@@ -209,7 +215,7 @@ def _failure_marks(fig: go.Figure, failures: Sequence[Failure], hangs: Sequence[
                       fillcolor=COLORS["hang"], opacity=0.12, line_width=0, layer="below")
     for r in restarts[:_MAX_MARKED]:
         fig.add_vline(x=to_datetimes([r.time])[0], line={"color": MARKER_COLORS["restart"], "width": 1, "dash": "dot"})
-    if len(restarts) <= 12:
+    if len(restarts) <= _LABELLED_OUTCOMES:  # more would overlap: the dotted lines and the table say them
         for r in restarts:
             fig.add_annotation(x=to_datetimes([r.time])[0], y=1, yref="y2 domain", xanchor="left",
                                yanchor="top", showarrow=False, text=f" restart → step {fmt.integer(r.resume_step)}",
@@ -290,7 +296,7 @@ def heatmap_figure(ranks: RankCompute | NoRankCompute) -> go.Figure:
     if heat is None or not heat.z:
         return empty_figure("No step timings reported yet")
     n_rows = len(heat.rank_labels)
-    fig = base_figure(height=min(560, max(300, 120 + 9 * n_rows)), uirevision="heatmap")
+    fig = base_figure(height=min(560, max(300, 120 + 16 * n_rows)), uirevision="heatmap")  # a label per row up to ~27
     per = heat.ranks_per_row
     z = np.array([[np.nan if v is None else v for v in row] for row in heat.z], dtype=np.float64)
     reference = ranks.median_compute_s if isinstance(ranks, RankCompute) and ranks.median_compute_s else None
@@ -298,15 +304,41 @@ def heatmap_figure(ranks: RankCompute | NoRankCompute) -> go.Figure:
         finite = z[np.isfinite(z)]
         reference = float(np.median(finite)) if finite.size else 1.0
     excess = np.where(np.isfinite(z), z / reference - 1.0, np.nan)
+    labels, row_ranks, row_hosts = _heat_rows(ranks, heat.rank_labels, per)
+    customdata = [[[v, rank, host or "host not reported"] for v in row]
+                  for row, rank, host in zip(heat.z, row_ranks, row_hosts, strict=True)]
     fig.add_trace(go.Heatmap(
         z=[[None if not np.isfinite(v) else float(v) for v in row] for row in excess], x=heat.step_centers,
-        y=heat.rank_labels, customdata=heat.z, colorscale=_HEAT_SCALE, zmin=0.0, zmax=_HEAT_SPAN, hoverongaps=False,
+        y=labels, customdata=customdata, colorscale=_HEAT_SCALE, zmin=0.0, zmax=_HEAT_SPAN, hoverongaps=False,
         colorbar={"title": {"text": "vs median", "side": "right"}, "thickness": 12, "outlinewidth": 0,
                   "tickformat": "+.0%"},
-        hovertemplate=("ranks %{y}" if per > 1 else "rank %{y}") + "<br>steps around %{x:,}<br>"
-                      "mean compute %{customdata:.3f} s (%{z:+.0%} vs the median)<extra></extra>",
+        hovertemplate=("ranks %{y}" if per > 1 else "rank %{y}") + " (%{customdata[2]})<br>steps around %{x:,}<br>"
+                      "mean compute %{customdata[0]:.3f} s (%{z:+.0%} vs the median)<extra></extra>",
     ))
     fig.update_xaxes(title_text="step", tickformat=",d", showgrid=False)
-    fig.update_yaxes(title_text="rank" if per == 1 else f"ranks ({per} per row, slowest shown)", type="category",
-                     autorange="reversed", showgrid=False, gridcolor=GRID)
+    fig.update_yaxes(title_text="rank · host" if per == 1 else f"ranks · hosts ({per} per row, slowest shown)",
+                     type="category", autorange="reversed", showgrid=False, gridcolor=GRID, automargin=True,
+                     title_standoff=8)
+    # the labels name hosts: leave them room (about 8 px a character) besides the axis title
+    fig.update_layout(margin={"l": 40 + 8 * max((len(label) for label in labels), default=4)})
     return fig
+
+
+def _heat_rows(ranks: RankCompute | NoRankCompute, labels: Sequence[str], per: int
+               ) -> tuple[list[str], list[int | None], list[str | None]]:
+    """Each heat map row's axis label with its host(s) ("5 · node000", "0-7 · node000"), the rank a click on it
+    opens (a row of one rank; None for a group) and its host(s)."""
+    host_of = {r.rank: r.host for r in ranks.rows}
+    out_labels: list[str] = []
+    out_ranks: list[int | None] = []
+    out_hosts: list[str | None] = []
+    for label in labels:
+        first, _, last = label.partition("-")
+        lo = int(first)
+        hi = int(last) if last else lo
+        hosts = sorted({h for r in range(lo, hi + 1) if (h := host_of.get(r))})
+        host = None if not hosts else hosts[0] if len(hosts) == 1 else f"{hosts[0]}…{hosts[-1]}"
+        out_labels.append(f"{label} · {host}" if host else label)
+        out_ranks.append(lo if per == 1 else None)
+        out_hosts.append(host)
+    return out_labels, out_ranks, out_hosts

@@ -1,4 +1,6 @@
-"""One run: the headline numbers, where its time went and when, per-rank compute, checkpoints and restarts."""
+"""One run, what to do first: the advice engine's recommendations (as GET /v1/runs/{id}/advice serves them), the
+headline numbers with the total waste, links to the report and the advice; then where its time went and when,
+per-rank compute with hosts, checkpoints and restarts. `?rank=N` opens rank N's drill-down at the top."""
 
 from __future__ import annotations
 
@@ -6,11 +8,25 @@ from typing import Any
 from urllib.parse import unquote
 
 import dash
-from dash import Input, Output, Patch, State, callback, dcc, html, no_update
+from dash import (
+    ClientsideFunction,
+    Input,
+    Output,
+    Patch,
+    State,
+    callback,
+    clientside_callback,
+    ctx,
+    dcc,
+    html,
+    no_update,
+)
 
 from dashboards import data, figures, ids
 from dashboards.components import run_parts
+from dashboards.components.advice_panel import advice_panel
 from dashboards.components.kpi import message
+from dashboards.components.rank_panel import rank_panel
 from dashboards.components.resume_banner import resume_banner
 from services import presentation as fmt
 from services.api_client import ApiError, Ledger, LiveRun, NotFound, ResumeCheck, RunViews
@@ -21,16 +37,20 @@ dash.register_page(__name__, path_template="/runs/<run_id>", name="Run",
 _GRAPH_CONFIG: dcc.Graph.Config = {"displaylogo": False}
 
 
-def layout(run_id: str | None = None, project: str | None = None, **_query: Any) -> html.Div:
+def layout(run_id: str | None = None, project: str | None = None, rank: str | None = None,
+           **_query: Any) -> html.Div:
     """`project` (`/runs/<run_id>?project=P`, as the fleet links it): which project's run of that id; without it
-    the collector resolves the id (the token's project, or the only project that has it)."""
+    the collector resolves the id (the token's project, or the only project that has it). `rank`
+    (`?rank=N`): open that rank's drill-down at the top."""
     run_id = unquote(run_id or "")
+    opened = int(rank) if rank is not None and rank.strip().isdigit() else None
     return html.Div(children=[
-        dcc.Store(id=ids.RUN_ID_STORE, data={"run_id": run_id, "project": project or None}),
+        dcc.Store(id=ids.RUN_ID_STORE, data={"run_id": run_id, "project": project or None, "rank": opened}),
         dcc.Store(id=ids.RUN_STORE),
         dcc.Store(id=ids.RUN_VERSION_STORE),
         dcc.Store(id=ids.RUN_LIVE_STORE),
         dcc.Store(id=ids.RUN_DRAWN_STORE),
+        dcc.Store(id=ids.RUN_STEP_ZOOM),
         html.Div(className="crumbs", children=[dcc.Link("← Fleet", href=dash.get_relative_path("/"))]),
         html.Div(id=ids.RUN_HEADER, className="page-head", children=[html.H1(run_id)]),
         html.Div(id=ids.RUN_LIVE),
@@ -38,12 +58,17 @@ def layout(run_id: str | None = None, project: str | None = None, **_query: Any)
         html.Div(id=ids.RUN_RESUME),
         html.Div(id=ids.RUN_MESSAGE, children=message("Loading…")),
         html.Div(id=ids.RUN_CONTENT, style={"display": "none"}, children=[
+            html.Div(id=ids.RUN_UNUSED_GPUS),
+            html.Div(id=ids.RUN_RANK_PANEL, className="card rank-panel",
+                     style={"display": "block" if opened is not None else "none"},
+                     children=message(f"Loading rank {opened}…") if opened is not None else None),
+            html.Div(id=ids.RUN_ADVICE, className="card advice-card", children=advice_panel(None)),
             html.Div(id=ids.RUN_KPIS, className="kpis"),
             html.Div(className="card", children=[
                 html.H3("Timeline"),
                 html.P("Top: the allocation, each attempt, and what the allocated GPUs were doing. Bottom: the "
                        "step reached over time, with checkpoints, failures (✕), hangs (shaded) and restarts "
-                       "(dotted). Drag to zoom, double-click to reset.", className="muted"),
+                       "(dotted). Drag to zoom (the step axis follows), double-click to reset.", className="muted"),
                 dcc.Graph(id=ids.RUN_TIMELINE_GRAPH, config=_GRAPH_CONFIG),
             ]),
             html.Div(className="grid-2", children=[
@@ -62,9 +87,18 @@ def layout(run_id: str | None = None, project: str | None = None, **_query: Any)
             html.Div(className="card", children=[
                 html.H3("Compute time by rank and step"),
                 html.P("Mean compute per step against the median of all ranks: a healthy run is evenly pale; a "
-                       "rank that is always slower shows as a dark row.",
+                       "rank that is always slower shows as a dark row. Click a row to open its rank.",
                        className="muted"),
                 dcc.Graph(id=ids.RUN_HEATMAP_GRAPH, config=_GRAPH_CONFIG),
+            ]),
+            html.Div(className="card", children=[
+                html.H3("Ranks and hosts"),
+                html.Div(className="rank-pick", children=[
+                    html.Span("Open a rank:", className="muted"),
+                    dcc.Dropdown(id=ids.RUN_RANK_PICK, options=[], value=opened, placeholder="rank or host…",
+                                 clearable=False, style={"minWidth": "260px"}),
+                ]),
+                html.Div(id=ids.RUN_STRAGGLER_TABLE),
             ]),
             html.Div(className="card", children=[
                 html.H3("Restarts"),
@@ -119,6 +153,12 @@ def _fetch(_n: int | None, run: dict[str, Any] | str | None, fetched: dict[str, 
     return live_store, page, {"version": view.version, "resume_pending": pending}, note
 
 
+def _rank_of(store: dict[str, Any] | str | None) -> int | None:
+    """The rank whose drill-down is open (`?rank=N`), if any."""
+    rank = store.get("rank") if isinstance(store, dict) else None
+    return rank if isinstance(rank, int) else None
+
+
 def _run_of(store: dict[str, Any] | str | None) -> tuple[str | None, str | None]:
     """(run id, project) from the page's run store; a bare string is a run id (a page laid out before the store
     carried the project, still open in a browser)."""
@@ -151,6 +191,9 @@ def _draw_resume(store: dict[str, Any] | None) -> Any:
     Output(ids.RUN_RESTART_TABLE, "children"),
     Output(ids.RUN_CHECKPOINT_TABLE, "children"),
     Output(ids.RUN_DRAWN_STORE, "data"),
+    Output(ids.RUN_UNUSED_GPUS, "children"),
+    Output(ids.RUN_STRAGGLER_TABLE, "children"),
+    Output(ids.RUN_RANK_PICK, "options"),
     Input(ids.RUN_STORE, "data"),
     State(ids.RUN_ID_STORE, "data"),
     State(ids.RUN_LIVE_STORE, "data"),
@@ -163,17 +206,86 @@ def _draw(store: dict[str, Any] | None, run: dict[str, Any] | str | None,
         text = store["error"] if store else "Loading…"
         extra = [dcc.Link("Back to the fleet", href=dash.get_relative_path("/"))] if store else []
         return (message(text, kind="error" if store else "info", children=extra), {"display": "none"},
-                [html.H1(run_id or "")], [], blank, blank, blank, "", blank, [], [], None)
+                [html.H1(run_id or "")], [], blank, blank, blank, "", blank, [], [], None, None, [], [])
     ledger, view = Ledger.model_validate(store["ledger"]), RunViews.model_validate(store["view"])
     ranks = view.ranks
+    project = _run_of(run)[1]
     timeline = figures.timeline_figure(view, _live_of(live))
     drawn = view.version if timeline.data and timeline.data[0].name == "No progress (live)" else None
+    header = [*run_parts.header(ledger), run_parts.links(data.config().api_url or "", ledger.run_id, project)]
     return (
-        None, {"display": "block"}, run_parts.header(ledger), run_parts.kpis(ledger),
+        None, {"display": "block"}, header, run_parts.kpis(ledger),
         timeline, figures.ledger_figure(ledger), figures.rank_compute_figure(ranks),
         run_parts.ranks_note(ranks, ledger), figures.heatmap_figure(ranks), run_parts.restart_table(view.restarts),
         run_parts.checkpoint_table(view.checkpoints, view.checkpoints_total, ledger), drawn,
+        run_parts.unused_gpus_note(view), run_parts.straggler_table(ranks, ledger.run_id, project),
+        run_parts.rank_options(ranks),
     )
+
+
+@callback(Output(ids.RUN_ADVICE, "children"), Input(ids.RUN_VERSION_STORE, "data"), State(ids.RUN_ID_STORE, "data"))
+def _draw_advice(fetched: dict[str, Any] | None, run: dict[str, Any] | str | None) -> Any:
+    """The advice engine's recommendations for the version drawn, as GET /v1/runs/{id}/advice serves them."""
+    run_id, project = _run_of(run)
+    if not fetched or not run_id:
+        return no_update
+    try:
+        return advice_panel(data.api().advice(run_id, project=project))
+    except ApiError as exc:
+        return advice_panel(None, error=f"No advice: {data.explain(exc)}")
+
+
+@callback(
+    Output(ids.RUN_RANK_PANEL, "children"),
+    Input(ids.RUN_VERSION_STORE, "data"),
+    State(ids.RUN_ID_STORE, "data"),
+)
+def _draw_rank(fetched: dict[str, Any] | None, run: dict[str, Any] | str | None) -> Any:
+    """The drill-down of `?rank=N`: GET /v1/runs/{id}/ranks/{N} of the version drawn."""
+    (run_id, project), rank = _run_of(run), _rank_of(run)
+    if not fetched or not run_id or rank is None:
+        return no_update
+    try:
+        return rank_panel(data.api().rank(run_id, rank, project=project), project)
+    except ApiError as exc:
+        return message(f"Rank {rank}: {data.explain(exc)}", kind="error")
+
+
+@callback(
+    Output(ids.APP_LOCATION, "href", allow_duplicate=True),
+    Input(ids.RUN_RANK_PICK, "value"),
+    Input(ids.RUN_HEATMAP_GRAPH, "clickData"),
+    Input(ids.RUN_RANKS_GRAPH, "clickData"),
+    State(ids.RUN_ID_STORE, "data"),
+    prevent_initial_call=True,
+)
+def _open_rank(picked: int | None, heat_click: dict[str, Any] | None, bar_click: dict[str, Any] | None,
+               run: dict[str, Any] | str | None) -> Any:
+    """Open a rank's drill-down (`?rank=N`): picked from the list, or clicked in the per-rank chart or on a heat map
+    row of one rank (a row grouping several ranks does not say which one is slow in each cell: pick from the list)."""
+    run_id, project = _run_of(run)
+    trigger = ctx.triggered_id
+    if trigger == ids.RUN_RANK_PICK:
+        rank = picked
+    else:
+        click = heat_click if trigger == ids.RUN_HEATMAP_GRAPH else bar_click
+        points = (click or {}).get("points") or [{}]
+        # a heat map cell carries [mean compute, the row's rank (None for a group of ranks), host]
+        cell = points[0].get("customdata")
+        rank = (cell[1] if isinstance(cell, list) and len(cell) > 1 else None) if trigger == ids.RUN_HEATMAP_GRAPH \
+            else points[0].get("x")
+    if not run_id or not isinstance(rank, int) or rank == _rank_of(run):
+        return no_update
+    return run_parts.run_href(run_id, project, rank)
+
+
+clientside_callback(
+    ClientsideFunction(namespace="goodput", function_name="stepAxisFollowsTime"),
+    Output(ids.RUN_STEP_ZOOM, "data"),
+    Input(ids.RUN_TIMELINE_GRAPH, "relayoutData"),
+    State(ids.RUN_TIMELINE_GRAPH, "id"),
+    prevent_initial_call=True,
+)
 
 
 @callback(Output(ids.RUN_LIVE, "children"), Input(ids.RUN_LIVE_STORE, "data"))
