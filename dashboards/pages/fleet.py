@@ -69,8 +69,8 @@ def layout(status: str | None = None, range: str | None = None, run: str | None 
                         id=ids.FLEET_RANGE_TO, type="text", placeholder="now (or 2026-02-01 06:00)",
                         value=query.get("to") or "", debounce=True, className="filter-input filter-time")]),
                 ]),
-                html.Label(["Run id", dcc.Input(
-                    id=ids.FLEET_RUN_FILTER, type="search", value=run or "", placeholder="contains…", debounce=False,
+                html.Label(["Run id", dcc.Input(  # filters as you type (once typing pauses for 0.3 s)
+                    id=ids.FLEET_RUN_FILTER, type="search", value=run or "", placeholder="contains…", debounce=0.3,
                     className="filter-input")]),
             ]),
         ]),

@@ -181,3 +181,15 @@ def test_two_runs_compare_side_by_side_and_the_page_is_screenshot(fleet_server: 
     tab.page.wait_for_timeout(400)  # let plotly finish laying out
     tab.screenshot("fleet-team")
     assert tab.errors == []
+
+
+def test_grouped_by_project_the_page_adds_up_each_project(fleet_server: Server, tab: Page) -> None:
+    open_fleet(tab, fleet_server, "?group=project&range=all")
+    row = tab.page.wait_for_selector('#fleet-projects tr[data-project="default"]')
+    assert row is not None and "31" in row.inner_text()
+    runs = fleet_server.get("/v1/runs")["runs"]
+    unit = fmt.gpu_time_unit(sum(r["allocated_gpu_seconds"] for r in runs))
+    assert text(tab, '#fleet-projects tr[data-project="default"] td.cell-allocated') == fmt.gpu_time(
+        sum(r["allocated_gpu_seconds"] for r in runs), unit)
+    assert text(tab, "#fleet-runs-title") == "Runs by project"
+    assert tab.errors == []
