@@ -20,6 +20,7 @@ Pure: no clock, no I/O.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -145,7 +146,9 @@ def bucket_width(span_s: float, max_buckets: int) -> float:
     for width in BIN_WIDTHS_S:
         if width >= 60 and width * max_buckets >= span_s:
             return float(width)
-    return float(BIN_WIDTHS_S[-1])
+    # longer than the widest listed width allows: whole multiples of it, still at most `max_buckets` buckets
+    widest = BIN_WIDTHS_S[-1]
+    return float(widest * math.ceil(span_s / (widest * max_buckets)))
 
 
 def usage_of_painting(painting: RunPainting, claimed_gpu_s: np.ndarray, idle_gpu_s: np.ndarray,

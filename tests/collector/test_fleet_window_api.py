@@ -54,3 +54,17 @@ def test_a_hung_runs_last_hour_holds_its_hang_so_far_and_no_more_than_its_gpus(c
     assert run["run"]["provisional"] is not None
     assert 0 < run["window"]["allocated_gpu_seconds"] <= 4 * HOUR
     assert run["window"]["waste_gpu_seconds"]["hang"] == pytest.approx(300.0 * 4, abs=20 * 4)
+
+
+def test_a_range_of_any_length_has_at_most_the_buckets_asked_for(client) -> None:
+    post(client, three_hours())
+    answer = client.get("/v1/fleet/window", params={"since": 0, "buckets": 48}).json()  # 56 years
+    assert answer["bucket_count"] <= 49 and answer["bucket_s"] % (7 * 86400) == 0
+    assert sum(sum(v) for v in run_of(answer, "s1")["buckets"].values()) == pytest.approx(3 * GPUS * HOUR)
+
+
+@pytest.mark.parametrize("params", [{"since": -1e15}, {"until": 1e300}, {"since": T0 + HOUR, "until": T0}])
+def test_an_absurd_range_is_refused_with_a_message(client, params: dict[str, float]) -> None:
+    response = client.get("/v1/fleet/window", params=params)
+    assert response.status_code == 422, response.text
+    assert "since" in response.text or "until" in response.text

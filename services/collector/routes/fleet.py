@@ -8,7 +8,7 @@ import time
 from typing import Annotated
 
 import numpy as np
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, HTTPException, Query
 
 from services.analysis.ledger_types import Ledger, WasteBreakdown
 from services.analysis.usage import USAGE_KEYS, Usage, bucket_width, clip_usage, usage_in_bins, usage_of_pieces
@@ -19,6 +19,10 @@ from services.derive.runs import listed_runs, runs_in_scope
 
 router = APIRouter(tags=["runs"])
 
+# A range's ends are epoch seconds of this era (to the year 2286): the bucket edges are built as an array, and an
+# absurd range must be a 422, never an allocation (the OpenAPI fuzz once asked for 1.6e9 buckets' worth).
+MAX_EPOCH_S = 1e10
+
 
 @router.get("/v1/fleet/window", response_model=FleetWindow,
             summary="Every run's GPU time inside [since, until), in total and per time bucket")
@@ -26,8 +30,9 @@ def get_fleet_window(
     analyses: AnalysesDep,
     live: LiveConfigDep,
     scope: RunScopeDep,
-    since: Annotated[float | None, Query(description="the range's start (epoch seconds); none: all time")] = None,
-    until: Annotated[float | None, Query(description="the range's end; none: now")] = None,
+    since: Annotated[float | None, Query(ge=0, le=MAX_EPOCH_S,
+                                        description="the range's start (epoch seconds); none: all time")] = None,
+    until: Annotated[float | None, Query(ge=0, le=MAX_EPOCH_S, description="the range's end; none: now")] = None,
     status: Annotated[str | None, Query(pattern="^(running|finished|failed|cancelled)$")] = None,
     run_id: Annotated[str | None, Query(max_length=256, description="substring of the run id")] = None,
     buckets: Annotated[int, Query(ge=1, le=500, description="at most this many time buckets")] = 48,
@@ -35,6 +40,9 @@ def get_fleet_window(
 ) -> FleetWindow:
     now = time.time()
     hi = now if until is None else until
+    if since is not None and hi < since:
+        raise HTTPException(422, f"until ({hi:.0f}) is before since ({since:.0f}): give a range that ends after "
+                                 "it starts")
     rows = runs_in_scope(analyses, scope, since=since, until=until, limit=limit)
     listed = listed_runs(analyses, rows, budget_s=LIST_BUDGET_S, now=now, config=live, run_id_part=run_id,
                          status=status)
