@@ -54,6 +54,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         _log_auth_mode(auth)
         app.state.inflater = ThreadPoolExecutor(max_workers=1, thread_name_prefix="goodput-inflate")
+        app.state.parser = ThreadPoolExecutor(max_workers=ingest.PARSE_THREADS, thread_name_prefix="goodput-parse")
         writer.start()
         warm.start()
         retention.start()
@@ -64,6 +65,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
             warm.stop()
             writer.stop()
             app.state.inflater.shutdown(wait=False, cancel_futures=True)
+            app.state.parser.shutdown(wait=False, cancel_futures=True)
 
     app = _Collector(
         telemetry=None if settings.server.opentelemetry else _NO_TELEMETRY,

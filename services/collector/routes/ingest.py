@@ -9,7 +9,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
-from starlette.concurrency import run_in_threadpool
 
 from services.collector.auth import Principal
 from services.collector.batch import decompress, parse_batch
@@ -60,7 +59,8 @@ async def ingest_events(request: Request, principal: WritePrincipalDep) -> Respo
         if len(body) <= INLINE_PARSE_BYTES:
             records = _validated(body, settings)
         else:
-            records = await run_in_threadpool(_validated, body, settings)
+            parser: ThreadPoolExecutor = state.parser
+            records = await asyncio.get_running_loop().run_in_executor(parser, _validated, body, settings)
     result = await asyncio.wrap_future(writer.submit(records, project=principal.project))
     counters.ingested(result.accepted, result.duplicates)
     # IngestAck's JSON written directly: FastAPI would validate and encode the model again for every request
@@ -69,9 +69,15 @@ async def ingest_events(request: Request, principal: WritePrincipalDep) -> Respo
 
 
 # Bodies up to this size are parsed on the event loop: a small batch (one rank's few steps, ~300 bytes) validates
-# in tens of microseconds, less than the hop to a worker thread and back; bigger ones go to a thread so that a
-# large upload never holds up the loop.
+# in tens of microseconds, less than the hop to a worker thread and back; bigger ones go to the app's parsing
+# threads so that a large upload never holds up the loop.
 INLINE_PARSE_BYTES = 16 * 1024
+# Parsing threads per process. Few on purpose: parsing holds the GIL, and with one thread per waiting request
+# (AnyIO's pool: 40) the writer threads got a fortieth of it each while their transactions held row locks; the
+# other workers' writers queued behind those locks and an overloaded collector stopped answering at all
+# (benchmarks.load, 10,240 ranks through node relays: transactions "idle in transaction" for 20 s). Bodies waiting
+# for a parser stay within the body budget (GOODPUT_MAX_INFLIGHT_BODY_BYTES).
+PARSE_THREADS = 2
 
 
 def _validated(body: bytes | bytearray, settings: ServiceSettings) -> list[IngestRecord]:
