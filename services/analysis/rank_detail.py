@@ -92,9 +92,9 @@ def build_rank_detail(views: RunViews, rank: int, steps: pd.DataFrame, comm: pd.
     row = next((r for r in rows if r.rank == rank), None)
     host = _host(events, row)
     attempts = _attempts(steps, events, compute, collective, views)
-    failed = {a.attempt: a for a in attempts}
-    failures = [_failure(f.attempt, f.time, f.step, f.reason, failed[f.attempt], events)
-                for f in views.timeline.failures if f.attempt in failed]
+    part_of = {a.attempt: a for a in attempts}  # the attempts this rank was part of
+    failures = [_failure(f.attempt, f.time, f.step, f.reason, part_of[f.attempt], events)
+                for f in views.timeline.failures if f.attempt in part_of]
     world = events["world_size"].dropna() if "world_size" in events else pd.Series(dtype="float64")
     return RankDetail(
         run_id=views.run_id, rank=rank, known=bool(len(steps) or len(events)), host=host,
