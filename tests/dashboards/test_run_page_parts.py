@@ -23,6 +23,7 @@ from services.analysis.view_types import RestartRow, RunViews
 from services.analysis.views import build_run_views
 from services.reports.advice import run_advice
 from services.simulate import SimConfig, simulate
+from tests.dashboards.answers import live_run
 from tests.dashboards.test_resume_banner import flat_text as component_text
 
 
@@ -163,3 +164,9 @@ def test_many_attempts_are_labelled_by_number_and_never_cut() -> None:
     attempts = next(t for t in fig.data if t.name == "Attempts")
     assert list(attempts.text) == [f"#{a.attempt}" for a in views.timeline.attempts]
     assert fig.layout.uniformtext.mode == "hide"
+
+
+def test_a_hung_runs_suspects_are_named_with_their_hosts() -> None:
+    live = live_run(hung=True, suspects=[{"rank": 1, "reasons": ["no heartbeat for 41 s"]}])
+    assert run_parts.suspects_text(live, {1: "node007"}) == "Suspect rank 1 on node007 (no heartbeat for 41 s)."
+    assert run_parts.suspects_text(live, {}) == "Suspect rank 1 (no heartbeat for 41 s)."
