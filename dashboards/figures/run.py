@@ -324,10 +324,16 @@ def heatmap_figure(ranks: RankCompute | NoRankCompute) -> go.Figure:
     return fig
 
 
+def rank_of_heat_label(label: object) -> int | None:
+    """The rank a heat map row stands for, from its label ("5 · node000" -> 5); None for a group ("0-7 · ...")."""
+    first = str(label).split(" · ", 1)[0] if label is not None else ""
+    return int(first) if first.isdigit() else None
+
+
 def _heat_rows(ranks: RankCompute | NoRankCompute, labels: Sequence[str], per: int
                ) -> tuple[list[str], list[int | None], list[str | None]]:
-    """Each heat map row's axis label with its host(s) ("5 · node000", "0-7 · node000"), the rank a click on it
-    opens (a row of one rank; None for a group) and its host(s)."""
+    """Each heat map row's axis label with its host(s) ("5 · node000", "0-7 · node000"; `rank_of_heat_label` reads
+    the rank back), its rank (a row of one rank; None for a group) and its host(s)."""
     host_of = {r.rank: r.host for r in ranks.rows}
     out_labels: list[str] = []
     out_ranks: list[int | None] = []

@@ -28,6 +28,7 @@ from dashboards.components.advice_panel import advice_panel
 from dashboards.components.kpi import message
 from dashboards.components.rank_panel import rank_panel
 from dashboards.components.resume_banner import resume_banner
+from dashboards.figures.run import rank_of_heat_label
 from services import presentation as fmt
 from services.api_client import ApiError, Ledger, LiveRun, NotFound, ResumeCheck, RunViews
 
@@ -270,9 +271,9 @@ def _open_rank(picked: int | None, heat_click: dict[str, Any] | None, bar_click:
     else:
         click = heat_click if trigger == ids.RUN_HEATMAP_GRAPH else bar_click
         points = (click or {}).get("points") or [{}]
-        # a heat map cell carries [mean compute, the row's rank (None for a group of ranks), host]
-        cell = points[0].get("customdata")
-        rank = (cell[1] if isinstance(cell, list) and len(cell) > 1 else None) if trigger == ids.RUN_HEATMAP_GRAPH \
+        # the heat map's row label ("5 · node000"; a group "0-7 · node000" names no one rank): Dash leaves a heat
+        # map cell's customdata out of clickData
+        rank = rank_of_heat_label(points[0].get("y")) if trigger == ids.RUN_HEATMAP_GRAPH \
             else points[0].get("x")
     if not run_id or not isinstance(rank, int) or rank == _rank_of(run):
         return no_update

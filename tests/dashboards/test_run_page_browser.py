@@ -292,3 +292,32 @@ def test_the_healthy_heat_map_is_pale_and_names_hosts(seven_runs: Server, tab: P
     straggler = seven_runs.get(f"/v1/runs/{STRAGGLER}/ranks")["ranks"]["heatmap"]
     assert straggler["rank_labels"][5] == "5"
     assert json.dumps(figure["customdata"][0][0][2]) == '"node000"'
+
+
+def test_a_click_on_a_heat_map_row_or_a_ranks_bar_opens_that_rank(seven_runs: Server, tab: Page) -> None:
+    open_run(tab, seven_runs, STRAGGLER)
+    tab.page.wait_for_selector("#run-heatmap-graph .main-svg")
+    # a real click in the middle of rank 12's row (16 rows, rank 0 at the top)
+    area = tab.page.locator("#run-heatmap-graph .nsewdrag").first
+    area.scroll_into_view_if_needed()
+    box = area.bounding_box()
+    assert box is not None
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] * 12.5 / 16
+    tab.page.mouse.move(x, y)
+    tab.page.wait_for_selector("#run-heatmap-graph .hoverlayer .hovertext")  # plotly clicks the point it hovers
+    tab.page.mouse.click(x, y)
+    tab.page.wait_for_url(re.compile(r".*/runs/bert-straggler\?rank=12$"))
+    tab.page.wait_for_selector("#run-rank-title:has-text('rank 12 on node001')")
+    tab.page.wait_for_selector("#run-ranks-graph .main-svg")
+    # a real click on rank 5's bar (16 bars on an axis from -0.5 to 15.5), low enough to be inside every bar
+    area = tab.page.locator("#run-ranks-graph .nsewdrag").first
+    area.scroll_into_view_if_needed()
+    box = area.bounding_box()
+    assert box is not None
+    x, y = box["x"] + box["width"] * 5.5 / 16, box["y"] + box["height"] * 0.9
+    tab.page.mouse.move(x, y)
+    tab.page.wait_for_selector("#run-ranks-graph .hoverlayer .hovertext")
+    tab.page.mouse.click(x, y)
+    tab.page.wait_for_url(re.compile(r".*\?rank=5$"))
+    tab.page.wait_for_selector("#run-rank-title:has-text('rank 5 on node000')")
+    assert tab.errors == []

@@ -14,6 +14,7 @@ from dashboards.components import run_parts
 from dashboards.components.advice_panel import NO_RECOMMENDATION, advice_panel
 from dashboards.components.rank_panel import rank_panel
 from dashboards.figures.rank import rank_steps_figure, rank_timeline_figure
+from dashboards.figures.run import rank_of_heat_label
 from services.analysis.advice import AdviceInput
 from services.analysis.advice_types import RunAdvice
 from services.analysis.ledger import build_ledger
@@ -150,6 +151,7 @@ def test_hosts_are_named_on_the_heat_map_and_in_the_straggler_table() -> None:
     heat = figures.heatmap_figure(views.ranks).data[0]
     assert heat.y[5] == "5 · node000" and heat.y[12] == "12 · node001"
     assert heat.customdata[5][0][1:] == [5, "node000"]
+    assert [rank_of_heat_label(label) for label in (heat.y[5], "0-7 · node000", "12", None)] == [5, None, 12, None]
     table = flat_text(run_parts.straggler_table(views.ranks, "s", None))
     assert table.startswith("RankHost") and "5node000" in table and "flagged straggler" in table
     options = run_parts.rank_options(views.ranks)
