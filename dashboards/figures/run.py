@@ -304,15 +304,14 @@ def heatmap_figure(ranks: RankCompute | NoRankCompute) -> go.Figure:
         finite = z[np.isfinite(z)]
         reference = float(np.median(finite)) if finite.size else 1.0
     excess = np.where(np.isfinite(z), z / reference - 1.0, np.nan)
-    labels, row_ranks, row_hosts = _heat_rows(ranks, heat.rank_labels, per)
-    customdata = [[[v, rank, host or "host not reported"] for v in row]
-                  for row, rank, host in zip(heat.z, row_ranks, row_hosts, strict=True)]
+    labels, row_hosts = _heat_rows(ranks, heat.rank_labels)
+    customdata = [[[v, host or "host not reported"] for v in row] for row, host in zip(heat.z, row_hosts, strict=True)]
     fig.add_trace(go.Heatmap(
         z=[[None if not np.isfinite(v) else float(v) for v in row] for row in excess], x=heat.step_centers,
         y=labels, customdata=customdata, colorscale=_HEAT_SCALE, zmin=0.0, zmax=_HEAT_SPAN, hoverongaps=False,
         colorbar={"title": {"text": "vs median", "side": "right"}, "thickness": 12, "outlinewidth": 0,
                   "tickformat": "+.0%"},
-        hovertemplate=("ranks %{y}" if per > 1 else "rank %{y}") + " (%{customdata[2]})<br>steps around %{x:,}<br>"
+        hovertemplate=("ranks %{y}" if per > 1 else "rank %{y}") + " (%{customdata[1]})<br>steps around %{x:,}<br>"
                       "mean compute %{customdata[0]:.3f} s (%{z:+.0%} vs the median)<extra></extra>",
     ))
     fig.update_xaxes(title_text="step", tickformat=",d", showgrid=False)
@@ -330,13 +329,11 @@ def rank_of_heat_label(label: object) -> int | None:
     return int(first) if first.isdigit() else None
 
 
-def _heat_rows(ranks: RankCompute | NoRankCompute, labels: Sequence[str], per: int
-               ) -> tuple[list[str], list[int | None], list[str | None]]:
+def _heat_rows(ranks: RankCompute | NoRankCompute, labels: Sequence[str]) -> tuple[list[str], list[str | None]]:
     """Each heat map row's axis label with its host(s) ("5 · node000", "0-7 · node000"; `rank_of_heat_label` reads
-    the rank back), its rank (a row of one rank; None for a group) and its host(s)."""
+    the rank back) and its host(s)."""
     host_of = {r.rank: r.host for r in ranks.rows}
     out_labels: list[str] = []
-    out_ranks: list[int | None] = []
     out_hosts: list[str | None] = []
     for label in labels:
         first, _, last = label.partition("-")
@@ -345,6 +342,5 @@ def _heat_rows(ranks: RankCompute | NoRankCompute, labels: Sequence[str], per: i
         hosts = sorted({h for r in range(lo, hi + 1) if (h := host_of.get(r))})
         host = None if not hosts else hosts[0] if len(hosts) == 1 else f"{hosts[0]}…{hosts[-1]}"
         out_labels.append(f"{label} · {host}" if host else label)
-        out_ranks.append(lo if per == 1 else None)
         out_hosts.append(host)
-    return out_labels, out_ranks, out_hosts
+    return out_labels, out_hosts

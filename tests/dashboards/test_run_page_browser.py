@@ -291,7 +291,7 @@ def test_the_healthy_heat_map_is_pale_and_names_hosts(seven_runs: Server, tab: P
     assert max(excess) < 0.1  # within 10% of the median: the scale's palest tenth (0 to +50%)
     straggler = seven_runs.get(f"/v1/runs/{STRAGGLER}/ranks")["ranks"]["heatmap"]
     assert straggler["rank_labels"][5] == "5"
-    assert json.dumps(figure["customdata"][0][0][2]) == '"node000"'
+    assert json.dumps(figure["customdata"][0][0][1]) == '"node000"'
 
 
 def test_a_click_on_a_heat_map_row_or_a_ranks_bar_opens_that_rank(seven_runs: Server, tab: Page) -> None:

@@ -150,7 +150,7 @@ def test_hosts_are_named_on_the_heat_map_and_in_the_straggler_table() -> None:
     views, _, _ = views_of(SimConfig(run_id="s", ranks=16, hours=0.1, mtbf_s=None, seed=1, straggler_rank=5))
     heat = figures.heatmap_figure(views.ranks).data[0]
     assert heat.y[5] == "5 · node000" and heat.y[12] == "12 · node001"
-    assert heat.customdata[5][0][1:] == [5, "node000"]
+    assert heat.customdata[5][0][1] == "node000"
     assert [rank_of_heat_label(label) for label in (heat.y[5], "0-7 · node000", "12", None)] == [5, None, 12, None]
     table = flat_text(run_parts.straggler_table(views.ranks, "s", None))
     assert table.startswith("RankHost") and "5node000" in table and "flagged straggler" in table
