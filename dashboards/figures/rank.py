@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dashboards.figures.common import base_figure, empty_figure, to_datetimes
+from dashboards.figures.run import LABELLED_ATTEMPTS
 from dashboards.theme import INK, MUTED, RANK_BAR, template
 from services import presentation as fmt
 from services.analysis.rank_detail import RankDetail
@@ -34,7 +35,8 @@ def rank_timeline_figure(detail: RankDetail) -> go.Figure:
         fig.add_trace(go.Bar(
             base=to_datetimes(start), x=width_ms, y=[_ROW] * len(spans), orientation="h",
             marker={"color": [STATUS_COLORS[o] for o in outcomes], "line": {"width": 0}},
-            text=[f"#{a.attempt}" for a in spans], textposition="inside", insidetextanchor="start",
+            text=[f"#{a.attempt}" if len(spans) > LABELLED_ATTEMPTS else f"#{a.attempt} {o}"
+                  for a, o in zip(spans, outcomes, strict=True)], textposition="inside", insidetextanchor="start",
             textfont={"color": [STATUS_TEXT_COLORS[o] for o in outcomes], "size": 11},
             hovertext=[f"Attempt {a.attempt} ({o}) on {a.host or 'unknown host'}<br>"
                        f"{fmt.timestamp(a.start)} → {fmt.timestamp(a.end)}<br>{fmt.integer(a.steps)} steps"

@@ -36,7 +36,7 @@ _ALLOCATION_COLOR = "#6B7280"
 _HEAT_SCALE = [[0.0, "#F7F7FB"], [0.25, "#DADAEB"], [0.5, "#9E9AC8"], [0.75, "#6A51A3"], [1.0, "#3F007D"]]
 _HEAT_SPAN = 0.5  # the darkest colour: this much slower than the median (+50%) or more
 _ROW_ALLOC, _ROW_ATTEMPTS, _ROW_BAND = "Allocation", "Attempts", "GPU time"
-_LABELLED_OUTCOMES = 6  # attempts whose bars also name their outcome; more are labelled by number only
+LABELLED_ATTEMPTS = 6  # attempts whose bars also name their outcome; more are labelled by number only
 _MAX_MARKED = 60  # vertical lines and shaded hangs drawn at most (the rest are still in the tables)
 
 
@@ -132,7 +132,7 @@ def _attempt_bars(fig: go.Figure, attempts: Sequence[AttemptSpan], status: str) 
                      f"{steps}<br>{a.world_size:,} ranks, {fmt.duration(a.end - a.start)}")
     # Few attempts: "#1 failed"; many: "#1" (the colour and the hover say the outcome). A label that does not fit its
     # bar whole is hidden (uniformtext), never cut to "#1 fa".
-    many = len(attempts) > _LABELLED_OUTCOMES
+    many = len(attempts) > LABELLED_ATTEMPTS
     _bar(fig, [a.start for a in attempts], [a.end for a in attempts], _ROW_ATTEMPTS,
          color=[STATUS_COLORS[o] for o in outcomes], text_color=[STATUS_TEXT_COLORS[o] for o in outcomes],
          name="Attempts", legend=False, group="attempts",
@@ -215,7 +215,7 @@ def _failure_marks(fig: go.Figure, failures: Sequence[Failure], hangs: Sequence[
                       fillcolor=COLORS["hang"], opacity=0.12, line_width=0, layer="below")
     for r in restarts[:_MAX_MARKED]:
         fig.add_vline(x=to_datetimes([r.time])[0], line={"color": MARKER_COLORS["restart"], "width": 1, "dash": "dot"})
-    if len(restarts) <= _LABELLED_OUTCOMES:  # more would overlap: the dotted lines and the table say them
+    if len(restarts) <= LABELLED_ATTEMPTS:  # more would overlap: the dotted lines and the table say them
         for r in restarts:
             fig.add_annotation(x=to_datetimes([r.time])[0], y=1, yref="y2 domain", xanchor="left",
                                yanchor="top", showarrow=False, text=f" restart → step {fmt.integer(r.resume_step)}",
