@@ -23,14 +23,15 @@ from tests.test_cli import GOODPUT, REPO, env_with, free_port, wait_healthy
 
 T = 1_700_000_000.0
 # What a browser's page sends to fetch the fleet table: the data every project's runs are in.
-FLEET_CALLBACK = {
-    "output": "..fleet-store.data...fleet-hash.data..",
-    "outputs": [{"id": "fleet-store", "property": "data"}, {"id": "fleet-hash", "property": "data"}],
+FLEET_CALLBACK = {  # the fleet page's fetch (dashboards/pages/fleet.py, _fetch), as a browser posts it
+    "output": "fleet-store.data",
+    "outputs": {"id": "fleet-store", "property": "data"},
     "inputs": [{"id": "app-interval", "property": "n_intervals", "value": 0},
                {"id": "fleet-status-filter", "property": "value", "value": None},
                {"id": "fleet-range-filter", "property": "value", "value": "all"},
+               {"id": "fleet-range-from", "property": "value", "value": None},
+               {"id": "fleet-range-to", "property": "value", "value": None},
                {"id": "fleet-run-filter", "property": "value", "value": None}],
-    "state": [{"id": "fleet-hash", "property": "data", "value": None}],
     "changedPropIds": ["app-interval.n_intervals"]}
 
 
