@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,17 +97,25 @@ def simulate(url: str, run_id: str, *args: str) -> None:
     assert out.returncode == 0, out.stderr
 
 
-@pytest.fixture(scope="session")
-def seeded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start_server(tmp_path_factory.mktemp("seeded"))
+@contextmanager
+def server_with_runs(folder: Path, runs: dict[str, list[str]], stalled_run: str) -> Iterator[Server]:
+    """A collector + dashboard holding `runs` (simulate arguments by run id) and `stalled_run`: running, but its
+    last step was ~45 minutes ago."""
+    server = start_server(folder)
     try:
-        for run_id, args in SEEDED_RUNS.items():
+        for run_id, args in runs.items():
             simulate(server.url, run_id, *args)
-        simulate(server.url, STALLED_RUN, "--ranks", "8", "--hours", "0.1", "--mtbf", "0", "--end", "running",
+        simulate(server.url, stalled_run, "--ranks", "8", "--hours", "0.1", "--mtbf", "0", "--end", "running",
                  "--seed", "5", "--start-time", str(time.time() - 3000))
         yield server
     finally:
         stop_server(server)
+
+
+@pytest.fixture(scope="session")
+def seeded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with server_with_runs(tmp_path_factory.mktemp("seeded"), SEEDED_RUNS, STALLED_RUN) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

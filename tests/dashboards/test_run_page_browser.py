@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -22,7 +21,7 @@ import httpx
 import pytest
 
 from services import presentation as fmt
-from tests.dashboards.conftest import GOODPUT, SCREENSHOTS, Page, Server, _env, simulate, start_server, stop_server
+from tests.dashboards.conftest import GOODPUT, SCREENSHOTS, Page, Server, _env, server_with_runs
 
 pytestmark = pytest.mark.browser
 
@@ -41,15 +40,8 @@ SEVEN_RUNS: dict[str, list[str]] = {
 
 @pytest.fixture(scope="module")
 def seven_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start_server(tmp_path_factory.mktemp("seven"))
-    try:
-        for run_id, args in SEVEN_RUNS.items():
-            simulate(server.url, run_id, *args)
-        simulate(server.url, SILENT, "--ranks", "8", "--hours", "0.1", "--mtbf", "0", "--end", "running",
-                 "--seed", "5", "--start-time", str(time.time() - 3000))
+    with server_with_runs(tmp_path_factory.mktemp("seven"), SEVEN_RUNS, SILENT) as server:
         yield server
-    finally:
-        stop_server(server)
 
 
 def run_url(server: Server, run_id: str, query: str = "") -> str:
