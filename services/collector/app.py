@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.telemetry import TelemetryConfig
+from pydantic import BaseModel
 from sqlalchemy import Engine
+from starlette.types import Receive, Scope, Send
 
 from services.collector.auth import Authenticator, DashboardGuard
 from services.collector.errors import install_error_handlers
@@ -30,7 +33,8 @@ from services.collector.routes import (
     views,
     whoami,
 )
-from services.collector.schemas.ingest import EventBatch
+from services.collector.schemas.errors import ErrorResponse
+from services.collector.schemas.ingest import EventBatch, IngestAck
 from services.derive.analyst import WarmAnalyses
 from services.derive.cache import AnalysisCache
 from services.derive.retention import PruneJob
@@ -55,12 +59,15 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
         _log_auth_mode(auth)
         app.state.inflater = ThreadPoolExecutor(max_workers=1, thread_name_prefix="goodput-inflate")
         app.state.parser = ThreadPoolExecutor(max_workers=ingest.PARSE_THREADS, thread_name_prefix="goodput-parse")
+        app.state.body_deadlines = ingest.BodyDeadlines()
+        deadline_watch = asyncio.create_task(app.state.body_deadlines.watch(), name="goodput-body-deadlines")
         writer.start()
         warm.start()
         retention.start()
         try:
             yield
         finally:
+            deadline_watch.cancel()
             retention.stop()
             warm.stop()
             writer.stop()
@@ -81,11 +88,11 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     app.state.auth = auth = Authenticator(engine, cache_ttl_s=settings.server.auth_cache_ttl_s)
     app.state.body_budget = ingest.BodyBudget(settings.ingest.max_inflight_body_bytes,
                                               settings.ingest.max_inflight_body_bytes_per_client)
+    app.ingest = ingest.IngestEndpoint(app.state)
     app.state.pace = SendPace(target_requests_per_s=settings.ingest.target_requests_per_s,
                               max_interval_s=settings.ingest.max_send_interval_s)
     install_error_handlers(app)
     metrics.install(app)  # app.state.metrics and the request-duration middleware
-    app.include_router(ingest.router)
     app.include_router(reports.router)  # before runs, like views
     app.include_router(views.router)  # before runs: its /v1/runs/{run_id:path} would swallow .../timeline
     app.include_router(advice.router)  # before runs, like views
@@ -131,15 +138,30 @@ def _log_auth_mode(auth: Authenticator) -> None:
 
 
 class _Collector(FastAPI):
+    ingest: ingest.IngestEndpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # POST /v1/events, nearly every request a collector gets, skips FastAPI's routing (routes/ingest.py)
+        if scope["type"] == "http" and scope["path"] == ingest.PATH:
+            await self.ingest(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
     def openapi(self) -> dict[str, Any]:
-        """The generated schema plus EventBatch, which the ingest route reads from the raw body itself."""
+        """The generated schema plus the ingest endpoint, which is not a FastAPI route, and EventBatch, which it
+        reads from the raw body itself."""
         if self.openapi_schema:
             return self.openapi_schema
         schema = get_openapi(title=self.title, version=self.version, description=self.description,
                              routes=self.routes)
-        batch = EventBatch.model_json_schema(ref_template="#/components/schemas/{model}")
+        schema["paths"] = {ingest.PATH: ingest.openapi_operation(), **schema.get("paths", {})}
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        components.update(batch.pop("$defs", {}))
-        components["EventBatch"] = batch
+        modes: tuple[tuple[type[BaseModel], Literal["validation", "serialization"]], ...] = (
+            (EventBatch, "validation"), (IngestAck, "serialization"), (ErrorResponse, "serialization"))
+        for model, mode in modes:
+            if model.__name__ not in components:  # ErrorResponse is there already, from the other routes
+                model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}", mode=mode)
+                components.update(model_schema.pop("$defs", {}))
+                components[model.__name__] = model_schema
         self.openapi_schema = schema
         return schema

@@ -209,8 +209,10 @@ async def caller(request: Request) -> Principal:
 
 
 async def write_caller(request: Request) -> Principal:
-    # takes the request, not Depends(caller): one dependency level less on the ingest route, the busiest one
-    principal = await caller(request)
+    return require_writer(await caller(request))
+
+
+def require_writer(principal: Principal) -> Principal:
     if principal.kind == "read":
         raise Forbidden("a read token cannot write events; the training jobs need a write token (gpw_...) of the "
                         "project (`goodput token create --project P --kind write`)", code="wrong_token_kind")

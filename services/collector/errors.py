@@ -1,4 +1,8 @@
-"""Every service error becomes one clear JSON answer; route bodies never build error responses by hand."""
+"""Every service error becomes one clear JSON answer; route bodies never build error responses by hand.
+
+`error_response` is the one mapping from an exception to its answer: FastAPI's exception handlers use it, and so
+does the ingest endpoint, which answers outside FastAPI's routing (services/collector/ingest_endpoint.py).
+"""
 
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from services.storage.db import UNREACHABLE_ERRORS
 
 logger = logging.getLogger(__name__)
 _UNREACHABLE_LOG_EVERY_S = 10.0
+_last_unreachable_log = [0.0]
 
 
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None,
@@ -32,71 +37,57 @@ def _error(status: int, code: str, message: str, headers: dict[str, str] | None 
     return JSONResponse({"error": body}, status_code=status, headers=headers)
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(RunNotFound)
-    async def _not_found(_: Request, exc: RunNotFound) -> JSONResponse:
+def error_response(exc: Exception, method: str, path: str) -> JSONResponse:
+    """The answer to a request that raised `exc`; anything unforeseen is logged and answered 500 in the same shape."""
+    if isinstance(exc, RunNotFound):
         return _error(404, "run_not_found", str(exc), run_id=exc.run_id)
-
-    @app.exception_handler(RunInSeveralProjects)
-    async def _ambiguous(_: Request, exc: RunInSeveralProjects) -> JSONResponse:
+    if isinstance(exc, RunInSeveralProjects):
         return _error(409, "run_in_several_projects", str(exc), run_id=exc.run_id, projects=exc.projects)
-
-    @app.exception_handler(RunDetailPruned)
-    async def _pruned(_: Request, exc: RunDetailPruned) -> JSONResponse:
+    if isinstance(exc, RunDetailPruned):
         return _error(410, "run_detail_pruned", str(exc), run_id=exc.run_id, detail_pruned_at=exc.pruned_at)
-
-    @app.exception_handler(EventIdConflict)
-    async def _event_conflict(_: Request, exc: EventIdConflict) -> JSONResponse:
+    if isinstance(exc, EventIdConflict):
         return _error(409, "event_id_conflict", str(exc), index=exc.index, event_id=exc.event_id, run_id=exc.run_id,
                       field=f"events[{exc.index}].event_id")
-
-    @app.exception_handler(InvalidBatch)
-    async def _invalid(_: Request, exc: InvalidBatch) -> JSONResponse:
+    if isinstance(exc, InvalidBatch):
         return _error(exc.status, exc.code, str(exc), **exc.details)
-
-    @app.exception_handler(Overloaded)
-    async def _overloaded(_: Request, exc: Overloaded) -> JSONResponse:
+    if isinstance(exc, Overloaded):
         return _error(503, "overloaded", f"{exc}; retry the same batch after {exc.retry_after_s} s",
                       headers={"Retry-After": str(exc.retry_after_s)})
-
-    @app.exception_handler(StorageUnavailable)
-    async def _storage(_: Request, exc: StorageUnavailable) -> JSONResponse:
+    if isinstance(exc, StorageUnavailable):
         return _error(503, "storage_unavailable", f"{exc}; retry after {exc.retry_after_s} s",
                       headers={"Retry-After": str(exc.retry_after_s)})
-
-    last_logged = [0.0]
-
-    async def _database_unreachable(request: Request, exc: Exception) -> JSONResponse:
-        # Once per interval, not per request: a fleet of clients retries every second while the database is down.
-        if time.monotonic() - last_logged[0] >= _UNREACHABLE_LOG_EVERY_S:
-            last_logged[0] = time.monotonic()
-            logger.warning("the database is not answering (%s on %s %s): %s", exc.__class__.__name__,
-                           request.method, request.url.path, str(exc).splitlines()[0] if str(exc) else "")
-        retry_after_s = StorageUnavailable.retry_after_s
-        return _error(503, "storage_unavailable",
-                      f"the collector's database is not answering ({exc.__class__.__name__}); nothing of this "
-                      f"request was stored; retry after {retry_after_s} s",
-                      headers={"Retry-After": str(retry_after_s)})
-
-    for error_class in UNREACHABLE_ERRORS:
-        app.add_exception_handler(error_class, _database_unreachable)
-
-    @app.exception_handler(Unauthenticated)
-    async def _unauthenticated(_: Request, exc: Unauthenticated) -> JSONResponse:
+    if isinstance(exc, UNREACHABLE_ERRORS):
+        return _database_unreachable(exc, method, path)
+    if isinstance(exc, Unauthenticated):
         return _error(401, "unauthenticated", str(exc), headers={"WWW-Authenticate": 'Bearer realm="goodput"'})
-
-    @app.exception_handler(Forbidden)
-    async def _forbidden(_: Request, exc: Forbidden) -> JSONResponse:
+    if isinstance(exc, Forbidden):
         return _error(403, exc.code, str(exc), **exc.details)
-
-    @app.exception_handler(RequestValidationError)
-    async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+    if isinstance(exc, RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
         where = ".".join(str(p) for p in first.get("loc", ()))
         return _error(422, "invalid_request", f"{where}: {first.get('msg')}", field=where or None)
+    logger.error("unexpected error on %s %s", method, path, exc_info=exc)
+    return _error(500, "internal_error",
+                  f"the collector failed on this request ({exc.__class__.__name__}); see its log")
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        logger.exception("unexpected error on %s %s", request.method, request.url.path)
-        return _error(500, "internal_error",
-                      f"the collector failed on this request ({exc.__class__.__name__}); see its log")
+
+def _database_unreachable(exc: Exception, method: str, path: str) -> JSONResponse:
+    # Once per interval, not per request: a fleet of clients retries every second while the database is down.
+    if time.monotonic() - _last_unreachable_log[0] >= _UNREACHABLE_LOG_EVERY_S:
+        _last_unreachable_log[0] = time.monotonic()
+        logger.warning("the database is not answering (%s on %s %s): %s", exc.__class__.__name__, method, path,
+                       str(exc).splitlines()[0] if str(exc) else "")
+    retry_after_s = StorageUnavailable.retry_after_s
+    return _error(503, "storage_unavailable",
+                  f"the collector's database is not answering ({exc.__class__.__name__}); nothing of this request "
+                  f"was stored; retry after {retry_after_s} s", headers={"Retry-After": str(retry_after_s)})
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def handle(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(exc, request.method, request.url.path)
+
+    for error_class in (RunNotFound, RunInSeveralProjects, RunDetailPruned, EventIdConflict, InvalidBatch,
+                        Overloaded, StorageUnavailable, *UNREACHABLE_ERRORS, Unauthenticated, Forbidden,
+                        RequestValidationError, Exception):
+        app.add_exception_handler(error_class, handle)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +36,11 @@ from services.storage.tables import Event, Run, collectives, steps
 _INSERT_CHUNK = 2000
 
 
+class StaleRunKeys(Exception):
+    """A run key the caller kept (`known_runs`) no longer names that run in the database: the transaction is rolled
+    back and written again with every run looked up."""
+
+
 class ConflictingBatches(Exception):
     """Raised by `write_group` (before its caller commits) when batches of the group repeat stored event ids with
     other content: the caller rolls the transaction back and writes the group again without them."""
@@ -46,20 +51,32 @@ class ConflictingBatches(Exception):
 
 
 def write_batches(target: Engine | Connection, batches: Sequence[Sequence[IngestRecord]],
-                  projects: Sequence[str | None] | None = None) -> list[IngestResult]:
+                  projects: Sequence[str | None] | None = None, *,
+                  known_runs: dict[tuple[str, str], int] | None = None) -> list[IngestResult]:
     """`write_group` in its own transaction, committed; batches refused for a conflict are left out of a second
     transaction (each pass leaves out at least one, so this ends). One result per batch. `target`: an engine (a
-    pooled connection per call) or a connection the caller holds (the writer's: no checkout and ping per group)."""
+    pooled connection per call) or a connection the caller holds (the writer's: no checkout and ping per group).
+    `known_runs`: {(project, run_id): runs.id} the caller keeps between calls; runs in it are not looked up, and
+    the runs each committed transaction found or created are added to it."""
     projects = list(projects) if projects is not None else [None] * len(batches)
     refused: dict[int, EventConflict] = {}
     while True:
         keep = [b for b in range(len(batches)) if b not in refused]
+        learned: dict[tuple[str, str], int] = {}
         try:
             with _transaction(target) as conn:
-                written = write_group(conn, [batches[b] for b in keep], [projects[b] for b in keep])
+                written = write_group(conn, [batches[b] for b in keep], [projects[b] for b in keep],
+                                      known_runs=known_runs, learned=learned)
         except ConflictingBatches as exc:  # rolled back: nothing of the group was stored
             refused.update((keep[k], conflict) for k, conflict in exc.conflicts.items())
             continue
+        except StaleRunKeys:  # rolled back; the database was emptied or restored under the caller
+            if not known_runs:
+                raise
+            known_runs.clear()
+            continue
+        if known_runs is not None:  # committed: the runs it created exist now
+            known_runs.update(learned)
         results = [IngestResult(0, 0, conflict=c) for c in (refused.get(b) for b in range(len(batches)))]
         for b, result in zip(keep, written, strict=True):
             results[b] = result
@@ -77,7 +94,9 @@ def _transaction(target: Engine | Connection) -> Iterator[Connection]:
 
 
 def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
-                projects: Sequence[str | None] | None = None) -> list[IngestResult]:
+                projects: Sequence[str | None] | None = None, *,
+                known_runs: Mapping[tuple[str, str], int] | None = None,
+                learned: dict[tuple[str, str], int] | None = None) -> list[IngestResult]:
     """Insert every new event of every batch; commit is the caller's. Returns one result per batch.
 
     `projects[b]` is the project of batch b's write token: its runs are that project's (created there if new).
@@ -106,7 +125,17 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
             for k, v in mine.items():
                 first_seen.setdefault(k, v)
 
-    runs = _ensure_runs(conn, {key for b, batch in enumerate(keyed) if b not in conflicts for key, _ in batch})
+    # Runs' keys the caller kept are checked in this same transaction, at no extra round trip for the usual group
+    # (all new events): `_touch_runs` updates a run only where its key still names it. Keys behind duplicates are
+    # checked before the stored events are compared with them.
+    named = {key for b, batch in enumerate(keyed) if b not in conflicts for key, _ in batch}
+    runs = {key: known_runs[key] for key in named if key in known_runs} if known_runs else {}
+    kept = {pk: key for key, pk in runs.items()}
+    if len(runs) < len(named):
+        looked_up = _ensure_runs(conn, named - runs.keys())
+        runs.update(looked_up)
+        if learned is not None:
+            learned.update(looked_up)
     seen: set[tuple[int, str]] = set()
     candidates: list[tuple[int, IngestRecord, str | None, str]] = []
     owner: list[tuple[int, int]] = []  # (batch, index in batch) of each candidate
@@ -124,8 +153,9 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
             owner.append((b, index))
 
     inserted = _insert_events(conn, candidates, postgres)
-    stored = _stored_hashes(conn, [(run_pk, r.event_id) for run_pk, r, _, _ in candidates
-                                   if (run_pk, r.event_id) not in inserted])
+    not_inserted = [(run_pk, r.event_id) for run_pk, r, _, _ in candidates if (run_pk, r.event_id) not in inserted]
+    _check_kept_keys(conn, {pk: kept[pk] for pk, _ in not_inserted if pk in kept})
+    stored = _stored_hashes(conn, not_inserted)
     late: dict[int, EventConflict] = {}
     for (run_pk, record, _, digest), (b, index) in zip(candidates, owner, strict=True):
         other = stored.get((run_pk, record.event_id))
@@ -146,7 +176,7 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
     _insert_steps(conn, new_records, postgres)
     _insert_collectives(conn, new_records)
     mark_step_blocks(conn, new_records)
-    _touch_runs(conn, new_records)
+    _touch_runs(conn, new_records, {pk: key for key, pk in runs.items()})
     return [IngestResult(accepted=a, duplicates=d, conflict=conflicts.get(b))
             for b, (a, d) in enumerate(zip(accepted, duplicates, strict=True))]
 
@@ -361,8 +391,18 @@ def _insert_collectives(conn: Connection, records: list[tuple[int, IngestRecord]
         conn.execute(collectives.insert(), rows)
 
 
-def _touch_runs(conn: Connection, records: list[tuple[int, IngestRecord]]) -> None:
-    """Bump each written run's version (invalidates its stored ledger) and keep its summary columns."""
+def _check_kept_keys(conn: Connection, keys: dict[int, tuple[str, str]]) -> None:
+    if not keys:
+        return
+    rows = conn.execute(select(Run.id, Run.project, Run.run_id).where(Run.id.in_(sorted(keys))))
+    if {r[0]: (r[1], r[2]) for r in rows} != keys:
+        raise StaleRunKeys
+
+
+def _touch_runs(conn: Connection, records: list[tuple[int, IngestRecord]],
+                keys: dict[int, tuple[str, str]]) -> None:
+    """Bump each written run's version (invalidates its stored ledger) and keep its summary columns. A run whose
+    key no longer names it (project, run id) raises StaleRunKeys: the caller kept a key the database dropped."""
     per_run: dict[int, _RunTouch] = {}
     for run_pk, r in records:
         touch = per_run.get(run_pk)
@@ -378,8 +418,12 @@ def _touch_runs(conn: Connection, records: list[tuple[int, IngestRecord]]) -> No
     statement = _TOUCH_RUN_SQLITE if conn.dialect.name == "sqlite" else _TOUCH_RUN
     for run_pk, touch in sorted(per_run.items()):  # one lock order for every writer process: no deadlock
         times = np.concatenate(touch.times)  # one reduction per run, not one per record and column
-        conn.execute(statement, {"run_pk": run_pk, "now": now, "first": float(times.min()), "last": float(times.max()),
-                                 "status": touch.end[1] if touch.end is not None else None})
+        project, run_id = keys[run_pk]
+        touched = conn.execute(statement, {
+            "run_pk": run_pk, "project": project, "run_id": run_id, "now": now, "first": float(times.min()),
+            "last": float(times.max()), "status": touch.end[1] if touch.end is not None else None})
+        if touched.rowcount != 1:
+            raise StaleRunKeys
 
 
 @dataclass(slots=True)
@@ -394,7 +438,7 @@ _TOUCH_RUN_TEMPLATE = (
     "UPDATE runs SET version = version + 1, received_at = :now, "
     "first_time = coalesce({least}(first_time, :first), :first), "
     "last_time = coalesce({greatest}(last_time, :last), :last), "
-    "status = coalesce(:status, status) WHERE id = :run_pk"
+    "status = coalesce(:status, status) WHERE id = :run_pk AND project = :project AND run_id = :run_id"
 )
 _TOUCH_RUN = text(_TOUCH_RUN_TEMPLATE.format(least="least", greatest="greatest"))
 _TOUCH_RUN_SQLITE = text(_TOUCH_RUN_TEMPLATE.format(least="min", greatest="max"))

@@ -1,14 +1,19 @@
 """The group-commit writer: one thread writes the batches of many concurrent requests in one transaction.
 
-A request thread submits its validated batch and waits on a Future; the writer drains everything queued
-while the previous transaction was committing, writes it with one commit, and resolves each Future with
-that batch's own counts. A resolved Future means the events are committed. When more events are queued
-than `max_pending_events`, `submit` refuses at once (Overloaded) and the collector answers 503 with
-Retry-After, so memory stays bounded under any load.
+A request submits its validated batch and waits on a future; the writer drains everything queued while the
+previous transaction was committing, writes it with one commit, and resolves each future with that batch's own
+counts. A resolved future means the events are committed. The ingest endpoint waits on an asyncio future of its
+event loop: the writer settles all of a group's such futures in one call onto the loop, not one wake-up each.
+When more events are queued than `max_pending_events`, `submit` refuses at once (Overloaded) and the collector
+answers 503 with Retry-After, so memory stays bounded under any load.
+
+The writer keeps each run's key between groups (runs are never deleted); services.storage.write checks kept keys
+in the same transaction, so a database emptied or restored under the writer still gets every event into its run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import queue
@@ -25,7 +30,11 @@ from services.storage.write import write_batches
 
 logger = logging.getLogger(__name__)
 
-_Batch = tuple[Sequence[IngestRecord], int, Future[IngestResult], str | None]  # records, weight, answer, project
+_Answer = Future[IngestResult] | asyncio.Future[IngestResult]
+_Batch = tuple[Sequence[IngestRecord], int, _Answer, str | None]  # records, weight, answer, project
+# Runs are never deleted, so a run's primary key, once known, stays right: the writer keeps them (up to this many)
+# and looks up or creates only the runs it has not seen, instead of a query per group (services.storage.write).
+_KNOWN_RUNS_MAX = 100_000
 
 
 class BatchWriter:
@@ -42,6 +51,7 @@ class BatchWriter:
         self._pending = 0
         self._lock = threading.Lock()
         self._held = threading.local()  # each writer thread's connection, kept between groups
+        self._run_pks: dict[tuple[str, str], int] = {}  # (project, run_id) -> runs.id, shared by the threads
 
     @property
     def pending_events(self) -> int:
@@ -64,14 +74,24 @@ class BatchWriter:
     def submit(self, records: Sequence[IngestRecord], *, project: str | None = None) -> Future[IngestResult]:
         """Queue one batch into the runs of `project` (None: "default"; services.storage.write); the future raises
         EventIdConflict when the batch repeats a stored event id with other content (nothing of it stored)."""
+        future: Future[IngestResult] = Future()
+        self._enqueue(records, future, project)
+        return future
+
+    def submit_on_loop(self, records: Sequence[IngestRecord], *,
+                       project: str | None = None) -> asyncio.Future[IngestResult]:
+        """`submit` for a coroutine: the answer is a future of the running event loop."""
+        future: asyncio.Future[IngestResult] = asyncio.get_running_loop().create_future()
+        self._enqueue(records, future, project)
+        return future
+
+    def _enqueue(self, records: Sequence[IngestRecord], answer: _Answer, project: str | None) -> None:
         weight = _weight(records)
         with self._lock:
             if self._pending and self._pending + weight > self._max_pending:
                 raise Overloaded(f"the collector has {self._pending} events waiting to be written")
             self._pending += weight
-        future: Future[IngestResult] = Future()
-        self._queue.put((records, weight, future, project))
-        return future
+        self._queue.put((records, weight, answer, project))
 
     def _run(self) -> None:
         while True:
@@ -97,25 +117,31 @@ class BatchWriter:
         self._drop_held_connection()
 
     def _write(self, group: list[_Batch]) -> None:
+        outcomes: list[IngestResult | Exception]
         try:
             results = self._write_on_held_connection([records for records, _, _, _ in group],
                                                      [project for _, _, _, project in group])
         except Exception as exc:  # every failure goes back to the waiting requests
             logger.warning("writing %d batches failed: %s", len(group), exc)
+            self._run_pks.clear()  # in case the database was replaced under us: look every run up again
             error = StorageUnavailable(f"the database did not accept the write: {exc.__class__.__name__}: {exc}")
-            for _, _, future, _ in group:
-                future.set_exception(error)
+            outcomes = [error] * len(group)
         else:
-            for (_, _, future, _), result in zip(group, results, strict=True):
-                if result.conflict is not None:
-                    future.set_exception(EventIdConflict(index=result.conflict.index, event_id=result.conflict.event_id,
-                                                         run_id=result.conflict.run_id))
-                else:
-                    future.set_result(result)
+            outcomes = [EventIdConflict(index=r.conflict.index, event_id=r.conflict.event_id,
+                                        run_id=r.conflict.run_id) if r.conflict is not None else r for r in results]
         finally:
             with self._lock:
                 self._pending -= sum(weight for _, weight, _, _ in group)
-
+        on_loops: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[IngestResult], IngestResult | Exception]]]
+        on_loops = {}
+        for (_, _, answer, _), outcome in zip(group, outcomes, strict=True):
+            if isinstance(answer, asyncio.Future):
+                on_loops.setdefault(answer.get_loop(), []).append((answer, outcome))
+            else:
+                _settle(answer, outcome)
+        for loop, answers in on_loops.items():
+            with contextlib.suppress(RuntimeError):  # the loop is closed: no one is waiting any more
+                loop.call_soon_threadsafe(_settle_all, answers)
 
     def _write_on_held_connection(self, batches: list[Sequence[IngestRecord]],
                                   projects: list[str | None]) -> list[IngestResult]:
@@ -128,12 +154,17 @@ class BatchWriter:
             if conn is None or conn.closed or conn.invalidated:
                 conn = self._held.conn = self._engine.connect()
             try:
-                return write_batches(conn, batches, projects)
+                return write_batches(conn, batches, projects, known_runs=self._known_runs())
             except Exception as exc:  # the next group starts on a new connection, whatever went wrong
                 self._drop_held_connection()
                 if retry or not _is_disconnect(exc):
                     raise
         raise AssertionError("unreachable")
+
+    def _known_runs(self) -> dict[tuple[str, str], int]:
+        if len(self._run_pks) > _KNOWN_RUNS_MAX:
+            self._run_pks.clear()
+        return self._run_pks
 
     def _drop_held_connection(self) -> None:
         conn = getattr(self._held, "conn", None)
@@ -141,6 +172,20 @@ class BatchWriter:
         if conn is not None:
             with contextlib.suppress(Exception):  # it is gone either way
                 conn.close()
+
+
+def _settle(answer: _Answer, outcome: IngestResult | Exception) -> None:
+    if answer.done():  # an asyncio future whose request was cancelled (the client went away)
+        return
+    if isinstance(outcome, Exception):
+        answer.set_exception(outcome)
+    else:
+        answer.set_result(outcome)
+
+
+def _settle_all(answers: list[tuple[asyncio.Future[IngestResult], IngestResult | Exception]]) -> None:
+    for answer, outcome in answers:
+        _settle(answer, outcome)
 
 
 # Parts of the write path run on the driver's own cursor (binary COPY, unnest inserts): its errors arrive

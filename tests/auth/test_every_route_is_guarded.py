@@ -1,5 +1,7 @@
 """Every API route carries an access check, and every route of one run checks the run's project: a route added
-later without one fails here, not in production."""
+later without one fails here, not in production. POST /v1/events is not a FastAPI route (it answers before the
+router, services/collector/routes/ingest.py) and checks access itself: tests/auth/test_tokens_and_scoping.py posts
+to it without a token, with a read token and with a revoked one."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The writer keeps its connection between groups, never what it read through it: a database emptied and renumbered
-under it (as a benchmark or a restore does) gets the next batch into the right run (both backends). A cache of runs'
-keys was tried and failed this: a renumbered key pointed at another run, silently."""
+"""The writer keeps its connection and its runs' keys between groups: a database emptied and renumbered under it (as
+a benchmark or a restore does) still gets the next batch into the right run (both backends). A kept key that now
+names another run is caught in the same transaction (services.storage.write: the run's update matches no row, or the
+keys behind duplicates are read back), and the group is written again with every run looked up."""
 
 from __future__ import annotations
 
@@ -14,29 +15,54 @@ from services.storage.records import IngestRecord
 from services.storage.writer import BatchWriter
 
 
-def _batch(event_id: str, step: int) -> list[IngestRecord]:
-    now = time.time()
-    event = {"event_id": event_id, "run_id": "held", "kind": "steps", "time": now, "attempt": 0, "rank": 0,
+def _batch(event_id: str, step: int, run_id: str = "held", now: float | None = None) -> list[IngestRecord]:
+    now = time.time() if now is None else now
+    event = {"event_id": event_id, "run_id": run_id, "kind": "steps", "time": now, "attempt": 0, "rank": 0,
              "step": [step], "start": [now - 1.0], "end": [now - 0.5]}
     return parse_batch(json.dumps({"events": [event]}).encode(), max_events=10, max_rows=10)
+
+
+def _empty_and_renumber(engine) -> None:
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(text("TRUNCATE steps, step_marks, events, runs RESTART IDENTITY CASCADE"))
+        else:
+            for table in ("steps", "step_marks", "events", "runs"):
+                conn.execute(text(f"DELETE FROM {table}"))
+        conn.execute(text("INSERT INTO runs (run_id, project, status, version, ledger_version) "
+                          "VALUES ('other', 'default', 'running', 0, -1)"))  # takes the kept key's place
+
+
+def _steps_by_run(engine) -> list[tuple[str, int]]:
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT r.run_id, s.step FROM steps s JOIN runs r ON r.id = s.run_pk "
+                                 "ORDER BY r.run_id, s.step")).all()
+    return [tuple(r) for r in rows]
 
 
 def test_a_run_key_the_database_no_longer_has_is_looked_up_again(engine) -> None:
     writer = BatchWriter(engine)
     writer.start()
     try:
-        assert writer.submit(_batch("a", 1)).result(timeout=30).accepted == 1  # the run's key is cached now
-        with engine.begin() as conn:  # emptied and renumbered under the writer
-            if engine.dialect.name == "postgresql":
-                conn.execute(text("TRUNCATE steps, step_marks, events, runs RESTART IDENTITY CASCADE"))
-            else:
-                for table in ("steps", "step_marks", "events", "runs"):
-                    conn.execute(text(f"DELETE FROM {table}"))
-            conn.execute(text("INSERT INTO runs (run_id, project, status, version, ledger_version) "
-                              "VALUES ('other', 'default', 'running', 0, -1)"))  # takes the cached key's place
+        assert writer.submit(_batch("a", 1)).result(timeout=30).accepted == 1  # the run's key is kept now
+        _empty_and_renumber(engine)
         assert writer.submit(_batch("b", 2)).result(timeout=30).accepted == 1
     finally:
         writer.stop()
-    with engine.connect() as conn:
-        rows = conn.execute(text("SELECT r.run_id, s.step FROM steps s JOIN runs r ON r.id = s.run_pk")).all()
-    assert [tuple(r) for r in rows] == [("held", 2)]
+    assert _steps_by_run(engine) == [("held", 2)]
+
+
+def test_a_kept_key_behind_a_duplicate_is_checked_before_the_duplicate_is_believed(engine) -> None:
+    """The run that took the kept key holds an event with the same id and content: without the check, the batch
+    would be counted a duplicate of that other run's event, and nothing of it stored."""
+    now = time.time()
+    writer = BatchWriter(engine)
+    writer.start()
+    try:
+        assert writer.submit(_batch("a", 1, now=now)).result(timeout=30).accepted == 1  # held's key is kept now
+        _empty_and_renumber(engine)
+        assert writer.submit(_batch("a", 1, run_id="other", now=now)).result(timeout=30).accepted == 1
+        assert writer.submit(_batch("a", 1, now=now)).result(timeout=30).accepted == 1
+    finally:
+        writer.stop()
+    assert _steps_by_run(engine) == [("held", 1), ("other", 1)]

@@ -1,71 +1,165 @@
+"""POST /v1/events, the busiest endpoint by far: every rank of every run posts here every few tenths of a second.
+
+It is a plain ASGI app that the collector calls before FastAPI's routing (`_Collector.__call__`), not a FastAPI
+route: the router, dependency resolution, exit stacks and five middleware layers cost more than the rest of a
+small request together (a 2-step record: ~250 us of ~500 us, `python -m benchmarks.requests`, py-spy). It does
+what they did, explicitly: the access check (a write token, or a local client while no token exists), one
+request-duration observation, and every error answered by services.collector.errors as on any other route. Its
+OpenAPI operation is declared by `openapi_operation()`, so the schema and the fuzz tests see it as before.
+"""
+
 from __future__ import annotations
 
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from http import HTTPStatus
 from typing import Any
 
-from fastapi import APIRouter, Request, Response
+from starlette.datastructures import State
+from starlette.types import Message, Receive, Scope, Send
 
-from services.collector.auth import Principal
+from services.collector.auth import Authenticator, require_writer
 from services.collector.batch import decompress, parse_batch
-from services.collector.deps import WritePrincipalDep
+from services.collector.errors import error_response
 from services.collector.pace import HEADER as PACE_HEADER
 from services.collector.pace import SendPace, sender_of
 from services.collector.plausibility import check_plausible
-from services.collector.routes.metrics import IngestCounters
-from services.collector.schemas.errors import ErrorResponse
-from services.collector.schemas.ingest import IngestAck
 from services.errors import InvalidBatch, Overloaded
+from services.metrics import CollectorInstruments
 from services.settings import IngestSettings, ServiceSettings
 from services.storage.records import IngestRecord
 from services.storage.writer import BatchWriter
 
-router = APIRouter(tags=["ingest"])
+PATH = "/v1/events"
+_PACE_HEADER = PACE_HEADER.lower().encode()
+_ERROR_STATUSES = (400, 401, 403, 405, 408, 413, 415, 422, 503)
 
-_ERRORS: dict[int | str, dict[str, Any]] = {status: {"model": ErrorResponse}
-                                            for status in (400, 401, 403, 408, 413, 415, 422, 503)}
+
+class _Disconnected(Exception):
+    """The client went away before its body was whole: there is no one to answer."""
 
 
-@router.post(
-    "/v1/events",
-    response_model=IngestAck,
-    responses={**_ERRORS, 200: {"headers": {PACE_HEADER: {
-        "description": "seconds the collector asks each sender to leave between two posts (services/collector/pace.py)",
-        "schema": {"type": "number"}}}}},
-    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-        "schema": {"$ref": "#/components/schemas/EventBatch"}}}}},
-    summary="Ingest a batch of events (all or nothing; duplicates absorbed)",
-)
-async def ingest_events(request: Request, principal: WritePrincipalDep) -> Response:
-    # async, unlike the read routes: the body is read from the request's stream on the event loop, under a
-    # timeout and the body budget, before any thread is spent on it; big bodies are parsed on a thread. The
-    # app's objects come from app.state rather than as dependencies: resolving each costs more than a small
-    # batch's whole validation (benchmarks/requests.py).
-    state = request.app.state
-    writer: BatchWriter = state.writer
-    settings: ServiceSettings = state.settings
-    counters = IngestCounters(state.metrics.instruments)
-    budget: BodyBudget = state.body_budget
-    pace: SendPace = state.pace
-    pace.seen(sender_of(request.scope["headers"], request.scope.get("client")))
-    with counters.rejections(), budget.hold(_client_key(principal, request)) as take:  # counts 4xx by code
-        limits = settings.ingest
-        raw = await _read_capped(request, limits.max_body_bytes, take, limits.body_timeout_s)
-        body = await _inflate(request, raw, limits, take)
-        if len(body) <= INLINE_PARSE_BYTES:
-            records = _validated(body, settings)
-        else:
-            parser: ThreadPoolExecutor = state.parser
-            records = await asyncio.get_running_loop().run_in_executor(parser, _validated, body, settings)
-    result = await asyncio.wrap_future(writer.submit(records, project=principal.project))
-    counters.ingested(result.accepted, result.duplicates)
-    # IngestAck's JSON written directly: FastAPI would validate and encode the model again for every request
-    return Response(b'{"accepted":%d,"duplicates":%d}' % (result.accepted, result.duplicates),
-                    media_type="application/json", headers={PACE_HEADER: pace.header_value})
+class IngestEndpoint:
+    """The ASGI app of `POST /v1/events`; any other method gets 405."""
+
+    def __init__(self, state: State) -> None:
+        self._state = state  # the app's state: the parsing threads appear in it only when the app starts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        method = scope["method"]
+        try:
+            if method != "POST":
+                raise _NotAllowed(method)
+            ack = await self._ingest(scope, receive)
+        except _Disconnected:
+            self._observe(method, 499, started)
+            return
+        except Exception as exc:  # every error becomes its JSON answer, as on FastAPI's routes
+            response = error_response(exc, method, PATH)
+            await response(scope, receive, send)
+            self._observe(method, response.status_code, started)
+            return
+        # IngestAck's JSON written directly: a model and a Response object would be built and encoded per request
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", b"%d" % len(ack)),
+            (_PACE_HEADER, self._state.pace.header_value.encode())]})
+        await send({"type": "http.response.body", "body": ack})
+        self._observe(method, 200, started)
+
+    async def _ingest(self, scope: Scope, receive: Receive) -> bytes:
+        state = self._state
+        auth: Authenticator = state.auth
+        writer: BatchWriter = state.writer
+        settings: ServiceSettings = state.settings
+        instruments: CollectorInstruments = state.metrics.instruments
+        budget: BodyBudget = state.body_budget
+        pace: SendPace = state.pace
+        principal = require_writer(await auth.authenticate_scope(scope))
+        headers = _Headers(scope["headers"])
+        pace.seen(sender_of(scope["headers"], scope.get("client")))
+        client = f"token:{principal.token_id}" if principal.token_id is not None else \
+            f"address:{scope['client'][0] if scope.get('client') else '?'}"
+        try:
+            with budget.hold(client) as take:
+                limits = settings.ingest
+                raw = await _read_capped(receive, headers.content_length, limits.max_body_bytes, take,
+                                         state.body_deadlines, limits.body_timeout_s)
+                body = await self._inflate(raw, headers.content_encoding, limits, take)
+                if len(body) <= INLINE_PARSE_BYTES:
+                    records = _validated(body, settings)
+                else:
+                    parser: ThreadPoolExecutor = state.parser
+                    records = await asyncio.get_running_loop().run_in_executor(parser, _validated, body, settings)
+        except InvalidBatch as exc:
+            instruments.count_rejected(exc.code)
+            raise
+        result = await writer.submit_on_loop(records, project=principal.project)
+        instruments.count_ingested(result.accepted, result.duplicates)
+        return b'{"accepted":%d,"duplicates":%d}' % (result.accepted, result.duplicates)
+
+    async def _inflate(self, raw: bytearray, encoding: str | None, limits: IngestSettings,
+                       take: Callable[[int], None]) -> bytes | bytearray:
+        """Undo Content-Encoding on the app's one inflating thread (zlib releases the GIL): neither the event loop
+        nor more than one core is ever spent inflating, however many clients post bombs at once."""
+        if encoding is None or encoding.strip().lower() in ("", "identity"):
+            return raw
+        inflater: ThreadPoolExecutor = self._state.inflater
+        body = await asyncio.get_running_loop().run_in_executor(inflater, decompress, raw, encoding,
+                                                                limits.max_body_bytes)
+        take(len(body))  # the inflated copy counts too
+        return body
+
+    def _observe(self, method: str, status: int, started: float) -> None:
+        instruments: CollectorInstruments = self._state.metrics.instruments
+        instruments.request_seconds.labels(PATH, method, str(status)).observe(time.perf_counter() - started)
+        instruments.write_queue.set(self._state.writer.pending_events)
+
+
+class _NotAllowed(InvalidBatch):
+    def __init__(self, method: str) -> None:
+        super().__init__(f"{PATH} takes POST only, not {method}", status=405, code="method_not_allowed")
+
+
+class _Headers:
+    """The two request headers the endpoint reads, found in one pass over the scope's raw headers."""
+
+    __slots__ = ("content_length", "content_encoding")
+
+    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
+        self.content_length: str | None = None
+        self.content_encoding: str | None = None
+        for name, value in raw:
+            if name == b"content-length":
+                self.content_length = value.decode("latin-1")
+            elif name == b"content-encoding":
+                self.content_encoding = value.decode("latin-1")
+
+
+def openapi_operation() -> dict[str, Any]:
+    """The endpoint's OpenAPI operation (its schemas: EventBatch, IngestAck, ErrorResponse; `_Collector.openapi`)."""
+    def error(status: int) -> dict[str, Any]:
+        return {"description": HTTPStatus(status).phrase,
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}}
+
+    ok = {"description": "Successful Response",
+          "headers": {PACE_HEADER: {
+              "description": "seconds the collector asks each sender to leave between two posts "
+                             "(services/collector/pace.py)",
+              "schema": {"type": "number"}}},
+          "content": {"application/json": {"schema": {"$ref": "#/components/schemas/IngestAck"}}}}
+    return {"post": {
+        "tags": ["ingest"],
+        "summary": "Ingest a batch of events (all or nothing; duplicates absorbed)",
+        "operationId": "ingest_events_v1_events_post",
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/EventBatch"}}}},
+        "responses": {"200": ok, **{str(status): error(status) for status in _ERROR_STATUSES}},
+    }}
 
 
 # Bodies up to this size are parsed on the event loop: a small batch (one rank's few steps, ~300 bytes) validates
@@ -85,26 +179,6 @@ def _validated(body: bytes | bytearray, settings: ServiceSettings) -> list[Inges
     records = parse_batch(body, max_events=limits.max_events_per_batch, max_rows=limits.max_rows_per_batch)
     check_plausible(records, settings.plausibility, now=time.time())
     return records
-
-
-async def _inflate(request: Request, raw: bytearray, limits: IngestSettings,
-                   take: Callable[[int], None]) -> bytes | bytearray:
-    """Undo Content-Encoding on the app's one inflating thread (zlib releases the GIL): neither the event loop
-    nor more than one core is ever spent inflating, however many clients post bombs at once."""
-    encoding = request.headers.get("content-encoding")
-    if encoding is None or encoding.strip().lower() in ("", "identity"):
-        return raw
-    inflater: ThreadPoolExecutor = request.app.state.inflater
-    body = await asyncio.get_running_loop().run_in_executor(inflater, decompress, raw, encoding,
-                                                            limits.max_body_bytes)
-    take(len(body))  # the inflated copy counts too
-    return body
-
-
-def _client_key(principal: Principal, request: Request) -> str:
-    if principal.token_id is not None:
-        return f"token:{principal.token_id}"
-    return f"address:{request.client.host if request.client else '?'}"
 
 
 class BodyBudget:
@@ -151,31 +225,81 @@ class BodyBudget:
                     self.used_by_client.pop(client, None)
 
 
-async def _read_capped(request: Request, max_bytes: int, take: Callable[[int], None],
-                       timeout_s: float) -> bytearray:
+async def _read_capped(receive: Receive, declared: str | None, max_bytes: int, take: Callable[[int], None],
+                       deadlines: BodyDeadlines, timeout_s: float) -> bytearray:
     """The body, read into one buffer: with a Content-Length, one buffer of exactly that size, reserved in the
     budget up front (no growing, no copies: memory is the body, once); without one, a buffer grown as it comes."""
-    declared = request.headers.get("content-length")
     size = int(declared) if declared is not None and declared.isdigit() else None
     if size is not None and size > max_bytes:
         raise InvalidBatch(f"the body is {declared} bytes, more than the {max_bytes}-byte limit; send smaller batches",
                            status=413, code="body_too_large")
     try:
-        async with asyncio.timeout(timeout_s):
+        with deadlines.reading(timeout_s):
             if size is not None:
-                return await _read_sized(request, size, take)
-            return await _read_growing(request, max_bytes, take)
+                return await _read_sized(receive, size, take)
+            return await _read_growing(receive, max_bytes, take)
     except TimeoutError:
         raise InvalidBatch(f"the body did not arrive within {timeout_s:g} s; nothing was stored, send it again "
                            "(GOODPUT_BODY_TIMEOUT_S)", status=408, code="body_timeout") from None
 
 
-async def _read_sized(request: Request, size: int, take: Callable[[int], None]) -> bytearray:
+class BodyDeadlines:
+    """Requests whose body is still arriving, each with its deadline (GOODPUT_BODY_TIMEOUT_S); one task on the
+    event loop cancels the overdue ones a few times a second. Cheaper than a timer per request (asyncio.timeout:
+    ~5% of a small request's cost), and a deadline met within `PERIOD_S` is all a body timeout needs."""
+
+    PERIOD_S = 0.25
+
+    def __init__(self) -> None:
+        self._reading: dict[asyncio.Task[Any], float] = {}
+        self._expired: set[asyncio.Task[Any]] = set()
+
+    @contextmanager
+    def reading(self, timeout_s: float) -> Iterator[None]:
+        """Raise TimeoutError in the block if it is still running `timeout_s` from now (and `watch` is running)."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._reading[task] = time.monotonic() + timeout_s
+        try:
+            yield
+        except asyncio.CancelledError:
+            if task not in self._expired:
+                raise  # cancelled for another reason (the server is stopping)
+            task.uncancel()
+            raise TimeoutError from None
+        finally:
+            self._reading.pop(task, None)
+            self._expired.discard(task)
+
+    async def watch(self) -> None:
+        """Run for the app's lifetime (its lifespan starts and cancels it)."""
+        while True:
+            await asyncio.sleep(self.PERIOD_S)
+            now = time.monotonic()
+            for task in [t for t, deadline in self._reading.items() if deadline <= now]:
+                del self._reading[task]
+                self._expired.add(task)
+                task.cancel()
+
+
+async def _chunks(receive: Receive) -> AsyncIterator[bytes]:
+    while True:
+        message: Message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected
+        chunk = message.get("body", b"")
+        if chunk:
+            yield chunk
+        if not message.get("more_body", False):
+            return
+
+
+async def _read_sized(receive: Receive, size: int, take: Callable[[int], None]) -> bytearray:
     take(size)
     body = bytearray(size)
     filled = 0
     with memoryview(body) as view:
-        async for chunk in request.stream():
+        async for chunk in _chunks(receive):
             if filled + len(chunk) > size:
                 raise InvalidBatch(f"the body is longer than its Content-Length ({size})", status=400,
                                    code="malformed_body")
@@ -187,13 +311,12 @@ async def _read_sized(request: Request, size: int, take: Callable[[int], None]) 
     return body
 
 
-async def _read_growing(request: Request, max_bytes: int, take: Callable[[int], None]) -> bytearray:
+async def _read_growing(receive: Receive, max_bytes: int, take: Callable[[int], None]) -> bytearray:
     body = bytearray()
-    async for chunk in request.stream():
+    async for chunk in _chunks(receive):
         take(len(chunk))
         if len(body) + len(chunk) > max_bytes:
             raise InvalidBatch(f"the body is larger than the {max_bytes}-byte limit; send smaller batches",
                                status=413, code="body_too_large")
         body += chunk
     return body
-
