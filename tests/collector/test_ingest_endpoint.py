@@ -15,7 +15,7 @@ from sqlalchemy import Engine, text
 
 from services.collector.app import create_app
 from services.collector.routes.ingest import BodyDeadlines
-from services.settings import IngestSettings, ServiceSettings
+from services.settings import IngestSettings, ServerSettings, ServiceSettings
 
 T = 1_700_000_000.0
 
@@ -97,8 +97,8 @@ def _run_with_lifespan(app: Any, body: Any) -> Any:
 
 
 def test_a_body_that_stops_arriving_gets_408_after_the_timeout(database_url: str, engine: Engine) -> None:
-    settings = ServiceSettings(server={"database_url": database_url, "serve_dashboard": False,
-                                       "warm_analyses_s": 0}, ingest=IngestSettings(body_timeout_s=0.5))
+    settings = ServiceSettings(server=ServerSettings(database_url=database_url, serve_dashboard=False,
+                                                     warm_analyses_s=0), ingest=IngestSettings(body_timeout_s=0.5))
     app = create_app(settings, engine=engine)
     first = [True]
 
@@ -118,11 +118,13 @@ def test_a_body_that_stops_arriving_gets_408_after_the_timeout(database_url: str
 def test_a_client_that_leaves_mid_body_gets_no_answer_and_stores_nothing(client: TestClient,
                                                                         engine: Engine) -> None:
     app = client.app
-    messages = [{"type": "http.request", "body": b'{"events": [', "more_body": True}, {"type": "http.disconnect"}]
+    messages: list[dict[str, Any]] = [{"type": "http.request", "body": b'{"events": [', "more_body": True},
+                                      {"type": "http.disconnect"}]
 
     async def receive() -> dict[str, Any]:
         return messages.pop(0)
 
+    assert client.portal is not None
     sent, _ = client.portal.call(_call, app, receive)  # on the app's own loop, where its lifespan runs
     assert sent == []
     with engine.connect() as conn:
