@@ -223,7 +223,7 @@ def _serve(ns: argparse.Namespace) -> int:
     print(f"goodput collector on http://{host}:{port}  (database: {_safe(engine)}; API docs at /docs)", flush=True)
     print(auth, flush=True)
     try:
-        uvicorn.run("services.collector.app:create_app", factory=True, host=host, port=port, workers=ns.workers,
+        uvicorn.run("services.collector.app:create_served_app", factory=True, host=host, port=port, workers=ns.workers,
                     log_level="warning")
     finally:
         remove_multiprocess_dir(metrics_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -45,7 +46,14 @@ from services.storage.writer import BatchWriter
 logger = logging.getLogger(__name__)
 
 
-def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None = None) -> FastAPI:
+def create_served_app() -> FastAPI:
+    """The app of `goodput serve` (each worker process calls it): `create_app` that also takes its start-up objects
+    out of the garbage collector's way, which only a process that runs nothing else may do (not a test process)."""
+    return create_app(freeze_heap_at_start=True)
+
+
+def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None = None,
+               freeze_heap_at_start: bool = False) -> FastAPI:
     settings = settings or ServiceSettings()
     engine = engine or make_engine(settings.server.database_url)
     writer = BatchWriter(engine, max_pending_events=settings.ingest.writer_max_pending_events)
@@ -64,6 +72,11 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
         writer.start()
         warm.start()
         retention.start()
+        if freeze_heap_at_start:
+            # Everything made so far (modules, the app, its routes and schemas: most of the process's objects)
+            # lives as long as the process. Without this, each full collection walked them all: a 50-65 ms pause
+            # every few seconds under load, the p99 of every request (benchmarks/requests.py: p99 60 -> 27 ms).
+            gc.freeze()
         try:
             yield
         finally:

@@ -116,7 +116,7 @@ class IngestEndpoint:
 
     def _observe(self, method: str, status: int, started: float) -> None:
         instruments: CollectorInstruments = self._state.metrics.instruments
-        instruments.request_seconds.labels(PATH, method, str(status)).observe(time.perf_counter() - started)
+        instruments.request_timer(PATH, method, status).observe(time.perf_counter() - started)
         instruments.write_queue.set(self._state.writer.pending_events)
 
 
@@ -254,22 +254,9 @@ class BodyDeadlines:
         self._reading: dict[asyncio.Task[Any], float] = {}
         self._expired: set[asyncio.Task[Any]] = set()
 
-    @contextmanager
-    def reading(self, timeout_s: float) -> Iterator[None]:
-        """Raise TimeoutError in the block if it is still running `timeout_s` from now (and `watch` is running)."""
-        task = asyncio.current_task()
-        assert task is not None
-        self._reading[task] = time.monotonic() + timeout_s
-        try:
-            yield
-        except asyncio.CancelledError:
-            if task not in self._expired:
-                raise  # cancelled for another reason (the server is stopping)
-            task.uncancel()
-            raise TimeoutError from None
-        finally:
-            self._reading.pop(task, None)
-            self._expired.discard(task)
+    def reading(self, timeout_s: float) -> _Reading:
+        """A block that raises TimeoutError if it is still running `timeout_s` from now (while `watch` runs)."""
+        return _Reading(self, timeout_s)
 
     async def watch(self) -> None:
         """Run for the app's lifetime (its lifespan starts and cancels it)."""
@@ -280,6 +267,33 @@ class BodyDeadlines:
                 del self._reading[task]
                 self._expired.add(task)
                 task.cancel()
+
+
+class _Reading:
+    """`BodyDeadlines.reading`'s block (a class, not @contextmanager: no generator per request)."""
+
+    __slots__ = ("_deadlines", "_timeout_s", "_task")
+    _task: asyncio.Task[Any]
+
+    def __init__(self, deadlines: BodyDeadlines, timeout_s: float) -> None:
+        self._deadlines = deadlines
+        self._timeout_s = timeout_s
+
+    def __enter__(self) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._deadlines._reading[task] = time.monotonic() + self._timeout_s
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        deadlines, task = self._deadlines, self._task
+        deadlines._reading.pop(task, None)
+        if task in deadlines._expired:
+            deadlines._expired.discard(task)
+            if exc_type is asyncio.CancelledError:
+                task.uncancel()
+                raise TimeoutError from None
+        # cancelled for another reason (the server is stopping), or no exception: left as it is
 
 
 async def _chunks(receive: Receive) -> AsyncIterator[bytes]:

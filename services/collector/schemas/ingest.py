@@ -308,8 +308,16 @@ def _nan(value: float | None) -> float:
 
 def _nans(values: np.ndarray | list[float | None] | None, n: int) -> np.ndarray:
     """A column the client did not send: a read-only view of one NaN, n long, that takes no memory. (A column it
-    sent is already an array, _float64_array_with_nans: asarray returns it as it is.)"""
-    return np.broadcast_to(np.float64(np.nan), (n,)) if values is None else np.asarray(values, dtype=np.float64)
+    sent is already an array, _float64_array_with_nans: asarray returns it as it is.) Views of the usual lengths are
+    made once: np.broadcast_to costs more than the rest of a small record's conversion."""
+    if values is not None:
+        return np.asarray(values, dtype=np.float64)
+    if n < len(_NAN_VIEWS):
+        return _NAN_VIEWS[n]
+    return np.broadcast_to(np.float64(np.nan), (n,))
+
+
+_NAN_VIEWS = [np.broadcast_to(np.float64(np.nan), (n,)) for n in range(1025)]  # read-only: safe to share
 
 
 def _check_columns(record: Steps | Collectives, names: tuple[str, ...]) -> None:
