@@ -52,6 +52,11 @@ class ServerSettings(_Section):
         "GOODPUT_WARM_ANALYSES_S: every this many seconds one background thread re-analyses the runs that changed "
         "(those opened on the dashboard first), using at most a quarter of that time, so run pages open on a "
         "stored analysis; 0 turns it off (pages then build an analysis the first time they need it)"))
+    analysis_cache_mb: int = Field(1024, ge=0, description=(
+        "GOODPUT_ANALYSIS_CACHE_MB: MiB of decoded step-block summaries each collector process keeps, so that a "
+        "live run's next analysis reads only the blocks that changed; least recently used out first. A fleet's "
+        "live runs fill it in proportion to their ranks x steps; 0 keeps none (every analysis decodes every "
+        "block again)"))
     raw_retention_days: float = Field(30.0, ge=0, description=(
         "GOODPUT_RAW_RETENTION_DAYS: a run's raw rows (steps, collectives, step and heartbeat events) are deleted "
         "once it has received nothing for this many days; its ledger, views, straggler report and resume check "

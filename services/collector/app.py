@@ -41,6 +41,7 @@ from services.derive.cache import AnalysisCache
 from services.derive.retention import PruneJob
 from services.settings import DashboardSettings, ServiceSettings
 from services.storage.db import make_engine
+from services.storage.step_blocks import SummaryCache
 from services.storage.writer import BatchWriter
 
 logger = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     settings = settings or ServiceSettings()
     engine = engine or make_engine(settings.server.database_url)
     writer = BatchWriter(engine, max_pending_events=settings.ingest.writer_max_pending_events)
-    analyses = AnalysisCache(engine)
+    analyses = AnalysisCache(engine, summaries=SummaryCache(capacity_bytes=settings.server.analysis_cache_mb << 20))
     warm = WarmAnalyses(analyses, interval_s=settings.server.warm_analyses_s)
     retention = PruneJob(analyses, retention_days=settings.server.raw_retention_days,
                          interval_s=settings.server.prune_interval_s)
