@@ -2,7 +2,8 @@
 
     python -m benchmarks.load [--ranks 10240] [--duration 600] [--workers 2] [--generators 1]
 
-Every rank does one training step a second and posts exactly as ingest_client does (benchmarks/_fleet.py: one
+Every rank does one training step a second and posts exactly as ingest_client does under `goodput launch`, through
+one node relay per `--ranks-per-sender` ranks (8 by default; 1: each rank its own sender) (benchmarks/_fleet.py: one
 request per send round with every record not acknowledged yet, compact `steps` records with `comm`, a heartbeat
 every 5 s, following the collector's `Goodput-Send-Interval`, Retry-After and backoff). Ranks are grouped into
 runs of `--ranks-per-run` (a fleet of jobs), started over `--ramp` seconds. The load generator is hand-written
@@ -313,8 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--generators", type=int, default=1, help="load generator processes")
     p.add_argument("--connections", type=int, default=256, help="keep-alive connections per generator process")
     p.add_argument("--ranks-per-run", type=int, default=256, help="ranks of one simulated job (default 256)")
-    p.add_argument("--ranks-per-sender", type=int, default=1, help="1: every rank posts itself (default); 8: one "
-                   "node relay per 8 ranks posts for them (goodput launch --node-relay)")
+    p.add_argument("--ranks-per-sender", type=int, default=8, help="8 (default): one node relay per 8 ranks posts "
+                   "for them, as under goodput launch; 1: every rank posts itself (goodput launch --no-node-relay)")
     p.add_argument("--ramp", type=float, default=10.0, help="jobs start uniformly over this many seconds")
     p.add_argument("--hang-at", type=float, help="seconds after the start at which one rank hangs "
                    "(default: half the duration, at least 60 s before the end)")

@@ -12,6 +12,10 @@ starts (:mod:`ingest_client.bootstrap`), and exports ``GOODPUT_LAUNCH_ID`` (new 
 this node's agent in the count of worker generations (:mod:`ingest_client.generation`). ``--no-bootstrap`` or
 ``GOODPUT_BOOTSTRAP=0`` leaves ``PYTHONPATH`` alone.
 
+The node's ranks send their records through the launcher (:mod:`ingest_client.relay`): one sender per node, not
+one per rank, so a fleet sends the collector fewer, fuller requests. A rank whose launcher is gone sends directly
+(:mod:`ingest_client.transport.relayed`). ``--no-node-relay`` or ``GOODPUT_NODE_RELAY=0``: every rank sends its own.
+
 Under Slurm (``SLURM_JOB_ID``) the run-level events come from Slurm's record of the job (:mod:`ingest_client.slurm`):
 ``run_submitted`` at ``SubmitTime``, ``allocation_start`` at ``StartTime`` with the allocation's GPUs and hosts,
 ids named by the job id and restart count, sent by the first task only; a requeue ends the allocation, not the run;
@@ -182,10 +186,13 @@ def launch_main(argv: list[str]) -> int:
     parser.add_argument("--warning-signal", default="USR1",
                         help="the scheduler's preemption warning (sbatch --signal=B:USR1@120): on it the launcher "
                              "asks the run to checkpoint now (tracker.should_checkpoint()); 'none' leaves it alone")
-    parser.add_argument("--node-relay", action="store_true",
-                        help="the node's ranks send through this launcher (GOODPUT_NODE_RELAY=1): their records are "
-                             "spooled here and sent as one stream at the collector's pace, one sender per node "
-                             "instead of one per rank (ingest_client.relay); for fleets of thousands of ranks")
+    relay_choice = parser.add_mutually_exclusive_group()
+    relay_choice.add_argument("--node-relay", dest="node_relay", action="store_true", default=None,
+                       help="the default: the node's ranks send through this launcher: their records are spooled "
+                            "here and sent as one stream at the collector's pace, one sender per node instead of one "
+                            "per rank (ingest_client.relay); a rank whose launcher is gone sends directly")
+    relay_choice.add_argument("--no-node-relay", dest="node_relay", action="store_false",
+                       help="every rank sends its own records to the collector (GOODPUT_NODE_RELAY=0)")
     parser.add_argument("--no-bootstrap", action="store_true",
                         help="do not start the workers' trackers as their interpreters start (GOODPUT_BOOTSTRAP=0): "
                              "an attempt that fails before the script calls goodput.init() is then not seen")
@@ -250,7 +257,7 @@ def launch_main(argv: list[str]) -> int:
             print("goodput launch: GPU count unknown (pass --gpus); allocation_start not sent", file=sys.stderr)
 
     relay = None
-    if args.node_relay or env.get("GOODPUT_NODE_RELAY", "").strip() == "1":
+    if args.node_relay if args.node_relay is not None else env.get("GOODPUT_NODE_RELAY", "1").strip() != "0":
         relay = _start_relay(child_env, run_id)
     warning = _warning_signal(args.warning_signal)
     # One request per run: srun forwards the warning to every node's launcher; the first task asks.

@@ -43,6 +43,7 @@ from ingest_client.spool import run_dir_name
 from ingest_client.timing import Emit, IntervalTimer
 from ingest_client.transport.base import Transport
 from ingest_client.transport.http import HttpTransport
+from ingest_client.transport.relayed import RelayedTransport
 
 _time = time.time
 _perf = time.perf_counter
@@ -198,9 +199,7 @@ class Tracker:
             if config.mode is Mode.OFFLINE:
                 transport = None
             elif transport is None:
-                assert config.send_url is not None
-                transport = HttpTransport(config.send_url, token=config.token, timeout_s=config.http_timeout_s,
-                                          sender=self.proc_id)
+                transport = _transport(config, self.proc_id)
             builder = RecordBuilder(
                 RecordContext(run_id=context.run_id, attempt=context.attempt, rank=context.rank), self.proc_id
             )
@@ -447,3 +446,13 @@ class Tracker:
         self._poller = None  # its thread is not in the child
         if self._pipeline is not None:
             self._pipeline.after_fork_in_child()
+
+
+def _transport(config: ClientConfig, sender: str) -> Transport:
+    """To the collector; through the node relay when `goodput launch` runs one, falling back to the collector."""
+    assert config.send_url is not None and config.events_url is not None
+    direct = HttpTransport(config.events_url, token=config.token, timeout_s=config.http_timeout_s, sender=sender)
+    if config.send_url == config.events_url:
+        return direct
+    relay = HttpTransport(config.send_url, token=config.token, timeout_s=config.http_timeout_s, sender=sender)
+    return RelayedTransport(relay, direct, relay_url=config.send_url, direct_url=config.events_url)

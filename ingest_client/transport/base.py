@@ -27,6 +27,7 @@ class SendResult:
     # OK answers: the interval between posts the collector asks of each sender now (Goodput-Send-Interval)
     send_interval_s: float | None = None
     message: str = ""
+    refused_connection: bool = False  # nothing listens at the address (RETRY): the receiver is gone, not busy
 
 
 class Transport(Protocol):

@@ -51,7 +51,8 @@ class HttpTransport:
             return _result_from_error(exc)
         except (OSError, ValueError) as exc:  # URLError and timeouts are OSErrors
             reason = getattr(exc, "reason", exc)
-            return SendResult(status=SendStatus.RETRY, message=f"{type(exc).__name__}: {reason}")
+            return SendResult(status=SendStatus.RETRY, message=f"{type(exc).__name__}: {reason}",
+                              refused_connection=isinstance(reason, ConnectionRefusedError))
         if not 200 <= status < 300:
             return SendResult(status=SendStatus.RETRY, http_status=status, message=f"unexpected status {status}")
         accepted, duplicates = _parse_ack(text, len(events))

@@ -1,8 +1,9 @@
-"""`goodput launch --node-relay`: the node's ranks send through the launcher (ingest_client/relay.py).
+"""`goodput launch`'s node relay (the default): the node's ranks send through the launcher (ingest_client/relay.py).
 
 Real processes: a `goodput serve` on PostgreSQL, a real launcher, four real client ranks under it. The collector
 sees one sender and a fraction of the requests, every step arrives exactly once, one rank's refused event does not
-hold back the others, and a launcher SIGKILLed while the collector is down loses nothing (`goodput sync`)."""
+hold back the others, a launcher SIGKILLed while the collector is down loses nothing (`goodput sync`), and ranks
+that outlive their launcher go on sending, straight to the collector."""
 
 from __future__ import annotations
 
@@ -38,12 +39,13 @@ def _ingest_requests(url: str) -> int:
 
 
 def _launch(url: str, spool: Path, run_id: str, *, steps: int = STEPS) -> subprocess.Popen[str]:
-    """A launcher with the node relay, running RANKS client ranks as torchrun would (one process each)."""
+    """A launcher (the node relay is on by default), running RANKS client ranks as torchrun would (one process
+    each)."""
     ranks = " ".join(
         f"RANK={r} LOCAL_RANK={r} WORLD_SIZE={RANKS} {sys.executable} {WORKER} {steps} {PERIOD_S} 60 &"
         for r in range(RANKS))
     return subprocess.Popen(
-        [*GOODPUT, "launch", "--node-relay", "--run-id", run_id, "--timeout", "30", "--", "bash", "-c",
+        [*GOODPUT, "launch", "--run-id", run_id, "--timeout", "30", "--", "bash", "-c",
          f"{ranks} wait"],
         env=env_with(GOODPUT_URL=url, GOODPUT_SPOOL_DIR=str(spool), TORCHELASTIC_RESTART_COUNT="0",
                      GOODPUT_FLUSH_INTERVAL_S="0.05"),
@@ -114,3 +116,23 @@ def test_a_killed_launcher_loses_nothing_its_relay_acknowledged(collector: Colle
     stored = stored_steps(collector.db_url, "relay-killed")
     assert stored == {rank: sorted(steps) for rank, steps in spooled.items()}  # all of it, each step once
     assert all(steps == list(range(1, len(steps) + 1)) for steps in stored.values())
+
+
+def test_ranks_that_outlive_their_launcher_send_to_the_collector_directly(collector: Collector,
+                                                                          tmp_path: Path) -> None:
+    collector.start()
+    steps = 160  # 8 s of stepping: the launcher dies early in it
+    launcher = _launch(collector.url, tmp_path / "spool", "relay-gone", steps=steps)
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "spool").rglob("relay*.spool")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)
+    launcher.send_signal(signal.SIGKILL)  # its ranks are orphaned and train on
+    out, err = launcher.communicate(timeout=300)  # the pipe closes when the last rank exits
+    results = _worker_results(out)
+    assert len(results) == RANKS and all(r["acknowledged"] for r in results), (out, err[-3000:])
+    live = stored_steps(collector.db_url, "relay-gone")  # before any sync: what the ranks sent themselves
+    assert sorted(live) == list(range(RANKS)) and all(steps in s for s in live.values()), live
+    sync_spool(collector.url, tmp_path / "spool")  # what the relay had taken and not sent when it was killed
+    stored = stored_steps(collector.db_url, "relay-gone")
+    assert stored == {rank: list(range(1, steps + 1)) for rank in range(RANKS)}  # every step, once
