@@ -129,7 +129,8 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
     # (all new events): `_touch_runs` updates a run only where its key still names it. Keys behind duplicates are
     # checked before the stored events are compared with them.
     named = {key for b, batch in enumerate(keyed) if b not in conflicts for key, _ in batch}
-    runs = {key: known_runs[key] for key in named if key in known_runs} if known_runs else {}
+    # .get: the writer's other thread may clear the kept keys meanwhile
+    runs = {key: pk for key in named if (pk := known_runs.get(key)) is not None} if known_runs else {}
     kept = {pk: key for key, pk in runs.items()}
     if len(runs) < len(named):
         looked_up = _ensure_runs(conn, named - runs.keys())
