@@ -22,7 +22,6 @@ from services.collector.auth import (
     readable_run,
     run_scope,
     writable_run,
-    write_caller,
 )
 from services.derive.cache import AnalysisCache
 from services.derive.live import live_config
@@ -59,7 +58,6 @@ AnalysesDep = Annotated[AnalysisCache, Depends(_analyses)]  # every derived prod
 LiveConfigDep = Annotated[LiveConfig, Depends(_live)]  # hang detection's thresholds (settings.live)
 
 PrincipalDep = Annotated[Principal, Depends(caller)]
-WritePrincipalDep = Annotated[Principal, Depends(write_caller)]
 RunScopeDep = Annotated[RunScope, Depends(run_scope)]  # the runs a list may show the caller
 # The run a route of one run (/v1/runs/{run_id}/...) works on, resolved for the caller: every such route takes one.
 RunDep = Annotated[RunRow, Depends(readable_run)]

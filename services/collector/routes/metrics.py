@@ -1,4 +1,4 @@
-"""`GET /metrics` (Prometheus text format), the request-duration middleware and the ingest counters' hook.
+"""`GET /metrics` (Prometheus text format) and the request-duration middleware.
 
 `install(app)` is called once by `create_app`: it attaches the app's `MetricsService` and times every request.
 The metric names and labels are documented in services/metrics/collectors.py and instruments.py.
@@ -7,8 +7,7 @@ The metric names and labels are documented in services/metrics/collectors.py and
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Annotated, cast
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
@@ -17,7 +16,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.collector.auth import READ_FLEET
 from services.derive.live import live_config
-from services.errors import InvalidBatch
 from services.metrics import CONTENT_TYPE, CollectorInstruments, MetricsService
 
 router = APIRouter(tags=["metrics"])
@@ -43,29 +41,6 @@ async def _service(request: Request) -> MetricsService:  # async: a plain def de
 MetricsDep = Annotated[MetricsService, Depends(_service)]
 
 
-class IngestCounters:
-    """What the ingest route reports: counts per batch, and rejections by error code."""
-
-    def __init__(self, instruments: CollectorInstruments) -> None:
-        self._instruments = instruments
-
-    @contextmanager
-    def rejections(self) -> Iterator[None]:
-        try:
-            yield
-        except InvalidBatch as exc:
-            self._instruments.count_rejected(exc.code)
-            raise
-
-    def ingested(self, accepted: int, duplicates: int) -> None:
-        self._instruments.count_ingested(accepted, duplicates)
-
-
-async def _ingest_counters(request: Request) -> IngestCounters:
-    return IngestCounters(_metrics_service(request).instruments)
-
-
-IngestCountersDep = Annotated[IngestCounters, Depends(_ingest_counters)]
 
 
 @router.get("/metrics", response_class=Response, summary="Prometheus metrics (text exposition format)",
