@@ -131,12 +131,13 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
     named = {key for b, batch in enumerate(keyed) if b not in conflicts for key, _ in batch}
     # .get: the writer's other thread may clear the kept keys meanwhile
     runs = {key: pk for key in named if (pk := known_runs.get(key)) is not None} if known_runs else {}
-    kept = {pk: key for key, pk in runs.items()}
+    kept = set(runs.values())
     if len(runs) < len(named):
         looked_up = _ensure_runs(conn, named - runs.keys())
         runs.update(looked_up)
         if learned is not None:
             learned.update(looked_up)
+    key_of = {pk: key for key, pk in runs.items()}
     seen: set[tuple[int, str]] = set()
     candidates: list[tuple[int, IngestRecord, str | None, str]] = []
     owner: list[tuple[int, int]] = []  # (batch, index in batch) of each candidate
@@ -155,7 +156,7 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
 
     inserted = _insert_events(conn, candidates, postgres)
     not_inserted = [(run_pk, r.event_id) for run_pk, r, _, _ in candidates if (run_pk, r.event_id) not in inserted]
-    _check_kept_keys(conn, {pk: kept[pk] for pk, _ in not_inserted if pk in kept})
+    _check_kept_keys(conn, {pk: key_of[pk] for pk, _ in not_inserted if pk in kept})
     stored = _stored_hashes(conn, not_inserted)
     late: dict[int, EventConflict] = {}
     for (run_pk, record, _, digest), (b, index) in zip(candidates, owner, strict=True):
@@ -177,7 +178,7 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
     _insert_steps(conn, new_records, postgres)
     _insert_collectives(conn, new_records)
     mark_step_blocks(conn, new_records)
-    _touch_runs(conn, new_records, {pk: key for key, pk in runs.items()})
+    _touch_runs(conn, new_records, key_of)
     return [IngestResult(accepted=a, duplicates=d, conflict=conflicts.get(b))
             for b, (a, d) in enumerate(zip(accepted, duplicates, strict=True))]
 
