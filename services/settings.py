@@ -95,7 +95,13 @@ class IngestSettings(_Section):
     # safer (benchmarks.load at 10,240 ranks on a busy machine: 4 GiB per worker).
     writer_max_pending_events: int = Field(500_000, description=(
         "GOODPUT_WRITER_MAX_PENDING_EVENTS: rows (and records) parsed and waiting for the database, per process, "
-        "before ingestion answers 503 with Retry-After (the clients keep them in their spools meanwhile)"))
+        "before ingestion answers 503 with Retry-After (the clients keep them in their spools meanwhile), "
+        "whatever GOODPUT_WRITER_MAX_QUEUE_S allows"))
+    writer_max_queue_s: float = Field(1.0, gt=0, le=600, description=(
+        "GOODPUT_WRITER_MAX_QUEUE_S: seconds of writing (at the pace the writer is measured to write) that the rows "
+        "waiting for the database may hold, per process, before ingestion answers 503 with Retry-After. Keep it "
+        "well below the clients' GOODPUT_HTTP_TIMEOUT_S (2 s): an answer later than that is sent again, and an "
+        "overloaded collector then writes everything twice"))
     target_requests_per_s: float = Field(400.0, gt=0, description=(
         "GOODPUT_TARGET_REQUESTS_PER_S: ingest requests per second one collector process aims to receive. Every "
         "answer asks each sender to wait senders-seen-in-the-last-10-s / this between posts "

@@ -57,7 +57,8 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
                freeze_heap_at_start: bool = False) -> FastAPI:
     settings = settings or ServiceSettings()
     engine = engine or make_engine(settings.server.database_url)
-    writer = BatchWriter(engine, max_pending_events=settings.ingest.writer_max_pending_events)
+    writer = BatchWriter(engine, max_pending_events=settings.ingest.writer_max_pending_events,
+                         max_queue_s=settings.ingest.writer_max_queue_s)
     analyses = AnalysisCache(engine, summaries=SummaryCache(capacity_bytes=settings.server.analysis_cache_mb << 20))
     warm = WarmAnalyses(analyses, interval_s=settings.server.warm_analyses_s)
     retention = PruneJob(analyses, retention_days=settings.server.raw_retention_days,

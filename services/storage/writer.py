@@ -4,8 +4,12 @@ A request submits its validated batch and waits on a future; the writer drains e
 previous transaction was committing, writes it with one commit, and resolves each future with that batch's own
 counts. A resolved future means the events are committed. The ingest endpoint waits on an asyncio future of its
 event loop: the writer settles all of a group's such futures in one call onto the loop, not one wake-up each.
-When more events are queued than `max_pending_events`, `submit` refuses at once (Overloaded) and the collector
-answers 503 with Retry-After, so memory stays bounded under any load.
+`submit` refuses at once (Overloaded: the collector answers 503 with Retry-After, and the client keeps the records
+in its spool) when the queue already holds more than `max_queue_s` of writing at the pace the writer is measured to
+write (`DrainRate`), or more than `max_pending_events` rows whatever the pace. Beyond its capacity, the collector
+then holds about a second of work: memory stays flat, and an accepted request is answered well within the client's
+timeout instead of being sent again (a resend is the same work twice: an overloaded collector that queues minutes
+of work gets slower with every timeout).
 
 The writer keeps each run's key between groups (runs are never deleted); services.storage.write checks kept keys
 in the same transaction, so a database emptied or restored under the writer still gets every event into its run.
@@ -18,6 +22,8 @@ import contextlib
 import logging
 import queue
 import threading
+import time
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
 
@@ -37,9 +43,37 @@ _Batch = tuple[Sequence[IngestRecord], int, _Answer, str | None]  # records, wei
 _KNOWN_RUNS_MAX = 100_000
 
 
+class DrainRate:
+    """Rows a writer thread writes per second of writing, over its last `window` groups. A group's time includes its
+    fixed costs (round trips, commit), so small groups read low: an estimate that errs towards refusing early."""
+
+    def __init__(self, window: int = 64) -> None:
+        self._groups: deque[tuple[int, float]] = deque(maxlen=window)
+        self._weight = 0
+        self._seconds = 0.0
+        self._lock = threading.Lock()
+
+    def record(self, weight: int, seconds: float) -> None:
+        with self._lock:
+            if len(self._groups) == self._groups.maxlen:
+                old_weight, old_seconds = self._groups[0]
+                self._weight -= old_weight
+                self._seconds -= old_seconds
+            self._groups.append((weight, seconds))
+            self._weight += weight
+            self._seconds += seconds
+
+    @property
+    def rows_per_s(self) -> float | None:
+        """None until a group took measurable time."""
+        with self._lock:
+            return self._weight / self._seconds if self._seconds > 1e-3 else None
+
+
 class BatchWriter:
-    def __init__(self, engine: Engine, *, max_pending_events: int = 500_000,
-                 max_group_events: int = 200_000, threads: int | None = None) -> None:
+    def __init__(self, engine: Engine, *, max_pending_events: int = 500_000, max_queue_s: float = 1.0,
+                 min_pending_events: int = 5_000, max_group_events: int = 200_000,
+                 threads: int | None = None) -> None:
         self._engine = engine
         # PostgreSQL: two writers, so one transaction streams rows while the other commits (write_group takes
         # row locks in one order, so they never deadlock). SQLite has a single writer.
@@ -47,6 +81,9 @@ class BatchWriter:
         self._threads: list[threading.Thread] = []
         self._queue: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()  # None: stop
         self._max_pending = max_pending_events
+        self._max_queue_s = max_queue_s
+        self._min_pending = min_pending_events  # never refused below this many pending (no pace measured yet)
+        self.drain = DrainRate()
         self._max_group = max_group_events
         self._pending = 0
         self._lock = threading.Lock()
@@ -85,11 +122,21 @@ class BatchWriter:
         self._enqueue(records, future, project)
         return future
 
+    @property
+    def pending_limit(self) -> int:
+        """Rows the queue may hold now: `max_queue_s` of writing at the measured pace, within [min, max] (the min
+        until a group was measured: a collector that starts under a flood learns its pace before it queues more)."""
+        rate = self.drain.rows_per_s
+        by_pace = self._min_pending if rate is None else int(rate * self._max_queue_s)
+        return min(self._max_pending, max(self._min_pending, by_pace))
+
     def _enqueue(self, records: Sequence[IngestRecord], answer: _Answer, project: str | None) -> None:
         weight = _weight(records)
+        limit = self.pending_limit
         with self._lock:
-            if self._pending and self._pending + weight > self._max_pending:
-                raise Overloaded(f"the collector has {self._pending} events waiting to be written")
+            if self._pending and self._pending + weight > limit:
+                raise Overloaded(f"the collector has {self._pending} events waiting to be written, about "
+                                 f"{self._max_queue_s:g} s of writing at its current pace")
             self._pending += weight
         self._queue.put((records, weight, answer, project))
 
@@ -118,9 +165,11 @@ class BatchWriter:
 
     def _write(self, group: list[_Batch]) -> None:
         outcomes: list[IngestResult | Exception]
+        started = time.monotonic()
         try:
             results = self._write_on_held_connection([records for records, _, _, _ in group],
                                                      [project for _, _, _, project in group])
+            self.drain.record(sum(weight for _, weight, _, _ in group), time.monotonic() - started)
         except Exception as exc:  # every failure goes back to the waiting requests
             logger.warning("writing %d batches failed: %s", len(group), exc)
             self._run_pks.clear()  # in case the database was replaced under us: look every run up again

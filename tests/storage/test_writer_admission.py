@@ -1,0 +1,85 @@
+"""The writer's queue holds about `max_queue_s` of writing at the pace it measures itself writing, not a fixed
+number of rows: beyond its capacity the collector answers 503 at once (the client keeps the records in its spool)
+instead of queueing minutes of work that its clients time out on and send again (services.storage.writer)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from sqlalchemy import text
+
+import services.storage.writer as writer_module
+from services.collector.batch import parse_batch
+from services.errors import Overloaded
+from services.storage.records import IngestRecord
+from services.storage.writer import BatchWriter, DrainRate
+
+ROWS = 100
+
+
+def _batch(i: int) -> list[IngestRecord]:
+    now = time.time()
+    event = {"event_id": f"e{i}", "run_id": "admission", "kind": "steps", "time": now, "attempt": 0, "rank": i,
+             "step": list(range(1, ROWS + 1)), "start": [now - 2.0] * ROWS, "end": [now - 1.0] * ROWS}
+    return parse_batch(json.dumps({"events": [event]}).encode(), max_events=10, max_rows=1000)
+
+
+def test_the_drain_rate_is_rows_per_second_of_writing_over_the_last_groups() -> None:
+    rate = DrainRate(window=2)
+    measured: list[float | None] = [rate.rows_per_s]
+    rate.record(1000, 1.0)
+    rate.record(3000, 1.0)
+    measured.append(rate.rows_per_s)
+    rate.record(500, 0.5)  # the first group leaves the window
+    measured.append(rate.rows_per_s)
+    assert measured == [None, 2000.0, pytest.approx(3500 / 1.5)]
+
+
+def test_the_pending_limit_follows_the_pace_within_its_bounds(engine) -> None:
+    writer = BatchWriter(engine, max_pending_events=10_000, max_queue_s=0.5, min_pending_events=300, threads=1)
+    assert writer.pending_limit == 300  # nothing measured yet
+    writer.drain.record(4000, 1.0)
+    assert writer.pending_limit == 2000
+    writer.drain.record(400_000, 1.0)
+    assert writer.pending_limit == 10_000  # the hard cap wins
+
+
+def test_a_stalled_writer_queues_max_queue_s_of_work_then_refuses_and_loses_nothing(engine, monkeypatch) -> None:
+    gate = threading.Event()
+    gate.set()
+    real_write = writer_module.write_batches  # type: ignore[attr-defined]
+
+    def gated_write(*args, **kwargs):  # the database stalls while the gate is closed
+        assert gate.wait(60)
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(writer_module, "write_batches", gated_write)
+    writer = BatchWriter(engine, max_queue_s=0.5, min_pending_events=ROWS, threads=1)
+    writer.start()
+    try:
+        for i in range(20):  # the writer learns its pace
+            assert writer.submit(_batch(i)).result(timeout=30).accepted == 1
+        pace = writer.drain.rows_per_s
+        assert pace is not None
+        limit = writer.pending_limit
+        assert limit == min(500_000, max(ROWS, int(pace * 0.5)))
+
+        gate.clear()
+        accepted = []
+        with pytest.raises(Overloaded, match="waiting to be written"):
+            for i in range(20, 1_000_000):
+                accepted.append(writer.submit(_batch(i)))
+        held = writer.pending_events
+        assert held <= limit and held + (ROWS + 1) > limit  # full up to the limit, not beyond
+        assert len(accepted) == held // (ROWS + 1)
+        gate.set()
+        assert all(f.result(timeout=60).accepted == 1 for f in accepted)
+    finally:
+        gate.set()
+        writer.stop()
+    with engine.connect() as conn:
+        stored = conn.execute(text("SELECT count(*) FROM steps")).scalar_one()
+    assert stored == (20 + len(accepted)) * ROWS
