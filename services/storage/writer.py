@@ -130,13 +130,23 @@ class BatchWriter:
         by_pace = self._min_pending if rate is None else int(rate * self._max_queue_s)
         return min(self._max_pending, max(self._min_pending, by_pace))
 
+    def refuse_when_full(self) -> None:
+        """Overloaded when the queue is at its limit already: what a request checks before it parses a body that
+        `submit` would refuse anyway."""
+        pending = self._pending
+        if pending and pending >= self.pending_limit:
+            raise self._overloaded(pending)
+
+    def _overloaded(self, pending: int) -> Overloaded:
+        return Overloaded(f"the collector has {pending} events waiting to be written, about {self._max_queue_s:g} s "
+                          "of writing at its current pace")
+
     def _enqueue(self, records: Sequence[IngestRecord], answer: _Answer, project: str | None) -> None:
         weight = _weight(records)
         limit = self.pending_limit
         with self._lock:
             if self._pending and self._pending + weight > limit:
-                raise Overloaded(f"the collector has {self._pending} events waiting to be written, about "
-                                 f"{self._max_queue_s:g} s of writing at its current pace")
+                raise self._overloaded(self._pending)
             self._pending += weight
         self._queue.put((records, weight, answer, project))
 

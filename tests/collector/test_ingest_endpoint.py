@@ -5,7 +5,9 @@ client that goes away, the request histogram, the error envelope and the OpenAPI
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import threading
 import time
 from typing import Any
 
@@ -13,8 +15,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
+import services.storage.writer as writer_module
 from services.collector.app import create_app
+from services.collector.batch import parse_batch
 from services.collector.routes.ingest import BodyDeadlines
+from services.errors import Overloaded
 from services.settings import IngestSettings, ServerSettings, ServiceSettings
 
 T = 1_700_000_000.0
@@ -156,3 +161,32 @@ def test_deadlines_leave_fast_reads_alone_and_other_cancellations_as_they_are() 
         watcher.cancel()
 
     asyncio.run(main())
+
+
+
+def test_a_full_write_queue_refuses_before_the_body_is_parsed(client: TestClient, monkeypatch) -> None:
+    """Beyond capacity a refusal must be cheap: a body is not inflated and parsed only to be refused. Proof that it
+    is not parsed: a malformed body gets the 503 of a full queue, not its 400."""
+    gate = threading.Event()
+    real_write = writer_module.write_batches  # type: ignore[attr-defined]
+
+    def stalled_write(*args: Any, **kwargs: Any) -> Any:  # the database stalls until the gate opens
+        assert gate.wait(60)
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(writer_module, "write_batches", stalled_write)
+    writer = client.app.state.writer  # type: ignore[attr-defined]
+    held = []
+    try:
+        with pytest.raises(Overloaded):  # the queue fills up to its limit (nothing measured yet: its minimum)
+            for i in range(1_000_000):
+                body = json.dumps({"events": [_step(f"q{i}", i)]}).encode()
+                held.append(writer.submit(parse_batch(body, max_events=10, max_rows=10)))
+        response = client.post("/v1/events", content=b"{not json")
+        assert response.status_code == 503, response.text
+        assert response.headers["Retry-After"] and response.json()["error"]["code"] == "overloaded"
+        assert "waiting to be written" in response.json()["error"]["message"]
+    finally:
+        gate.set()
+    assert all(f.result(timeout=60).accepted == 1 for f in held)
+    assert client.post("/v1/events", content=b"{not json").status_code == 400  # parsed again once there is room

@@ -89,6 +89,9 @@ class IngestEndpoint:
                 limits = settings.ingest
                 raw = await _read_capped(receive, headers.content_length, limits.max_body_bytes, take,
                                          state.body_deadlines, limits.body_timeout_s)
+                # refused before the costly part (inflating, parsing): beyond capacity, refusals must be cheap, or
+                # they take the cores the writers need. The body is read all the same: the connection stays usable
+                writer.refuse_when_full()
                 body = await self._inflate(raw, headers.content_encoding, limits, take)
                 if len(body) <= INLINE_PARSE_BYTES:
                     records = _validated(body, settings)
