@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import multiprocessing
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -48,6 +50,7 @@ from services.storage.db import make_engine
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SAMPLE_EVERY_S = 5.0
+CACHE_SAMPLE_EVERY = 6  # samples: the step-block cache gauge is scraped every 30 s
 
 
 def _children(pid: int) -> list[int]:
@@ -128,9 +131,15 @@ class Samples:
     collector_cpu: CpuMeter = field(default_factory=CpuMeter)
     database_cpu: CpuMeter = field(default_factory=CpuMeter)
     loadavg: list[tuple[float, float]] = field(default_factory=list)
+    # (s since start, MiB of decoded step blocks the workers keep, RSS of the collector processes at that moment)
+    analysis_cache: list[tuple[float, float, float]] = field(default_factory=list)
 
 
-def _sampler(root: int, database: str, began: float, samples: Samples, stop: threading.Event) -> None:
+_CACHE_GAUGE = re.compile(r"^goodput_collector_analysis_cache_bytes ([0-9.e+]+)$", re.M)
+
+
+def _sampler(root: int, database: str, url: str, began: float, samples: Samples, stop: threading.Event) -> None:
+    n = 0
     while True:
         pids = _tree(root)
         by_pid = {p: _rss_kib(p) / 1024 for p in pids}
@@ -139,6 +148,13 @@ def _sampler(root: int, database: str, began: float, samples: Samples, stop: thr
         samples.collector_cpu.sample(pids)
         samples.database_cpu.sample(_backends(database))
         samples.loadavg.append((time.time() - began, os.getloadavg()[0]))
+        if n % CACHE_SAMPLE_EVERY == 0:  # a scrape sums every worker's gauge
+            with contextlib.suppress(httpx.HTTPError):
+                found = _CACHE_GAUGE.search(httpx.get(f"{url}/metrics", timeout=10).text)
+                if found:
+                    samples.analysis_cache.append((time.time() - began, float(found.group(1)) / 2**20,
+                                                   samples.rss[-1][1]))
+        n += 1
         if stop.wait(SAMPLE_EVERY_S):
             return
 
@@ -360,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.time() + 1.0
             stop = t0 + ns.duration
             give_up = stop + ns.drain
-            sampler = threading.Thread(target=_sampler, args=(proc.pid, database, t0, samples, stop_sampling),
+            sampler = threading.Thread(target=_sampler, args=(proc.pid, database, url, t0, samples, stop_sampling),
                                        daemon=True)
             sampler.start()
             watch = None
@@ -469,6 +485,11 @@ def _result(ns: argparse.Namespace, fleet: ShardResult, samples: Samples, watch:
         "rss_start_mib": round(rss[0][1], 1) if rss else None, "rss_end_mib": round(rss[-1][1], 1) if rss else None,
         "rss_max_mib": round(max(m for _, m in rss), 1) if rss else None,
         "rss_slope_mib_per_min": _round(_slope_mib_per_min(steady), 3),
+        # what grows by design (the step-block cache, bounded by GOODPUT_ANALYSIS_CACHE_MB per worker) taken out
+        "analysis_cache_mib": [(round(t), round(c, 1)) for t, c, _ in samples.analysis_cache],
+        "rss_less_cache_mib": [(round(t), round(m - c, 1)) for t, c, m in samples.analysis_cache],
+        "rss_less_cache_slope_mib_per_min": _round(_slope_mib_per_min(
+            [(t, m - c) for t, c, m in samples.analysis_cache if ns.ramp + 30 <= t <= stop - t0]), 3),
         "rss_by_process_mib": {str(pid): (round(samples.rss_by_pid[0].get(pid, 0.0), 1), round(mib, 1))
                                for pid, mib in samples.rss_by_pid[-1].items()} if samples.rss_by_pid else {},
         "collector_env": dict(item.split("=", 1) for item in ns.collector_env),
@@ -564,6 +585,11 @@ def _markdown(r: dict[str, Any]) -> str:
          f"start {r['rss_start_mib']}, end {r['rss_end_mib']}, max {r['rss_max_mib']}; slope "
          f"{r['rss_slope_mib_per_min']} MiB/min (steady part); by process (start, end): "
          f"{list(r['rss_by_process_mib'].values())}; samples: {rss_line}"),
+        ("RSS less the step-block cache (MiB)",
+         f"slope **{r.get('rss_less_cache_slope_mib_per_min')} MiB/min** (steady part); the cache "
+         f"(`goodput_collector_analysis_cache_bytes`, all workers): "
+         f"{', '.join(f'{t}s {c}' for t, c in r.get('analysis_cache_mib', []))}; RSS less it: "
+         f"{', '.join(f'{t}s {m}' for t, m in r.get('rss_less_cache_mib', []))}"),
         ("CPU", f"collector {r['collector_cpu_s']} s = **{r['collector_cpu_us_per_request']} us per request**, "
                 f"{r['collector_cpu_us_per_step']} us per step row; PostgreSQL backends {r['database_cpu_s']} s = "
                 f"{r['database_cpu_us_per_step']} us per step row; load generator {r['generator_cpu_s']} s "

@@ -71,6 +71,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
         app.state.parser = ThreadPoolExecutor(max_workers=ingest.PARSE_THREADS, thread_name_prefix="goodput-parse")
         app.state.body_deadlines = ingest.BodyDeadlines()
         deadline_watch = asyncio.create_task(app.state.body_deadlines.watch(), name="goodput-body-deadlines")
+        analyses.summaries.report_size_to(app.state.metrics.instruments.analysis_cache.set)
         writer.start()
         warm.start()
         retention.start()

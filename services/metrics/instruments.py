@@ -46,6 +46,7 @@ class CollectorInstruments:
     rejected_batches: Counter
     request_seconds: Histogram
     write_queue: Gauge
+    analysis_cache: Gauge
     shared: bool  # multiprocess mode: a scrape reads every worker's files instead of these objects
     _timers: dict[tuple[str, str, int], Histogram] = field(default_factory=dict)
 
@@ -66,8 +67,13 @@ class CollectorInstruments:
         queue = Gauge(f"{PREFIX}_collector_write_queue_rows", "Rows accepted and waiting to be written to the "
                       "database (an event plus its compact step rows), as of each worker's latest request",
                       multiprocess_mode="livesum", registry=registry)
+        # Set by each worker whenever its cache of decoded step blocks changes (services.storage.step_blocks)
+        cache = Gauge(f"{PREFIX}_collector_analysis_cache_bytes", "Bytes of decoded step-block summaries the "
+                      "collector keeps so that a live run's next analysis reads only what changed, summed over its "
+                      "worker processes (each at most GOODPUT_ANALYSIS_CACHE_MB)", multiprocess_mode="livesum",
+                      registry=registry)
         return cls(events=events, rejected_batches=rejected, request_seconds=seconds, write_queue=queue,
-                   shared=multiprocess_dir() is not None)
+                   analysis_cache=cache, shared=multiprocess_dir() is not None)
 
     def count_ingested(self, accepted: int, duplicates: int) -> None:
         if accepted:
@@ -94,7 +100,8 @@ class CollectorInstruments:
         if self.shared:
             MultiProcessCollector(registry)
         else:
-            for metric in (self.events, self.rejected_batches, self.request_seconds, self.write_queue):
+            for metric in (self.events, self.rejected_batches, self.request_seconds, self.write_queue,
+                           self.analysis_cache):
                 registry.register(metric)
         for collector in collectors:
             registry.register(collector)

@@ -22,7 +22,7 @@ import struct
 import threading
 import zipfile
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +59,17 @@ class SummaryCache:
         self._blocks: OrderedDict[_BlockKey, tuple[int, StepBlock | None]] = OrderedDict()
         self._bytes = 0
         self._events: OrderedDict[int, _KeptEvents] = OrderedDict()
+        self._report_size: Callable[[int], None] = _ignore
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of decoded blocks held now (at most `capacity_bytes`)."""
+        return self._bytes
+
+    def report_size_to(self, report: Callable[[int], None]) -> None:
+        """Call `report` with the bytes held whenever they change (the collector's gauge of them)."""
+        self._report_size = report
+        report(self._bytes)
 
     def block(self, key: _BlockKey, changes: int) -> tuple[bool, StepBlock | None]:
         """(found, the block's summary; None: a block without rows) for the block summarised at `changes`."""
@@ -85,6 +96,8 @@ class SummaryCache:
             while self._bytes > self._capacity_bytes:
                 _, (_, dropped) = self._blocks.popitem(last=False)
                 self._bytes -= dropped.nbytes if dropped is not None else 0
+            held = self._bytes
+        self._report_size(held)
 
     def events(self, run_pk: int) -> _KeptEvents | None:
         with self._lock:
@@ -112,12 +125,19 @@ class SummaryCache:
             for key in [k for k in self._blocks if k[0] == run_pk]:
                 _, summary = self._blocks.pop(key)
                 self._bytes -= summary.nbytes if summary is not None else 0
+            held = self._bytes
+        self._report_size(held)
 
     def clear(self) -> None:
         with self._lock:
             self._blocks.clear()
             self._events.clear()
             self._bytes = 0
+        self._report_size(0)
+
+
+def _ignore(_: int) -> None:
+    pass
 
 
 def mark_step_blocks(conn: Connection, records: Sequence[tuple[int, IngestRecord]]) -> None:

@@ -186,6 +186,18 @@ def test_write_queue_gauge_is_the_writers_backlog_after_the_latest_request(make_
     assert value(scrape(client), "goodput_collector_write_queue_rows") == 1234
 
 
+def test_analysis_cache_gauge_is_the_bytes_of_decoded_step_blocks_kept(make_client) -> None:
+    client = make_client()
+    assert value(scrape(client), "goodput_collector_analysis_cache_bytes") == 0
+    send_sim(client, "cached", straggler_rank=1)
+    assert client.get("/v1/runs/cached/view").status_code == 200  # an analysis: its blocks are decoded and kept
+    summaries = client.app.state.analyses.summaries
+    assert summaries.nbytes > 0
+    assert value(scrape(client), "goodput_collector_analysis_cache_bytes") == summaries.nbytes
+    summaries.clear()
+    assert value(scrape(client), "goodput_collector_analysis_cache_bytes") == 0
+
+
 def test_run_info_has_one_series_per_labelled_run_to_join_on(make_client) -> None:
     client = make_client(max_runs="2", run_window_h="1")
     send_sim(client, "idle-gpus", gpus=6)  # 4 ranks on 6 GPUs, finished 10 min ago
