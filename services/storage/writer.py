@@ -49,25 +49,15 @@ class DrainRate:
 
     def __init__(self, window: int = 64) -> None:
         self._groups: deque[tuple[int, float]] = deque(maxlen=window)
-        self._weight = 0
-        self._seconds = 0.0
         self._lock = threading.Lock()
+        # None until a group took measurable time; set once per group, read by every request without a lock
+        self.rows_per_s: float | None = None
 
     def record(self, weight: int, seconds: float) -> None:
         with self._lock:
-            if len(self._groups) == self._groups.maxlen:
-                old_weight, old_seconds = self._groups[0]
-                self._weight -= old_weight
-                self._seconds -= old_seconds
             self._groups.append((weight, seconds))
-            self._weight += weight
-            self._seconds += seconds
-
-    @property
-    def rows_per_s(self) -> float | None:
-        """None until a group took measurable time."""
-        with self._lock:
-            return self._weight / self._seconds if self._seconds > 1e-3 else None
+            total_s = sum(s for _, s in self._groups)
+            self.rows_per_s = sum(w for w, _ in self._groups) / total_s if total_s > 1e-3 else None
 
 
 class BatchWriter:
