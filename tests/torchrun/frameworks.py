@@ -13,6 +13,7 @@ import os
 import signal
 import statistics
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,3 +97,17 @@ def truth_from(log: list[dict[str, Any]]) -> Truth:
     return Truth(launches=launches, ranks={e["rank"] for e in log}, resume_steps=resume_steps,
                  reworked_steps=reworked, checkpoint_steps=set(saves),
                  median_blocking_s=statistics.median(spans) if spans else 0.0)
+
+
+def ledger_has_caught_up(truth: Truth) -> Callable[[dict[str, Any]], bool]:
+    """Whether a ledger holds everything the job logged: the run ended, each launch an attempt, the reworked steps
+    and every checkpoint complete. Each rank sends its own stream (and a restarted process replays the killed
+    one's spool), so rank 0's run end can be stored before another rank's last records: wait for them all."""
+
+    def caught_up(ledger: dict[str, Any]) -> bool:
+        checkpoints = ledger["checkpoints"]
+        return (ledger["status"] == "finished" and len(ledger["attempts"]) == truth.launches
+                and ledger["steps"]["reworked"] == len(truth.reworked_steps)
+                and checkpoints["count"] == checkpoints["ok"] == len(truth.checkpoint_steps))
+
+    return caught_up

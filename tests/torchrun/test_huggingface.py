@@ -19,7 +19,7 @@ import pytest
 from tests.ledger_checks import assert_partition
 from tests.test_cli import REPO
 from tests.torchrun.conftest import TORCHRUN, Collector, fetch_ledger
-from tests.torchrun.frameworks import job_log, run_launch, truth_from
+from tests.torchrun.frameworks import job_log, ledger_has_caught_up, run_launch, truth_from
 
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
@@ -45,8 +45,7 @@ def test_hf_trainer_killed_and_resumed_from_its_checkpoint_equals_the_jobs_log_a
     truth = truth_from(job_log(workdir / "logs"))
     assert truth.launches == 2 and truth.ranks == set(range(nproc))
     assert truth.resume_steps == {0: {0}, 1: {8}}, truth.resume_steps
-    ledger = fetch_ledger(collector.url, run_id, lambda ledger: ledger["status"] == "finished"
-                          and len(ledger["attempts"]) == 2)
+    ledger = fetch_ledger(collector.url, run_id, ledger_has_caught_up(truth))
     assert ledger["restarts"] == 1
     assert [a["world_size"] for a in ledger["attempts"]] == [nproc, nproc]
     assert ledger["attempts"][1]["resume_step"] == 8
