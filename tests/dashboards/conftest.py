@@ -61,13 +61,13 @@ def _env() -> dict[str, str]:
     return env
 
 
-def start_server(folder: Path) -> Server:
+def start_server(folder: Path, **env: str) -> Server:
     port = free_port()
     log = open(folder / "serve.log", "wb")  # noqa: SIM115 (closed with the process)
     # A hang floor of 5 min: "resnet-live" (progress until seeding) must not be called hung while the session
     # runs; "vit-stalled" (50 min without progress) still is.
     proc = subprocess.Popen([*GOODPUT, "serve", "--port", str(port)], cwd=folder,
-                            env={**_env(), "GOODPUT_HANG_FLOOR_S": "300"}, stdout=log, stderr=subprocess.STDOUT)
+                            env={**_env(), "GOODPUT_HANG_FLOOR_S": "300", **env}, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

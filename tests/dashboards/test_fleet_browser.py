@@ -42,7 +42,10 @@ def post_run(url: str, config: SimConfig) -> None:
 
 @pytest.fixture(scope="module")
 def fleet_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start_server(tmp_path_factory.mktemp("fleet"))
+    # No automatic refresh: a refresh redraws the table with its header buttons, and a click that lands on a header
+    # being replaced is lost (a known defect of the page: the headers should outlive the redraws). These tests click
+    # headers and page buttons and check what the clicks did.
+    server = start_server(tmp_path_factory.mktemp("fleet"), GOODPUT_DASHBOARD_REFRESH_S="3600")
     try:
         now = time.time()
         post_run(server.url, ending_now(run_id=LONG_RUN, ranks=LONG_GPUS, hours=2.6, step_s=20.0, mtbf_s=2400.0,
