@@ -56,24 +56,32 @@ def kpis(totals: dict[str, float | None], frame: Any) -> list[html.Div]:
     return cards
 
 
-def sort_header(key: str | None, label: str, numeric: bool, sort_key: str, descending: bool) -> html.Th:
-    """A column header; a sortable one is a button that says which way the table is sorted by it."""
-    if key is None:
-        return html.Th(label)
+def sort_label(key: str, label: str, sort_key: str, descending: bool) -> tuple[str, str, str]:
+    """A sortable header's (text, class, tooltip): which way the table is sorted by it, if it is."""
     arrow = (" ▼" if descending else " ▲") if key == sort_key else ""
-    return html.Th(className="num" if numeric else "", children=html.Button(
-        label + arrow, id={"type": ids.FLEET_SORT_BUTTON, "column": key}, n_clicks=0,
-        className="sort-button" + (" sorted" if arrow else ""),
-        title=f"Sort by {label.lower()}" + (" (click again to reverse)" if arrow else "")))
+    return (label + arrow, "sort-button" + (" sorted" if arrow else ""),
+            f"Sort by {label.lower()}" + (" (click again to reverse)" if arrow else ""))
 
 
-def runs_table(frame: Any, *, sort_key: str = "wasted", descending: bool = True,
-               unit: GpuTimeUnit | None = None) -> html.Table:
-    """The rows of `frame` (one page, already sorted), GPU figures in `unit` (by default the one its largest
+def runs_head(sort_key: str, descending: bool) -> html.Thead:
+    """The runs table's header row; a sortable column's name is a button. It is drawn once with the page and outlives
+    every redraw of the rows (`dashboards.pages.fleet` updates only the buttons' labels): a click on a header that a
+    refresh replaced would be lost."""
+    cells = []
+    for key, label, numeric in RUN_COLUMNS:
+        if key is None:
+            cells.append(html.Th(label))
+            continue
+        text, class_name, title = sort_label(key, label, sort_key, descending)
+        cells.append(html.Th(className="num" if numeric else "", children=html.Button(
+            text, id={"type": ids.FLEET_SORT_BUTTON, "column": key}, n_clicks=0, className=class_name, title=title)))
+    return html.Thead(html.Tr(cells))
+
+
+def runs_rows(frame: Any, unit: GpuTimeUnit | None = None) -> list[html.Tr]:
+    """One row per run of `frame` (one page, already sorted), GPU figures in `unit` (by default the one its largest
     allocation calls for)."""
     unit = unit or fmt.gpu_time_unit(*frame["allocated_gpu_seconds"].tolist())
-    head = html.Thead(html.Tr([sort_header(key, label, numeric, sort_key, descending)
-                               for key, label, numeric in RUN_COLUMNS]))
     rows = []
     for row in frame.itertuples(index=False):
         rows.append(html.Tr(**{"data-run-id": row.run_id}, className="hung" if row.possibly_hung else "", children=[
@@ -90,7 +98,7 @@ def runs_table(frame: Any, *, sort_key: str = "wasted", descending: bool = True,
             html.Td(f"{row.restarts:,}", className="num"),
             html.Td(last_progress(row)),
         ]))
-    return html.Table(className="runs-table", children=[head, html.Tbody(rows)])
+    return rows
 
 
 def pager(page: int, pages: int, total: int, size: int) -> list[Any]:

@@ -33,7 +33,7 @@ def layout(status: str | None = None, range: str | None = None, run: str | None 
     """The page, its filters set from the address's query (`?range=1h&project=a&project=b&sort=goodput&order=asc`)."""
     projects = _as_list(query.get("project"))
     compare = _as_list(query.get("compare"))
-    sort_key = query.get("sort") if query.get("sort") in data.SORT_COLUMNS else _DEFAULT_SORT["key"]
+    sort_key = str(query.get("sort")) if query.get("sort") in data.SORT_COLUMNS else str(_DEFAULT_SORT["key"])
     descending = query.get("order") != "asc" if query.get("sort") else True
     size = _int(query.get("size"), _DEFAULT_SIZE)
     range_key = range if range in _RANGES else "all"
@@ -88,7 +88,8 @@ def layout(status: str | None = None, range: str | None = None, run: str | None 
                 html.P("Click a column's name to sort by it. The bar shows where each run's allocated GPU time went "
                        "in the range; hover it for the numbers, click a run to open it.", className="muted"),
                 _legend(),
-                html.Div(id=ids.FLEET_TABLE, className="table-wrap"),
+                html.Div(className="table-wrap", children=html.Table(className="runs-table", children=[
+                    fleet_parts.runs_head(sort_key, descending), html.Tbody(id=ids.FLEET_TABLE_BODY)])),
                 html.Div(className="pager", children=[
                     html.Button("← Previous", id=ids.FLEET_PAGE_PREV, n_clicks=0, disabled=True,
                                 className="page-button"),
@@ -211,15 +212,32 @@ def _show_custom_range(range_key: str | None) -> dict[str, str]:
     State(ids.FLEET_SORT_STORE, "data"),
     prevent_initial_call=True,
 )
-def _sort(clicks: list[int | None], current: dict[str, Any] | None) -> Any:
+def _sort(_clicks: list[int | None], current: dict[str, Any] | None) -> Any:
     clicked = ctx.triggered_id
-    if not isinstance(clicked, dict) or not any(clicks) or not ctx.triggered or not ctx.triggered[0]["value"]:
-        return no_update  # a header drawn anew, not clicked
+    if not isinstance(clicked, dict) or not ctx.triggered[0]["value"]:
+        return no_update  # a page drawn anew, not a click
     key = str(clicked["column"])
     current = current or _DEFAULT_SORT
     if current.get("key") == key:
         return {"key": key, "descending": not current.get("descending", True)}
     return {"key": key, "descending": key not in ("run", "project", "status")}  # names A→Z, figures biggest first
+
+
+@callback(
+    Output({"type": ids.FLEET_SORT_BUTTON, "column": ALL}, "children"),
+    Output({"type": ids.FLEET_SORT_BUTTON, "column": ALL}, "className"),
+    Output({"type": ids.FLEET_SORT_BUTTON, "column": ALL}, "title"),
+    Input(ids.FLEET_SORT_STORE, "data"),
+)
+def _label_sort_buttons(sort: dict[str, Any] | None) -> tuple[list[str], list[str], list[str]]:
+    """The header buttons say which way the table is sorted; only their labels change, never the buttons (a click on
+    a button being replaced would be lost)."""
+    sort = sort or _DEFAULT_SORT
+    label_of = {key: label for key, label, _ in fleet_parts.RUN_COLUMNS if key is not None}
+    labels = [fleet_parts.sort_label(str(out["id"]["column"]), label_of[str(out["id"]["column"])],
+                                     str(sort.get("key")), bool(sort.get("descending", True)))
+              for out in ctx.outputs_list[0]]
+    return [t for t, _, _ in labels], [c for _, c, _ in labels], [h for _, _, h in labels]
 
 
 @callback(
@@ -246,7 +264,7 @@ def _page(_prev: int, _next: int, *args: Any) -> Any:
     Output(ids.FLEET_CONTENT, "style"),
     Output(ids.FLEET_RANGE_NOTE, "children"),
     Output(ids.FLEET_KPIS, "children"),
-    Output(ids.FLEET_TABLE, "children"),
+    Output(ids.FLEET_TABLE_BODY, "children"),
     Output(ids.FLEET_PAGE_PREV, "disabled"),
     Output(ids.FLEET_PAGE_NEXT, "disabled"),
     Output(ids.FLEET_PAGE_INFO, "children"),
@@ -303,8 +321,7 @@ def _draw(store: dict[str, Any] | None, projects: list[str] | None, group: str |
                              group_by_project=grouped)
     size = size or _DEFAULT_SIZE
     rows, page, pages = data.page_of(ordered, int(page or 1), size)
-    table = fleet_parts.runs_table(rows, sort_key=str(sort.get("key")), descending=bool(sort.get("descending")),
-                                   unit=fmt.gpu_time_unit(*ordered["allocated_gpu_seconds"].tolist()))
+    table = fleet_parts.runs_rows(rows, unit=fmt.gpu_time_unit(*ordered["allocated_gpu_seconds"].tolist()))
     first, last = (page - 1) * size + 1, min(page * size, len(ordered))
     info = f"Runs {first:,}–{last:,} of {len(ordered):,} · page {page:,} of {pages:,}"
     title = "Runs by project" if grouped else "Runs"

@@ -42,10 +42,7 @@ def post_run(url: str, config: SimConfig) -> None:
 
 @pytest.fixture(scope="module")
 def fleet_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    # No automatic refresh: a refresh redraws the table with its header buttons, and a click that lands on a header
-    # being replaced is lost (a known defect of the page: the headers should outlive the redraws). These tests click
-    # headers and page buttons and check what the clicks did.
-    server = start_server(tmp_path_factory.mktemp("fleet"), GOODPUT_DASHBOARD_REFRESH_S="3600")
+    server = start_server(tmp_path_factory.mktemp("fleet"))  # the default automatic refresh (5 s), as users have it
     try:
         now = time.time()
         post_run(server.url, ending_now(run_id=LONG_RUN, ranks=LONG_GPUS, hours=2.6, step_s=20.0, mtbf_s=2400.0,
@@ -122,8 +119,11 @@ def test_filters_live_in_the_address_and_survive_a_reload(fleet_server: Server, 
     wait_rows(tab, "return ids.every(i => i.startsWith('sweep-1'))")
     expected = sorted(i for i in SMALL_RUNS if i.startswith("sweep-1"))
     assert sorted(row_ids(tab)) == expected
+    allocated = {r["run_id"]: r["allocated_gpu_seconds"] for r in fleet_server.get("/v1/runs")["runs"]}
+    by_allocated = sorted(expected, key=lambda r: (-allocated[r], r))  # all inside the range: whole allocations
     tab.page.click(SORT_BY_ALLOCATED)
     tab.page.wait_for_selector(".sort-button.sorted:has-text('Allocated ▼')")
+    wait_rows(tab, "return ids.length === arg.length && ids.every((v, i) => v === arg[i])", by_allocated)
     tab.page.wait_for_function("() => location.search.includes('sort=allocated')")
     query = query_of(tab)
     assert query["range"] == ["24h"] and query["status"] == ["finished"] and query["run"] == ["sweep-1"]
@@ -170,6 +170,24 @@ def test_the_table_sorts_by_a_column_and_pages_through_every_run(fleet_server: S
     tab.page.get_by_role("option", name="50", exact=True).click()
     wait_rows(tab, "return ids.length === 31")
     assert sorted(row_ids(tab)) == sorted([LONG_RUN, *SMALL_RUNS])  # every run, none left out
+    assert tab.errors == []
+
+
+def test_a_refresh_redraws_the_rows_but_never_the_sort_buttons(fleet_server: Server, tab: Page) -> None:
+    """A click on a header that a refresh is replacing is lost: the header buttons must be the same elements after
+    every refresh, only their labels change."""
+    open_fleet(tab, fleet_server)
+    tab.page.wait_for_selector(SORT_BY_ALLOCATED)
+    tab.page.evaluate("s => { document.querySelector(s).__drawnOnce = true; }", SORT_BY_ALLOCATED)
+    for _ in range(2):  # two automatic refreshes (the page says when it was last updated, to the second)
+        before = text(tab, "#fleet-updated")
+        tab.page.wait_for_function("b => document.querySelector('#fleet-updated').innerText.trim() !== b", arg=before,
+                                   timeout=30_000)
+    assert tab.page.evaluate("s => document.querySelector(s).__drawnOnce === true", SORT_BY_ALLOCATED)
+    for arrow in ("▼", "▲", "▼"):  # each click turns the order around, refreshes or not
+        tab.page.click(SORT_BY_ALLOCATED)
+        tab.page.wait_for_selector(f".sort-button.sorted:has-text('Allocated {arrow}')", timeout=30_000)
+    assert tab.page.evaluate("s => document.querySelector(s).__drawnOnce === true", SORT_BY_ALLOCATED)
     assert tab.errors == []
 
 

@@ -85,8 +85,8 @@ def test_runs_sort_by_any_column_and_come_a_page_at_a_time() -> None:
     assert (number, pages, len(page)) == (10, 10, 5)  # 230 runs: nothing stops at 200
     assert list(page["run_id"]) == [f"run-{i:03d}" for i in range(225, 230)]
     assert data.page_of(by_alloc, 99, 25)[1] == 10 and data.page_of(by_alloc, 0, 25)[1] == 1
-    table = fleet_parts.runs_table(page, sort_key="allocated", descending=False)
-    headers = [th.children for th in table.children[0].children.children]
+    head = fleet_parts.runs_head(sort_key="allocated", descending=False)
+    headers = [th.children for th in head.children.children]
     sorted_header = next(h for h in headers if getattr(h, "className", "") == "sort-button sorted")
     assert sorted_header.children == "Allocated ▲" and sorted_header.id["column"] == "allocated"
 

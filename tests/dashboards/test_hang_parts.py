@@ -22,5 +22,5 @@ def test_the_fleet_table_shows_the_suspects_of_a_hung_run() -> None:
                    restarts=0)
     frame = data.runs_frame([run], live=[live_run(run_id="r", seconds_since_progress=95.0, possibly_hung=True,
                                                   at_risk_gpu_seconds=1.0, suspect_ranks=[1, 3])])
-    cell = fleet_parts.runs_table(frame).children[1].children[0].children[8]
+    cell = fleet_parts.runs_rows(frame)[0].children[8]
     assert cell.children.children == "⚠ 1 min 35 s ago: possibly hung (suspect ranks 1, 3)"

@@ -98,8 +98,7 @@ def test_fleet_table_row_shows_status_goodput_and_a_bar_per_category() -> None:
     frame = data.runs_frame([run_row("r/1", 720.0, status="running")],
                             live=[live_run(run_id="r/1", seconds_since_progress=4000.0, possibly_hung=True,
                                            at_risk_gpu_seconds=10.0)])
-    table = fleet_parts.runs_table(frame)
-    row = table.children[1].children[0]
+    row = fleet_parts.runs_rows(frame)[0]
     assert row.to_plotly_json()["props"]["data-run-id"] == "r/1"
     cells = row.children
     assert cells[0].children.href.endswith("/runs/r%2F1?project=default")  # a run is (project, run id)
@@ -137,5 +136,5 @@ def test_a_stale_fleet_row_says_it_is_updating() -> None:
     frame = data.runs_frame([fresh, stale])
     assert frame.set_index("run_id")["stale"].to_dict() == {"fresh": False, "busy": True}
     rows = {r.children[0].children.children: flat_text(r.children[2]) for r in
-            fleet_parts.runs_table(frame).children[-1].children}
+            fleet_parts.runs_rows(frame)}
     assert "updating" in rows["busy"] and "updating" not in rows["fresh"]

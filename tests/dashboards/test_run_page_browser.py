@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from services import presentation as fmt
 from tests.dashboards.conftest import GOODPUT, SCREENSHOTS, Page, Server, _env, server_with_runs
@@ -286,29 +288,38 @@ def test_the_healthy_heat_map_is_pale_and_names_hosts(seven_runs: Server, tab: P
     assert json.dumps(figure["customdata"][0][0][1]) == '"node000"'
 
 
+def hover(tab: Page, graph: str, fx: float, fy: float) -> tuple[float, float]:
+    """Hover the point at fractions (fx, fy) of a graph's plot area until plotly shows its label; the point's page
+    coordinates. Plotly labels a point when the mouse moves over it: a graph drawn again under a still mouse (the
+    page settling after a navigation, a refresh) shows nothing until the mouse moves, as for a user."""
+    deadline = time.monotonic() + 30
+    while True:
+        area = tab.page.locator(f"{graph} .nsewdrag").first
+        area.scroll_into_view_if_needed()
+        box = area.bounding_box()
+        assert box is not None
+        x, y = box["x"] + box["width"] * fx, box["y"] + box["height"] * fy
+        tab.page.mouse.move(x - 2, y)
+        tab.page.mouse.move(x, y)
+        try:
+            tab.page.wait_for_selector(f"{graph} .hoverlayer .hovertext", timeout=3_000)
+            return x, y
+        except PlaywrightTimeout:
+            if time.monotonic() > deadline:
+                raise
+
+
 def test_a_click_on_a_heat_map_row_or_a_ranks_bar_opens_that_rank(seven_runs: Server, tab: Page) -> None:
     open_run(tab, seven_runs, STRAGGLER)
     tab.page.wait_for_selector("#run-heatmap-graph .main-svg")
     # a real click in the middle of rank 12's row (16 rows, rank 0 at the top)
-    area = tab.page.locator("#run-heatmap-graph .nsewdrag").first
-    area.scroll_into_view_if_needed()
-    box = area.bounding_box()
-    assert box is not None
-    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] * 12.5 / 16
-    tab.page.mouse.move(x, y)
-    tab.page.wait_for_selector("#run-heatmap-graph .hoverlayer .hovertext")  # plotly clicks the point it hovers
+    x, y = hover(tab, "#run-heatmap-graph", 0.5, 12.5 / 16)  # plotly clicks the point it hovers
     tab.page.mouse.click(x, y)
     tab.page.wait_for_url(re.compile(r".*/runs/bert-straggler\?rank=12$"))
     tab.page.wait_for_selector("#run-rank-title:has-text('rank 12 on node001')")
     tab.page.wait_for_selector("#run-ranks-graph .main-svg")
     # a real click on rank 5's bar (16 bars on an axis from -0.5 to 15.5), low enough to be inside every bar
-    area = tab.page.locator("#run-ranks-graph .nsewdrag").first
-    area.scroll_into_view_if_needed()
-    box = area.bounding_box()
-    assert box is not None
-    x, y = box["x"] + box["width"] * 5.5 / 16, box["y"] + box["height"] * 0.9
-    tab.page.mouse.move(x, y)
-    tab.page.wait_for_selector("#run-ranks-graph .hoverlayer .hovertext")
+    x, y = hover(tab, "#run-ranks-graph", 5.5 / 16, 0.9)
     tab.page.mouse.click(x, y)
     tab.page.wait_for_url(re.compile(r".*\?rank=5$"))
     tab.page.wait_for_selector("#run-rank-title:has-text('rank 5 on node000')")
