@@ -23,6 +23,7 @@ RUN_COLUMNS: tuple[tuple[str | None, str, bool], ...] = (
     ("run", "Run", False), ("project", "Project", False), ("status", "Status", False), ("goodput", "Goodput", True),
     ("allocated", "Allocated", True), (None, "Where the GPU time went", False), ("wasted", "Wasted", True),
     ("restarts", "Restarts", True), ("last", "Last progress", False))
+_SORTABLE_LABELS = {key: label for key, label, _ in RUN_COLUMNS if key is not None}
 
 
 def run_href(run_id: str, project: str | None = None) -> str:
@@ -56,8 +57,10 @@ def kpis(totals: dict[str, float | None], frame: Any) -> list[html.Div]:
     return cards
 
 
-def sort_label(key: str, label: str, sort_key: str, descending: bool) -> tuple[str, str, str]:
-    """A sortable header's (text, class, tooltip): which way the table is sorted by it, if it is."""
+def sort_label(key: str, sort_key: str, descending: bool) -> tuple[str, str, str]:
+    """The (text, class, tooltip) of the header of sortable column `key`: which way the table is sorted by it, if it
+    is."""
+    label = _SORTABLE_LABELS[key]
     arrow = (" ▼" if descending else " ▲") if key == sort_key else ""
     return (label + arrow, "sort-button" + (" sorted" if arrow else ""),
             f"Sort by {label.lower()}" + (" (click again to reverse)" if arrow else ""))
@@ -72,7 +75,7 @@ def runs_head(sort_key: str, descending: bool) -> html.Thead:
         if key is None:
             cells.append(html.Th(label))
             continue
-        text, class_name, title = sort_label(key, label, sort_key, descending)
+        text, class_name, title = sort_label(key, sort_key, descending)
         cells.append(html.Th(className="num" if numeric else "", children=html.Button(
             text, id={"type": ids.FLEET_SORT_BUTTON, "column": key}, n_clicks=0, className=class_name, title=title)))
     return html.Thead(html.Tr(cells))

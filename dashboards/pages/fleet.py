@@ -233,9 +233,7 @@ def _label_sort_buttons(sort: dict[str, Any] | None) -> tuple[list[str], list[st
     """The header buttons say which way the table is sorted; only their labels change, never the buttons (a click on
     a button being replaced would be lost)."""
     sort = sort or _DEFAULT_SORT
-    label_of = {key: label for key, label, _ in fleet_parts.RUN_COLUMNS if key is not None}
-    labels = [fleet_parts.sort_label(str(out["id"]["column"]), label_of[str(out["id"]["column"])],
-                                     str(sort.get("key")), bool(sort.get("descending", True)))
+    labels = [fleet_parts.sort_label(str(out["id"]["column"]), str(sort.get("key")), bool(sort.get("descending", True)))
               for out in ctx.outputs_list[0]]
     return [t for t, _, _ in labels], [c for _, c, _ in labels], [h for _, _, h in labels]
 
