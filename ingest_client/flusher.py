@@ -1,8 +1,13 @@
-"""The background half of the client: rows -> records -> spool -> collector, on one thread.
+"""The background half of the client: rows -> records -> spool -> collector, on two threads.
+
+The ``goodput-spooler`` daemon thread moves the buffered rows (and the heartbeat and stats rows of the tick) to the
+spool every ``flush_interval_s`` with one write(2), and does nothing else: what a SIGKILL can lose is bounded by
+that interval whatever the other thread is waiting for (a collector that takes its HTTP timeout to answer, a disk
+that takes seconds to fsync).
 
 The ``goodput-flusher`` daemon thread wakes every ``flush_interval_s`` (or when the buffer
-passes its threshold), packs the rows into wire records, appends them to the spool *first*, and
-then sends what the collector has not acknowledged yet, oldest first: the spools of dead
+passes its threshold), packs the rows into wire records, appends them to the spool *first*, fsyncs the spool
+(outside the spool lock), and then sends what the collector has not acknowledged yet, oldest first: the spools of dead
 processes of the same run (claimed at start), then this process's own. Transient failures back
 off exponentially with jitter (``Retry-After`` wins). Regular send rounds follow the collector's pace: at
 most one per ``Goodput-Send-Interval`` it answers with (services/collector/pace.py; explicit flushes and
@@ -18,8 +23,9 @@ refused again; its own quarantine it leaves to ``goodput sync``.
 State-defining events (attempt start and end, resume, checkpoint start and end, run end) do not wait for the
 flusher: :meth:`Pipeline.write_durable` writes them to the spool from the calling thread before the tracker call
 returns, together with every row buffered before them (so the spool keeps the order the rows were recorded in).
-One lock (``_spool_lock``) serialises the record builder and every spool read, write, rotation and ack between
-that caller and the flusher; HTTP sends happen outside it. The step hot path never takes it.
+One lock (``_spool_lock``) serialises the tick, the record builder and every spool read, write, rotation and ack
+between that caller and the two threads; HTTP sends and fsyncs happen outside it. The step hot path never takes
+it.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from ingest_client.errors import report_internal_error
 from ingest_client.events import Record, RecordBuilder, rows_in_record
 from ingest_client.quarantine import AUTH_STATUSES, QuarantinedBatch, Refusal, advice
 from ingest_client.ratelimit import RateLimitedLogger
-from ingest_client.spool import OrphanSpool, Segment, SpoolWriter, claim_orphans, encode_record
+from ingest_client.spool import OrphanSpool, Segment, SpoolWriter, claim_orphans, encode_record, fsync_and_close
 from ingest_client.transport.base import SendResult, SendStatus, Transport
 
 logger = logging.getLogger(__name__)
@@ -51,8 +57,8 @@ AUTH_BACKOFF_BASE_S = 5.0
 AUTH_BACKOFF_CAP_S = 300.0
 SEND_BUDGET_S = 1.0
 _REFUSED_FOR_CONTENT = frozenset({400, 422})  # longest a regular cycle spends sending before draining the buffer again
-# Longest a durable write waits for the flusher to let go of the spool (it holds it for one build-and-append, one
-# batch read or one fsync); past it, the rows go through the buffer like any other.
+# Longest a durable write waits for the threads to let go of the spool (they hold it for one build-and-append or
+# one batch read); past it, the rows go through the buffer like any other.
 DURABLE_LOCK_TIMEOUT_S = 2.0
 
 Rows = list[tuple[Any, ...]]
@@ -136,11 +142,13 @@ class Pipeline:
         self.replayed_events = 0
         self.unspooled_dropped = 0
         self._thread = threading.Thread(target=self._run, name="goodput-flusher", daemon=True)
+        self._spooler = threading.Thread(target=self._keep_spooling, name="goodput-spooler", daemon=True)
 
     # -- lifecycle (any thread but the flusher) ---------------------------------------------
 
     def start(self) -> None:
         self._thread.start()
+        self._spooler.start()
 
     @property
     def is_running(self) -> bool:
@@ -179,12 +187,13 @@ class Pipeline:
             before = self.buffer.drain()
             before.extend(rows)
             written = self._spool_records(self.builder.build(before))
-            if written and sync:
-                self.spool.fsync()
-            return written
+            sync_fd = self.spool.unsynced_fd() if written and sync else None
         finally:
             self._spool_lock_owner = None
             self._spool_lock.release()
+        if sync_fd is not None:
+            self._sync(sync_fd)
+        return written
 
     def append_encoded(self, payloads: list[bytes]) -> bool:
         """Append records encoded elsewhere (the node relay's: its ranks' records) to the spool and fsync them,
@@ -196,12 +205,12 @@ class Pipeline:
                 return False
             try:
                 self.spool.append(payloads)
-                self.spool.fsync()
+                sync_fd = self.spool.unsynced_fd()
             except OSError as exc:
                 self._warn.warning("spool", "goodput: cannot write the spool in %s: %s", self.settings.spool_run_dir,
                                    exc)
                 return False
-        return True
+        return sync_fd is None or self._sync(sync_fd)
 
     def flush(self, timeout_s: float) -> bool:
         """Spool everything buffered now and send it; True when all of it was acknowledged
@@ -267,18 +276,48 @@ class Pipeline:
                 break
         self._close()
 
+    def _keep_spooling(self) -> None:
+        """The spooler thread: buffered rows to the spool every flush interval, until the pipeline stops."""
+        while not self._stop.wait(self.settings.flush_interval_s):
+            if self._forked:
+                return
+            try:
+                with self._spool_lock:
+                    if self._closed:
+                        return
+                    self._spool_buffered()
+            except Exception as exc:
+                report_internal_error(exc)
+                self._warn.warning("internal", "goodput: internal error in the spooler (ignored): %r", exc)
+
+    def _spool_buffered(self) -> None:
+        """The tick's rows after the buffered ones, to the spool (caller holds ``_spool_lock``)."""
+        rows = self.buffer.drain()
+        if self._tick is not None:
+            rows.extend(self._tick(time.time()))
+        if rows:
+            self._spool_records(self.builder.build(rows))
+
+    def _sync(self, fd: int) -> bool:
+        """fsync a descriptor from ``spool.unsynced_fd()`` (no lock held); False, with a warning, if the disk fails."""
+        try:
+            fsync_and_close(fd)
+            return True
+        except OSError as exc:
+            self._warn.warning("fsync", "goodput: cannot fsync the spool in %s: %s", self.settings.spool_run_dir,
+                               exc)
+            return False
+
     def _cycle(self, stopping: bool) -> None:
         with self._cond:
             gen = self._flush_gen
             deadline = self._flush_deadline
         flushing = gen > self._done_gen
-        ticked = self._tick(time.time()) if self._tick is not None else []
         with self._spool_lock:
-            rows = self.buffer.drain()
-            rows.extend(ticked)
-            if rows:
-                self._spool_records(self.builder.build(rows))
-            self.spool.fsync()  # a no-op unless something was written since the last one
+            self._spool_buffered()
+            sync_fd = self.spool.unsynced_fd()  # None unless something was written since the last one
+        if sync_fd is not None:
+            self._sync(sync_fd)
         all_sent = True
         if self.transport is not None and not stopping:
             now = time.monotonic()

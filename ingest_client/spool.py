@@ -253,10 +253,14 @@ class SpoolWriter:
             total -= oldest.size
             oldest.delete()
 
-    def fsync(self) -> None:
-        if self._fd is not None and self._dirty:
-            os.fsync(self._fd)
-            self._dirty = False
+    def unsynced_fd(self) -> int | None:
+        """A duplicate of the current segment's descriptor when something was written since the last call, for
+        the caller to fsync and close (:func:`fsync_and_close`) after letting go of the spool lock: a disk that
+        takes seconds to sync then holds up neither the flusher's appends nor a durable write."""
+        if self._fd is None or not self._dirty:
+            return None
+        self._dirty = False
+        return os.dup(self._fd)
 
     def record_ack(self, segment: Segment, end_offset: int, n_records: int) -> None:
         if segment not in self.segments:  # trimmed (deleted) while its batch was being sent: no ack file to write
@@ -286,6 +290,14 @@ class SpoolWriter:
                     os.close(fd)
         self._fd = None
         self._lock_fd = None
+
+
+def fsync_and_close(fd: int) -> None:
+    """fsync(2) a descriptor from :meth:`SpoolWriter.unsynced_fd` and close it; raises OSError (EIO: the disk)."""
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @dataclass(slots=True)

@@ -52,7 +52,12 @@ def _check_ledger_against_log(collector: Collector, run_id: str, workdir: Path, 
     assert truth.launches == 2 and truth.ranks == {0, 1}
     assert truth.resume_steps == {0: {0}, 1: {resume_step}}, truth.resume_steps
 
-    ledger = fetch_ledger(collector.url, run_id, ledger_has_caught_up(truth))
+    try:
+        ledger = fetch_ledger(collector.url, run_id, ledger_has_caught_up(truth))
+    except AssertionError as exc:
+        raise AssertionError(f"checkpoints the job logged (launch, step): {sorted(truth.checkpoint_steps)}; "
+                             f"the collector's (attempt, step, ok, torn): {_checkpoint_rows(collector, run_id)}; "
+                             f"reworked steps logged: {sorted(truth.reworked_steps)}; {exc}"[:6000]) from None
     assert ledger["restarts"] == 1
     assert [a["world_size"] for a in ledger["attempts"]] == [2, 2]
     assert ledger["attempts"][1]["resume_step"] == resume_step
