@@ -239,6 +239,12 @@ class Pipeline:
             self._thread.join(max(0.05, deadline - time.monotonic()))
         elif not self._thread.ident:  # never started
             self._close()
+        if not ok and self.transport is not None:
+            logger.warning(
+                "goodput: the collector %s did not acknowledge every event within %g s of shutting down; the rest "
+                "are kept in %s: the next process of this run sends them, or run `goodput sync %s`",
+                getattr(self.transport, "events_url", "transport"), timeout_s, self.settings.spool_run_dir,
+                self.settings.spool_run_dir)
         return ok
 
     def after_fork_in_child(self) -> None:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ingest_client.spool import run_dir_name
 from tests.ingest_client.conftest import spooled_records
 from tests.ingest_client.fake_collector import FakeCollector, closed_port_url
 
@@ -126,6 +127,21 @@ def test_normal_exit_records_a_completed_attempt_and_delivers_it(tmp_path: Path,
     assert [e["reason"] for e in collector.of_kind("attempt_end")] == ["completed"]
     assert collector.step_numbers() == [1, 2, 3]
     assert not list((tmp_path / "spool").rglob("*.spool")), "all acknowledged: the spool is cleaned up"
+
+
+def test_exit_with_the_collector_down_says_where_the_events_are_and_how_to_send_them(tmp_path: Path) -> None:
+    child = _spawn("""
+        import logging, ingest_client as goodput
+        logging.basicConfig()  # the client logs through `logging`, like any library: shown once configured
+        tracker = goodput.init()
+        with tracker.step(1):
+            pass
+    """, tmp_path, GOODPUT_URL=closed_port_url(), GOODPUT_EXIT_TIMEOUT_S="1")
+    _, err = child.communicate(timeout=20)
+    assert child.returncode == 0, err
+    run_dir = tmp_path / "spool" / run_dir_name("run-proc")
+    assert f"kept in {run_dir}" in err and f"run `goodput sync {run_dir}`" in err, err
+    assert [s for e in _kinds(tmp_path, "steps") for s in e["step"]] == [1]
 
 
 def test_forked_child_sends_nothing_and_does_not_hang(make_tracker: Any, collector: FakeCollector) -> None:
