@@ -8,7 +8,8 @@ depends on settings or the collector's clock, and contradictions between events 
 - a time (an event's, a step's or collective's start or end) more than `max_future_s` after the server's clock;
 - a step or collective lasting more than `max_step_s`;
 - inside the batch: an `attempt_end` before the same rank's `attempt_start` of that attempt, a `checkpoint_end`
-  before its `checkpoint_start` (same attempt, rank, step) or longer than `max_checkpoint_s`, an allocation
+  before the `checkpoint_start` that precedes it in the batch (same attempt, rank, step) or longer than
+  `max_checkpoint_s`, an allocation
   (`allocation_start` to the next `allocation_end`) longer than `max_allocation_s`, and a second
   `allocation_start` of a run while its first is still open.
 
@@ -90,32 +91,41 @@ def _check_pairs(records: Sequence[IngestRecord], limits: PlausibilitySettings) 
             key = (record.run_id, int(record.attempt or 0), int(record.rank or 0))
             attempt_starts[key] = min(record.time, attempt_starts.get(key, record.time))
         elif kind == "checkpoint_start":
-            ck = (record.run_id, int(record.attempt or 0), int(record.rank or 0), int(record.step or 0))
-            checkpoint_starts[ck] = min(record.time, checkpoint_starts.get(ck, record.time))
+            checkpoint_starts[_checkpoint_key(record)] = record.time
+        elif kind == "checkpoint_end":
+            # Judged against the start before it in the batch, not any start of the step: a step written twice
+            # (Lightning's save_last copy) sends end 1, start 2, end 2, and a batch may begin at end 1.
+            _check_checkpoint_end(index, record, checkpoint_starts.get(_checkpoint_key(record)), limits)
         elif kind in ("allocation_start", "allocation_end"):
             # ends sort before starts at the same time: an end and the next start at one instant is a requeue
             allocations.setdefault(record.run_id, []).append(
                 (record.time, 1 if kind == "allocation_start" else 0, index, record))
-        if kind in ("attempt_end", "checkpoint_end"):
+        if kind == "attempt_end":
             pending.append((index, record))
-    for index, record in pending:  # ends are judged against every start of the batch, whichever came first
-        if record.kind == "attempt_end":
-            started = attempt_starts.get((record.run_id, int(record.attempt or 0), int(record.rank or 0)))
-            if started is not None and record.time < started:
-                _fail(index, record, "time", f"attempt_end at {record.time} is before the same rank's "
-                      f"attempt_start of attempt {record.attempt} at {started}; an attempt cannot end before it "
-                      "starts (check the host's clock)")
-        else:
-            started = checkpoint_starts.get((record.run_id, int(record.attempt or 0), int(record.rank or 0),
-                                             int(record.step or 0)))
-            if started is not None and record.time < started:
-                _fail(index, record, "time", f"checkpoint_end at {record.time} is before its checkpoint_start at "
-                      f"{started} (attempt {record.attempt}, rank {record.rank}, step {record.step})")
-            if started is not None and record.time - started > limits.max_checkpoint_s:
-                _fail(index, record, "time", f"the checkpoint lasts {record.time - started:.0f} s, more than "
-                      f"GOODPUT_MAX_CHECKPOINT_S ({limits.max_checkpoint_s:g} s)")
+    for index, record in pending:  # an attempt has one start per rank: judged against it, whichever came first
+        started = attempt_starts.get((record.run_id, int(record.attempt or 0), int(record.rank or 0)))
+        if started is not None and record.time < started:
+            _fail(index, record, "time", f"attempt_end at {record.time} is before the same rank's "
+                  f"attempt_start of attempt {record.attempt} at {started}; an attempt cannot end before it "
+                  "starts (check the host's clock)")
     for run_events in allocations.values():
         _check_allocations(sorted(run_events, key=lambda e: (e[0], e[1], e[2])), limits)
+
+
+def _checkpoint_key(record: IngestRecord) -> tuple[str, int, int, int]:
+    return record.run_id, int(record.attempt or 0), int(record.rank or 0), int(record.step or 0)
+
+
+def _check_checkpoint_end(index: int, record: IngestRecord, started: float | None,
+                          limits: PlausibilitySettings) -> None:
+    if started is None:
+        return  # its start came in an earlier batch
+    if record.time < started:
+        _fail(index, record, "time", f"checkpoint_end at {record.time} is before its checkpoint_start at "
+              f"{started} (attempt {record.attempt}, rank {record.rank}, step {record.step})")
+    if record.time - started > limits.max_checkpoint_s:
+        _fail(index, record, "time", f"the checkpoint lasts {record.time - started:.0f} s, more than "
+              f"GOODPUT_MAX_CHECKPOINT_S ({limits.max_checkpoint_s:g} s)")
 
 
 def _check_allocations(ordered: list[tuple[float, int, int, IngestRecord]], limits: PlausibilitySettings) -> None:
