@@ -105,6 +105,8 @@ def ranks_note(ranks: RankCompute | NoRankCompute, ledger: Ledger) -> str:
     if not ranks.rows:
         return "No step timings yet."
     source = ranks.compute_source or "step duration"
+    if isinstance(ranks, RankCompute) and ranks.figures_within is not None:
+        source += f" (a long run: medians and p90 within {ranks.figures_within:.1%})"
     slow = ranks.straggler_ranks
     straggler = fmt.gpu_time(ledger.waste_gpu_seconds.straggler)
     if slow:

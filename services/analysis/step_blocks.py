@@ -23,11 +23,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from services.analysis.medians import others_median_by_step
+
+if TYPE_CHECKING:
+    from services.analysis.rank_sketch import RankSketch
 
 BLOCK_STEPS = 128
 
@@ -72,6 +76,39 @@ class StepBlock:
     def nbytes(self) -> int:
         return int(self.compute.nbytes + self.known.nbytes + (self.excess.nbytes if self.excess is not None else 0)
                    + 8 * 8 * len(self.steps))
+
+    def per_step(self) -> BlockSteps:
+        """The block without its per-(rank, step) matrices: what the ledger reads of it."""
+        return BlockSteps(attempt=self.attempt, block=self.block, steps=self.steps, start=self.start, end=self.end,
+                          ranks_per_step=self.ranks_per_step, slowest=self.slowest, median=self.median,
+                          slowest_rank=self.slowest_rank, known_ranks=self.known_ranks, ranks=self.ranks,
+                          values=int(self.compute.size), raw_first_start=self.raw_first_start,
+                          raw_last_end=self.raw_last_end)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockSteps:
+    """A block's per-step figures (the fields of `StepBlock` of the same names), kept for a block whose
+    per-(rank, step) values went into a `RankSketch`."""
+
+    attempt: int
+    block: int
+    steps: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    ranks_per_step: np.ndarray
+    slowest: np.ndarray
+    median: np.ndarray
+    slowest_rank: np.ndarray
+    known_ranks: np.ndarray
+    ranks: np.ndarray
+    values: int  # the block's (rank, step) cells
+    raw_first_start: float
+    raw_last_end: float
+
+    @property
+    def nbytes(self) -> int:
+        return int(8 * 8 * len(self.steps) + self.ranks.nbytes)
 
 
 def block_of(step: np.ndarray | int) -> np.ndarray:
@@ -152,7 +189,10 @@ def summarize_steps(steps: pd.DataFrame, comm: pd.DataFrame | None = None) -> li
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepSummary:
-    """A run's blocks merged: what the analysis reads of its steps (module docstring)."""
+    """A run's blocks merged: what the analysis reads of its steps (module docstring).
+
+    A long run's closed blocks can be folded into `sealed` (services.analysis.rank_sketch): then `blocks` holds
+    the others whole, and the run page's per-rank figures are those of `sealed` with `blocks` added."""
 
     job_steps: pd.DataFrame  # attempt, step, start, end, ranks: attempts.build_job_steps of the deduped rows
     straggle: pd.DataFrame  # attempt, step, slowest, median, rank, known: per job step, over known compute
@@ -160,14 +200,20 @@ class StepSummary:
     raw_first_start: float | None
     raw_last_end: float | None
     blocks: tuple[StepBlock, ...]
+    sealed: RankSketch | None = None
 
     @property
     def empty(self) -> bool:
-        return not self.blocks
+        return not self.blocks and self.sealed is None
 
 
-def merge_blocks(blocks: Sequence[StepBlock]) -> StepSummary:
-    ordered = tuple(sorted(blocks, key=lambda b: (b.attempt, b.block)))
+def merge_blocks(blocks: Sequence[StepBlock], sealed: RankSketch | None = None,
+                 sealed_steps: Sequence[BlockSteps] = ()) -> StepSummary:
+    """The run's summary from its blocks; `sealed`: a sketch of other blocks, whose per-step figures are
+    `sealed_steps`."""
+    whole = tuple(sorted(blocks, key=lambda b: (b.attempt, b.block)))
+    ordered: tuple[StepBlock | BlockSteps, ...] = tuple(sorted((*whole, *sealed_steps),
+                                                               key=lambda b: (b.attempt, b.block)))
     if not ordered:
         job = pd.DataFrame({"attempt": pd.Series([], dtype=np.int64), "step": pd.Series([], dtype=np.int64),
                             "start": pd.Series([], dtype=float), "end": pd.Series([], dtype=float),
@@ -193,7 +239,7 @@ def merge_blocks(blocks: Sequence[StepBlock]) -> StepSummary:
         job_steps=job, straggle=straggle,
         attempt_ranks={a: len(np.unique(np.concatenate(r))) for a, r in by_attempt.items()},
         raw_first_start=min(b.raw_first_start for b in ordered),
-        raw_last_end=max(b.raw_last_end for b in ordered), blocks=ordered)
+        raw_last_end=max(b.raw_last_end for b in ordered), blocks=whole, sealed=sealed)
 
 
 @dataclass(frozen=True, slots=True)

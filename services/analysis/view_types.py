@@ -150,6 +150,10 @@ class RankCompute(BaseModel):
     heatmap: Heatmap
     compute_source: str = Field(description="step duration, or step duration minus collectives")
     straggler_ranks: list[int]
+    figures_within: float | None = Field(
+        default=None, description="None: every per-rank figure is exact. Else a long run's medians and p90s are "
+                                  "drawn from fixed-size per-rank histograms, within this relative error "
+                                  "(services.analysis.rank_sketch); counts and means stay exact.")
 
 
 class NoRankCompute(BaseModel):

@@ -30,6 +30,7 @@ from services.analysis.claims import CLAIM_CATEGORY, Claim, RunPainting, paint_r
 from services.analysis.ledger_types import Ledger
 from services.analysis.medians import median_of_sorted_rows
 from services.analysis.run_data import RunData
+from services.analysis.rank_sketch import COMPUTE_ERROR
 from services.analysis.step_blocks import ComputeGrid, StepSummary, compute_grid
 from services.analysis.stragglers import (
     consistency_of_grid,
@@ -284,7 +285,9 @@ def _rank_compute(data: RunData, steps: pd.DataFrame, ledger: Ledger, heat_rows:
     summary = data.step_summary
     if (summary.empty if summary is not None else steps.empty):
         return NoRankCompute(rows=[], heatmap=None, compute_source=None, straggler_ranks=[])
-    if summary is not None:
+    if summary is not None and summary.sealed is not None:
+        figures = _rank_figures_of_sketch(summary, heat_rows, heat_cols)
+    elif summary is not None:
         figures = _rank_figures_of_blocks(summary, heat_rows, heat_cols)
         if figures is None:  # not the usual shape (ranks missing from steps, unknown collective time)
             figures = _rank_figures_of_grid(compute_grid(summary), heat_rows, heat_cols)
@@ -320,6 +323,7 @@ def _rank_compute(data: RunData, steps: pd.DataFrame, ledger: Ledger, heat_rows:
         heatmap=heatmap,
         compute_source=source,
         straggler_ranks=sorted(stragglers),
+        figures_within=COMPUTE_ERROR if summary is not None and summary.sealed is not None else None,
     )
 
 
@@ -433,6 +437,22 @@ def _rank_figures_of_blocks(summary: StepSummary, heat_rows: int, heat_cols: int
         mean_cells = total / count
     heatmap = _heatmap_of_cells(ranks, mean_cells, col_edges, heat_rows)
     return stats, True, (by_rank, reference), heatmap
+
+
+def _rank_figures_of_sketch(summary: StepSummary, heat_rows: int, heat_cols: int) -> _RankFigures:
+    """`_rank_figures_of_grid` of a long run: its sealed sketch with the open blocks added (median, p90 and median
+    excess to within services.analysis.rank_sketch's bounds; counts exact)."""
+    assert summary.sealed is not None
+    sketch = summary.sealed.copy()
+    for b in summary.blocks:
+        sketch.add_block(b)
+    step = summary.job_steps["step"].to_numpy(np.int64)
+    lo_step, hi_step = int(step.min()), int(step.max())
+    n_cols = max(1, min(heat_cols, hi_step - lo_step + 1))
+    col_edges = np.linspace(lo_step, hi_step + 1, n_cols + 1)
+    figures = sketch.figures(col_edges)
+    heatmap = _heatmap_of_cells(sketch.ranks, figures.heat_mean, col_edges, heat_rows)
+    return figures.stats, figures.known_any, figures.consistency, heatmap
 
 
 def _heatmap(frame: pd.DataFrame, heat_rows: int, heat_cols: int) -> Heatmap:

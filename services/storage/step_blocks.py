@@ -22,7 +22,7 @@ import struct
 import threading
 import zipfile
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +31,16 @@ from sqlalchemy import Connection, Engine, and_, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from services.analysis.run_data import RunData, collectives_frame, steps_frame
-from services.analysis.step_blocks import BLOCK_STEPS, StepBlock, StepSummary, block_of, merge_blocks, summarize_block
+from services.analysis.rank_sketch import EXACT_RANK_VALUES, RankSketch
+from services.analysis.step_blocks import (
+    BLOCK_STEPS,
+    BlockSteps,
+    StepBlock,
+    StepSummary,
+    block_of,
+    merge_blocks,
+    summarize_block,
+)
 from services.storage.db import psycopg_connection, sqlite_connection
 from services.storage.load import _load_events, _load_events_with_ids, load_heartbeat_extremes, sum_collective_seconds
 from services.storage.records import SERIES_KINDS, IngestRecord
@@ -47,10 +56,25 @@ class _KeptEvents:
     frame: pd.DataFrame
 
 
+@dataclass(frozen=True, slots=True)
+class SealedBlocks:
+    """A long run's closed blocks folded into one sketch (services.analysis.rank_sketch), with the `changes` each
+    was summarised at and its per-step figures. Never changed once made: a build that folds more makes a new one."""
+
+    changes: dict[tuple[int, int], int]  # (attempt, block) -> changes, blocks without rows included
+    sketch: RankSketch
+    steps: tuple[BlockSteps, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return self.sketch.nbytes + sum(s.nbytes for s in self.steps)
+
+
 class SummaryCache:
-    """Decoded step blocks (keyed by run, attempt, block and the `changes` they were summarised at; at most
-    `capacity_bytes` of them, least recently used out first) and the control events of the last `event_runs` runs
-    built (module docstring). Thread-safe; one per analysis cache."""
+    """Decoded step blocks (keyed by run, attempt, block and the `changes` they were summarised at), the sealed
+    blocks of long runs (`SealedBlocks`; at most `capacity_bytes` of both, least recently used blocks out first,
+    then sealed runs) and the control events of the last `event_runs` runs built (module docstring). Thread-safe;
+    one per analysis cache."""
 
     def __init__(self, capacity_bytes: int = 1 << 30, event_runs: int = 32) -> None:
         self._capacity_bytes = capacity_bytes
@@ -59,6 +83,7 @@ class SummaryCache:
         self._blocks: OrderedDict[_BlockKey, tuple[int, StepBlock | None]] = OrderedDict()
         self._bytes = 0
         self._events: OrderedDict[int, _KeptEvents] = OrderedDict()
+        self._sealed: OrderedDict[int, SealedBlocks] = OrderedDict()
         self._report_size: Callable[[int], None] = _ignore
 
     @property
@@ -93,9 +118,45 @@ class SummaryCache:
                 self._bytes -= old[1].nbytes if old[1] is not None else 0
             self._blocks[key] = (changes, summary)
             self._bytes += size
-            while self._bytes > self._capacity_bytes:
+            self._evict()
+            held = self._bytes
+        self._report_size(held)
+
+    def _evict(self) -> None:
+        while self._bytes > self._capacity_bytes and (self._blocks or self._sealed):
+            if self._blocks:
                 _, (_, dropped) = self._blocks.popitem(last=False)
                 self._bytes -= dropped.nbytes if dropped is not None else 0
+            else:
+                self._bytes -= self._sealed.popitem(last=False)[1].nbytes
+
+    def drop_block(self, key: _BlockKey) -> None:
+        """Forget one block (its values went into the run's sealed sketch)."""
+        with self._lock:
+            kept = self._blocks.pop(key, None)
+            if kept is None:
+                return
+            self._bytes -= kept[1].nbytes if kept[1] is not None else 0
+            held = self._bytes
+        self._report_size(held)
+
+    def sealed(self, run_pk: int) -> SealedBlocks | None:
+        with self._lock:
+            kept = self._sealed.get(run_pk)
+            if kept is not None:
+                self._sealed.move_to_end(run_pk)
+            return kept
+
+    def keep_sealed(self, run_pk: int, sealed: SealedBlocks) -> None:
+        with self._lock:
+            old = self._sealed.pop(run_pk, None)
+            if old is not None:
+                self._bytes -= old.nbytes
+            self._sealed[run_pk] = sealed
+            self._bytes += sealed.nbytes
+            while len(self._sealed) > self._event_runs:
+                self._bytes -= self._sealed.popitem(last=False)[1].nbytes
+            self._evict()
             held = self._bytes
         self._report_size(held)
 
@@ -122,6 +183,9 @@ class SummaryCache:
         """Drop what is kept of a run (pruned: never built again)."""
         with self._lock:
             self._events.pop(run_pk, None)
+            sealed = self._sealed.pop(run_pk, None)
+            if sealed is not None:
+                self._bytes -= sealed.nbytes
             for key in [k for k in self._blocks if k[0] == run_pk]:
                 _, summary = self._blocks.pop(key)
                 self._bytes -= summary.nbytes if summary is not None else 0
@@ -132,6 +196,7 @@ class SummaryCache:
         with self._lock:
             self._blocks.clear()
             self._events.clear()
+            self._sealed.clear()
             self._bytes = 0
         self._report_size(0)
 
@@ -273,43 +338,130 @@ def _fetch(conn: Connection, template: str, params: tuple[int, ...]) -> np.ndarr
     return np.array(rows, dtype=np.float64).reshape(-1, 5)
 
 
-def load_summarised_run_data(engine: Engine, run: RunRow, cache: SummaryCache | None = None) -> RunData:
+def load_summarised_run_data(engine: Engine, run: RunRow, cache: SummaryCache | None = None,
+                             exact_values: int = EXACT_RANK_VALUES) -> RunData:
     """What the ledger and the views read of a run: its control events and its step rows reduced per block, the
-    changed blocks summarised again first. With `cache`, only what changed since the cache last saw the run is
-    read (SummaryCache)."""
+    changed blocks summarised again first (`exact_values`: see `load_step_summary`). With `cache`, only what
+    changed since the cache last saw the run is read (SummaryCache)."""
     fold_step_blocks(engine, run.pk, cache)
     with engine.connect() as conn:
         events = _load_events(conn, run.pk) if cache is None else _cached_events(conn, run.pk, cache)
         return RunData(run_id=run.run_id, events=events, steps=steps_frame(), collectives=collectives_frame(),
-                       step_summary=load_step_summary(conn, run.pk, cache))
+                       step_summary=load_step_summary(conn, run.pk, cache, exact_values))
 
 
-def load_step_summary(conn: Connection, run_pk: int, cache: SummaryCache | None = None) -> StepSummary:
-    """The run's block summaries, merged (fold them first: `fold_step_blocks`); with `cache`, only the blocks whose
-    summary is not there at its current `changes` are read and decoded."""
-    if cache is None:
-        return merge_blocks([block_from_bytes(data) for _, _, _, data in _summaries(conn, run_pk) if data])
-    current = conn.execute(select(step_blocks.c.attempt, step_blocks.c.block, step_blocks.c.changes)
-                           .where(step_blocks.c.run_pk == run_pk)).all()
-    blocks: list[StepBlock] = []
-    missing: list[tuple[int, int]] = []
-    for attempt, block, changes in current:
-        found, summary = cache.block((run_pk, int(attempt), int(block)), int(changes))
-        if not found:
-            missing.append((int(attempt), int(block)))
-        elif summary is not None:
-            blocks.append(summary)
-    if missing:
-        few = 2 * len(missing) < len(current)  # a few: by key; else the run's, keeping the missing ones
-        wanted = set(missing)
-        for attempt, block, changes, data in _summaries(conn, run_pk, missing if few else None):
-            if (attempt, block) not in wanted:
-                continue
-            summary = block_from_bytes(data) if data else None
-            cache.keep_block((run_pk, attempt, block), changes, summary)
-            if summary is not None:
-                blocks.append(summary)
-    return merge_blocks(blocks)
+def load_step_summary(conn: Connection, run_pk: int, cache: SummaryCache | None = None,
+                      exact_values: int = EXACT_RANK_VALUES) -> StepSummary:
+    """The run's block summaries, merged (fold them first: `fold_step_blocks`).
+
+    A run of more than `exact_values` (rank, step) values has its closed blocks (all but the last two of its
+    latest attempt) folded into a sketch (services.analysis.rank_sketch), so that what a build holds does not grow
+    with the run. With `cache`, only the blocks whose summary is not there at its current `changes` are read and
+    decoded, and a long run's sketch is kept and extended with the blocks closed since; rows arriving for a sealed
+    block fold the run again."""
+    current = {(int(a), int(b)): int(c) for a, b, c in conn.execute(
+        select(step_blocks.c.attempt, step_blocks.c.block, step_blocks.c.changes)
+        .where(step_blocks.c.run_pk == run_pk))}
+    still_open = _open_blocks(current)
+    kept = cache.sealed(run_pk) if cache is not None else None
+    if kept is not None and any(current.get(k) != c or k in still_open for k, c in kept.changes.items()):
+        kept = None
+    sealing = _Sealing(kept)
+    whole: list[tuple[tuple[int, int], StepBlock]] = []
+    values = 0
+    read = [k for k in sorted(current) if kept is None or k not in kept.changes]
+    changes_of: dict[tuple[int, int], int] = {}
+    for key, changes, block in _read_blocks(conn, run_pk, read, current, cache):
+        changes_of[key] = changes
+        if block is None:
+            if key not in still_open:
+                sealing.seal(key, changes, None)
+            continue
+        values += block.compute.size
+        whole.append((key, block))
+        if kept is None and values <= exact_values:
+            continue
+        for closed_key, closed in [(k, b) for k, b in whole if k not in still_open]:
+            sealing.seal(closed_key, changes_of[closed_key], closed)
+            if cache is not None:
+                cache.drop_block((run_pk, *closed_key))
+        whole = [(k, b) for k, b in whole if k in still_open]
+    if not sealing.folded_values:  # a short run: every value, exact
+        return merge_blocks([b for _, b in whole])
+    sealed = sealing.result()
+    if cache is not None and sealed is not kept:
+        cache.keep_sealed(run_pk, sealed)
+    return merge_blocks([b for _, b in whole], sealed.sketch, sealed.steps)
+
+
+class _Sealing:
+    """The sealed blocks of a run being extended: the kept ones, copied before the first block is added."""
+
+    def __init__(self, kept: SealedBlocks | None) -> None:
+        self._kept = kept
+        self._sketch = kept.sketch if kept is not None else None
+        self._changes = dict(kept.changes) if kept is not None else {}
+        self._steps = list(kept.steps) if kept is not None else []
+        self._copied = kept is None
+        self.folded_values = kept is not None
+
+    def seal(self, key: tuple[int, int], changes: int, block: StepBlock | None) -> None:
+        self._changes[key] = changes
+        if block is None:
+            return
+        if self._sketch is None:
+            self._sketch = RankSketch()
+        elif not self._copied:  # the kept sketch may be in use by another build
+            self._sketch = self._sketch.copy()
+        self._copied = True
+        self._sketch.add_block(block)
+        self._steps.append(block.per_step())
+        self.folded_values = True
+
+    def result(self) -> SealedBlocks:
+        if self._kept is not None and self._changes == self._kept.changes:
+            return self._kept
+        assert self._sketch is not None
+        return SealedBlocks(changes=self._changes, sketch=self._sketch, steps=tuple(self._steps))
+
+
+def _open_blocks(current: dict[tuple[int, int], int]) -> frozenset[tuple[int, int]]:
+    """The blocks still filling: the last two of the latest attempt (ranks a few steps apart straddle a block's
+    end)."""
+    if not current:
+        return frozenset()
+    latest = max(a for a, _ in current)
+    return frozenset(sorted(k for k in current if k[0] == latest)[-2:])
+
+
+_READ_GROUP = 64  # blocks per query: what a cold build holds at once, whatever the run's length
+
+
+def _read_blocks(conn: Connection, run_pk: int, keys: list[tuple[int, int]], current: dict[tuple[int, int], int],
+                 cache: SummaryCache | None) -> Iterator[tuple[tuple[int, int], int, StepBlock | None]]:
+    """(key, changes, decoded block) of `keys`, in their order: from `cache` when it holds them at their current
+    `changes`, else from the database, a group at a time (and kept in `cache`)."""
+    for first in range(0, len(keys), _READ_GROUP):
+        group = keys[first:first + _READ_GROUP]
+        found: dict[tuple[int, int], tuple[int, StepBlock | None]] = {}
+        if cache is not None:
+            for key in group:
+                hit, block = cache.block((run_pk, *key), current[key])
+                if hit:
+                    found[key] = current[key], block
+        missing = {k for k in group if k not in found}
+        if missing:
+            by_key = cache is not None or len(keys) > _READ_GROUP
+            for attempt, block_index, changes, data in _summaries(conn, run_pk, sorted(missing) if by_key else None):
+                key = (attempt, block_index)
+                if key in missing:
+                    block = block_from_bytes(data) if data else None
+                    found[key] = changes, block
+                    if cache is not None:
+                        cache.keep_block((run_pk, *key), changes, block)
+        for key in group:
+            if key in found:
+                yield key, *found[key]
 
 
 def _summaries(conn: Connection, run_pk: int,
