@@ -29,8 +29,8 @@ from services.analysis.categories import WasteCategory
 from services.analysis.claims import CLAIM_CATEGORY, Claim, RunPainting, paint_run
 from services.analysis.ledger_types import Ledger
 from services.analysis.medians import median_of_sorted_rows
-from services.analysis.run_data import RunData
 from services.analysis.rank_sketch import COMPUTE_ERROR
+from services.analysis.run_data import RunData
 from services.analysis.step_blocks import ComputeGrid, StepSummary, compute_grid
 from services.analysis.stragglers import (
     consistency_of_grid,
@@ -285,15 +285,16 @@ def _rank_compute(data: RunData, steps: pd.DataFrame, ledger: Ledger, heat_rows:
     summary = data.step_summary
     if (summary.empty if summary is not None else steps.empty):
         return NoRankCompute(rows=[], heatmap=None, compute_source=None, straggler_ranks=[])
+    figures: _RankFigures | None
     if summary is not None and summary.sealed is not None:
         figures = _rank_figures_of_sketch(summary, heat_rows, heat_cols)
     elif summary is not None:
         figures = _rank_figures_of_blocks(summary, heat_rows, heat_cols)
         if figures is None:  # not the usual shape (ranks missing from steps, unknown collective time)
             figures = _rank_figures_of_grid(compute_grid(summary), heat_rows, heat_cols)
-        stats, known_any, consistency, heatmap = figures
     else:
-        stats, known_any, consistency, heatmap = _rank_figures_of_rows(data, steps, heat_rows, heat_cols)
+        figures = _rank_figures_of_rows(data, steps, heat_rows, heat_cols)
+    stats, known_any, consistency, heatmap = figures
     source = "step duration minus collectives" if known_any else "step duration"
     hosts = rank_hosts(data.events)
     overall = float(stats["median_s"].median())

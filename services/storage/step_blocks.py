@@ -30,8 +30,8 @@ import pandas as pd
 from sqlalchemy import Connection, Engine, and_, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from services.analysis.run_data import RunData, collectives_frame, steps_frame
 from services.analysis.rank_sketch import EXACT_RANK_VALUES, RankSketch
+from services.analysis.run_data import RunData, collectives_frame, steps_frame
 from services.analysis.step_blocks import (
     BLOCK_STEPS,
     BlockSteps,

@@ -113,12 +113,12 @@ def test_figures_do_not_depend_on_the_order_blocks_arrive_in() -> None:
     for b in random.Random(3).sample(blocks, len(blocks)):
         shuffled.add_block(b)
     edges = np.linspace(0, 900, 61)
-    a, b = forward.figures(edges), shuffled.figures(edges)
+    one, other = forward.figures(edges), shuffled.figures(edges)
     for column in ("steps", "median_s", "p90_s"):
-        assert a.stats[column].tolist() == b.stats[column].tolist()
-    np.testing.assert_allclose(a.stats["mean_s"], b.stats["mean_s"], rtol=1e-12)
-    pd.testing.assert_frame_equal(a.consistency[0], b.consistency[0])
-    np.testing.assert_allclose(a.heat_mean, b.heat_mean, rtol=1e-5)
+        assert one.stats[column].tolist() == other.stats[column].tolist()
+    np.testing.assert_allclose(one.stats["mean_s"], other.stats["mean_s"], rtol=1e-12)
+    pd.testing.assert_frame_equal(one.consistency[0], other.consistency[0])
+    np.testing.assert_allclose(one.heat_mean, other.heat_mean, rtol=1e-5)
 
 
 def test_ranks_that_join_later_attempts_are_added_to_the_sketch() -> None:
