@@ -485,6 +485,9 @@ def _result(ns: argparse.Namespace, fleet: ShardResult, samples: Samples, watch:
         "rss_start_mib": round(rss[0][1], 1) if rss else None, "rss_end_mib": round(rss[-1][1], 1) if rss else None,
         "rss_max_mib": round(max(m for _, m in rss), 1) if rss else None,
         "rss_slope_mib_per_min": _round(_slope_mib_per_min(steady), 3),
+        # once every run is long (its closed blocks sketched, docs/ledger.md "Long runs"): the second half
+        "rss_slope_second_half_mib_per_min": _round(_slope_mib_per_min(
+            [(t, m) for t, m in steady if t >= (stop - t0) / 2]), 3),
         # what grows by design (the step-block cache, bounded by GOODPUT_ANALYSIS_CACHE_MB per worker) taken out
         "analysis_cache_mib": [(round(t), round(c, 1)) for t, c, _ in samples.analysis_cache],
         "rss_less_cache_mib": [(round(t), round(m - c, 1)) for t, c, m in samples.analysis_cache],
@@ -583,7 +586,8 @@ def _markdown(r: dict[str, Any]) -> str:
         ("pace asked (Goodput-Send-Interval: answers)", paces),
         ("collector RSS (all processes, MiB)",
          f"start {r['rss_start_mib']}, end {r['rss_end_mib']}, max {r['rss_max_mib']}; slope "
-         f"{r['rss_slope_mib_per_min']} MiB/min (steady part); by process (start, end): "
+         f"{r['rss_slope_mib_per_min']} MiB/min (steady part), "
+         f"{r.get('rss_slope_second_half_mib_per_min')} MiB/min (its second half); by process (start, end): "
          f"{list(r['rss_by_process_mib'].values())}; samples: {rss_line}"),
         ("RSS less the step-block cache (MiB)",
          f"slope **{r.get('rss_less_cache_slope_mib_per_min')} MiB/min** (steady part); the cache "

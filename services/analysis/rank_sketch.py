@@ -84,16 +84,26 @@ class LogCounts:
         zero[at] = self.zero
         self.zero = zero
 
-    def add(self, row: np.ndarray, value: np.ndarray) -> None:
+    def bins(self, value: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(whether each value counts as zero, its magnitude's bin: meaningless where zero)."""
         magnitude = np.abs(value)
         small = magnitude < self.tiny
+        with np.errstate(divide="ignore"):
+            k = np.floor(np.log(np.where(small, 1.0, magnitude)) / self._log_gamma).astype(np.int64)
+        return small, k
+
+    def add(self, row: np.ndarray, value: np.ndarray, bins: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        """Count `value` (1-d) in rows `row`; `bins`: `self.bins(value)` when already at hand."""
+        small, k = bins if bins is not None else self.bins(value)
         if small.any():
             self.zero += np.bincount(row[small], minlength=len(self.zero))
-        for name, sign in (("pos", value > 0), ("neg", value < 0)):
-            chosen = sign & ~small
+        positive = (value > 0) & ~small
+        if positive.all():  # compute: never negative, rarely zero
+            self._add_side("pos", row, k)
+            return
+        for name, chosen in (("pos", positive), ("neg", (value < 0) & ~small)):
             if chosen.any():
-                k = np.floor(np.log(magnitude[chosen]) / self._log_gamma).astype(np.int64)
-                self._add_side(name, row[chosen], k)
+                self._add_side(name, row[chosen], k[chosen])
 
     def _add_side(self, name: str, row: np.ndarray, k: np.ndarray) -> None:
         counts: np.ndarray = getattr(self, name)
@@ -201,17 +211,24 @@ class RankSketch:
 
     def add_block(self, block: StepBlock) -> None:
         rows = self._rows_of(block.ranks)
-        present = ~np.isnan(block.compute)
-        r, c = np.nonzero(present)
-        values = block.compute[r, c]
-        row = rows[r]
-        self.count += np.bincount(row, minlength=len(self.ranks))
-        self.total += np.bincount(row, weights=values, minlength=len(self.ranks))
-        np.fmin.at(self.low, row, values)
-        np.fmax.at(self.high, row, values)
-        self.compute.add(row, values)
-        self._add_excess(block, rows)
-        self._add_heat(block, rows, present)
+        compute = block.compute  # ranks x steps, NaN where a rank sent no row
+        present = ~np.isnan(compute)
+        dense = bool(present.all())
+        filled = compute if dense else np.where(present, compute, 0.0)
+        self.count[rows] += present.sum(axis=1)
+        self.total[rows] += filled.sum(axis=1)
+        self.low[rows] = np.fmin(self.low[rows], np.fmin.reduce(compute, axis=1))  # fmin skips NaN
+        self.high[rows] = np.fmax(self.high[rows], np.fmax.reduce(compute, axis=1))
+        row = np.repeat(rows, compute.shape[1])
+        values = compute.reshape(-1)
+        if not dense:
+            kept = present.reshape(-1)
+            row, values = row[kept], values[kept]
+        bins = self.compute.bins(values)
+        self.compute.add(row, values, bins)
+        every_value_known = dense and block.excess is not None and bool(block.known_columns.all())
+        self._add_excess(block, rows, bins if every_value_known else None)
+        self._add_heat(block, rows, present, filled)
 
     def _rows_of(self, ranks: np.ndarray) -> np.ndarray:
         if not np.isin(ranks, self.ranks, assume_unique=True).all():
@@ -235,40 +252,48 @@ class RankSketch:
         found: np.ndarray = np.searchsorted(self.ranks, ranks)
         return found
 
-    def _add_excess(self, block: StepBlock, rows: np.ndarray) -> None:
-        """Each known value minus the median of the other known values of its step (stragglers.rank_consistency)."""
+    def _add_excess(self, block: StepBlock, rows: np.ndarray,
+                    compute_bins: tuple[np.ndarray, np.ndarray] | None) -> None:
+        """Each known value minus the median of the other known values of its step (stragglers.rank_consistency);
+        `compute_bins`: the bins of every compute value of the block, when every one of them is known."""
         if block.excess is not None:  # the usual shape: computed when the block was made
-            r, c = np.nonzero(np.ones(block.excess.shape, dtype=bool))
             excess = block.excess.reshape(-1)
+            row = np.repeat(rows, block.excess.shape[1])
             known_values = block.compute[:, block.known_columns].reshape(-1)
         else:
             r, c = np.nonzero(block.known)
             known_values = block.compute[r, c]
             excess = known_values - others_median(c, known_values)
+            row = rows[r]
         if len(known_values):
-            self.known.add(np.zeros(len(known_values), dtype=np.int64), known_values)
+            self.known.add(np.zeros(len(known_values), dtype=np.int64), known_values, compute_bins)
             self.known_low = min(self.known_low, float(known_values.min()))
             self.known_high = max(self.known_high, float(known_values.max()))
         compared = ~np.isnan(excess)
-        row, excess = rows[r[compared]], excess[compared]
+        if not compared.all():
+            row, excess = row[compared], excess[compared]
         if not len(row):
             return
         self.compared += np.bincount(row, minlength=len(self.ranks))
         self.slower += np.bincount(row[excess > 0], minlength=len(self.ranks))
-        np.fmin.at(self.excess_low, row, excess)
-        np.fmax.at(self.excess_high, row, excess)
+        if block.excess is not None:  # a matrix without NaN: per-row extremes
+            self.excess_low[rows] = np.minimum(self.excess_low[rows], block.excess.min(axis=1))
+            self.excess_high[rows] = np.maximum(self.excess_high[rows], block.excess.max(axis=1))
+        else:
+            np.fmin.at(self.excess_low, row, excess)
+            np.fmax.at(self.excess_high, row, excess)
         self.excess.add(row, excess)
 
-    def _add_heat(self, block: StepBlock, rows: np.ndarray, present: np.ndarray) -> None:
-        chunk = block.steps // self.chunk_steps
-        for key in np.unique(chunk).tolist():
-            columns = chunk == key
-            sums = np.where(present[:, columns], block.compute[:, columns], 0.0).sum(axis=1)
-            counts = present[:, columns].sum(axis=1)
+    def _add_heat(self, block: StepBlock, rows: np.ndarray, present: np.ndarray, filled: np.ndarray) -> None:
+        chunk = block.steps // self.chunk_steps  # ascending: each chunk is a run of columns
+        starts = np.flatnonzero(np.r_[True, chunk[1:] != chunk[:-1]])
+        sums = np.add.reduceat(filled, starts, axis=1)
+        counts = np.add.reduceat(present, starts, axis=1, dtype=np.int64)
+        for i, key in enumerate(chunk[starts].tolist()):
             total = self.heat_total.setdefault(key, np.zeros(len(self.ranks), dtype=np.float32))
             count = self.heat_count.setdefault(key, np.zeros(len(self.ranks), dtype=np.float32))
-            total[rows] += sums
-            count[rows] += counts
+            total[rows] += sums[:, i]
+            count[rows] += counts[:, i]
         while max(self.heat_total) - min(self.heat_total) + 1 > HEAT_CHUNKS:
             self._double_chunks()
 
