@@ -15,6 +15,9 @@ durable events are not held back), so a big fleet sends fewer, fuller batches. A
 for good is never acknowledged away: it moves to the quarantine next to the spool (:mod:`ingest_client.quarantine`) for
 ``goodput sync``, is counted (``rejected_events``) and logged once per reason with what to do. A 413 halves
 the batch size (for the rest of the process) and sends again; a single record still refused is quarantined.
+A batch refused for what it holds (400, 422) is halved until the refused record is alone: only that record is
+quarantined, the records sent with it arrive (a batch holds whatever was pending: one misjudged checkpoint event
+must not cost the steps around it); the batch size then doubles back with each accepted batch.
 A 401 or 403 means the whole client is misconfigured: after one refusal the flusher stops sending for a
 while (AUTH_BACKOFF_*; flushes included), so later records wait in the spool for the next process or sync.
 The next process of the run resends the dead processes' quarantined batches once, stopping at the first one
@@ -55,8 +58,8 @@ BACKOFF_CAP_S = 30.0
 # doubling per refusal in a row; the records wait in the spool meanwhile.
 AUTH_BACKOFF_BASE_S = 5.0
 AUTH_BACKOFF_CAP_S = 300.0
-SEND_BUDGET_S = 1.0
-_REFUSED_FOR_CONTENT = frozenset({400, 422})  # longest a regular cycle spends sending before draining the buffer again
+SEND_BUDGET_S = 1.0  # longest a regular cycle spends sending before draining the buffer again
+_REFUSED_FOR_CONTENT = frozenset({400, 422})  # refused for what the batch holds: halved to isolate the record
 # Longest a durable write waits for the threads to let go of the spool (they hold it for one build-and-append or
 # one batch read); past it, the rows go through the buffer like any other.
 DURABLE_LOCK_TIMEOUT_S = 2.0
@@ -89,9 +92,6 @@ class PipelineSettings:
     max_batch_bytes: int
     replay_orphans: bool
     spool_metadata: dict[str, object]
-    # The node relay's batches hold several ranks' records: a batch refused for what it holds (400, 422) is
-    # halved until the refused record is alone, so that only it is quarantined (ingest_client.relay).
-    split_refused: bool = False
 
 
 class Pipeline:
@@ -129,7 +129,7 @@ class Pipeline:
         self._auth_refusals_in_a_row = 0
         self._auth_blocked_until = 0.0  # monotonic; no sends before it (flushes included)
         self._batch_cap = settings.max_batch_events  # halved by every 413 of a batch of more than one record
-        self._regrow_cap = False  # the relay's cap, halved to isolate a refused record, doubles back after it
+        self._regrow_cap = False  # the cap, halved to isolate a refused record, doubles back after it
         self._retry_quarantine = True  # dead processes' quarantined batches: until one is refused again
         self._resending: tuple[QuarantinedBatch, list[bytes], int] | None = None  # batch, its records, sent
         self._refusals_logged: set[str] = set()
@@ -474,8 +474,7 @@ class Pipeline:
         return True
 
     def _split_after(self, result: SendResult, n: int) -> bool:
-        """After a 413 of a batch of ``n`` > 1 records (and, for the node relay, a 400 or 422): halve the batch
-        size and say so (True)."""
+        """After a 413, 400 or 422 of a batch of ``n`` > 1 records: halve the batch size and say so (True)."""
         if n <= 1:
             return False
         if result.http_status == 413:
@@ -483,7 +482,7 @@ class Pipeline:
             self._warn.warning("split", "goodput: the collector refused a batch of %d records as too large (%s); "
                                "sending at most %d per batch from now on", n, result.message, self._batch_cap)
             return True
-        if self.settings.split_refused and result.http_status in _REFUSED_FOR_CONTENT:
+        if result.http_status in _REFUSED_FOR_CONTENT:  # isolate the refused record: only it is quarantined
             self._batch_cap = max(1, n // 2)
             self._regrow_cap = True  # back to full batches once the refused record is quarantined alone
             return True

@@ -60,7 +60,6 @@ class NodeRelay:
             flush_interval_s=max(config.flush_interval_s, MIN_SEND_INTERVAL_S), http_timeout_s=config.http_timeout_s,
             max_batch_events=max(config.max_batch_events, 5_000), max_batch_bytes=max(config.max_batch_bytes, 8 << 20),
             replay_orphans=False, spool_metadata={"pid": os.getpid(), "run_id": run_id, "relay": True},
-            split_refused=True,
         )
         self.pipeline = Pipeline(settings, RecordBuilder(RecordContext(run_id=run_id, attempt=None, rank=None),
                                                          self.proc_id), transport)

@@ -131,30 +131,37 @@ def _quarantined(spool: Path) -> list[tuple[list[dict[str, Any]], dict[str, Any]
 
 
 @pytest.mark.parametrize("status", [400, 422])
-def test_a_refused_batch_is_quarantined_with_its_reason_logged_once_and_later_batches_still_flow(
+def test_a_refused_batch_is_halved_until_the_refused_record_is_alone_and_only_it_is_quarantined(
     status: int, make_tracker: Any, collector: FakeCollector, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
+    """The first batch (attempt_start, steps) is refused, then its first half (attempt_start) alone: that record
+    is quarantined with its reason, logged once; the steps sent with it arrive, and so do later ones."""
     collector.script = [Reply(status, {"error": {"code": "x", "message": f"nope-{status}"}})] * 2
     caplog.set_level(logging.WARNING, logger="ingest_client")
     tracker = make_tracker(url=collector.url, flush_interval_s=0.02)
     tracker.record_step(1, time.time(), time.time())
     tracker.flush(5.0)
     tracker.record_step(2, time.time(), time.time())
-    tracker.flush(5.0)
-    time.sleep(0.2)
-    assert [r["status"] for r in collector.requests] == [status, status], "a refused batch is not sent again"
+    assert tracker.flush(5.0)
+    assert [r["status"] for r in collector.requests] == [status, status, 200, 200]
+    assert [r["n"] for r in collector.requests[:3]] == [2, 1, 1], "halved down to the refused record"
+    assert collector.step_numbers() == [1, 2]
     stats = tracker.stats()
-    assert stats.rejected_events == stats.quarantined_events == 3  # attempt_start + steps, then steps
+    assert stats.rejected_events == stats.quarantined_events == 1
     kept = _quarantined(tmp_path / "spool")
-    assert [[r["kind"] for r in records] for records, _ in kept] == [["attempt_start", "steps"], ["steps"]]
+    assert [[r["kind"] for r in records] for records, _ in kept] == [["attempt_start"]]
     assert kept[0][1]["http_status"] == status and f"nope-{status}" in kept[0][1]["message"]
-    assert kept[0][1]["records"] == 2 and kept[0][1]["time"] > 0
+    assert kept[0][1]["records"] == 1 and kept[0][1]["time"] > 0
     warnings = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert len(warnings) == 1, "once per reason"
     assert str(status) in warnings[0] and f"nope-{status}" in warnings[0] and "goodput sync" in warnings[0]
+    collector.script = [Reply(status, {"error": {"code": "x", "message": f"nope-{status}"}})]
     tracker.record_step(3, time.time(), time.time())
+    assert tracker.flush(5.0)  # a record refused alone: quarantined, not sent again
+    tracker.record_step(4, time.time(), time.time())
     assert tracker.flush(5.0)
-    assert collector.step_numbers() == [3]
+    assert collector.step_numbers() == [1, 2, 4]
+    assert tracker.stats().quarantined_events == 2
 
 
 @pytest.mark.parametrize("status", [401, 403])
