@@ -145,19 +145,22 @@ def test_sync_keeps_a_batch_the_collector_still_refuses_and_reports_it_by_reason
     make_tracker: Any, collector: FakeCollector, tmp_path: Path, capsys: Any
 ) -> None:
     invalid = Reply(422, {"error": {"code": "invalid_event", "message": "unknown field"}})
-    collector.script = [invalid]
+    # the batch (attempt_start, steps), then each record alone: the client halves a refused batch
+    collector.script = [invalid] * 3
     tracker = make_tracker(url=collector.url, flush_interval_s=0.02)
     tracker.record_step(1, time.time(), time.time())
     tracker.flush(2.0)
     tracker.shutdown(1.0)
-    (kept,) = (tmp_path / "spool").rglob("*.quarantine")
-    collector.script = [invalid]  # the collector is not upgraded yet
+    kept = sorted((tmp_path / "spool").rglob("*.quarantine"))
+    assert len(kept) == 2
+    collector.script = [invalid] * 2  # the collector is not upgraded yet
     assert sync_main([str(tmp_path / "spool"), "--url", collector.url]) == 1
     out = capsys.readouterr().out
     assert "not sent: 2 records (HTTP 422)" in out and "upgrade" in out, out
-    assert kept.exists() and json.loads(Path(f"{kept}.json").read_text())["message"].startswith("unknown field")
+    for path in kept:
+        assert path.exists() and json.loads(Path(f"{path}.json").read_text())["message"].startswith("unknown field")
     assert sync_main([str(tmp_path / "spool"), "--url", collector.url]) == 0  # now it takes them
-    assert collector.step_numbers() == [1] and not kept.exists()
+    assert collector.step_numbers() == [1] and not any(path.exists() for path in kept)
 
 
 def test_the_next_process_of_the_run_resends_the_quarantine_once_and_stops_at_the_first_refusal(
