@@ -41,7 +41,7 @@ from services.derive.cache import AnalysisCache
 from services.derive.retention import PruneJob
 from services.settings import DashboardSettings, ServiceSettings
 from services.storage.db import make_engine
-from services.storage.step_blocks import SummaryCache
+from services.storage.summary_cache import SummaryCache
 from services.storage.writer import BatchWriter
 
 logger = logging.getLogger(__name__)

@@ -51,7 +51,7 @@ from services.derive.memory import release_freed_memory
 from services.errors import RunDetailPruned
 from services.storage.run_products import load_product
 from services.storage.runs import RunRow, get_run_by_pk
-from services.storage.step_blocks import SummaryCache
+from services.storage.summary_cache import SummaryCache
 
 T = TypeVar("T")
 

@@ -7,23 +7,13 @@
   read before the rows, so a summary never claims rows it did not read (rows committed in between make it
   summarised again next time). Cost: the rows of the changed blocks, not the run's.
 - `load_step_summary`: the run's blocks merged, what the ledger and the views read instead of every row.
-- `SummaryCache`: the decoded blocks and the parsed control events of recently built runs, in this process (one per
-  analysis cache): a block is read and decoded again only when its summary changed (its `changes` differ from the
-  ones it was decoded at; folding here puts the new summary in directly), control events only when their count
-  grew (they are only ever added while a run can be built: retention deletes some only of a pruned run, which is
-  never built again), and then only the new ones. A build of a live run then reads the blocks that changed and the
-  events that arrived since the last build, not the run.
+- With a `SummaryCache` (services.storage.summary_cache), a build of a live run reads the blocks that changed and
+  the events that arrived since the last build, not the run.
 """
 
 from __future__ import annotations
 
-import io
-import struct
-import threading
-import zipfile
-from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -34,175 +24,19 @@ from services.analysis.rank_sketch import EXACT_RANK_VALUES, RankSketch
 from services.analysis.run_data import RunData, collectives_frame, steps_frame
 from services.analysis.step_blocks import (
     BLOCK_STEPS,
-    BlockSteps,
     StepBlock,
     StepSummary,
     block_of,
     merge_blocks,
     summarize_block,
 )
+from services.storage.block_codec import block_from_bytes, block_to_bytes
 from services.storage.db import psycopg_connection, sqlite_connection
 from services.storage.load import _load_events, _load_events_with_ids, load_heartbeat_extremes, sum_collective_seconds
 from services.storage.records import SERIES_KINDS, IngestRecord
 from services.storage.runs import RunRow
+from services.storage.summary_cache import KeptEvents, SealedBlocks, SummaryCache
 from services.storage.tables import Event, step_blocks, step_marks
-
-_BlockKey = tuple[int, int, int]  # (run pk, attempt, block)
-
-
-@dataclass(frozen=True, slots=True)
-class _KeptEvents:
-    ids: frozenset[str]
-    frame: pd.DataFrame
-
-
-@dataclass(frozen=True, slots=True)
-class SealedBlocks:
-    """A long run's closed blocks folded into one sketch (services.analysis.rank_sketch), with the `changes` each
-    was summarised at and its per-step figures. Never changed once made: a build that folds more makes a new one."""
-
-    changes: dict[tuple[int, int], int]  # (attempt, block) -> changes, blocks without rows included
-    sketch: RankSketch
-    steps: tuple[BlockSteps, ...]
-
-    @property
-    def nbytes(self) -> int:
-        return self.sketch.nbytes + sum(s.nbytes for s in self.steps)
-
-
-class SummaryCache:
-    """Decoded step blocks (keyed by run, attempt, block and the `changes` they were summarised at), the sealed
-    blocks of long runs (`SealedBlocks`; at most `capacity_bytes` of both, least recently used blocks out first,
-    then sealed runs) and the control events of the last `event_runs` runs built (module docstring). Thread-safe;
-    one per analysis cache."""
-
-    def __init__(self, capacity_bytes: int = 1 << 30, event_runs: int = 32) -> None:
-        self._capacity_bytes = capacity_bytes
-        self._event_runs = event_runs
-        self._lock = threading.Lock()
-        self._blocks: OrderedDict[_BlockKey, tuple[int, StepBlock | None]] = OrderedDict()
-        self._bytes = 0
-        self._events: OrderedDict[int, _KeptEvents] = OrderedDict()
-        self._sealed: OrderedDict[int, SealedBlocks] = OrderedDict()
-        self._report_size: Callable[[int], None] = _ignore
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of decoded blocks held now (at most `capacity_bytes`)."""
-        return self._bytes
-
-    def report_size_to(self, report: Callable[[int], None]) -> None:
-        """Call `report` with the bytes held whenever they change (the collector's gauge of them)."""
-        self._report_size = report
-        report(self._bytes)
-
-    def block(self, key: _BlockKey, changes: int) -> tuple[bool, StepBlock | None]:
-        """(found, the block's summary; None: a block without rows) for the block summarised at `changes`."""
-        with self._lock:
-            kept = self._blocks.get(key)
-            if kept is None or kept[0] != changes:
-                return False, None
-            self._blocks.move_to_end(key)
-            return True, kept[1]
-
-    def keep_block(self, key: _BlockKey, changes: int, summary: StepBlock | None) -> None:
-        size = summary.nbytes if summary is not None else 0
-        if size > self._capacity_bytes:
-            return
-        with self._lock:
-            old = self._blocks.pop(key, None)
-            if old is not None:
-                if old[0] > changes:  # a newer summary is already here
-                    self._blocks[key] = old
-                    return
-                self._bytes -= old[1].nbytes if old[1] is not None else 0
-            self._blocks[key] = (changes, summary)
-            self._bytes += size
-            self._evict()
-            held = self._bytes
-        self._report_size(held)
-
-    def _evict(self) -> None:
-        while self._bytes > self._capacity_bytes and (self._blocks or self._sealed):
-            if self._blocks:
-                _, (_, dropped) = self._blocks.popitem(last=False)
-                self._bytes -= dropped.nbytes if dropped is not None else 0
-            else:
-                self._bytes -= self._sealed.popitem(last=False)[1].nbytes
-
-    def drop_block(self, key: _BlockKey) -> None:
-        """Forget one block (its values went into the run's sealed sketch)."""
-        with self._lock:
-            kept = self._blocks.pop(key, None)
-            if kept is None:
-                return
-            self._bytes -= kept[1].nbytes if kept[1] is not None else 0
-            held = self._bytes
-        self._report_size(held)
-
-    def sealed(self, run_pk: int) -> SealedBlocks | None:
-        with self._lock:
-            kept = self._sealed.get(run_pk)
-            if kept is not None:
-                self._sealed.move_to_end(run_pk)
-            return kept
-
-    def keep_sealed(self, run_pk: int, sealed: SealedBlocks) -> None:
-        with self._lock:
-            old = self._sealed.pop(run_pk, None)
-            if old is not None:
-                self._bytes -= old.nbytes
-            self._sealed[run_pk] = sealed
-            self._bytes += sealed.nbytes
-            while len(self._sealed) > self._event_runs:
-                self._bytes -= self._sealed.popitem(last=False)[1].nbytes
-            self._evict()
-            held = self._bytes
-        self._report_size(held)
-
-    def events(self, run_pk: int) -> _KeptEvents | None:
-        with self._lock:
-            kept = self._events.get(run_pk)
-            if kept is not None:
-                self._events.move_to_end(run_pk)
-            return kept
-
-    def keep_events(self, run_pk: int, kept: _KeptEvents) -> None:
-        with self._lock:
-            self._events[run_pk] = kept
-            self._events.move_to_end(run_pk)
-            while len(self._events) > self._event_runs:
-                self._events.popitem(last=False)
-
-    def holds(self, run_pk: int) -> bool:
-        """Whether the run was read here before (its control events are kept): a build of it reads what changed."""
-        with self._lock:
-            return run_pk in self._events
-
-    def forget(self, run_pk: int) -> None:
-        """Drop what is kept of a run (pruned: never built again)."""
-        with self._lock:
-            self._events.pop(run_pk, None)
-            sealed = self._sealed.pop(run_pk, None)
-            if sealed is not None:
-                self._bytes -= sealed.nbytes
-            for key in [k for k in self._blocks if k[0] == run_pk]:
-                _, summary = self._blocks.pop(key)
-                self._bytes -= summary.nbytes if summary is not None else 0
-            held = self._bytes
-        self._report_size(held)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._blocks.clear()
-            self._events.clear()
-            self._sealed.clear()
-            self._bytes = 0
-        self._report_size(0)
-
-
-def _ignore(_: int) -> None:
-    pass
 
 
 def mark_step_blocks(conn: Connection, records: Sequence[tuple[int, IngestRecord]]) -> None:
@@ -506,69 +340,17 @@ def _cached_control_events(conn: Connection, run_pk: int, cache: SummaryCache) -
             return kept.frame
     if kept is None:
         frame, listed = _load_events_with_ids(conn, run_pk, heartbeats=False)
-        cache.keep_events(run_pk, _KeptEvents(ids=frozenset(listed), frame=frame))
+        cache.keep_events(run_pk, KeptEvents(ids=frozenset(listed), frame=frame))
         return frame
     ids = frozenset(str(i) for (i,) in conn.execute(select(table.c.event_id).where(control)))
     if not kept.ids <= ids:  # never while the run can be built; read them all again
         frame, listed = _load_events_with_ids(conn, run_pk, heartbeats=False)
-        cache.keep_events(run_pk, _KeptEvents(ids=frozenset(listed), frame=frame))
+        cache.keep_events(run_pk, KeptEvents(ids=frozenset(listed), frame=frame))
         return frame
     new = sorted(ids - kept.ids)
     parts = [kept.frame]
     for at in range(0, len(new), 500):  # within any SQLite's limit of bound parameters
         parts.append(_load_events(conn, run_pk, event_ids=new[at:at + 500]))
     frame = pd.concat(parts, ignore_index=True)
-    cache.keep_events(run_pk, _KeptEvents(ids=ids, frame=frame))
+    cache.keep_events(run_pk, KeptEvents(ids=ids, frame=frame))
     return frame
-
-
-def block_to_bytes(block: StepBlock) -> bytes:
-    """A block's summary as stored in `step_blocks.summary`: an uncompressed .npz of its fields."""
-    buffer = io.BytesIO()
-    np.savez(buffer, attempt=np.int64(block.attempt), block=np.int64(block.block), steps=block.steps,
-             start=block.start, end=block.end, ranks_per_step=block.ranks_per_step, slowest=block.slowest,
-             median=block.median, slowest_rank=block.slowest_rank, known_ranks=block.known_ranks, ranks=block.ranks,
-             compute=block.compute, known=block.known,
-             raw=np.array([block.raw_first_start, block.raw_last_end], dtype=np.float64))
-    return buffer.getvalue()
-
-
-def block_from_bytes(data: bytes) -> StepBlock:
-    z = _read_npz(data)
-    raw = z["raw"]
-    return StepBlock(attempt=int(z["attempt"]), block=int(z["block"]), steps=z["steps"], start=z["start"],
-                     end=z["end"], ranks_per_step=z["ranks_per_step"], slowest=z["slowest"], median=z["median"],
-                     slowest_rank=z["slowest_rank"], known_ranks=z["known_ranks"], ranks=z["ranks"],
-                     compute=z["compute"], known=z["known"], raw_first_start=float(raw[0]),
-                     raw_last_end=float(raw[1]))
-
-
-def _read_npz(data: bytes) -> dict[str, np.ndarray]:
-    """The arrays of an uncompressed .npz (what `block_to_bytes` writes) as read-only views of `data`: no copy, and
-    no CRC pass over a block's megabyte (`np.load` reads the same values). Anything else (a compressed member, an
-    object array) goes through `np.load`."""
-    out: dict[str, np.ndarray] = {}
-    view = memoryview(data)
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        for info in archive.infolist():
-            name_length, extra_length = struct.unpack_from("<HH", data, info.header_offset + 26)
-            at = info.header_offset + 30 + name_length + extra_length
-            if info.compress_type != zipfile.ZIP_STORED:
-                break
-            member = io.BytesIO(view[at:at + info.file_size])
-            version = np.lib.format.read_magic(member)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(member)
-            elif version == (2, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(member)
-            else:
-                break
-            if dtype.hasobject:
-                break
-            count = int(np.prod(shape, dtype=np.int64))
-            array = np.frombuffer(data, dtype=dtype, count=count, offset=at + member.tell())
-            out[info.filename.removesuffix(".npy")] = array.reshape(shape, order="F" if fortran else "C")
-        else:
-            return out
-    with np.load(io.BytesIO(data), allow_pickle=False) as z:
-        return {name: z[name] for name in z.files}

@@ -20,7 +20,8 @@ from services.collector.batch import parse_batch
 from services.simulate import SimConfig, simulate
 from services.storage.load import load_run_data
 from services.storage.runs import get_run
-from services.storage.step_blocks import SummaryCache, load_summarised_run_data
+from services.storage.step_blocks import load_summarised_run_data
+from services.storage.summary_cache import SummaryCache
 from services.storage.write import write_batches
 from tests.storage.test_incremental_analysis import assert_same
 

@@ -28,7 +28,8 @@ from services.collector.batch import parse_batch
 from services.simulate import SimConfig, simulate
 from services.storage.load import load_run_data
 from services.storage.runs import get_run
-from services.storage.step_blocks import SummaryCache, fold_step_blocks, load_summarised_run_data
+from services.storage.step_blocks import fold_step_blocks, load_summarised_run_data
+from services.storage.summary_cache import SummaryCache
 from services.storage.write import write_batches
 
 REL, ABS, HEAT_ABS = 1e-11, 1e-9, 1.1e-6

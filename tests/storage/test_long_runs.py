@@ -19,7 +19,8 @@ from services.analysis.views import build_run_views
 from services.simulate import SimConfig, simulate
 from services.storage.load import load_run_data
 from services.storage.runs import get_run
-from services.storage.step_blocks import SummaryCache, load_summarised_run_data
+from services.storage.step_blocks import load_summarised_run_data
+from services.storage.summary_cache import SummaryCache
 from tests.storage.test_incremental_analysis import assert_same, store
 
 EXACT = 512  # (rank, step) values kept whole before a run is long: a few blocks of these runs

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from services.analysis.step_blocks import StepBlock, summarize_block
-from services.storage.step_blocks import block_from_bytes, block_to_bytes
+from services.storage.block_codec import block_from_bytes, block_to_bytes
 
 
 def _block(ranks: int, steps: int, seed: int, *, unknown_share: float = 0.0) -> StepBlock:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from services.analysis.step_blocks import StepBlock, summarize_block
-from services.storage.step_blocks import SummaryCache
+from services.storage.summary_cache import SummaryCache
 
 
 def _block(block: int, ranks: int = 4, steps: int = 16) -> StepBlock:

@@ -1,0 +1,64 @@
+"""A step block's summary as stored in `step_blocks.summary`: an uncompressed .npz of its fields, read back as views
+of the stored bytes."""
+
+from __future__ import annotations
+
+import io
+import struct
+import zipfile
+
+import numpy as np
+
+from services.analysis.step_blocks import StepBlock
+
+
+def block_to_bytes(block: StepBlock) -> bytes:
+    """A block's summary as stored in `step_blocks.summary`: an uncompressed .npz of its fields."""
+    buffer = io.BytesIO()
+    np.savez(buffer, attempt=np.int64(block.attempt), block=np.int64(block.block), steps=block.steps,
+             start=block.start, end=block.end, ranks_per_step=block.ranks_per_step, slowest=block.slowest,
+             median=block.median, slowest_rank=block.slowest_rank, known_ranks=block.known_ranks, ranks=block.ranks,
+             compute=block.compute, known=block.known,
+             raw=np.array([block.raw_first_start, block.raw_last_end], dtype=np.float64))
+    return buffer.getvalue()
+
+
+def block_from_bytes(data: bytes) -> StepBlock:
+    z = _read_npz(data)
+    raw = z["raw"]
+    return StepBlock(attempt=int(z["attempt"]), block=int(z["block"]), steps=z["steps"], start=z["start"],
+                     end=z["end"], ranks_per_step=z["ranks_per_step"], slowest=z["slowest"], median=z["median"],
+                     slowest_rank=z["slowest_rank"], known_ranks=z["known_ranks"], ranks=z["ranks"],
+                     compute=z["compute"], known=z["known"], raw_first_start=float(raw[0]),
+                     raw_last_end=float(raw[1]))
+
+
+def _read_npz(data: bytes) -> dict[str, np.ndarray]:
+    """The arrays of an uncompressed .npz (what `block_to_bytes` writes) as read-only views of `data`: no copy, and
+    no CRC pass over a block's megabyte (`np.load` reads the same values). Anything else (a compressed member, an
+    object array) goes through `np.load`."""
+    out: dict[str, np.ndarray] = {}
+    view = memoryview(data)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        for info in archive.infolist():
+            name_length, extra_length = struct.unpack_from("<HH", data, info.header_offset + 26)
+            at = info.header_offset + 30 + name_length + extra_length
+            if info.compress_type != zipfile.ZIP_STORED:
+                break
+            member = io.BytesIO(view[at:at + info.file_size])
+            version = np.lib.format.read_magic(member)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(member)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(member)
+            else:
+                break
+            if dtype.hasobject:
+                break
+            count = int(np.prod(shape, dtype=np.int64))
+            array = np.frombuffer(data, dtype=dtype, count=count, offset=at + member.tell())
+            out[info.filename.removesuffix(".npy")] = array.reshape(shape, order="F" if fortran else "C")
+        else:
+            return out
+    with np.load(io.BytesIO(data), allow_pickle=False) as z:
+        return {name: z[name] for name in z.files}
