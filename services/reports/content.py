@@ -15,7 +15,7 @@ from services.analysis.advice_types import MeasuredRun, Recommendation, RunAdvic
 from services.analysis.categories import PRODUCTIVE
 from services.analysis.ledger_types import CheckpointSummary, Ledger
 from services.analysis.resume_types import ResumeCheck
-from services.analysis.view_types import CheckpointRow, RestartRow, RunViews
+from services.analysis.view_types import CheckpointRow, RankCompute, RestartRow, RunViews
 from services.analysis.views import build_restart_rows
 from services.presentation import CATEGORY_ORDER
 from services.reports.advice import run_advice
@@ -62,6 +62,10 @@ class RunReport(BaseModel):
     restarts: list[RestartRow]
     checkpoints: ReportCheckpoints
     stragglers: list[StragglerRow]
+    median_compute_within: float | None = Field(
+        None, description="None: the stragglers' median compute is exact. Else the run is long and its medians come "
+                          "from fixed-size per-rank histograms, within this relative error (GET /v1/runs/{id}/views' "
+                          "ranks.figures_within)")
     measured: MeasuredRun = Field(description="the advice's measured figures (GET /v1/runs/{id}/advice's)")
     recommendations: list[Recommendation] = Field(description="GET /v1/runs/{id}/advice's, unchanged")
     advice_notes: list[str] = Field(description="what the advice weighed and did not advise")
@@ -99,6 +103,11 @@ def build_stragglers(ledger: Ledger, views: RunViews | None) -> list[StragglerRo
     return out
 
 
+def _figures_within(views: RunViews | None) -> float | None:
+    ranks = views.ranks if views is not None else None
+    return ranks.figures_within if isinstance(ranks, RankCompute) else None
+
+
 def build_report(ledger: Ledger, views: RunViews | None, *, generated_at: float, advice: RunAdvice | None = None,
                  resume_check: ResumeCheck | None = None, peers: Sequence[Ledger] = (),
                  detail_pruned_at: float | None = None) -> RunReport:
@@ -115,6 +124,7 @@ def build_report(ledger: Ledger, views: RunViews | None, *, generated_at: float,
         advice = run_advice(AdviceInput(ledger=ledger, views=views, resume_check=resume_check, peers=peers))
     return RunReport(report_version=REPORT_VERSION, run_id=ledger.run_id, generated_at=generated_at, ledger=ledger,
                      breakdown=build_breakdown(ledger), restarts=restarts, checkpoints=checkpoints,
-                     stragglers=build_stragglers(ledger, views), measured=advice.measured,
+                     stragglers=build_stragglers(ledger, views), median_compute_within=_figures_within(views),
+                     measured=advice.measured,
                      recommendations=advice.recommendations, advice_notes=advice.notes,
                      detail_pruned_at=detail_pruned_at)

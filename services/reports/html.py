@@ -317,6 +317,10 @@ def report_html(report: RunReport) -> str:
     if stragglers:
         parts.append(figure(_straggler_figure(stragglers, unit)))
         parts.append(_straggler_table(stragglers, unit))
+        if report.median_compute_within is not None:
+            parts.append(f'<p class="note">A long run: median compute per step within '
+                         f"{_e(percent(report.median_compute_within))} (drawn from fixed-size per-rank histograms; "
+                         "straggler time is exact).</p>")
     else:
         parts.append('<p class="note">No rank was charged with straggler time.</p>')
     parts.append("</section>")

@@ -16,6 +16,8 @@ from typing import Any
 from services.analysis.ledger import build_ledger
 from services.analysis.rank_sketch import COMPUTE_ERROR
 from services.analysis.views import build_run_views
+from services.reports.content import build_report
+from services.reports.html import report_html
 from services.simulate import SimConfig, simulate
 from services.storage.load import load_run_data
 from services.storage.runs import get_run
@@ -131,3 +133,24 @@ def test_what_a_process_keeps_of_a_live_run_stops_growing_once_it_is_long(engine
     assert len(sketch_sizes) >= 5 and max(sketch_sizes) <= 1.2 * sketch_sizes[0], sizes  # sealed: flat
     assert sizes[-1][2] < sizes[-1][1] / 2, sizes
     compare_long(engine, "growing", sealed)
+
+
+def test_a_long_runs_report_says_its_median_compute_is_within_the_sketchs_bound(engine) -> None:
+    store(engine, long_run("long-report", 13, mtbf_s=None), random.Random(13), fold_share=0.5)
+    with engine.connect() as conn:
+        run = get_run(conn, "long-report")
+        full_data = load_run_data(conn, run)
+    summarised = load_summarised_run_data(engine, run, exact_values=EXACT)
+    reports = {}
+    for name, data in (("exact", full_data), ("sketched", summarised)):
+        ledger = build_ledger(data)
+        reports[name] = build_report(ledger, build_run_views(data, ledger, version=1), generated_at=0.0)
+    exact, sketched = reports["exact"], reports["sketched"]
+    assert exact.median_compute_within is None and sketched.median_compute_within == COMPUTE_ERROR
+    assert [r.rank for r in sketched.stragglers] == [r.rank for r in exact.stragglers] == [2]
+    for a, b in zip(exact.stragglers, sketched.stragglers, strict=True):
+        assert math.isclose(a.straggler_gpu_seconds, b.straggler_gpu_seconds, rel_tol=1e-11)
+        assert a.median_compute_seconds is not None and b.median_compute_seconds is not None
+        assert abs(b.median_compute_seconds / a.median_compute_seconds - 1) <= COMPUTE_ERROR + 1e-12
+    note = "A long run: median compute per step within 0.5%"
+    assert note in report_html(sketched) and note not in report_html(exact)
