@@ -13,7 +13,6 @@ from services.analysis.step_blocks import StepBlock
 
 
 def block_to_bytes(block: StepBlock) -> bytes:
-    """A block's summary as stored in `step_blocks.summary`: an uncompressed .npz of its fields."""
     buffer = io.BytesIO()
     np.savez(buffer, attempt=np.int64(block.attempt), block=np.int64(block.block), steps=block.steps,
              start=block.start, end=block.end, ranks_per_step=block.ranks_per_step, slowest=block.slowest,

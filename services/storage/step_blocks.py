@@ -338,19 +338,15 @@ def _cached_control_events(conn: Connection, run_pk: int, cache: SummaryCache) -
         count = int(conn.execute(select(func.count()).select_from(table).where(control)).scalar_one())
         if count == len(kept.ids):  # only ever added: the same events
             return kept.frame
-    if kept is None:
-        frame, listed = _load_events_with_ids(conn, run_pk, heartbeats=False)
-        cache.keep_events(run_pk, KeptEvents(ids=frozenset(listed), frame=frame))
-        return frame
-    ids = frozenset(str(i) for (i,) in conn.execute(select(table.c.event_id).where(control)))
-    if not kept.ids <= ids:  # never while the run can be built; read them all again
-        frame, listed = _load_events_with_ids(conn, run_pk, heartbeats=False)
-        cache.keep_events(run_pk, KeptEvents(ids=frozenset(listed), frame=frame))
-        return frame
-    new = sorted(ids - kept.ids)
-    parts = [kept.frame]
-    for at in range(0, len(new), 500):  # within any SQLite's limit of bound parameters
-        parts.append(_load_events(conn, run_pk, event_ids=new[at:at + 500]))
-    frame = pd.concat(parts, ignore_index=True)
-    cache.keep_events(run_pk, KeptEvents(ids=ids, frame=frame))
+        ids = frozenset(str(i) for (i,) in conn.execute(select(table.c.event_id).where(control)))
+        if kept.ids <= ids:  # else never while the run can be built: read them all again, below
+            new = sorted(ids - kept.ids)
+            parts = [kept.frame]
+            for at in range(0, len(new), 500):  # within any SQLite's limit of bound parameters
+                parts.append(_load_events(conn, run_pk, event_ids=new[at:at + 500]))
+            frame = pd.concat(parts, ignore_index=True)
+            cache.keep_events(run_pk, KeptEvents(ids=ids, frame=frame))
+            return frame
+    frame, listed = _load_events_with_ids(conn, run_pk, heartbeats=False)
+    cache.keep_events(run_pk, KeptEvents(ids=frozenset(listed), frame=frame))
     return frame

@@ -79,7 +79,7 @@ class SummaryCache:
             return True, kept[1]
 
     def keep_block(self, key: BlockKey, changes: int, summary: StepBlock | None) -> None:
-        size = summary.nbytes if summary is not None else 0
+        size = _size(summary)
         if size > self._capacity_bytes:
             return
         with self._lock:
@@ -88,7 +88,7 @@ class SummaryCache:
                 if old[0] > changes:  # a newer summary is already here
                     self._blocks[key] = old
                     return
-                self._bytes -= old[1].nbytes if old[1] is not None else 0
+                self._bytes -= _size(old[1])
             self._blocks[key] = (changes, summary)
             self._bytes += size
             self._evict()
@@ -99,7 +99,7 @@ class SummaryCache:
         while self._bytes > self._capacity_bytes and (self._blocks or self._sealed):
             if self._blocks:
                 _, (_, dropped) = self._blocks.popitem(last=False)
-                self._bytes -= dropped.nbytes if dropped is not None else 0
+                self._bytes -= _size(dropped)
             else:
                 self._bytes -= self._sealed.popitem(last=False)[1].nbytes
 
@@ -109,7 +109,7 @@ class SummaryCache:
             kept = self._blocks.pop(key, None)
             if kept is None:
                 return
-            self._bytes -= kept[1].nbytes if kept[1] is not None else 0
+            self._bytes -= _size(kept[1])
             held = self._bytes
         self._report_size(held)
 
@@ -155,7 +155,7 @@ class SummaryCache:
                 self._bytes -= sealed.nbytes
             for key in [k for k in self._blocks if k[0] == run_pk]:
                 _, summary = self._blocks.pop(key)
-                self._bytes -= summary.nbytes if summary is not None else 0
+                self._bytes -= _size(summary)
             held = self._bytes
         self._report_size(held)
 
@@ -170,6 +170,11 @@ class SummaryCache:
 
 def _ignore(_: int) -> None:
     pass
+
+
+def _size(summary: StepBlock | None) -> int:
+    """Bytes a kept block holds (None: a block without rows)."""
+    return summary.nbytes if summary is not None else 0
 
 
 _V = TypeVar("_V")
