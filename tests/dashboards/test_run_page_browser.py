@@ -317,6 +317,8 @@ def test_a_click_on_a_heat_map_row_or_a_ranks_bar_opens_that_rank(seven_runs: Se
     tab.page.mouse.click(x, y)
     tab.page.wait_for_url(re.compile(r".*/runs/bert-straggler\?rank=12$"))
     tab.page.wait_for_selector("#run-rank-title:has-text('rank 12 on node001')")
+    # the advice panel above the chart grows when its answer arrives: a click before that lands where the bar was
+    tab.page.wait_for_selector("#run-advice-measured", state="visible", timeout=60_000)
     tab.page.wait_for_selector("#run-ranks-graph .main-svg")
     # a real click on rank 5's bar (16 bars on an axis from -0.5 to 15.5), low enough to be inside every bar
     x, y = hover(tab, "#run-ranks-graph", 5.5 / 16, 0.9)
