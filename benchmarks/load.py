@@ -133,9 +133,12 @@ class Samples:
     loadavg: list[tuple[float, float]] = field(default_factory=list)
     # (s since start, MiB of decoded step blocks the workers keep, RSS of the collector processes at that moment)
     analysis_cache: list[tuple[float, float, float]] = field(default_factory=list)
+    # (s since start, {reason: requests refused for load so far}): goodput_collector_overloaded_requests_total
+    overloaded: list[tuple[float, dict[str, int]]] = field(default_factory=list)
 
 
 _CACHE_GAUGE = re.compile(r"^goodput_collector_analysis_cache_bytes ([0-9.e+]+)$", re.M)
+_OVERLOADED = re.compile(r'^goodput_collector_overloaded_requests_total\{reason="(\w+)"\} ([0-9.e+]+)$', re.M)
 
 
 def _sampler(root: int, database: str, url: str, began: float, samples: Samples, stop: threading.Event) -> None:
@@ -150,10 +153,13 @@ def _sampler(root: int, database: str, url: str, began: float, samples: Samples,
         samples.loadavg.append((time.time() - began, os.getloadavg()[0]))
         if n % CACHE_SAMPLE_EVERY == 0:  # a scrape sums every worker's gauge
             with contextlib.suppress(httpx.HTTPError):
-                found = _CACHE_GAUGE.search(httpx.get(f"{url}/metrics", timeout=10).text)
+                scraped = httpx.get(f"{url}/metrics", timeout=10).text
+                found = _CACHE_GAUGE.search(scraped)
                 if found:
                     samples.analysis_cache.append((time.time() - began, float(found.group(1)) / 2**20,
                                                    samples.rss[-1][1]))
+                samples.overloaded.append((time.time() - began, {
+                    reason: int(float(count)) for reason, count in _OVERLOADED.findall(scraped)}))
         n += 1
         if stop.wait(SAMPLE_EVERY_S):
             return
@@ -476,6 +482,8 @@ def _result(ns: argparse.Namespace, fleet: ShardResult, samples: Samples, watch:
         "latency_p99_ms": _ms(fleet.request_latency_s.quantile(0.99)),
         "latency_max_ms": _ms(fleet.request_latency_s.max),
         "statuses": dict(fleet.statuses), "transport_errors": dict(fleet.errors),
+        "overloaded_by_reason": samples.overloaded[-1][1] if samples.overloaded else {},
+        "overloaded_by_reason_over_time": [(round(t), counts) for t, counts in samples.overloaded],
         "resent_then_acknowledged": fleet.resent_then_ok, "connections_opened": fleet.connections_opened,
         "unacked_records_at_give_up": fleet.unacked_records,
         "delay_p50_s": fleet.step_delay_s.quantile(0.5), "delay_p99_s": fleet.step_delay_s.quantile(0.99),
@@ -578,7 +586,8 @@ def _markdown(r: dict[str, Any]) -> str:
         ("requests per 10 s", str(r["requests_by_10s"])),
         ("request latency (generator's view)",
          f"p50 {r['latency_p50_ms']} ms, p99 {r['latency_p99_ms']} ms, max {r['latency_max_ms']} ms"),
-        ("statuses", f"{r['statuses']}; transport errors {r['transport_errors']}; "
+        ("statuses", f"{r['statuses']}; 503s by reason {r.get('overloaded_by_reason', {})} (the collector's count, "
+                     f"as of its last scrape); transport errors {r['transport_errors']}; "
                      f"{r['resent_then_acknowledged']} resends then acknowledged; {r['duplicates']} duplicate "
                      "records absorbed"),
         ("step end -> committed (acknowledged)",

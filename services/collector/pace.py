@@ -13,6 +13,7 @@ address. Runs on the event loop only (the ingest route), so it takes no lock.
 
 from __future__ import annotations
 
+import math
 import time
 
 HEADER = "Goodput-Send-Interval"
@@ -46,6 +47,13 @@ class SendPace:
     @property
     def interval_s(self) -> float:
         return min(self._max_interval_s, self._senders / self._target)
+
+    @property
+    def retry_after_s(self) -> int:
+        """Retry-After (whole seconds, at least 1) of a request refused for load: the pace, so that a refused sender
+        comes back in its turn rather than sooner than the senders that were answered (a refusal costs the
+        collector a read; a storm of early retries is load it could have spent writing)."""
+        return max(1, math.ceil(self.interval_s))
 
     @property
     def header_value(self) -> str:

@@ -34,6 +34,9 @@ from services.metrics.collectors import PREFIX
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 REQUEST_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 EVENT_OUTCOMES = ("accepted", "duplicate")
+# Why an ingest request was refused for load (503 + Retry-After), always before its body is parsed: the bytes of bodies
+# in flight were at their budget, or the write queue (with the room held for bodies being parsed) was full
+OVERLOAD_REASONS = ("body_budget", "write_queue")
 
 
 def multiprocess_dir() -> str | None:
@@ -44,6 +47,7 @@ def multiprocess_dir() -> str | None:
 class CollectorInstruments:
     events: Counter
     rejected_batches: Counter
+    overloaded: Counter
     request_seconds: Histogram
     write_queue: Gauge
     analysis_cache: Gauge
@@ -60,6 +64,13 @@ class CollectorInstruments:
         rejected = Counter(f"{PREFIX}_collector_rejected_batches", "Batches rejected whole (nothing stored), by "
                            "error code: malformed_json, invalid_event, body_too_large, batch_too_large, ...",
                            ["code"], registry=registry)
+        overloaded = Counter(f"{PREFIX}_collector_overloaded_requests", "Ingest requests refused for load (503 + "
+                             "Retry-After; the client keeps the batch and sends it again), before their body was "
+                             "parsed, by reason: body_budget (bodies in flight at GOODPUT_MAX_INFLIGHT_BODY_BYTES), "
+                             "write_queue (GOODPUT_WRITER_MAX_QUEUE_S of writing queued or held)", ["reason"],
+                             registry=registry)
+        for reason in OVERLOAD_REASONS:
+            overloaded.labels(reason)
         seconds = Histogram(f"{PREFIX}_collector_request_duration_seconds", "Seconds from request to response, by "
                             "route template, method and status code", ["handler", "method", "code"],
                             buckets=REQUEST_BUCKETS_S, registry=registry)
@@ -72,8 +83,8 @@ class CollectorInstruments:
                       "collector keeps so that a live run's next analysis reads only what changed, summed over its "
                       "worker processes (each at most GOODPUT_ANALYSIS_CACHE_MB)", multiprocess_mode="livesum",
                       registry=registry)
-        return cls(events=events, rejected_batches=rejected, request_seconds=seconds, write_queue=queue,
-                   analysis_cache=cache, shared=multiprocess_dir() is not None)
+        return cls(events=events, rejected_batches=rejected, overloaded=overloaded, request_seconds=seconds,
+                   write_queue=queue, analysis_cache=cache, shared=multiprocess_dir() is not None)
 
     def count_ingested(self, accepted: int, duplicates: int) -> None:
         if accepted:
@@ -93,6 +104,9 @@ class CollectorInstruments:
     def count_rejected(self, code: str) -> None:
         self.rejected_batches.labels(code).inc()
 
+    def count_overloaded(self, reason: str) -> None:
+        self.overloaded.labels(reason).inc()
+
     def scrape_registry(self, *collectors: Collector) -> CollectorRegistry:
         """A fresh registry with these instruments (summed over all worker processes when there are several)
         and `collectors`."""
@@ -100,8 +114,8 @@ class CollectorInstruments:
         if self.shared:
             MultiProcessCollector(registry)
         else:
-            for metric in (self.events, self.rejected_batches, self.request_seconds, self.write_queue,
-                           self.analysis_cache):
+            for metric in (self.events, self.rejected_batches, self.overloaded, self.request_seconds,
+                           self.write_queue, self.analysis_cache):
                 registry.register(metric)
         for collector in collectors:
             registry.register(collector)

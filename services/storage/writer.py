@@ -98,19 +98,35 @@ class BatchWriter:
             thread.join(timeout_s)
         self._threads = []
 
-    def submit(self, records: Sequence[IngestRecord], *, project: str | None = None) -> Future[IngestResult]:
+    def submit(self, records: Sequence[IngestRecord], *, project: str | None = None,
+               reserved: Reservation | None = None) -> Future[IngestResult]:
         """Queue one batch into the runs of `project` (None: "default"; services.storage.write); the future raises
-        EventIdConflict when the batch repeats a stored event id with other content (nothing of it stored)."""
+        EventIdConflict when the batch repeats a stored event id with other content (nothing of it stored).
+        With `reserved` (from `reserve`, before the batch was parsed) it is never refused: its room was held."""
         future: Future[IngestResult] = Future()
-        self._enqueue(records, future, project)
+        self._enqueue(records, future, project, reserved)
         return future
 
-    def submit_on_loop(self, records: Sequence[IngestRecord], *,
-                       project: str | None = None) -> asyncio.Future[IngestResult]:
+    def submit_on_loop(self, records: Sequence[IngestRecord], *, project: str | None = None,
+                       reserved: Reservation | None = None) -> asyncio.Future[IngestResult]:
         """`submit` for a coroutine: the answer is a future of the running event loop."""
         future: asyncio.Future[IngestResult] = asyncio.get_running_loop().create_future()
-        self._enqueue(records, future, project)
+        self._enqueue(records, future, project, reserved)
         return future
+
+    def reserve(self, rows: int) -> Reservation:
+        """Hold room for about `rows` rows before a batch is parsed, or raise Overloaded at once. Under overload the
+        queue then fills with requests that will be written, and a refusal costs no parse: without it, bodies
+        parsed while the queue filled were refused after the costly part, their clients sent them again, and an
+        overloaded collector spent its cores on work it threw away (benchmarks.load, 10,240 ranks past this
+        machine's capacity). `release` the reservation if the batch is not submitted."""
+        rows = max(1, rows)
+        limit = self.pending_limit
+        with self._lock:
+            if self._pending and self._pending + rows > limit:
+                raise self._overloaded(self._pending)
+            self._pending += rows
+        return Reservation(self, rows)
 
     @property
     def pending_limit(self) -> int:
@@ -131,14 +147,23 @@ class BatchWriter:
         return Overloaded(f"the collector has {pending} events waiting to be written, about {self._max_queue_s:g} s "
                           "of writing at its current pace")
 
-    def _enqueue(self, records: Sequence[IngestRecord], answer: _Answer, project: str | None) -> None:
-        weight = _weight(records)
-        limit = self.pending_limit
-        with self._lock:
-            if self._pending and self._pending + weight > limit:
-                raise self._overloaded(self._pending)
-            self._pending += weight
+    def _enqueue(self, records: Sequence[IngestRecord], answer: _Answer, project: str | None,
+                 reserved: Reservation | None) -> None:
+        weight = batch_weight(records)
+        if reserved is not None:  # admitted already: the estimate becomes the batch's weight
+            with self._lock:
+                self._pending += weight - reserved.take()
+        else:
+            limit = self.pending_limit
+            with self._lock:
+                if self._pending and self._pending + weight > limit:
+                    raise self._overloaded(self._pending)
+                self._pending += weight
         self._queue.put((records, weight, answer, project))
+
+    def _release(self, rows: int) -> None:
+        with self._lock:
+            self._pending -= rows
 
     def _run(self) -> None:
         while True:
@@ -223,6 +248,33 @@ class BatchWriter:
                 conn.close()
 
 
+class Reservation:
+    """Room held in a writer's queue for a batch being parsed (`BatchWriter.reserve`): taken by `submit`, or
+    given back by `release` (or leaving its `with` block) when the batch is refused or its client went away."""
+
+    __slots__ = ("_writer", "_rows")
+
+    def __init__(self, writer: BatchWriter, rows: int) -> None:
+        self._writer = writer
+        self._rows = rows
+
+    def take(self) -> int:
+        """The rows held, now owned by the submitted batch (0 if taken or released already)."""
+        rows, self._rows = self._rows, 0
+        return rows
+
+    def release(self) -> None:
+        rows = self.take()
+        if rows:
+            self._writer._release(rows)
+
+    def __enter__(self) -> Reservation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 def _settle(answer: _Answer, outcome: IngestResult | Exception) -> None:
     if answer.done():  # an asyncio future whose request was cancelled (the client went away)
         return
@@ -246,7 +298,8 @@ def _is_disconnect(exc: Exception) -> bool:
         cls.__name__ == "OperationalError" for cls in type(exc).__mro__)
 
 
-def _weight(records: Sequence[IngestRecord]) -> int:
+def batch_weight(records: Sequence[IngestRecord]) -> int:
+    """A batch's rows as the write queue counts them: each event, plus the compact step and collective rows."""
     total = 0
     for r in records:
         total += 1

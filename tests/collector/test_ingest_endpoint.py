@@ -190,3 +190,27 @@ def test_a_full_write_queue_refuses_before_the_body_is_parsed(client: TestClient
         gate.set()
     assert all(f.result(timeout=60).accepted == 1 for f in held)
     assert client.post("/v1/events", content=b"{not json").status_code == 400  # parsed again once there is room
+    metrics = client.get("/metrics").text
+    assert re.search(r'^goodput_collector_overloaded_requests_total\{reason="write_queue"\} 1\.0$', metrics, re.M)
+    assert re.search(r'^goodput_collector_overloaded_requests_total\{reason="body_budget"\} 0\.0$', metrics, re.M)
+
+
+def test_a_body_is_parsed_only_with_room_held_for_its_rows(client: TestClient) -> None:
+    """Room for a body's estimated rows is held in the write queue before it is parsed (BatchWriter.reserve): a
+    body too big for the room left is refused without a parse, and bodies parsed at the same time can never fill
+    the queue past its limit and be refused after their parse. Proof that a refused body is not parsed: malformed,
+    it gets a full queue's 503, while a small malformed body that fits gets its 400."""
+    writer = client.app.state.writer  # type: ignore[attr-defined]
+    limit = writer.pending_limit  # nothing measured yet: its minimum
+    with writer.reserve(limit - 100):  # a body being parsed holds nearly all the room
+        assert writer.pending_events == limit - 100
+        big = b'{"events": [' + b" " * 100_000 + b"!"  # thousands of rows by its size; malformed
+        response = client.post("/v1/events", content=big)
+        assert response.status_code == 503, response.text
+        assert response.json()["error"]["code"] == "overloaded" and response.headers["Retry-After"] == "1"
+        assert client.post("/v1/events", content=b"{not json").status_code == 400  # fits: parsed
+        assert client.post("/v1/events", json={"events": [_step("fits", 1)]}).json()["accepted"] == 1
+    assert writer.pending_events == 0
+    assert client.post("/v1/events", content=big).status_code == 400  # room again: parsed, and malformed
+    metrics = client.get("/metrics").text
+    assert re.search(r'^goodput_collector_overloaded_requests_total\{reason="write_queue"\} 1\.0$', metrics, re.M)

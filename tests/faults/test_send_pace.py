@@ -55,9 +55,15 @@ def test_the_pace_is_senders_over_the_target_within_the_window() -> None:
         pace.seen(f"rank-{i}", now=1000.0 + i * 0.01)
     pace.seen("rank-0", now=1004.0)
     assert pace.senders == 300 and pace.interval_s == 3.0 and pace.header_value == "3.00"
+    assert pace.retry_after_s == 3  # a sender refused for load comes back in its turn
     for i in range(1000):
         pace.seen(f"other-{i}", now=1005.0)
     pace.seen("other-0", now=1006.0)
     assert pace.senders == 1300 and pace.interval_s == 5.0  # capped
     pace.seen("late", now=1020.0)  # everyone else is older than the 10 s window
     assert pace.senders == 1 and pace.interval_s == 0.01
+    assert pace.retry_after_s == 1  # whole seconds (Retry-After's unit), never 0
+    for i in range(251):
+        pace.seen(f"third-{i}", now=1020.5)
+    pace.seen("third-0", now=1021.0)  # counted once a second
+    assert pace.senders == 252 and pace.interval_s == 2.52 and pace.retry_after_s == 3  # rounded up

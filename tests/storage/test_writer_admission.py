@@ -83,3 +83,50 @@ def test_a_stalled_writer_queues_max_queue_s_of_work_then_refuses_and_loses_noth
     with engine.connect() as conn:
         stored = conn.execute(text("SELECT count(*) FROM steps")).scalar_one()
     assert stored == (20 + len(accepted)) * ROWS
+
+
+def test_a_reservation_holds_room_before_the_parse_and_its_batch_is_never_refused(engine, monkeypatch) -> None:
+    """The ingest endpoint reserves a body's estimated rows before it parses it: requests parsed at the same time
+    cannot together overfill the queue, so a parsed batch is always queued (a refusal after the parse throws the
+    parse away, and the client sends the whole body again)."""
+    gate = threading.Event()
+    real_write = writer_module.write_batches  # type: ignore[attr-defined]
+
+    def gated_write(*args, **kwargs):
+        assert gate.wait(60)
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(writer_module, "write_batches", gated_write)
+    writer = BatchWriter(engine, max_queue_s=0.5, min_pending_events=3 * (ROWS + 1), threads=1)
+    writer.start()
+    try:
+        held = [writer.reserve(ROWS + 1) for _ in range(3)]  # three bodies being parsed fill the queue
+        assert writer.pending_events == 3 * (ROWS + 1)
+        with pytest.raises(Overloaded, match="waiting to be written"):  # a fourth is refused before its parse
+            writer.reserve(1)
+        with pytest.raises(Overloaded):  # and so is a batch submitted without a reservation
+            writer.submit(_batch(99))
+        # the three parsed batches are queued, whatever their real size against the estimate
+        futures = [writer.submit(_batch(i), reserved=r) for i, r in enumerate(held)]
+        assert writer.pending_events == 3 * (ROWS + 1)
+        for r in held:
+            r.release()  # already taken by its batch: changes nothing
+        assert writer.pending_events == 3 * (ROWS + 1)
+        gate.set()
+        assert [f.result(timeout=60).accepted for f in futures] == [1, 1, 1]
+        assert writer.pending_events == 0
+
+        with writer.reserve(50):  # a body refused by its parse gives its room back
+            assert writer.pending_events == 50
+        assert writer.pending_events == 0
+        gate.clear()
+        estimate = writer.reserve(5)  # an estimate below the batch's size: the queue counts the real size
+        future = writer.submit(_batch(4), reserved=estimate)
+        assert writer.pending_events == ROWS + 1
+        gate.set()
+        assert future.result(timeout=60).accepted == 1 and writer.pending_events == 0
+    finally:
+        gate.set()
+        writer.stop()
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM events WHERE event_id LIKE 'e%'")).scalar() == 4

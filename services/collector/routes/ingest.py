@@ -32,7 +32,7 @@ from services.errors import InvalidBatch, Overloaded
 from services.metrics import CollectorInstruments
 from services.settings import IngestSettings, ServiceSettings
 from services.storage.records import IngestRecord
-from services.storage.writer import BatchWriter
+from services.storage.writer import BatchWriter, batch_weight
 
 PATH = "/v1/events"
 _PACE_HEADER = PACE_HEADER.lower().encode()
@@ -48,6 +48,7 @@ class IngestEndpoint:
 
     def __init__(self, state: State) -> None:
         self._state = state  # the app's state: the parsing threads appear in it only when the app starts
+        self._row_size = RowSize()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -84,6 +85,7 @@ class IngestEndpoint:
         pace.seen(sender_of(scope["headers"], scope.get("client")))
         client = f"token:{principal.token_id}" if principal.token_id is not None else \
             f"address:{scope['client'][0] if scope.get('client') else '?'}"
+        refusal = "body_budget"  # why a request is refused for load, counted by reason
         try:
             with budget.hold(client) as take:
                 limits = settings.ingest
@@ -91,17 +93,30 @@ class IngestEndpoint:
                                          state.body_deadlines, limits.body_timeout_s)
                 # refused before the costly part (inflating, parsing): beyond capacity, refusals must be cheap, or
                 # they take the cores the writers need. The body is read all the same: the connection stays usable
+                refusal = "write_queue"
                 writer.refuse_when_full()
+                refusal = "body_budget"
                 body = await self._inflate(raw, headers.content_encoding, limits, take)
-                if len(body) <= INLINE_PARSE_BYTES:
-                    records = _validated(body, settings)
-                else:
-                    parser: ThreadPoolExecutor = state.parser
-                    records = await asyncio.get_running_loop().run_in_executor(parser, _validated, body, settings)
+                # room in the write queue held for the body's rows before the parse: parsed bodies are never
+                # refused, so an overloaded collector spends no core on parses it throws away
+                refusal = "write_queue"
+                with writer.reserve(self._row_size.rows_in(len(body))) as reservation:
+                    if len(body) <= INLINE_PARSE_BYTES:
+                        records = _validated(body, settings)
+                    else:
+                        parser: ThreadPoolExecutor = state.parser
+                        records = await asyncio.get_running_loop().run_in_executor(parser, _validated, body,
+                                                                                   settings)
+                    self._row_size.learn(len(body), batch_weight(records))
+                    answer = writer.submit_on_loop(records, project=principal.project, reserved=reservation)
+            result = await answer
         except InvalidBatch as exc:
             instruments.count_rejected(exc.code)
             raise
-        result = await writer.submit_on_loop(records, project=principal.project)
+        except Overloaded as exc:
+            instruments.count_overloaded(refusal)
+            exc.retry_after_s = pace.retry_after_s  # back in the sender's turn, not sooner than the others
+            raise
         instruments.count_ingested(result.accepted, result.duplicates)
         return b'{"accepted":%d,"duplicates":%d}' % (result.accepted, result.duplicates)
 
@@ -182,6 +197,27 @@ def _validated(body: bytes | bytearray, settings: ServiceSettings) -> list[Inges
     records = parse_batch(body, max_events=limits.max_events_per_batch, max_rows=limits.max_rows_per_batch)
     check_plausible(records, settings.plausibility, now=time.time())
     return records
+
+
+class RowSize:
+    """Body bytes per write-queue row (`batch_weight`) of the batches this process parsed lately: how many rows an
+    unparsed body will be, for the room `BatchWriter.reserve` holds. It starts low (more rows estimated, so an
+    overloaded collector that just started refuses early rather than late) and follows the bodies it parses."""
+
+    START_BYTES = 48.0
+    SMOOTHING = 0.05  # each parsed batch moves the estimate 5 % of the way to its own bytes per row
+    BOUNDS = (8.0, 4096.0)
+
+    def __init__(self) -> None:
+        self.bytes_per_row = self.START_BYTES
+
+    def rows_in(self, body_bytes: int) -> int:
+        return max(1, round(body_bytes / self.bytes_per_row))
+
+    def learn(self, body_bytes: int, rows: int) -> None:
+        low, high = self.BOUNDS
+        measured = min(high, max(low, body_bytes / max(1, rows)))
+        self.bytes_per_row += self.SMOOTHING * (measured - self.bytes_per_row)
 
 
 class BodyBudget:
