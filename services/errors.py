@@ -70,7 +70,14 @@ class EventIdConflict(GoodputServiceError):
 
 
 class Overloaded(GoodputServiceError):
+    """Refused for load, always before the body is parsed. `reason`: what was at its limit (the label of
+    goodput_collector_overloaded_requests_total): "body_budget" (bodies in flight) or "write_queue"."""
+
     retry_after_s = 1
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class StorageUnavailable(GoodputServiceError):

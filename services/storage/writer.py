@@ -121,11 +121,7 @@ class BatchWriter:
         overloaded collector spent its cores on work it threw away (benchmarks.load, 10,240 ranks past this
         machine's capacity). `release` the reservation if the batch is not submitted."""
         rows = max(1, rows)
-        limit = self.pending_limit
-        with self._lock:
-            if self._pending and self._pending + rows > limit:
-                raise self._overloaded(self._pending)
-            self._pending += rows
+        self._admit(rows)
         return Reservation(self, rows)
 
     @property
@@ -145,7 +141,15 @@ class BatchWriter:
 
     def _overloaded(self, pending: int) -> Overloaded:
         return Overloaded(f"the collector has {pending} events waiting to be written, about {self._max_queue_s:g} s "
-                          "of writing at its current pace")
+                          "of writing at its current pace", reason="write_queue")
+
+    def _admit(self, rows: int) -> None:
+        """Count `rows` into the queue, or raise Overloaded if they do not fit (an empty queue takes any batch)."""
+        limit = self.pending_limit
+        with self._lock:
+            if self._pending and self._pending + rows > limit:
+                raise self._overloaded(self._pending)
+            self._pending += rows
 
     def _enqueue(self, records: Sequence[IngestRecord], answer: _Answer, project: str | None,
                  reserved: Reservation | None) -> None:
@@ -154,11 +158,7 @@ class BatchWriter:
             with self._lock:
                 self._pending += weight - reserved.take()
         else:
-            limit = self.pending_limit
-            with self._lock:
-                if self._pending and self._pending + weight > limit:
-                    raise self._overloaded(self._pending)
-                self._pending += weight
+            self._admit(weight)
         self._queue.put((records, weight, answer, project))
 
     def _release(self, rows: int) -> None:

@@ -85,7 +85,6 @@ class IngestEndpoint:
         pace.seen(sender_of(scope["headers"], scope.get("client")))
         client = f"token:{principal.token_id}" if principal.token_id is not None else \
             f"address:{scope['client'][0] if scope.get('client') else '?'}"
-        refusal = "body_budget"  # why a request is refused for load, counted by reason
         try:
             with budget.hold(client) as take:
                 limits = settings.ingest
@@ -93,13 +92,10 @@ class IngestEndpoint:
                                          state.body_deadlines, limits.body_timeout_s)
                 # refused before the costly part (inflating, parsing): beyond capacity, refusals must be cheap, or
                 # they take the cores the writers need. The body is read all the same: the connection stays usable
-                refusal = "write_queue"
                 writer.refuse_when_full()
-                refusal = "body_budget"
                 body = await self._inflate(raw, headers.content_encoding, limits, take)
                 # room in the write queue held for the body's rows before the parse: parsed bodies are never
                 # refused, so an overloaded collector spends no core on parses it throws away
-                refusal = "write_queue"
                 with writer.reserve(self._row_size.rows_in(len(body))) as reservation:
                     if len(body) <= INLINE_PARSE_BYTES:
                         records = _validated(body, settings)
@@ -114,7 +110,7 @@ class IngestEndpoint:
             instruments.count_rejected(exc.code)
             raise
         except Overloaded as exc:
-            instruments.count_overloaded(refusal)
+            instruments.count_overloaded(exc.reason)
             exc.retry_after_s = pace.retry_after_s  # back in the sender's turn, not sooner than the others
             raise
         instruments.count_ingested(result.accepted, result.duplicates)
@@ -244,10 +240,10 @@ class BodyBudget:
                 mine = self.used_by_client.get(client, 0)
                 if mine > held and mine + n > self.per_client_bytes:
                     raise Overloaded(f"this client's uploads in progress hold {mine} bytes (limit "
-                                     f"{self.per_client_bytes} per client)")
+                                     f"{self.per_client_bytes} per client)", reason="body_budget")
                 if self.used_bytes > held and self.used_bytes + n > self.limit_bytes:
                     raise Overloaded(f"the collector is reading {self.used_bytes} bytes of other requests' bodies "
-                                     f"(limit {self.limit_bytes})")
+                                     f"(limit {self.limit_bytes})", reason="body_budget")
                 self.used_bytes += n
                 self.used_by_client[client] = mine + n
                 held += n
