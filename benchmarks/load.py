@@ -461,6 +461,7 @@ def _result(ns: argparse.Namespace, fleet: ShardResult, samples: Samples, watch:
                 hang["flagged_after_progress_s"] = round(watch.flagged_at - progress, 1)
                 hang["late_vs_threshold_s"] = round(watch.flagged_at - progress - a["threshold_seconds"], 2)
             hang["suspect_is_stuck_rank"] = a.get("suspect_ranks") == [watch.rank]
+            hang["stuck_rank_listed_first"] = (a.get("suspect_ranks") or [None])[0] == watch.rank
             hang["fleet"] = watch.fleet_answer
             hang["fleet_live_ms"] = _ms(watch.fleet_latency_s)
     return {
@@ -564,7 +565,9 @@ def _markdown(r: dict[str, Any]) -> str:
             f"wait in the step's collective, all heart-beat): flagged {hang.get('flagged_after_progress_s')} s after "
             f"the run's last progress, threshold {hang['threshold_seconds']} s ({hang['threshold_basis']}), i.e. "
             f"{hang.get('late_vs_threshold_s')} s after the threshold (polled every 1 s); suspects "
-            f"{hang['suspect_ranks']} (the stuck rank alone: {hang.get('suspect_is_stuck_rank')}); `/v1/live` then: "
+            f"{hang['suspect_ranks']} of {hang.get('suspects_total')} (the stuck rank alone: "
+            f"{hang.get('suspect_is_stuck_rank')}; listed first: {hang.get('stuck_rank_listed_first')}); "
+            f"`/v1/live` then: "
             f"{_fleet_live(hang)}; `/v1/runs/{{id}}/live` p50 {hang['poll_p50_ms']} ms, "
             f"max {hang['poll_max_ms']} ms")
     rss = r["rss_mib"]

@@ -236,14 +236,13 @@ def checkpoint_table(checkpoints: Sequence[CheckpointRow], total: int, ledger: L
                      DataTable(id=ids.RUN_CHECKPOINT_TABLE + "-data", data=rows, columns=columns, **style)])
 
 
-def suspects_text(live: LiveRun | None, hosts: dict[int, str | None] | None = None) -> str | None:
-    """The line "Suspect rank 3 on node000 (no heartbeat for 41 s)." of a hung run's live document (the host when
-    `hosts`, the views' rank -> host, knows it); None when it has none."""
+def suspects_text(live: LiveRun | None) -> str | None:
+    """The line "Suspect rank 3 on node000 (no heartbeat for 41 s)." of a hung run's live document, strongest
+    evidence first as the collector lists them (the host when the rank's attempt_start named one); None when it
+    has none."""
     if live is None or not live.hung or not live.suspects:
         return None
-    hosts = hosts or {}
-    parts = [f"{s.rank}{f' on {h}' if (h := hosts.get(s.rank)) else ''} ({'; '.join(s.reasons)})"
-             for s in live.suspects[:8]]
+    parts = [f"{s.rank}{f' on {s.host}' if s.host else ''} ({'; '.join(s.reasons)})" for s in live.suspects[:8]]
     total = live.suspects_truncated or len(live.suspects)
     more = total - len(parts)
     label = "Suspect rank" if total == 1 else "Suspect ranks"

@@ -289,11 +289,9 @@ clientside_callback(
 )
 
 
-@callback(Output(ids.RUN_LIVE, "children"), Input(ids.RUN_LIVE_STORE, "data"), State(ids.RUN_STORE, "data"))
-def _draw_live(store: dict[str, Any] | None, page: dict[str, Any] | None) -> Any:
+@callback(Output(ids.RUN_LIVE, "children"), Input(ids.RUN_LIVE_STORE, "data"))
+def _draw_live(store: dict[str, Any] | None) -> Any:
     live = _live_of(store)
-    rows = (((page or {}).get("view") or {}).get("ranks") or {}).get("rows") or []
-    hosts = {int(r["rank"]): r.get("host") for r in rows}  # the suspects' hosts, as the views know them
     if live is None or live.status != "running":
         return None
     since = live.seconds_since_progress
@@ -309,7 +307,7 @@ def _draw_live(store: dict[str, Any] | None, page: dict[str, Any] | None) -> Any
             (f" (a step usually takes {usual}; flagged after {fmt.duration(live.stall_threshold_seconds)}). "
             f"Last step {fmt.integer(live.last_step)}. "),
             html.Span(f"{at_risk} at risk", id="run-live-at-risk"), " since the last checkpoint. ",
-            html.Span(run_parts.suspects_text(live, hosts) or "No rank stands out.", id="run-live-suspects")])
+            html.Span(run_parts.suspects_text(live) or "No rank stands out.", id="run-live-suspects")])
     return html.Div(className="live live-ok", id="run-live-banner", children=[
         html.Span(className="pulse"), html.B("Running. "),
         html.Span(f"Last progress {fmt.duration(since)} ago", id="run-live-since"),

@@ -17,13 +17,16 @@ Rules (docs/ledger.md, "Live hang detection"):
   in progress, then the number of collectives started or completed in it), ranks whose latest heartbeat is
   older than silent_after_heartbeats x heartbeat_interval_s while other ranks do heart-beat (a SIGSTOPped or
   wedged process stops heart-beating), ranks that ended their attempt while the others did not, and ranks of the
-  world that never reported in this attempt.
+  world that never reported in this attempt. Listed strongest first: ranks silent or behind while other ranks on
+  their host report (a process to look at); then the ranks of a host none of whose ranks reports (the node is
+  down, or its node relay's events have not reached the collector yet: the two look alike here); then the ranks
+  that never reported.
 
 Costs follow what the run reported, never what it claimed: `LiveState.ranks` holds only the ranks that sent
 something in the attempt; the others of the claimed world size are counted (`never_reported`), never built one
-by one. The answer lists at most `max_suspects` suspects (those with evidence first, then ranks that never
-reported, lowest first) and `max_rank_rows` rank rows (the listed suspects, then the ranks that reported, then
-the others), and says how many there were (`suspects_total`, `ranks_total`).
+by one. The answer lists at most `max_suspects` suspects (in that order, each group by rank) and `max_rank_rows`
+rank rows (the listed suspects, then the ranks that reported, then the others), and says how many there were
+(`suspects_total`, `ranks_total`).
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ class RankState:
     """What is known of one rank in the current attempt (its answer row: live_types.RankLive)."""
 
     rank: int
+    host: str | None = None  # the host its attempt_start named
     reported: bool = True  # False: in the world, but no attempt_start from it yet
     last_step: int | None = None  # last completed step
     last_step_end: float | None = None
@@ -289,7 +293,8 @@ def _heartbeat_age(rank: RankState, now: float) -> float | None:
 def _row(judged: _Judged, now: float) -> RankLive:
     rank, position = judged.state, judged.position
     return RankLive(
-        rank=rank.rank, reported=rank.reported, last_step=rank.last_step, last_step_end=rank.last_step_end,
+        rank=rank.rank, host=rank.host, reported=rank.reported, last_step=rank.last_step,
+        last_step_end=rank.last_step_end,
         pending_step=position[0] if position else None,
         collectives_in_pending_step=position[1] if position else None,
         last_heartbeat_time=rank.heartbeat_time, heartbeat_age_seconds=_heartbeat_age(rank, now),
@@ -313,34 +318,62 @@ def _silent_ranks(known: dict[int, _Judged]) -> Iterator[int]:
         rank += 1
 
 
+def _host_silence(judged: Iterable[_Judged]) -> dict[str, tuple[int, int]]:
+    """host -> (its ranks that reported, of them the silent ones)."""
+    out: dict[str, tuple[int, int]] = {}
+    for j in judged:
+        if j.state.host is not None and j.state.reported:
+            n, quiet = out.get(j.state.host, (0, 0))
+            out[j.state.host] = (n + 1, quiet + int(j.silent))
+    return out
+
+
+def _silence(j: _Judged, hosts: dict[str, tuple[int, int]], now: float) -> tuple[str, bool]:
+    """(the reason naming a silent rank, whether its whole host is silent with it)."""
+    age = _heartbeat_age(j.state, now)
+    reason = "no heartbeat" + (f" for {age:.0f} s" if age is not None else " seen recently")
+    host = j.state.host
+    n, quiet = hosts.get(host, (0, 0)) if host is not None else (0, 0)
+    if n < 2:  # alone on its host, or the host is unknown: nothing to compare it with
+        return reason, False
+    if quiet == n:
+        others = n - 1
+        return (f"{reason}, nor from the {others} other rank{'s' if others > 1 else ''} on host {host} (the node "
+                "is down, or its events have not reached the collector yet)"), True
+    return f"{reason} while other ranks on host {host} do", False
+
+
 def _suspects(known: dict[int, _Judged], silent_ranks: int, limit: int,
               now: float) -> tuple[tuple[Suspect, ...], int]:
-    """(the first `limit` suspects by rank, those with evidence first; how many there are)."""
+    """(the first `limit` suspects, strongest evidence first and each group by rank; how many there are)."""
     judged = list(known.values())
     ended_all = bool(judged) and silent_ranks == 0 and all(j.state.ended is not None for j in judged)
     front_step = max((j.position[0] for j in judged if j.position is not None), default=None)
-    found: list[tuple[int, list[str]]] = []
+    hosts = _host_silence(judged)
+    own: list[tuple[RankState, list[str]]] = []  # evidence against the rank itself
+    host_wide: list[tuple[RankState, list[str]]] = []  # its whole host silent: the node, or the way to us
     for j in sorted(judged, key=lambda j: j.state.rank):
         rank = j.state
         reasons = []
+        whole_host = False
         if not rank.reported:
             reasons.append("never reported in this attempt")
         if j.behind and j.position is not None:
             reasons.append(f"behind: in step {j.position[0]} after {j.position[1]} "
                            f"collective(s); the furthest rank is in step {front_step}")
         if j.silent:
-            age = _heartbeat_age(rank, now)
-            reasons.append("no heartbeat" + (f" for {age:.0f} s" if age is not None else " seen recently"))
+            reason, whole_host = _silence(j, hosts, now)
+            reasons.append(reason)
         if rank.ended is not None and not ended_all:
             reasons.append(f"ended its attempt ({rank.ended}) while the others did not")
         if reasons:
-            found.append((rank.rank, reasons))
-    total = len(found) + silent_ranks
-    listed = found[:limit]
+            (host_wide if whole_host else own).append((rank, reasons))
+    total = len(own) + len(host_wide) + silent_ranks
+    listed = [Suspect(rank=r.rank, host=r.host, reasons=tuple(why)) for r, why in (own + host_wide)[:limit]]
     silent = itertools.islice(_silent_ranks(known), min(silent_ranks, limit - len(listed)))
-    listed += [(rank, ["never reported in this attempt"]) for rank in silent]
+    listed += [Suspect(rank=rank, reasons=("never reported in this attempt",)) for rank in silent]
     # only the listed suspects become models (at most `limit`), validated once here
-    return tuple(Suspect(rank=rank, reasons=tuple(reasons)) for rank, reasons in sorted(listed)), total
+    return tuple(listed), total
 
 
 def _listed_rows(known: dict[int, _Judged], suspects: list[int], world: int, limit: int,
@@ -405,6 +438,7 @@ def live_state_from_run_data(data: RunData, *, status: str = RUNNING, recent_ste
     starts = mine[mine["kind"] == "attempt_start"]
     world = int(starts["world_size"].max()) if starts["world_size"].notna().any() else len(starts)
     start_by_rank = starts.groupby("rank")["time"].min()
+    host_by_rank = starts.dropna(subset=["host"]).groupby("rank")["host"].last()
     ended = mine[mine["kind"] == "attempt_end"]
     ends = ended.groupby("rank")["reason"].last()
     resumes = mine[mine["kind"] == "resume"]
@@ -429,7 +463,8 @@ def live_state_from_run_data(data: RunData, *, status: str = RUNNING, recent_ste
         own_c = colls[(colls["rank"] == rank) & (colls["step"] == pending)].drop_duplicates(["op", "start"])
         beat = beats.get(rank)
         ranks.append(RankState(
-            rank=rank, reported=rank in start_by_rank.index, last_step=last_step,
+            rank=rank, host=str(host_by_rank[rank]) if rank in host_by_rank.index else None,
+            reported=rank in start_by_rank.index, last_step=last_step,
             last_step_end=float(own["end"].to_numpy(np.float64)[last]) if last is not None else None,
             collectives_done=len(own_c),
             last_collective_end=float(own_c["end"].max()) if not own_c.empty else None,

@@ -14,11 +14,13 @@ from services.analysis.preemption import PreemptionCost
 
 class Suspect(BaseModel):
     rank: int
+    host: str | None = Field(None, description="the host its attempt_start named, if any")
     reasons: tuple[str, ...] = Field(description="why: behind the furthest rank, no heartbeat, ended its attempt, ...")
 
 
 class RankLive(BaseModel):
     rank: int
+    host: str | None = Field(None, description="the host its attempt_start named, if any")
     reported: bool = Field(description="sent attempt_start in this attempt")
     last_step: int | None
     last_step_end: float | None

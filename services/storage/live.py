@@ -54,6 +54,7 @@ class _Started:
     """A rank that sent attempt_start in the attempt: its earliest start and its last step, if any."""
 
     start_time: float
+    host: str | None = None
     last_step: int | None = None
     last_step_end: float | None = None
 
@@ -72,6 +73,8 @@ def load_live_state(conn: Connection, run: RunRow, *, now: float, lookback_s: fl
         world = max(world, int(fields.get("world_size") or 0))
         mine = ranks.setdefault(int(rank), _Started(start_time=float(t)))
         mine.start_time = min(mine.start_time, float(t))
+        if fields.get("host") is not None:
+            mine.host = str(fields["host"])
         if last_step is not None:
             mine.last_step, mine.last_step_end = int(last_step), float(last_end)
     ended: dict[int, str] = {}
@@ -114,7 +117,7 @@ def load_live_state(conn: Connection, run: RunRow, *, now: float, lookback_s: fl
         coll = done.get((rank, (last_step or 0) + 1), (0, None))
         beat = beats.get(rank)
         out.append(RankState(
-            rank=rank, reported=info is not None, last_step=last_step,
+            rank=rank, host=info.host if info else None, reported=info is not None, last_step=last_step,
             last_step_end=info.last_step_end if info else None,
             collectives_done=coll[0], last_collective_end=coll[1],
             heartbeat_time=beat[0] if beat else None, heartbeat_step=beat[1] if beat else None,

@@ -96,7 +96,39 @@ def test_a_rank_that_stopped_heart_beating_is_a_suspect_even_at_the_same_step() 
     data = run_data_from_events("r", events_of(3, 50, 1.0))
     result = detect_hang(live_state_from_run_data(data, heartbeats=beats), now)
     assert result.hung
-    assert [(x.rank, x.reasons) for x in result.suspects] == [(1, ("no heartbeat for 30 s",))]
+    assert [(x.rank, x.host, x.reasons) for x in result.suspects] == [
+        (1, "h", ("no heartbeat for 30 s while other ranks on host h do",))]
+
+
+def test_a_rank_silent_among_its_hosts_reporting_ranks_is_named_before_the_ranks_of_a_silent_host() -> None:
+    """16 ranks on 2 hosts: rank 11 stopped in step 51 (SIGSTOP: no heartbeat, no step) while the rest of node1
+    waits in the step's collective and heart-beats; nothing of node0 has arrived for 40 s (the node is down, or
+    its relay's events are still on their way: a collector behind its senders). Before hosts were compared, the
+    list was ranks 0-7 and 11, by rank, and the cut at 4 would have left the stuck rank out."""
+    now = last_end() + 60
+    events = [{**e, "host": f"node{e['rank'] // 8}"} if e["kind"] == "attempt_start" else e
+              for e in events_of(16, 50, 1.0)]
+    beats = [(r, now - 45, 50, 0) for r in range(8)] + [(r, now - 1, 51, 1) for r in range(8, 16) if r != 11]
+    beats.append((11, now - 45, 51, 0))
+    state = live_state_from_run_data(run_data_from_events("r", events), heartbeats=beats)
+    result = detect_hang(state, now, LiveConfig(max_suspects=4))
+    assert result.hung and result.suspects_total == 9
+    assert [x.rank for x in result.suspects] == [11, 0, 1, 2]
+    first = result.suspects[0]
+    assert first.host == "node1" and first.reasons[-1] == "no heartbeat for 45 s while other ranks on host node1 do"
+    assert result.suspects[1].reasons[-1] == (
+        "no heartbeat for 45 s, nor from the 7 other ranks on host node0 (the node is down, or its events have not "
+        "reached the collector yet)")
+    assert {r.rank: r.host for r in result.ranks}[11] == "node1"
+
+
+def test_a_rank_alone_on_its_host_is_named_on_its_own_evidence() -> None:
+    """One rank per host: nothing to compare its silence with, so it is not put after the others."""
+    now = last_end() + 40
+    events = [{**e, "host": f"node{e['rank']}"} if e["kind"] == "attempt_start" else e for e in events_of(3, 50, 1.0)]
+    beats = [(0, now - 2, 51, 1), (1, now - 30, 51, 1), (2, now - 1, 51, 1)]
+    result = detect_hang(live_state_from_run_data(run_data_from_events("r", events), heartbeats=beats), now)
+    assert [(x.rank, x.host, x.reasons) for x in result.suspects] == [(1, "node1", ("no heartbeat for 30 s",))]
 
 
 def test_the_rank_that_has_not_started_the_pending_collective_is_the_suspect() -> None:

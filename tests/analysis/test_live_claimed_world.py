@@ -44,5 +44,5 @@ def test_cut_lists_keep_the_suspects_with_evidence_first() -> None:
     config = LiveConfig(max_suspects=2, max_rank_rows=3)
     status = detect_hang(state(1000, {0: 10, 500: 10, 999: 7}), now=T0 + 3600, config=config)
     assert status.suspects_total == 998  # 999 behind, 997 never reported
-    assert [s.rank for s in status.suspects] == [1, 999]  # the rank with evidence, then the lowest missing one
+    assert [s.rank for s in status.suspects] == [999, 1]  # the rank with evidence, then the lowest missing one
     assert [r.rank for r in status.ranks] == [0, 1, 999]  # the listed suspects', then the reported ranks

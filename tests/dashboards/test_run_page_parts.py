@@ -169,6 +169,7 @@ def test_many_attempts_are_labelled_by_number_and_never_cut() -> None:
 
 
 def test_a_hung_runs_suspects_are_named_with_their_hosts() -> None:
-    live = live_run(hung=True, suspects=[{"rank": 1, "reasons": ["no heartbeat for 41 s"]}])
-    assert run_parts.suspects_text(live, {1: "node007"}) == "Suspect rank 1 on node007 (no heartbeat for 41 s)."
-    assert run_parts.suspects_text(live, {}) == "Suspect rank 1 (no heartbeat for 41 s)."
+    live = live_run(hung=True, suspects=[{"rank": 1, "host": "node007", "reasons": ["no heartbeat for 41 s"]}])
+    assert run_parts.suspects_text(live) == "Suspect rank 1 on node007 (no heartbeat for 41 s)."
+    unknown = live_run(hung=True, suspects=[{"rank": 1, "reasons": ["no heartbeat for 41 s"]}])
+    assert run_parts.suspects_text(unknown) == "Suspect rank 1 (no heartbeat for 41 s)."

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,10 @@ def test_a_sigstopped_rank_is_flagged_hung_and_named_long_before_the_collective_
     assert latency < GLOO_TIMEOUT_S / 3
     assert answer["suspect_ranks"] == [1], answer["suspects"]
     (suspect,) = answer["suspects"]
-    assert any(r.startswith("no heartbeat") for r in suspect["reasons"])
+    # both ranks run on this machine: the stopped one is silent while its host's other rank heart-beats
+    assert suspect["host"] == socket.gethostname()
+    assert any(r.startswith("no heartbeat") and r.endswith(f"while other ranks on host {suspect['host']} do")
+               for r in suspect["reasons"]), suspect
     by_rank = {r["rank"]: r for r in answer["ranks"]}
     assert not by_rank[0]["silent"] and by_rank[0]["heartbeat_age_seconds"] < 10
 
