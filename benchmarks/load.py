@@ -199,6 +199,7 @@ def _watch_hang(url: str, watch: HangWatch, until: float, stop: threading.Event)
                     "hung", "threshold_seconds", "threshold_basis", "last_progress_time", "seconds_since_progress",
                     "hung_for_seconds", "last_step", "pending_step", "median_step_seconds", "suspect_ranks",
                     "suspects_total", "server_time")}
+                watch.answer["first_suspects"] = answer.get("suspects", [])[:2]
                 asked = time.perf_counter()
                 try:
                     fleet = client.get(f"{url}/v1/live").json()
@@ -211,6 +212,10 @@ def _watch_hang(url: str, watch: HangWatch, until: float, stop: threading.Event)
                                       "hung_runs": [r["run_id"] for r in fleet.get("runs", []) if r.get("hung")]}
                 return
             stop.wait(max(0.0, 1.0 - (time.perf_counter() - asked)))
+
+
+def _first_suspects(hang: dict[str, Any]) -> str:
+    return "; ".join(f"rank {s['rank']} ({', '.join(s['reasons'])})" for s in hang.get("first_suspects") or []) or "-"
 
 
 def _fleet_live(hang: dict[str, Any]) -> str:
@@ -341,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ramp", type=float, default=10.0, help="jobs start uniformly over this many seconds")
     p.add_argument("--hang-at", type=float, help="seconds after the start at which one rank hangs "
                    "(default: half the duration, at least 60 s before the end)")
+    p.add_argument("--hang-rank", type=int, default=3, help="the rank of the middle run that hangs (default 3)")
     p.add_argument("--no-hang", action="store_true", help="no rank hangs")
     p.add_argument("--drain", type=float, default=120.0, help="seconds after the stop allowed for resends")
     p.add_argument("--out", help="markdown report (default benchmarks/results/fleet-load-<ranks>_2core-vm_<yyyymm>.md)")
@@ -369,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = -(-ns.ranks // ns.ranks_per_run)
     hang_run = None if ns.no_hang else runs // 2
     hang_world = min(ns.ranks_per_run, ns.ranks - (hang_run or 0) * ns.ranks_per_run)
-    hang_rank = min(3, hang_world - 1)
+    hang_rank = min(max(ns.hang_rank, 0), hang_world - 1)
     load_before = os.getloadavg()
 
     with postgres_database() as db_url:
@@ -567,7 +573,7 @@ def _markdown(r: dict[str, Any]) -> str:
             f"{hang.get('late_vs_threshold_s')} s after the threshold (polled every 1 s); suspects "
             f"{hang['suspect_ranks']} of {hang.get('suspects_total')} (the stuck rank alone: "
             f"{hang.get('suspect_is_stuck_rank')}; listed first: {hang.get('stuck_rank_listed_first')}); "
-            f"`/v1/live` then: "
+            f"first listed: {_first_suspects(hang)}; `/v1/live` then: "
             f"{_fleet_live(hang)}; `/v1/runs/{{id}}/live` p50 {hang['poll_p50_ms']} ms, "
             f"max {hang['poll_max_ms']} ms")
     rss = r["rss_mib"]
