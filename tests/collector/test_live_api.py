@@ -107,3 +107,28 @@ def test_prometheus_has_a_hung_gauge_and_a_suspect_count_per_running_run(client)
     assert samples[("goodput_run_hung", "healthy")] == 0.0
     assert samples[("goodput_run_hang_suspects", "healthy")] == 0.0
     assert samples[("goodput_fleet_hung_runs", "")] == 1.0
+
+
+def test_each_rank_is_judged_by_its_latest_heartbeat_within_the_lookback(client) -> None:
+    """Heartbeats arrive out of order (several spools); the newest of each rank counts (its time, step and
+    collectives), and one older than the lookback (60 s) is not seen at all."""
+    now = time.time()
+    t0 = now - 300
+    events: list[dict[str, Any]] = []
+    for rank in range(2):
+        events.append({"event_id": f"s{rank}", "run_id": "beats", "kind": "attempt_start", "time": t0,
+                       "attempt": 0, "rank": rank, "world_size": 2, "host": "h"})
+        events.append({"event_id": f"st{rank}", "run_id": "beats", "kind": "steps", "time": t0 + 100,
+                       "attempt": 0, "rank": rank, "step": list(range(1, 101)),
+                       "start": [t0 + i for i in range(100)], "end": [t0 + i + 1 for i in range(100)]})
+    beats = [(0, now - 30, 101, 2), (0, now - 2, 102, 3), (0, now - 45, 101, 1), (0, now - 10, 102, 1),
+             (1, now - 90, 101, 5)]
+    events += [{"event_id": f"hb{i}", "run_id": "beats", "kind": "heartbeat", "time": t, "attempt": 0, "rank": r,
+                "step": step, "collectives": n} for i, (r, t, step, n) in enumerate(beats)]
+    post(client, events)
+    live = client.get("/v1/runs/beats/live").json()
+    by_rank = {r["rank"]: r for r in live["ranks"]}
+    assert by_rank[0]["last_heartbeat_time"] == pytest.approx(now - 2)
+    assert by_rank[0]["pending_step"] == 102 and by_rank[0]["collectives_in_pending_step"] == 3
+    assert by_rank[1]["last_heartbeat_time"] is None and by_rank[1]["pending_step"] == 101
+    assert live["hung"] is True and live["suspect_ranks"] == [1], live["suspects"]
