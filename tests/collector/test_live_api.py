@@ -28,6 +28,18 @@ def running_sim(run_id: str, stopped_ago_s: float, **overrides: Any) -> list[dic
     return simulate(SimConfig(**config, start_time=START_TIME + shift)).events
 
 
+def one_second_steps(run_id: str, t0: float, last_step: dict[int, int]) -> list[dict[str, Any]]:
+    """Each rank (all on host h) starts at t0 and does steps of 1 s up to its `last_step`."""
+    events: list[dict[str, Any]] = []
+    for rank, last in last_step.items():
+        events.append({"event_id": f"s{rank}", "run_id": run_id, "kind": "attempt_start", "time": t0,
+                       "attempt": 0, "rank": rank, "world_size": len(last_step), "host": "h"})
+        events.append({"event_id": f"st{rank}", "run_id": run_id, "kind": "steps", "time": t0 + last,
+                       "attempt": 0, "rank": rank, "step": list(range(1, last + 1)),
+                       "start": [t0 + i for i in range(last)], "end": [t0 + i + 1 for i in range(last)]})
+    return events
+
+
 def test_a_running_run_is_hung_once_past_its_threshold_and_the_fleet_lists_it_first(client) -> None:
     post(client, running_sim("stalled", stopped_ago_s=60.0))
     post(client, running_sim("healthy", stopped_ago_s=1.0))
@@ -59,14 +71,8 @@ def test_the_database_and_the_pure_detector_agree(client) -> None:
 def test_the_rank_without_heartbeats_and_behind_is_the_suspect(client) -> None:
     now = time.time()
     t0 = now - 200
-    events: list[dict[str, Any]] = []
+    events = one_second_steps("ddp", t0, {0: 100, 1: 99, 2: 100})
     for rank in range(3):
-        events.append({"event_id": f"s{rank}", "run_id": "ddp", "kind": "attempt_start", "time": t0,
-                       "attempt": 0, "rank": rank, "world_size": 3, "host": "h"})
-        last = 100 if rank != 1 else 99
-        events.append({"event_id": f"st{rank}", "run_id": "ddp", "kind": "steps", "time": t0 + last,
-                       "attempt": 0, "rank": rank, "step": list(range(1, last + 1)),
-                       "start": [t0 + i for i in range(last)], "end": [t0 + i + 1 for i in range(last)]})
         beat = now - 2 if rank != 1 else t0 + 99
         events.append({"event_id": f"hb{rank}", "run_id": "ddp", "kind": "heartbeat", "time": beat,
                        "attempt": 0, "rank": rank, "step": 101 if rank != 1 else 100, "collectives": 1})
@@ -114,13 +120,7 @@ def test_each_rank_is_judged_by_its_latest_heartbeat_within_the_lookback(client)
     collectives), and one older than the lookback (60 s) is not seen at all."""
     now = time.time()
     t0 = now - 300
-    events: list[dict[str, Any]] = []
-    for rank in range(2):
-        events.append({"event_id": f"s{rank}", "run_id": "beats", "kind": "attempt_start", "time": t0,
-                       "attempt": 0, "rank": rank, "world_size": 2, "host": "h"})
-        events.append({"event_id": f"st{rank}", "run_id": "beats", "kind": "steps", "time": t0 + 100,
-                       "attempt": 0, "rank": rank, "step": list(range(1, 101)),
-                       "start": [t0 + i for i in range(100)], "end": [t0 + i + 1 for i in range(100)]})
+    events = one_second_steps("beats", t0, {0: 100, 1: 100})
     beats = [(0, now - 30, 101, 2), (0, now - 2, 102, 3), (0, now - 45, 101, 1), (0, now - 10, 102, 1),
              (1, now - 90, 101, 5)]
     events += [{"event_id": f"hb{i}", "run_id": "beats", "kind": "heartbeat", "time": t, "attempt": 0, "rank": r,
