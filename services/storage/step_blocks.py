@@ -31,7 +31,7 @@ from services.analysis.step_blocks import (
     summarize_block,
 )
 from services.storage.block_codec import block_from_bytes, block_to_bytes
-from services.storage.db import psycopg_connection, sqlite_connection
+from services.storage.db import json_rows, psycopg_connection, sqlite_connection
 from services.storage.load import _load_events, _load_events_with_ids, load_heartbeat_extremes, sum_collective_seconds
 from services.storage.records import SERIES_KINDS, IngestRecord
 from services.storage.runs import RunRow
@@ -56,8 +56,7 @@ def mark_step_blocks(conn: Connection, records: Sequence[tuple[int, IngestRecord
     keys = sorted(counts)  # one key order for every writer: concurrent upserts wait, never deadlock
     if conn.dialect.name == "postgresql":  # one statement of fixed text, whatever the number of marks
         with psycopg_connection(conn).cursor() as cursor:
-            cursor.execute(_MARK_SQL, ([k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys],
-                                       [k[3] for k in keys], [counts[k] for k in keys]))
+            cursor.execute(_MARK_SQL, (json_rows([(*k, counts[k]) for k in keys]),))
         return
     statement = sqlite.insert(step_marks)
     statement = statement.on_conflict_do_update(
@@ -67,10 +66,10 @@ def mark_step_blocks(conn: Connection, records: Sequence[tuple[int, IngestRecord
                              for k in keys])
 
 
-_MARK_SQL = (
+_MARK_SQL = (  # the rows as one JSON parameter, in key order (services.storage.write.json_rows says why)
     "INSERT INTO step_marks (run_pk, attempt, block, rank, changes) "
-    "SELECT run_pk, attempt, block, rank, changes FROM unnest(%s::int4[], %s::int4[], %s::int8[], %s::int4[], "
-    "%s::int8[]) WITH ORDINALITY AS m(run_pk, attempt, block, rank, changes, n) ORDER BY n "
+    "SELECT (r->>0)::int4, (r->>1)::int4, (r->>2)::int8, (r->>3)::int4, (r->>4)::int8 "
+    "FROM json_array_elements(%s::json) WITH ORDINALITY AS m(r, n) ORDER BY n "
     "ON CONFLICT (run_pk, attempt, block, rank) DO UPDATE SET changes = step_marks.changes + excluded.changes"
 )
 

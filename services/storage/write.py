@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -27,7 +28,7 @@ from sqlalchemy import Connection, Engine, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 
 from services.storage import pgcopy
-from services.storage.db import psycopg_connection
+from services.storage.db import json_rows, psycopg_connection
 from services.storage.records import EventConflict, IngestRecord, IngestResult
 from services.storage.runs import DEFAULT_PROJECT
 from services.storage.step_blocks import mark_step_blocks
@@ -262,14 +263,12 @@ def _insert_events(conn: Connection, candidates: list[tuple[int, IngestRecord, s
     return inserted
 
 
-# The rows as one array per column: one statement of fixed text per chunk (parsed and planned once per connection),
-# where SQLAlchemy's multi-row VALUES is a new statement text per row count, parsed by the driver every time.
-# The rows go in the arrays' order (ORDER BY the ordinality), so the key order above holds.
+# One statement of fixed text per chunk, the rows as one JSON parameter (services.storage.db.json_rows), inserted in
+# the list's order (ORDER BY the ordinality), so the key order above holds.
 _INSERT_EVENTS_SQL = (
     "INSERT INTO events (run_pk, event_id, kind, time, attempt, rank, step, data, content_hash) "
-    "SELECT run_pk, event_id, kind, time, attempt, rank, step, data, content_hash FROM unnest("
-    "%s::int4[], %s::text[], %s::text[], %s::float8[], %s::int4[], %s::int4[], %s::int8[], %s::text[], %s::text[]"
-    ") WITH ORDINALITY AS v(run_pk, event_id, kind, time, attempt, rank, step, data, content_hash, n) ORDER BY n "
+    "SELECT (r->>0)::int4, r->>1, r->>2, (r->>3)::float8, (r->>4)::int4, (r->>5)::int4, (r->>6)::int8, r->>7, r->>8 "
+    "FROM json_array_elements(%s::json) WITH ORDINALITY AS v(r, n) ORDER BY n "
     "ON CONFLICT (run_pk, event_id) DO NOTHING RETURNING run_pk, event_id"
 )
 
@@ -279,15 +278,10 @@ def _insert_events_postgres(conn: Connection,
     inserted: set[tuple[int, str]] = set()
     with psycopg_connection(conn).cursor() as cursor:
         for i in range(0, len(candidates), _INSERT_CHUNK):
-            chunk = candidates[i:i + _INSERT_CHUNK]
-            columns = (
-                [run_pk for run_pk, _, _, _ in chunk], [r.event_id for _, r, _, _ in chunk],
-                [r.kind for _, r, _, _ in chunk], [r.time for _, r, _, _ in chunk],
-                [r.attempt for _, r, _, _ in chunk], [r.rank for _, r, _, _ in chunk],
-                [r.step for _, r, _, _ in chunk], [data_json for _, _, data_json, _ in chunk],
-                [digest for _, _, _, digest in chunk],
-            )
-            inserted.update((run_pk, event_id) for run_pk, event_id in cursor.execute(_INSERT_EVENTS_SQL, columns))
+            rows = [(run_pk, r.event_id, r.kind, r.time, r.attempt, r.rank, r.step, data_json, digest)
+                    for run_pk, r, data_json, digest in candidates[i:i + _INSERT_CHUNK]]
+            inserted.update((run_pk, event_id) for run_pk, event_id in cursor.execute(_INSERT_EVENTS_SQL,
+                                                                                      (json_rows(rows),)))
     return inserted
 
 
@@ -417,14 +411,22 @@ def _touch_runs(conn: Connection, records: list[tuple[int, IngestRecord]],
         if r.kind == "run_end" and r.data and (touch.end is None or r.time >= touch.end[0]):
             touch.end = (r.time, r.data["status"])
     now = time.time()
-    statement = _TOUCH_RUN_SQLITE if conn.dialect.name == "sqlite" else _TOUCH_RUN
+    updates = []
     for run_pk, touch in sorted(per_run.items()):  # one lock order for every writer process: no deadlock
         times = np.concatenate(touch.times)  # one reduction per run, not one per record and column
         project, run_id = keys[run_pk]
-        touched = conn.execute(statement, {
-            "run_pk": run_pk, "project": project, "run_id": run_id, "now": now, "first": float(times.min()),
-            "last": float(times.max()), "status": touch.end[1] if touch.end is not None else None})
-        if touched.rowcount != 1:
+        updates.append({"run_pk": run_pk, "project": project, "run_id": run_id, "now": now,
+                        "first": float(times.min()), "last": float(times.max()),
+                        "status": touch.end[1] if touch.end is not None else None})
+    if conn.dialect.name == "postgresql":
+        with psycopg_connection(conn).cursor() as cursor:
+            for update in updates:
+                cursor.execute(_TOUCH_RUN_POSTGRES, update)
+                if cursor.rowcount != 1:
+                    raise StaleRunKeys
+        return
+    for update in updates:
+        if conn.execute(_TOUCH_RUN_SQLITE, update).rowcount != 1:
             raise StaleRunKeys
 
 
@@ -434,13 +436,13 @@ class _RunTouch:
     end: tuple[float, str] | None = None  # (time, status) of its latest run_end
 
 
-# A fixed text (compiled once), where an update() construct is built and keyed again for every run of every group.
-# SQLite's two-argument min/max are PostgreSQL's least/greatest.
+# A fixed text, run through the driver's cursor on PostgreSQL (SQLAlchemy's execute cost more than the update itself:
+# one per run per group). SQLite's two-argument min/max are PostgreSQL's least/greatest.
 _TOUCH_RUN_TEMPLATE = (
-    "UPDATE runs SET version = version + 1, received_at = :now, "
-    "first_time = coalesce({least}(first_time, :first), :first), "
-    "last_time = coalesce({greatest}(last_time, :last), :last), "
-    "status = coalesce(:status, status) WHERE id = :run_pk AND project = :project AND run_id = :run_id"
+    "UPDATE runs SET version = version + 1, received_at = %(now)s, "
+    "first_time = coalesce({least}(first_time, %(first)s), %(first)s), "
+    "last_time = coalesce({greatest}(last_time, %(last)s), %(last)s), "
+    "status = coalesce(%(status)s, status) WHERE id = %(run_pk)s AND project = %(project)s AND run_id = %(run_id)s"
 )
-_TOUCH_RUN = text(_TOUCH_RUN_TEMPLATE.format(least="least", greatest="greatest"))
-_TOUCH_RUN_SQLITE = text(_TOUCH_RUN_TEMPLATE.format(least="min", greatest="max"))
+_TOUCH_RUN_POSTGRES = _TOUCH_RUN_TEMPLATE.format(least="least", greatest="greatest")
+_TOUCH_RUN_SQLITE = text(re.sub(r"%\((\w+)\)s", r":\1", _TOUCH_RUN_TEMPLATE.format(least="min", greatest="max")))
