@@ -49,9 +49,14 @@ def test_a_rank_killed_right_after_a_checkpoint_keeps_it_and_the_resume_is_ok(
              for s in reworked_steps}
 
     # The killed rank's last records arrive when its restarted process replays its spool, maybe after the run end.
-    ledger = fetch_ledger(collector.url, job.run_id, lambda ledger: ledger["status"] == "finished"
-                          and ledger["checkpoints"]["ok"] == len(logged_checkpoints)
-                          and ledger["steps"]["reworked"] == len(reworked_steps))
+    try:
+        ledger = fetch_ledger(collector.url, job.run_id, lambda ledger: ledger["status"] == "finished"
+                              and ledger["checkpoints"]["ok"] == len(logged_checkpoints)
+                              and ledger["steps"]["reworked"] == len(reworked_steps))
+    except AssertionError as exc:  # which rank logged which step after the checkpoint, to tell a loss from a race
+        logged = sorted((e["rank"], e["step"]) for e in after)
+        raise AssertionError(f"{context}; (rank, step) logged after the checkpoint in attempt 0: {logged}; "
+                             f"checkpoints logged: {len(logged_checkpoints)}; {exc}") from None
     assert ledger["restarts"] == 1 and ledger["attempts"][1]["resume_step"] == CHECKPOINT_AT, context
     assert ledger["checkpoints"]["ok"] == len(logged_checkpoints) and ledger["checkpoints"]["torn"] == 0, (
         context, ledger["checkpoints"])
