@@ -66,7 +66,7 @@ def mark_step_blocks(conn: Connection, records: Sequence[tuple[int, IngestRecord
                              for k in keys])
 
 
-_MARK_SQL = (  # the rows as one JSON parameter, in key order (services.storage.write.json_rows says why)
+_MARK_SQL = (  # the rows as one JSON parameter, in key order (services.storage.db.json_rows says why)
     "INSERT INTO step_marks (run_pk, attempt, block, rank, changes) "
     "SELECT (r->>0)::int4, (r->>1)::int4, (r->>2)::int8, (r->>3)::int4, (r->>4)::int8 "
     "FROM json_array_elements(%s::json) WITH ORDINALITY AS m(r, n) ORDER BY n "
