@@ -115,6 +115,7 @@ class Pipeline:
         self._tick = tick
         self._spool_lock = threading.Lock()
         self._spool_lock_owner: int | None = None  # thread ident of the holder (a signal handler may re-enter)
+        self._after_durable_write: list[Callable[[], None]] = []  # deferred by a signal handler (defer_while_writing)
         self._orphans: list[OrphanSpool] = []
         self._warn = RateLimitedLogger(logger)
         self._cond = threading.Condition()
@@ -181,19 +182,33 @@ class Pipeline:
                 self.buffer.put(row)
             return False
         try:
-            self._spool_lock_owner = me
-            if self._closed:
-                return False
-            before = self.buffer.drain()
-            before.extend(rows)
-            written = self._spool_records(self.builder.build(before))
-            sync_fd = self.spool.unsynced_fd() if written and sync else None
+            try:
+                self._spool_lock_owner = me
+                if self._closed:
+                    return False
+                before = self.buffer.drain()
+                before.extend(rows)
+                written = self._spool_records(self.builder.build(before))
+                sync_fd = self.spool.unsynced_fd() if written and sync else None
+            finally:
+                self._spool_lock_owner = None
+                self._spool_lock.release()
+            if sync_fd is not None:
+                self._sync(sync_fd)
+            return written
         finally:
-            self._spool_lock_owner = None
-            self._spool_lock.release()
-        if sync_fd is not None:
-            self._sync(sync_fd)
-        return written
+            while self._after_durable_write:
+                self._after_durable_write.pop(0)()
+
+    def defer_while_writing(self, callback: Callable[[], None]) -> bool:
+        """Run ``callback`` once the durable write this thread is inside has finished, and return True; False
+        (nothing deferred) when this thread is not inside one. For a signal handler that interrupted a durable
+        write: the rows it drained from the buffer are in no one's hands but this frame's, and the spool lock is
+        its own thread's, so a flush from the handler would wait for itself and then die with those rows."""
+        if self._spool_lock_owner != threading.get_ident():
+            return False
+        self._after_durable_write.append(callback)
+        return True
 
     def append_encoded(self, payloads: list[bytes]) -> bool:
         """Append records encoded elsewhere (the node relay's: its ranks' records) to the spool and fsync them,

@@ -4,7 +4,8 @@
 - ``sys.excepthook``: ``attempt_end(failed, detail="<Type>: <message>")``, then the previous hook.
 - ``SIGTERM``: ``attempt_end(<sigterm_reason>)`` (unless already ended) and a short flush of whatever
   is still in memory, then the previous handler; if
-  that was ``SIG_DFL``, restore it and re-raise the signal so the process still dies of SIGTERM.
+  that was ``SIG_DFL``, restore it and re-raise the signal so the process still dies of SIGTERM. A SIGTERM that
+  lands while its thread is inside a durable spool write is handled the moment that write has finished.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ class ExitHooks:
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         if self._in_sigterm:  # a second SIGTERM during the first (Slurm and torchrun both send one): let it finish
             return
+        if self._tracker.defer_while_spooling(lambda: self._on_sigterm(signum, frame)):
+            return  # this thread was inside a durable write (an excepthook's attempt_end, say): handled right after
         self._in_sigterm = True
         tracker = self._tracker
         try:

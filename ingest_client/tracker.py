@@ -399,6 +399,12 @@ class Tracker:
         for timer in self._timers_to_drain:
             timer.drain(timeout_s)
 
+    def defer_while_spooling(self, callback: Callable[[], None]) -> bool:
+        """For a signal handler: True if this thread was interrupted inside a durable spool write, in which case
+        ``callback`` runs as soon as that write has finished; False (nothing deferred) otherwise."""
+        pipeline = self._pipeline
+        return pipeline is not None and os.getpid() == self._pid and pipeline.defer_while_writing(callback)
+
     def _durable(self, row: tuple[Any, ...]) -> None:
         """Write a state-defining event (and what was recorded before it) to the spool before returning."""
         pipeline = self._pipeline

@@ -99,6 +99,30 @@ def test_sigterm_with_default_handler_still_kills_the_process_after_recording(tm
     assert [s for e in _kinds(tmp_path, "steps") for s in e["step"]] == [1]
 
 
+def test_sigterm_during_the_exception_hooks_spool_write_loses_nothing(tmp_path: Path) -> None:
+    """torchrun SIGTERMs the survivors of a crashed rank: a survivor whose collective just failed is often inside
+    its excepthook's durable write (attempt_end and the steps buffered before it) when the signal lands. The
+    handler must let that write finish before the process dies of the signal (it used to wait 2 s for a lock its
+    own thread held, then die with those rows drained from the buffer and never written)."""
+    child = _spawn("""
+        import os, signal, time, ingest_client as goodput
+        tracker = goodput.init()
+        tracker.record_step(11, time.time(), time.time())
+        pipeline = tracker._pipeline
+        write = pipeline._spool_records
+        def write_interrupted_by_sigterm(records):
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, on this thread, mid-write
+            return write(records)
+        pipeline._spool_records = write_interrupted_by_sigterm
+        raise RuntimeError("Connection closed by peer")
+    """, tmp_path, GOODPUT_MODE="offline")
+    _, err = child.communicate(timeout=10)
+    assert child.returncode == -signal.SIGTERM, err
+    ends = _kinds(tmp_path, "attempt_end")
+    assert [(e["reason"], e["detail"]) for e in ends] == [("failed", "RuntimeError: Connection closed by peer")]
+    assert [s for e in _kinds(tmp_path, "steps") for s in e["step"]] == [11]
+
+
 def test_uncaught_exception_records_a_failed_attempt_and_chains_excepthook(tmp_path: Path) -> None:
     child = _spawn("""
         import ingest_client as goodput
