@@ -130,3 +130,45 @@ def test_a_reservation_holds_room_before_the_parse_and_its_batch_is_never_refuse
         writer.stop()
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM events WHERE event_id LIKE 'e%'")).scalar() == 4
+
+
+def test_the_second_writer_thread_writes_only_while_a_backlog_waits(engine, monkeypatch) -> None:
+    """Small requests at a steady pace: one thread writes them all (fuller groups, the group's fixed cost paid
+    less often). A backlog of HELPER_BACKLOG_ROWS rows: the second thread writes beside the first."""
+    gate = threading.Event()
+    gate.set()
+    writers: list[str] = []
+    real_write = writer_module.write_batches  # type: ignore[attr-defined]
+
+    def observed_write(*args, **kwargs):
+        writers.append(threading.current_thread().name)
+        assert gate.wait(60)
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(writer_module, "write_batches", observed_write)
+    writer = BatchWriter(engine, threads=2)
+    writer.start()
+    try:
+        for i in range(30):  # each one answered before the next: never a backlog
+            assert writer.submit(_batch(i)).result(timeout=30).accepted == 1
+        assert set(writers) == {"goodput-writer-0"}
+
+        writers.clear()
+        gate.clear()  # the database stalls: the first thread holds a group, the rest queues up behind it
+        backlog = [writer.submit(_batch(30))]
+        deadline = time.monotonic() + 30
+        while not writers and time.monotonic() < deadline:
+            time.sleep(0.01)
+        backlog += [writer.submit(_batch(i)) for i in range(31, 31 + writer_module.HELPER_BACKLOG_ROWS // ROWS)]
+        while len(set(writers)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert set(writers) == {"goodput-writer-0", "goodput-writer-1"}
+        gate.set()
+        assert all(f.result(timeout=60).accepted == 1 for f in backlog)
+    finally:
+        gate.set()
+        started = time.monotonic()
+        writer.stop()
+        assert time.monotonic() - started < 5  # the helper, waiting for a backlog again, took its stop at once
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM events WHERE kind = 'steps'")).scalar_one() == len(backlog) + 30
