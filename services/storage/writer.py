@@ -44,7 +44,7 @@ _KNOWN_RUNS_MAX = 100_000
 # Rows waiting above which the second writer thread joins in. Below it one thread writes everything: while it commits,
 # requests queue up and its next group is fuller, and a group's fixed cost (~1.2 ms of CPU: round trips, the runs'
 # touch, the commit) is paid once per ~44 small requests instead of ~22 (benchmarks.requests, 64 connections: a
-# GIL-bound process, +5 % requests/s with one thread). Bulk ingest needs both: one streams rows while the other
+# GIL-bound process, +6 % requests/s with one thread). Bulk ingest needs both: one streams rows while the other
 # commits (benchmarks.ingest: 0.71 of COPY with two threads, 0.49 with one).
 HELPER_BACKLOG_ROWS = 2_000
 
