@@ -111,19 +111,21 @@ class BatchWriter:
         self._threads = []
 
     def submit(self, records: Sequence[IngestRecord], *, project: str | None = None,
-               reserved: Reservation | None = None) -> Future[IngestResult]:
+               reserved: Reservation | None = None, weight: int | None = None) -> Future[IngestResult]:
         """Queue one batch into the runs of `project` (None: "default"; services.storage.write); the future raises
         EventIdConflict when the batch repeats a stored event id with other content (nothing of it stored).
-        With `reserved` (from `reserve`, before the batch was parsed) it is never refused: its room was held."""
+        With `reserved` (from `reserve`, before the batch was parsed) it is never refused: its room was held.
+        `weight`: the batch's `batch_weight`, when the caller has it already."""
         future: Future[IngestResult] = Future()
-        self._enqueue(records, future, project, reserved)
+        self._enqueue(records, future, project, reserved, weight)
         return future
 
     def submit_on_loop(self, records: Sequence[IngestRecord], *, project: str | None = None,
-                       reserved: Reservation | None = None) -> asyncio.Future[IngestResult]:
+                       reserved: Reservation | None = None,
+                       weight: int | None = None) -> asyncio.Future[IngestResult]:
         """`submit` for a coroutine: the answer is a future of the running event loop."""
         future: asyncio.Future[IngestResult] = asyncio.get_running_loop().create_future()
-        self._enqueue(records, future, project, reserved)
+        self._enqueue(records, future, project, reserved, weight)
         return future
 
     def reserve(self, rows: int) -> Reservation:
@@ -164,8 +166,9 @@ class BatchWriter:
             self._pending += rows
 
     def _enqueue(self, records: Sequence[IngestRecord], answer: _Answer, project: str | None,
-                 reserved: Reservation | None) -> None:
-        weight = batch_weight(records)
+                 reserved: Reservation | None, weight: int | None) -> None:
+        if weight is None:
+            weight = batch_weight(records)
         if reserved is not None:  # admitted already: the estimate becomes the batch's weight
             with self._lock:
                 self._pending += weight - reserved.take()

@@ -103,8 +103,10 @@ class IngestEndpoint:
                         parser: ThreadPoolExecutor = state.parser
                         records = await asyncio.get_running_loop().run_in_executor(parser, _validated, body,
                                                                                    settings)
-                    self._row_size.learn(len(body), batch_weight(records))
-                    answer = writer.submit_on_loop(records, project=principal.project, reserved=reservation)
+                    weight = batch_weight(records)
+                    self._row_size.learn(len(body), weight)
+                    answer = writer.submit_on_loop(records, project=principal.project, reserved=reservation,
+                                                   weight=weight)
             result = await answer
         except InvalidBatch as exc:
             instruments.count_rejected(exc.code)
