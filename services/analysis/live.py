@@ -20,7 +20,10 @@ Rules (docs/ledger.md, "Live hang detection"):
   world that never reported in this attempt. Listed strongest first: ranks silent or behind while other ranks on
   their host report (a process to look at); then the ranks of a host none of whose ranks reports (the node is
   down, or its node relay's events have not reached the collector yet: the two look alike here); then the ranks
-  that never reported.
+  that never reported. A silent rank counts against its host only when a host-mate's heartbeat is more than
+  1.5 heartbeat intervals newer than its own: events of one node arrive together, so when they are late, each rank's
+  last heartbeat is its last one before the same moment, and their ages differ by up to one interval (its
+  heart-beating neighbours are not evidence that it stopped).
 
 Costs follow what the run reported, never what it claimed: `LiveState.ranks` holds only the ranks that sent
 something in the attempt; the others of the claimed world size are counted (`never_reported`), never built one
@@ -238,7 +241,7 @@ def detect_hang(state: LiveState, now: float, config: LiveConfig | None = None, 
     world = max(state.world_size, max(known, default=-1) + 1)
     silent_ranks = world - len(known)  # in the world, sent nothing: counted, never built one by one
     never_reported = silent_ranks + sum(1 for r in state.ranks if not r.reported)
-    suspects, suspects_total = _suspects(known, silent_ranks, config.max_suspects, now) if hung else ((), 0)
+    suspects, suspects_total = _suspects(known, silent_ranks, config, now) if hung else ((), 0)
     rows = _listed_rows(known, [s.rank for s in suspects], world, config.max_rank_rows, now) if with_ranks else ()
     return LiveStatus(
         run_id=state.run_id, status=state.status, attempt=state.attempt, world_size=state.world_size,
@@ -278,7 +281,7 @@ class _Judged:
 
 def _judge(rank: RankState, position: tuple[int, int] | None, front: tuple[int, int] | None, now: float,
            config: LiveConfig, beating: bool) -> _Judged:
-    seen = rank.heartbeat_time if rank.heartbeat_time is not None else rank.start_time
+    seen = _seen(rank)
     silent = beating and rank.reported and (seen is None or now - seen > config.silent_after_s)
     if rank.heartbeat_time is None and rank.start_time is not None and now - rank.start_time <= config.silent_after_s:
         silent = False  # just started: its first heartbeat is not due yet
@@ -318,38 +321,64 @@ def _silent_ranks(known: dict[int, _Judged]) -> Iterator[int]:
         rank += 1
 
 
-def _host_silence(judged: Iterable[_Judged]) -> dict[str, tuple[int, int]]:
-    """host -> (its ranks that reported, of them the silent ones)."""
-    out: dict[str, tuple[int, int]] = {}
+def _seen(rank: RankState) -> float | None:
+    """When the rank was last heard from: its latest heartbeat, else its attempt's start."""
+    return rank.heartbeat_time if rank.heartbeat_time is not None else rank.start_time
+
+
+@dataclass(slots=True)
+class _Host:
+    reported: int = 0  # its ranks that reported
+    silent: int = 0  # of them, the silent ones
+    newest: float | None = None  # the latest moment any of them was heard from
+
+
+def _hosts(judged: Iterable[_Judged]) -> dict[str, _Host]:
+    out: dict[str, _Host] = {}
     for j in judged:
         if j.state.host is not None and j.state.reported:
-            n, quiet = out.get(j.state.host, (0, 0))
-            out[j.state.host] = (n + 1, quiet + int(j.silent))
+            host = out.setdefault(j.state.host, _Host())
+            host.reported += 1
+            host.silent += int(j.silent)
+            seen = _seen(j.state)
+            if seen is not None and (host.newest is None or seen > host.newest):
+                host.newest = seen
     return out
 
 
-def _silence(j: _Judged, hosts: dict[str, tuple[int, int]], now: float) -> tuple[str, bool]:
-    """(the reason naming a silent rank, whether its whole host is silent with it)."""
+# How much newer than a silent rank's own heartbeat a host-mate's must be to count against it: one interval for
+# the ranks' heartbeat phases (a node's late events cut them at one moment), half of one for timer jitter.
+_AHEAD_INTERVALS = 1.5
+
+
+def _silence(j: _Judged, hosts: dict[str, _Host], now: float, config: LiveConfig) -> tuple[str, bool]:
+    """(the reason naming a silent rank, whether the evidence is its host's as a whole rather than its own)."""
     age = _heartbeat_age(j.state, now)
     reason = "no heartbeat" + (f" for {age:.0f} s" if age is not None else " seen recently")
-    host = j.state.host
-    n, quiet = hosts.get(host, (0, 0)) if host is not None else (0, 0)
-    if n < 2:  # alone on its host, or the host is unknown: nothing to compare it with
+    name = j.state.host
+    host = hosts.get(name) if name is not None else None
+    if host is None or host.reported < 2:  # alone on its host, or the host is unknown: nothing to compare it with
         return reason, False
-    if quiet == n:
-        others = n - 1
-        return (f"{reason}, nor from the {others} other rank{'s' if others > 1 else ''} on host {host} (the node "
+    others = host.reported - 1
+    if host.silent == host.reported:
+        return (f"{reason}, nor from the {others} other rank{'s' if others > 1 else ''} on host {name} (the node "
                 "is down, or its events have not reached the collector yet)"), True
-    return f"{reason} while other ranks on host {host} do", False
+    seen = _seen(j.state)
+    if seen is None or host.newest is None or host.newest - seen > _AHEAD_INTERVALS * config.heartbeat_interval_s:
+        return f"{reason} while other ranks on host {name} do", False
+    return (f"{reason}; the {others} other rank{'s' if others > 1 else ''} on host {name} were last heard from at "
+            f"most {host.newest - seen:.1f} s later (the node's events are late, or have not reached the collector "
+            "yet)"), True
 
 
-def _suspects(known: dict[int, _Judged], silent_ranks: int, limit: int,
+def _suspects(known: dict[int, _Judged], silent_ranks: int, config: LiveConfig,
               now: float) -> tuple[tuple[Suspect, ...], int]:
-    """(the first `limit` suspects, strongest evidence first and each group by rank; how many there are)."""
+    """(the first `config.max_suspects` suspects, strongest evidence first, each group by rank; how many in all)."""
     judged = list(known.values())
     ended_all = bool(judged) and silent_ranks == 0 and all(j.state.ended is not None for j in judged)
     front_step = max((j.position[0] for j in judged if j.position is not None), default=None)
-    hosts = _host_silence(judged)
+    hosts = _hosts(judged)
+    limit = config.max_suspects
     own: list[tuple[RankState, list[str]]] = []  # evidence against the rank itself
     host_wide: list[tuple[RankState, list[str]]] = []  # its whole host silent: the node, or the way to us
     for j in sorted(judged, key=lambda j: j.state.rank):
@@ -362,7 +391,7 @@ def _suspects(known: dict[int, _Judged], silent_ranks: int, limit: int,
             reasons.append(f"behind: in step {j.position[0]} after {j.position[1]} "
                            f"collective(s); the furthest rank is in step {front_step}")
         if j.silent:
-            reason, whole_host = _silence(j, hosts, now)
+            reason, whole_host = _silence(j, hosts, now, config)
             reasons.append(reason)
         if rank.ended is not None and not ended_all:
             reasons.append(f"ended its attempt ({rank.ended}) while the others did not")

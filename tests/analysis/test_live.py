@@ -122,6 +122,38 @@ def test_a_rank_silent_among_its_hosts_reporting_ranks_is_named_before_the_ranks
     assert {r.rank: r.host for r in result.ranks}[11] == "node1"
 
 
+def test_ranks_of_a_late_node_whose_heartbeats_straddle_the_cut_are_not_named_before_the_stuck_rank() -> None:
+    """What a 10,240-rank fleet load past this machine's capacity showed (benchmarks.load, 2026-12-04): node0's relay
+    was ~12 s behind, so its ranks' events reached the collector up to one moment. Ranks 1 and 3 had beaten just
+    before that moment, the others up to 4.5 s earlier (heartbeat phases differ within an interval), so those looked
+    silent (17 s > 15 s) "while other ranks on host node0 do" and were listed first, by rank. The run is held up by
+    rank 11 on node1, which is current and has not started step 51's collective; with 4 listed it was cut."""
+    now = last_end() + 40
+    events = [{**e, "host": f"node{e['rank'] // 8}"} if e["kind"] == "attempt_start" else e
+              for e in events_of(16, 50, 1.0)]
+    beats = [(r, now - (12.5 if r in (1, 3) else 17.0), 51, 1) for r in range(8)]
+    beats += [(r, now - 1, 51, 0 if r == 11 else 1) for r in range(8, 16)]
+    state = live_state_from_run_data(run_data_from_events("r", events), heartbeats=beats)
+    result = detect_hang(state, now, LiveConfig(max_suspects=4))
+    assert result.hung and result.suspects_total == 7
+    assert [x.rank for x in result.suspects] == [11, 0, 2, 4]
+    assert result.suspects[0].reasons[0].startswith("behind: in step 51 after 0 collective(s)")
+    assert result.suspects[1].reasons == (
+        "no heartbeat for 17 s; the 7 other ranks on host node0 were last heard from at most 4.5 s later (the node's "
+        "events are late, or have not reached the collector yet)",)
+
+
+def test_a_silent_rank_whose_host_mates_are_two_heartbeats_ahead_is_named_on_its_own() -> None:
+    """The same host-mates one heartbeat further on (7.5 s > 1.5 intervals newer): the rank missed a heartbeat its
+    neighbours sent, so the evidence is its own."""
+    now = last_end() + 40
+    events = [{**e, "host": "node0"} if e["kind"] == "attempt_start" else e for e in events_of(4, 50, 1.0)]
+    beats = [(0, now - 16.0, 51, 1), (1, now - 8.4, 51, 1), (2, now - 9.0, 51, 1), (3, now - 9.0, 51, 1)]
+    result = detect_hang(live_state_from_run_data(run_data_from_events("r", events), heartbeats=beats), now)
+    assert [(x.rank, x.reasons) for x in result.suspects] == [
+        (0, ("no heartbeat for 16 s while other ranks on host node0 do",))]
+
+
 def test_a_rank_alone_on_its_host_is_named_on_its_own_evidence() -> None:
     """One rank per host: nothing to compare its silence with, so it is not put after the others."""
     now = last_end() + 40
