@@ -380,7 +380,7 @@ def _suspects(known: dict[int, _Judged], silent_ranks: int, config: LiveConfig,
     hosts = _hosts(judged)
     limit = config.max_suspects
     own: list[tuple[RankState, list[str]]] = []  # evidence against the rank itself
-    host_wide: list[tuple[RankState, list[str]]] = []  # its whole host silent: the node, or the way to us
+    host_wide: list[tuple[RankState, list[str]]] = []  # its host silent or late as a whole: the node, or the way to us
     for j in sorted(judged, key=lambda j: j.state.rank):
         rank = j.state
         reasons = []
