@@ -16,6 +16,7 @@ from ingest_client.generation import (
     claim_launch_attempt,
     inherited_generation,
     is_torchrun_worker,
+    launch_name,
 )
 from ingest_client.signals import ExitHooks
 from ingest_client.spool import run_dir_name
@@ -81,8 +82,11 @@ def init_from_bootstrap() -> Tracker:
 
 def _start(config: ClientConfig, transport: Transport | None) -> Tracker:
     global _tracker, _hooks
+    launch = None if config.mode is Mode.DISABLED else launch_name(
+        os.environ, torchrun_worker=is_torchrun_worker(os.environ))
     context = context_from_env(run_id=config.run_id, attempt_base=config.attempt_base,
-                               generation_of=_generation_counter(config), attempt_of=_launch_counter(config))
+                               generation_of=_generation_counter(config), attempt_of=_launch_counter(config),
+                               launch=launch)
     tracker = Tracker(config, context, transport=transport).start()
     if config.install_handlers and tracker.enabled:
         _hooks = ExitHooks(tracker)

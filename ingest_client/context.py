@@ -36,6 +36,7 @@ class RunContext:
     pid: int
     restart_count: int = 0  # torchrun's TORCHELASTIC_RESTART_COUNT as this worker saw it (local to its node)
     generation: int | None = None  # worker processes this agent started for this local rank before this one
+    launch: str | None = None  # the launch that numbered `attempt`, sent with every record (generation.launch_name)
 
     def attempt_start_fields(self) -> dict[str, object]:
         """The fields of this process's ``attempt_start`` event (docs/events.md)."""
@@ -51,7 +52,7 @@ class RunContext:
 def context_from_env(
     *, run_id: str | None, attempt_base: int, environ: Mapping[str, str] | None = None,
     generation_of: Callable[[str], int | None] | None = None,
-    attempt_of: Callable[[str, int], int] | None = None,
+    attempt_of: Callable[[str, int], int] | None = None, launch: str | None = None,
 ) -> RunContext:
     """Build the RunContext; ``run_id`` is the already-resolved argument/GOODPUT_RUN_ID, if any.
 
@@ -92,6 +93,7 @@ def context_from_env(
         pid=os.getpid(),
         restart_count=restart_count,
         generation=generation,
+        launch=launch,
     )
 
 

@@ -79,11 +79,13 @@ RUN_LEVEL_KINDS = frozenset(
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RecordContext:
-    """What every record of one process shares. ``attempt``/``rank`` are None for the launcher."""
+    """What every record of one process shares. ``attempt``/``rank`` are None for the launcher; ``launch`` names
+    the launch that numbered ``attempt`` (docs/events.md, "Attempt numbers")."""
 
     run_id: str
     attempt: int | None
     rank: int | None
+    launch: str | None = None
 
 
 def finite_or_none(value: object) -> float | None:
@@ -172,6 +174,8 @@ class RecordBuilder:
         if kind not in RUN_LEVEL_KINDS and self._context.attempt is not None:
             record["attempt"] = self._context.attempt
             record["rank"] = self._context.rank
+            if self._context.launch is not None:
+                record["launch"] = self._context.launch
         return record
 
     def _event_record(self, row: tuple[Any, ...]) -> Record | None:

@@ -46,6 +46,7 @@ GENERATION_ENV = "GOODPUT_GENERATION"
 WORKER_PID_ENV = "GOODPUT_WORKER_PID"
 LAUNCH_ID_ENV = "GOODPUT_LAUNCH_ID"
 LAUNCH_BASE_ENV = "GOODPUT_LAUNCH_BASE"  # the launch's first attempt, passed on to subprocesses like the generation
+LAUNCH_NAME_ENV = "GOODPUT_LAUNCH_NAME"  # the launch as named on the wire (launch_name), passed on likewise
 COUNTER_DIR = "generations"
 LAUNCHES_LOCK = "launches.lock"
 
@@ -170,6 +171,30 @@ def claim_launch_attempt(run_dir: Path, env: MutableMapping[str, str], *, torchr
         os.close(lock_fd)  # also drops the lock
     env[LAUNCH_BASE_ENV] = str(base)
     return attempt
+
+
+def launch_name(env: MutableMapping[str, str], *, torchrun_worker: bool) -> str:
+    """The launch this process belongs to, as every record names it (``launch``): its key (:func:`launch_key`) and
+    the machine's boot id, so that no other launch anywhere has it (a pod rescheduled onto another node may keep
+    its host name, and its agent its pid). Inherited from ``GOODPUT_LAUNCH_NAME`` when set (a subprocess of a
+    counted process), else made and written there. No file is read or written: the collector numbers the run's
+    attempts from every launch's (docs/events.md, "Attempt numbers")."""
+    inherited = env.get(LAUNCH_NAME_ENV, "").strip()
+    if inherited:
+        return inherited
+    key, _ = launch_key(env, torchrun_worker=torchrun_worker)
+    name = f"{key}.{_boot_id()}"[:128]
+    env[LAUNCH_NAME_ENV] = name
+    return name
+
+
+def _boot_id() -> str:
+    """This machine's boot id (Linux: random per boot, shared by its containers), shortened; ``x`` if unknown."""
+    try:
+        text = Path("/proc/sys/kernel/random/boot_id").read_text()
+    except OSError:
+        return "x"
+    return re.sub(r"[^0-9a-f]", "", text.lower())[:12] or "x"
 
 
 @dataclass(frozen=True, slots=True)

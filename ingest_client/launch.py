@@ -53,7 +53,7 @@ from ingest_client.config import ClientConfig, Mode
 from ingest_client.errors import ConfigError
 from ingest_client.events import ROW_EVENT, EventKind, RecordBuilder, RecordContext, RunStatus
 from ingest_client.flusher import Pipeline, PipelineSettings
-from ingest_client.generation import GENERATION_ENV, LAUNCH_BASE_ENV, LAUNCH_ID_ENV, WORKER_PID_ENV
+from ingest_client.generation import GENERATION_ENV, LAUNCH_BASE_ENV, LAUNCH_ID_ENV, LAUNCH_NAME_ENV, WORKER_PID_ENV
 from ingest_client.relay import EVENTS_VIA_ENV, NodeRelay
 from ingest_client.signals import PREEMPTED_MARKER_ENV
 from ingest_client.slurm import SlurmJob, gpus_of_allocation, hostnames, outcome, read_job
@@ -125,7 +125,7 @@ BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
 
 def worker_environment(env: Mapping[str, str], *, run_id: str, bootstrap: bool) -> dict[str, str]:
     """The command's environment: the run id, a new launch id and, unless turned off, the bootstrap's path."""
-    inherited = (GENERATION_ENV, WORKER_PID_ENV, LAUNCH_BASE_ENV)  # this launch counts its own
+    inherited = (GENERATION_ENV, WORKER_PID_ENV, LAUNCH_BASE_ENV, LAUNCH_NAME_ENV)  # this launch counts its own
     child = {name: value for name, value in env.items() if name not in inherited}
     child.update(GOODPUT_RUN_ID=run_id, GOODPUT_LAUNCHED="1")
     child[LAUNCH_ID_ENV] = f"launch{uuid.uuid4().hex[:16]}"

@@ -201,7 +201,8 @@ class Tracker:
             elif transport is None:
                 transport = _transport(config, self.proc_id)
             builder = RecordBuilder(
-                RecordContext(run_id=context.run_id, attempt=context.attempt, rank=context.rank), self.proc_id
+                RecordContext(run_id=context.run_id, attempt=context.attempt, rank=context.rank,
+                              launch=context.launch), self.proc_id
             )
             settings = PipelineSettings(
                 spool_run_dir=config.spool_dir / run_dir_name(context.run_id),

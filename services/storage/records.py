@@ -34,10 +34,11 @@ class IngestRecord:
     event_id: str
     kind: str
     time: float
-    attempt: int | None = None
+    attempt: int | None = None  # as sent: within `launch`; the run's number once storage numbered it
     rank: int | None = None
     step: int | None = None
     data: dict[str, Any] | None = None  # the kind's other fields, stored as JSON
+    launch: str | None = None  # the launch the process belongs to (docs/events.md, "Attempt numbers")
     step_rows: StepRows | None = None
     collective_rows: CollectiveRows | None = None
 

@@ -30,6 +30,7 @@ from services.analysis.step_blocks import (
     merge_blocks,
     summarize_block,
 )
+from services.storage.attempt_numbers import renumbering
 from services.storage.block_codec import block_from_bytes, block_to_bytes
 from services.storage.db import json_rows, psycopg_connection, sqlite_connection
 from services.storage.load import _load_events, _load_events_with_ids, load_heartbeat_extremes, sum_collective_seconds
@@ -333,6 +334,9 @@ def _cached_control_events(conn: Connection, run_pk: int, cache: SummaryCache) -
     table = Event.__table__
     control = and_(table.c.run_pk == run_pk, table.c.kind.not_in(sorted(SERIES_KINDS | {"heartbeat"})))
     kept = cache.events(run_pk)
+    renumbered = renumbering(conn, run_pk)
+    if kept is not None and kept.renumbered != renumbered:  # same events, other attempt numbers: read them again
+        kept = None
     if kept is not None:
         count = int(conn.execute(select(func.count()).select_from(table).where(control)).scalar_one())
         if count == len(kept.ids):  # only ever added: the same events
@@ -344,8 +348,8 @@ def _cached_control_events(conn: Connection, run_pk: int, cache: SummaryCache) -
             for at in range(0, len(new), 500):  # within any SQLite's limit of bound parameters
                 parts.append(_load_events(conn, run_pk, event_ids=new[at:at + 500]))
             frame = pd.concat(parts, ignore_index=True)
-            cache.keep_events(run_pk, KeptEvents(ids=ids, frame=frame))
+            cache.keep_events(run_pk, KeptEvents(ids=ids, frame=frame, renumbered=renumbered))
             return frame
     frame, listed = _load_events_with_ids(conn, run_pk, heartbeats=False)
-    cache.keep_events(run_pk, KeptEvents(ids=frozenset(listed), frame=frame))
+    cache.keep_events(run_pk, KeptEvents(ids=frozenset(listed), frame=frame, renumbered=renumbered))
     return frame

@@ -27,6 +27,7 @@ BlockKey = tuple[int, int, int]  # (run pk, attempt, block)
 class KeptEvents:
     ids: frozenset[str]
     frame: pd.DataFrame
+    renumbered: int = 0  # the run's renumbering they were read at (services.storage.attempt_numbers)
 
 
 @dataclass(frozen=True, slots=True)

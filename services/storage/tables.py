@@ -181,6 +181,27 @@ class CheckpointRequest(Base):
     __table_args__ = (Index("ix_checkpoint_requests_run_fulfilled", "run_pk", "fulfilled_at"),)
 
 
+class AttemptNumber(Base):
+    """The run's attempt number of each (launch, attempt within the launch) its processes reported
+    (services.storage.attempt_numbers, docs/events.md "Attempt numbers"), with what numbering it needs: the
+    launch attempt's earliest time, world size and ranks. Launch "" holds the records that name no launch, whose
+    numbers are the run's. Every stored row of a launch attempt carries its run number in `attempt`; when the
+    numbering changes (an earlier launch arrives late) the rows are renumbered and `renumbered` set to the run's
+    next renumbering, so that what a collector process kept of the run is read again."""
+
+    __tablename__ = "attempt_numbers"
+
+    run_pk: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    launch: Mapped[str] = mapped_column(String(128), primary_key=True)
+    client_attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    start_time: Mapped[float] = mapped_column(Double)
+    world_size: Mapped[int | None] = mapped_column(Integer)
+    rank_lo: Mapped[int | None] = mapped_column(Integer)
+    rank_hi: Mapped[int | None] = mapped_column(Integer)
+    renumbered: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
 # -- the step rows reduced per block of steps (services.storage.step_blocks) -----------------------------------
 
 step_marks = Table(

@@ -28,6 +28,7 @@ from sqlalchemy import Connection, Engine, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 
 from services.storage import pgcopy
+from services.storage.attempt_numbers import number_records, with_run_attempt
 from services.storage.db import json_rows, psycopg_connection
 from services.storage.records import EventConflict, IngestRecord, IngestResult
 from services.storage.runs import DEFAULT_PROJECT
@@ -139,6 +140,9 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
         if learned is not None:
             learned.update(looked_up)
     key_of = {pk: key for key, pk in runs.items()}
+    # The run's attempt numbers (services.storage.attempt_numbers), after the digests: those are of what was sent.
+    numbers = number_records(conn, [(runs[key], record) for b, batch in enumerate(hashed) if b not in conflicts
+                                    for key, record, _, _ in batch])
     seen: set[tuple[int, str]] = set()
     candidates: list[tuple[int, IngestRecord, str | None, str]] = []
     owner: list[tuple[int, int]] = []  # (batch, index in batch) of each candidate
@@ -152,7 +156,7 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
                 duplicates[b] += 1
                 continue
             seen.add(pk_key)
-            candidates.append((pk_key[0], record, data_json, digest))
+            candidates.append((pk_key[0], with_run_attempt(record, numbers, pk_key[0]), data_json, digest))
             owner.append((b, index))
 
     inserted = _insert_events(conn, candidates, postgres)
@@ -191,10 +195,12 @@ def _stored_form(r: IngestRecord) -> tuple[str | None, str]:
 
 
 def content_hash(r: IngestRecord, data_json: str | None) -> str:
-    """blake2b-128 (hex) of what the record says: kind, time, attempt, rank, step, its other fields and every
+    """blake2b-128 (hex) of what the record says: kind, time, launch, attempt, rank, step, its other fields and every
     array of a compact record (bytes, dtype and length; an unsent column differs from a sent one). The same
     wire event validated twice gives the same digest. About 1 us per event plus ~1 GB/s of array bytes."""
     head = f"{r.kind}\x1f{r.time!r}\x1f{r.attempt}\x1f{r.rank}\x1f{r.step}\x1f{data_json or ''}"
+    if r.launch is not None:  # (records without one hash as they did before launches existed)
+        head += f"\x1f{r.launch}"
     digest = hashlib.blake2b(head.encode(), digest_size=16)
     rows = r.step_rows
     if rows is not None:

@@ -32,6 +32,9 @@ KINDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "client_stats": ({**AR, "dropped_events": INT, "spool_dropped_events": INT, "send_failures": INT},
                      {"rejected_events": INT}),
 }
+for _required, _optional in KINDS.values():  # every record of a rank may name its launch
+    if "attempt" in _required:
+        _optional["launch"] = STR
 ENUMS = {"reason": {"completed", "failed", "preempted"}, "status": {"finished", "failed", "cancelled"}}
 
 

@@ -20,6 +20,7 @@ MAX_SERIES = 100_000  # rows in one compact record
 
 _PRINTABLE = r"^[^\x00-\x1f\x7f]+$"
 EventId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=_PRINTABLE)]
+LaunchId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=_PRINTABLE)]
 
 
 def _reachable_run_id(value: str) -> str:
@@ -76,18 +77,19 @@ class _Event(BaseModel):
         kind: str
 
     def to_record(self) -> IngestRecord:
-        fields = self.model_dump(exclude={"event_id", "run_id", "kind", "time", "attempt", "rank", "step"},
-                                 exclude_none=True)
+        fields = self.model_dump(
+            exclude={"event_id", "run_id", "kind", "time", "attempt", "rank", "step", "launch"}, exclude_none=True)
         return IngestRecord(
             run_id=self.run_id, event_id=self.event_id, kind=self.kind,
             time=self.time, attempt=getattr(self, "attempt", None), rank=getattr(self, "rank", None),
-            step=getattr(self, "step", None), data=fields or None,
+            step=getattr(self, "step", None), data=fields or None, launch=getattr(self, "launch", None),
         )
 
 
 class _RankEvent(_Event):
-    attempt: AttemptNo
+    attempt: AttemptNo  # within `launch` when it is given (docs/events.md, "Attempt numbers")
     rank: RankNo
+    launch: LaunchId | None = None  # the launch (torchrun agent, `goodput launch`, process) that numbered `attempt`
 
 
 class RunSubmitted(_Event):
@@ -153,7 +155,8 @@ class Step(_RankEvent):
             loss=np.array([_nan(self.loss)]), lr=np.array([_nan(self.lr)]), comm=np.array([_nan(self.comm)]),
         )
         return IngestRecord(run_id=self.run_id, event_id=self.event_id, kind=self.kind, time=self.time,
-                            attempt=self.attempt, rank=self.rank, step=self.step, step_rows=rows)
+                            attempt=self.attempt, rank=self.rank, launch=self.launch, step=self.step,
+                            step_rows=rows)
 
 
 class Steps(_RankEvent):
@@ -178,8 +181,8 @@ class Steps(_RankEvent):
             comm=_nans(self.comm, n),
         )
         return IngestRecord(run_id=self.run_id, event_id=self.event_id, kind=self.kind, time=self.time,
-                            attempt=self.attempt, rank=self.rank, step=int(rows.step.max()), data={"n": n},
-                            step_rows=rows)
+                            attempt=self.attempt, rank=self.rank, launch=self.launch, step=int(rows.step.max()),
+                            data={"n": n}, step_rows=rows)
 
 
 RequestId = Annotated[int, Field(ge=1, le=2**62)]
@@ -215,7 +218,8 @@ class Collective(_RankEvent):
         rows = CollectiveRows(step=np.array([self.step], dtype=np.int64), op=[self.op],
                               start=np.array([self.start]), end=np.array([self.end]))
         return IngestRecord(run_id=self.run_id, event_id=self.event_id, kind=self.kind, time=self.time,
-                            attempt=self.attempt, rank=self.rank, step=self.step, collective_rows=rows)
+                            attempt=self.attempt, rank=self.rank, launch=self.launch, step=self.step,
+                            collective_rows=rows)
 
 
 class Collectives(_RankEvent):
@@ -235,7 +239,7 @@ class Collectives(_RankEvent):
                               start=np.asarray(self.start, dtype=np.float64),
                               end=np.asarray(self.end, dtype=np.float64))
         return IngestRecord(run_id=self.run_id, event_id=self.event_id, kind=self.kind, time=self.time,
-                            attempt=self.attempt, rank=self.rank, step=int(rows.step.max()),
+                            attempt=self.attempt, rank=self.rank, launch=self.launch, step=int(rows.step.max()),
                             data={"n": len(self.step)}, collective_rows=rows)
 
 
