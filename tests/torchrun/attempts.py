@@ -40,16 +40,24 @@ class Agent:
 
 
 def start_agent(workdir: Path, url: str, *, run_id: str, node: str, torchrun_args: list[str], job_args: list[str],
-                launch_args: tuple[str, ...] = (), extra_env: dict[str, str] | None = None) -> Agent:
+                launch_args: tuple[str, ...] = (), extra_env: dict[str, str] | None = None, host: str | None = None,
+                spool: str | None = None, launch: bool = True) -> Agent:
+    """`goodput launch -- torchrun ...` (`launch`: else torchrun alone) for one node. `host`: its own host name (a
+    UTS namespace: another machine, as far as the job and goodput can tell); `spool`: its spool directory's name
+    under `workdir` (default `spool-<node>`)."""
     workdir.mkdir(parents=True, exist_ok=True)
     # TORCH_DISABLE_SHARE_RDZV_TCP_STORE: each round's rank 0 hosts a new store for init_process_group. With the
     # agent's store shared across rounds, a new round's gloo reads the previous round's addresses and times out.
-    env = env_with(GOODPUT_RUN_ID=run_id, GOODPUT_URL=url, GOODPUT_SPOOL_DIR=str(workdir / f"spool-{node}"),
+    env = env_with(GOODPUT_RUN_ID=run_id, GOODPUT_URL=url, GOODPUT_SPOOL_DIR=str(workdir / (spool or f"spool-{node}")),
                    ATTEMPTS_JOB_NODE=node, OMP_NUM_THREADS="1", LOGLEVEL="INFO",
                    TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", **(extra_env or {}))
-    command = [*GOODPUT, "launch", *launch_args, "--", *TORCHRUN, *torchrun_args, "--monitor-interval", "0.1",
-               str(JOB), *job_args]
-    output = workdir / f"torchrun-{node}.out"
+    command = [*TORCHRUN, *torchrun_args, "--monitor-interval", "0.1", str(JOB), *job_args]
+    if launch:
+        command = [*GOODPUT, "launch", *launch_args, "--", *command]
+    if host is not None:  # torchrun and gloo then find no address by this name: they use 127.0.0.1
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+        command = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host, *command]
+    output = workdir / f"torchrun-{node}{'-' + host if host else ''}.out"
     with open(output, "wb") as out:
         proc = subprocess.Popen(command, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)

@@ -15,6 +15,11 @@ Faults (each in the first generation only):
   right after step K; every other rank spends ``--pause-s`` in local work after step K (an evaluation, a slow
   data loader; on NCCL a peer stuck in a collective with the dead rank looks the same to torchrun), so the other
   node's agent restarts its workers for the membership change, not for a failure of its own.
+  ``ATTEMPTS_JOB_FAIL=kill``: that rank SIGKILLs itself instead (after its records reached the spool: the kill
+  loses nothing the ledger could have seen).
+- ``--hold-at-step K``: once some generation failed (the marker exists), every rank stops after step K for good
+  (``holding`` in the log, once per job: a marker) and waits to be killed with the whole job, as when a node or
+  the allocation is lost; a relaunch of the job then resumes from the last checkpoint.
 
 Goodput: only ``init()`` after the process group is up, as the README shows; under ``goodput launch`` the
 bootstrap has already recorded the attempt.
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -59,8 +65,11 @@ def main() -> int:
     fail_at = int(_arg("--fail-at-step", "0") or 0)
     pause_s = float(_arg("--pause-s", "8") or 8)
     die_in_init = int(_arg("--die-in-init", "-1") or -1)
+    hold_at = int(_arg("--hold-at-step", "0") or 0)
     marker = os.path.join(log_dir, "failed-once")
+    held = os.path.join(log_dir, "held-once")
     first = not os.path.exists(marker)
+    hold = bool(hold_at) and not first and not os.path.exists(held)
 
     log = Log(log_dir)
     log.write("start", time=_T0, rank=int(os.environ["RANK"]),
@@ -110,13 +119,23 @@ def main() -> int:
                 log.write("checkpoint", step=step)
             dist.barrier()
         if first and step == fail_at:
-            if os.environ.get("ATTEMPTS_JOB_FAIL") == "1" and LOCAL_RANK == 0:
+            fail = os.environ.get("ATTEMPTS_JOB_FAIL")
+            if fail in ("1", "kill") and LOCAL_RANK == 0:
                 open(marker, "w").close()
                 log.write("failing", where="step", step=step)
                 tracker.flush(2.0)
+                if fail == "kill":
+                    os.kill(os.getpid(), signal.SIGKILL)
                 os._exit(1)
             log.write("pause", step=step, seconds=pause_s)
             time.sleep(pause_s)
+        if hold and step == hold_at:
+            dist.barrier()
+            if rank == 0:
+                open(held, "w").close()
+            tracker.flush(2.0)
+            log.write("holding", step=step)
+            time.sleep(3600)
     log.write("done", final_step=steps)
     tracker.finish()  # goodput launch reports run_end
     dist.barrier()
