@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)  # the same initial weights on every rank
     x_all, y_all = make_dataset(args.seed)
     model = nn.parallel.DistributedDataParallel(make_model(x_all.shape[1]))
-    model.register_comm_hook(None, tracker.ddp_comm_hook())  # goodput: time spent in all-reduce
+    tracker.time_collectives(model)  # goodput: time spent in all-reduce (a comm hook on gloo, NCCL's timers on GPUs)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     sampler = ShardedSampler(len(x_all), rank, world, args.batch_size, args.seed)
     torch.manual_seed(args.seed * 1000 + rank + 1)  # per-rank dropout masks

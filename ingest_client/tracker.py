@@ -13,6 +13,9 @@ few times per attempt and cost a write and an fsync (``benchmarks/client_overhea
 
 from __future__ import annotations
 
+import bisect
+import collections
+import logging
 import os
 import threading
 import time
@@ -40,10 +43,12 @@ from ingest_client.events import (
 from ingest_client.flusher import ClientStats, Pipeline, PipelineSettings, Rows
 from ingest_client.poller import SignalPoller
 from ingest_client.spool import run_dir_name
-from ingest_client.timing import Emit, IntervalTimer
+from ingest_client.timing import CudaTimer, Emit, IntervalTimer, NcclCollectiveTimer, cuda_in_use
 from ingest_client.transport.base import Transport
 from ingest_client.transport.http import HttpTransport
 from ingest_client.transport.relayed import RelayedTransport
+
+logger = logging.getLogger(__name__)
 
 _time = time.time
 _perf = time.perf_counter
@@ -52,16 +57,19 @@ _perf = time.perf_counter
 # whose files the trainer fsynced.
 DURABLE_FSYNC = True
 LAUNCHED_ENV = "GOODPUT_LAUNCHED"  # "1" in processes started by `goodput launch` (ingest_client/launch.py)
+_UNDECIDED: Any = object()  # the step clock before the first step (Tracker._step_timer)
+STEP_LOG_LENGTH = 8192  # host step boundaries kept to place NCCL's collectives in their steps
 
 
 class StepSpan:
     """``with tracker.step(n) as s:`` times one optimizer step; set ``s.loss`` / ``s.lr`` inside.
 
-    Pass plain floats: a tensor works but is converted with ``float()`` on the flusher thread.
-    A step that raises is not recorded.
+    Pass plain floats: a tensor works but is converted with ``float()`` on the flusher thread. A step that raises is
+    not recorded. On a CUDA job the step is its interval on the GPU's timeline (``Tracker.step_clock``): from when
+    the GPU finished the work queued before it to when it has run the work queued inside it.
     """
 
-    __slots__ = ("_tracker", "step", "loss", "lr", "_start", "_p0")
+    __slots__ = ("_tracker", "step", "loss", "lr", "_start", "_p0", "_token")
 
     def __init__(self, tracker: Tracker, step: int) -> None:
         self._tracker = tracker
@@ -70,19 +78,38 @@ class StepSpan:
         self.lr: SupportsFloat | None = None
 
     def __enter__(self) -> StepSpan:
-        self._tracker._next_step = self.step
-        self._start = _time()
-        self._p0 = _perf()
+        tracker = self._tracker
+        tracker._next_step = self.step
+        timer = tracker._step_timer
+        if timer is _UNDECIDED:
+            timer = tracker._choose_step_clock()
+        log = tracker._step_log
+        if log is not None:
+            log.append((_time(), self.step, tracker._enqueued_collectives()))
+        if timer is None:
+            self._start = _time()
+            self._p0 = _perf()
+        else:
+            self._token = timer.start()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         p1 = _perf()
+        tracker = self._tracker
+        timer = tracker._step_timer
         if exc_type is None:
-            tracker = self._tracker
-            start = self._start
-            tracker._put((ROW_STEP, self.step, start, start + (p1 - self._p0), self.loss, self.lr))
+            if timer is None:
+                start = self._start
+                tracker._put((ROW_STEP, self.step, start, start + (p1 - self._p0), self.loss, self.lr))
+            else:
+                timer.stop(self._token, tracker._emit_step, self.step, self.loss, self.lr)
             tracker._next_step = self.step + 1
+            log = tracker._step_log
+            if log is not None:
+                log.append((_time(), self.step + 1, None))
+        elif timer is not None:
+            timer.discard(self._token)
 
 
 class CollectiveSpan:
@@ -110,6 +137,11 @@ class CollectiveSpan:
 class CheckpointSpan:
     """``with tracker.checkpoint(step):`` emits checkpoint_start, then checkpoint_end(ok).
 
+    On a CUDA job (steps timed on the GPU) it first waits until the GPU has run the work queued before it, as the
+    save itself would (``torch.save`` or a checkpoint's staging copies the tensors off the GPU): the checkpoint
+    blocks from that moment to the end of the save, and the steps before it are recorded (and on disk) before
+    ``checkpoint_start`` is.
+
     When a checkpoint request is pending (``tracker.should_checkpoint()``), both events carry its id as
     ``request_id`` and the request counts as honoured: ``should_checkpoint()`` turns false again.
     """
@@ -122,6 +154,7 @@ class CheckpointSpan:
         self.request_id: int | None = None
 
     def __enter__(self) -> CheckpointSpan:
+        self._tracker._wait_for_device()  # the checkpoint blocks from when the GPU has run the steps before it
         poller = self._tracker._poller
         self.request_id = poller.take() if poller is not None else None
         fields: dict[str, Any] = {"step": self._step}
@@ -191,7 +224,14 @@ class Tracker:
         self._poller: SignalPoller | None = None
         self._coll_step = 0  # the step whose collectives _coll_started counts (see collective_started)
         self._coll_started = 0
-        self._timers_to_drain: list[IntervalTimer] = []
+        self._timers_to_drain: list[IntervalTimer | NcclCollectiveTimer] = []
+        # The step clock, chosen at the first step (config.step_clock): None = the host's clocks, else a timer.
+        self._step_timer: IntervalTimer | None = None if config.step_clock == "cpu" else _UNDECIDED
+        self._collective_clock: str | None = None  # "cpu", "cuda" (comm hook) or "nccl", once collectives are timed
+        self._nccl: NcclCollectiveTimer | None = None
+        # (host time, step in progress from then on, the group's collectives enqueued so far or None): the step
+        # boundaries that place NCCL's collectives in their steps; kept only while NCCL times them.
+        self._step_log: collections.deque[tuple[float, int, int | None]] | None = None
         if config.mode is Mode.DISABLED:
             buffer = RowBuffer(64, 64)
             buffer.enabled = False
@@ -236,6 +276,15 @@ class Tracker:
         return os.getpid() == self._pid and self._buffer.enabled
 
     @property
+    def step_clock(self) -> str | None:
+        """Which clock times steps: ``"cpu"`` (the host's), ``"cuda"`` (CUDA events: the GPU's timeline), or None
+        before the first step (``config.step_clock="auto"`` chooses CUDA events when the process uses CUDA)."""
+        timer = self._step_timer
+        if timer is _UNDECIDED:
+            return None
+        return "cpu" if timer is None else timer.kind
+
+    @property
     def spool_dir(self) -> str | None:
         return None if self._pipeline is None else str(self._pipeline.settings.spool_run_dir)
 
@@ -251,6 +300,38 @@ class Tracker:
         if self._poller is not None:
             self._poller.start()
         return self
+
+    def _choose_step_clock(self) -> IntervalTimer | None:
+        """At the first step: CUDA events when the process uses CUDA (or ``step_clock="cuda"``), else host clocks."""
+        timer: IntervalTimer | None = None
+        wanted = self.config.step_clock
+        if wanted == "cuda" or (wanted == "auto" and cuda_in_use()):
+            try:
+                timer = CudaTimer()
+            except Exception as exc:
+                logger.warning("goodput: steps are timed with the host's clocks: CUDA events are not available "
+                               "here (%s)", exc)
+        self._step_timer = timer
+        if timer is not None:
+            self._timers_to_drain.append(timer)
+        self._force_stats = True  # the next client_stats says which clock timed the steps
+        return timer
+
+    def _emit_step(self, start: float, end: float, step: int, loss: SupportsFloat | None,
+                   lr: SupportsFloat | None) -> None:
+        self._put((ROW_STEP, step, start, end, loss, lr))
+
+    def _wait_for_device(self) -> None:
+        """Until the GPU has run the work queued so far, then record the steps it completed (CUDA step clock)."""
+        timer = self._step_timer
+        if timer is None or timer is _UNDECIDED:
+            return
+        timer.wait_for_device()
+        timer.resolve_ready()
+
+    def _enqueued_collectives(self) -> int | None:
+        nccl = self._nccl
+        return None if nccl is None else nccl.enqueued()
 
     # -- hot path --------------------------------------------------------------------------
 
@@ -332,10 +413,48 @@ class Tracker:
         self._timers_to_drain.append(timer)
 
     def ddp_comm_hook(self, op: str = "all_reduce") -> Callable[..., Any]:
-        """A DDP comm hook (torch's default allreduce) that records one collective per bucket."""
+        """A DDP comm hook (torch's default allreduce) that records one collective per bucket.
+
+        A Python comm hook runs once per bucket on the gradient path: on NCCL prefer :meth:`time_collectives`,
+        which costs nothing there."""
         from ingest_client.hooks import build_ddp_comm_hook
 
         return build_ddp_comm_hook(self, op)
+
+    def time_collectives(self, model: Any = None, *, process_group: Any = None, op: str = "all_reduce") -> str:
+        """Time this rank's collectives (per-rank collective time: the straggler accounting) the cheapest way there is.
+
+        - NCCL: ProcessGroupNCCL's own timers (CUDA events in C++) report every collective of ``process_group``
+          (None: the default group) to a completion hook off the training thread; DDP, FSDP and your own
+          collectives alike, with no Python on the gradient path. The one-time setup waits for the group's
+          collectives in flight: call it before training.
+        - Otherwise (gloo), with a DDP ``model``: registers :meth:`ddp_comm_hook` on it (``op`` names its rows).
+
+        Returns the clock: ``"nccl"``, ``"hook"`` (the comm hook, CPU clocks or CUDA events per bucket), or
+        ``"off"`` (nothing to time with: a warning says why).
+        """
+        if self._nccl is not None:
+            return "nccl"
+        nccl = NcclCollectiveTimer.for_group(process_group)
+        if nccl is not None:
+            self._nccl = nccl
+            self._step_log = collections.deque(maxlen=STEP_LOG_LENGTH)
+            self._timers_to_drain.append(nccl)
+            self.note_collective_clock("nccl")
+            return "nccl"
+        if model is not None and hasattr(model, "register_comm_hook"):
+            model.register_comm_hook(process_group, self.ddp_comm_hook(op))
+            self._collective_clock = "hook"  # the hook names its clock at the first bucket
+            return "hook"
+        logger.warning("goodput: collectives are not timed: the process group has no NCCL backend that reports "
+                       "completed collectives, and no DDP model was given for a comm hook; pass the DDP model: "
+                       "tracker.time_collectives(model)")
+        return "off"
+
+    def note_collective_clock(self, kind: str) -> None:
+        """Record which clock times collectives (said in the next ``client_stats``)."""
+        self._collective_clock = kind
+        self._force_stats = True
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -355,6 +474,8 @@ class Tracker:
         fields: dict[str, object] = {"reason": AttemptEndReason(reason).value}
         if detail:
             fields["detail"] = detail[:MAX_DETAIL_CHARS]
+        for timer in self._timers_to_drain:  # what the GPU has finished, without waiting (a failing job)
+            timer.resolve_ready()
         self._durable((ROW_EVENT, EventKind.ATTEMPT_END, _time(), fields))
         return True
 
@@ -366,6 +487,8 @@ class Tracker:
         Without the launcher nobody else will: ``finish()`` on rank 0 reports ``run_end`` with ``status``, or
         ``finished`` when no status is given (the script reached its end). Other ranks only end their attempt.
         """
+        if self.records_in_this_process:
+            self._drain_timers(timeout_s)  # the last steps' GPU times, recorded before the attempt's end
         self.end_attempt(AttemptEndReason.COMPLETED)
         if status is None and os.environ.get(LAUNCHED_ENV) != "1":
             status = RunStatus.FINISHED
@@ -416,12 +539,15 @@ class Tracker:
     # -- flusher thread ----------------------------------------------------------------------
 
     def _tick(self, now: float) -> Rows:
-        rows: Rows = []
+        rows: Rows = self._nccl_rows() if self._nccl is not None else []
         if now - self._last_heartbeat_s >= self.config.heartbeat_interval_s:
             self._last_heartbeat_s = now
             step = self._next_step
-            rows.append((ROW_EVENT, EventKind.HEARTBEAT, now, {
-                "step": step, "collectives": self._coll_started if self._coll_step == step else 0}))
+            fields: dict[str, int] = {"step": step}
+            started = self._collectives_started_in(step)
+            if started is not None:
+                fields["collectives"] = started
+            rows.append((ROW_EVENT, EventKind.HEARTBEAT, now, fields))
         if self._force_stats:
             self._force_stats = False
             self._last_stats_s = now
@@ -435,17 +561,49 @@ class Tracker:
                 rows.append(self._stats_row(now))
         return rows
 
+    def _collectives_started_in(self, step: int) -> int | None:
+        """Collectives this rank started in the step in progress: counted by the comm hook, or, on NCCL, the
+        group's count now less its count when the step started (None when torch does not say)."""
+        if self._nccl is None:
+            return self._coll_started if self._coll_step == step else 0
+        log = self._step_log
+        now = self._nccl.enqueued()
+        if log is None or now is None:
+            return None
+        at_entry = next((seq for _, entered, seq in reversed(log) if entered == step and seq is not None), None)
+        return None if at_entry is None else max(0, now - at_entry)
+
+    def _nccl_rows(self) -> Rows:
+        """NCCL's completed collectives as rows, each in the step that was in progress when the host enqueued it."""
+        assert self._nccl is not None and self._step_log is not None
+        done = self._nccl.take()
+        if not done:
+            return []
+        log = list(self._step_log)
+        times = [entry[0] for entry in log]
+        rows: Rows = []
+        for op, start, duration in done:
+            i = bisect.bisect_right(times, start) - 1
+            step = log[i][1] if i >= 0 else (log[0][1] if log else self._next_step)
+            rows.append((ROW_COLLECTIVE, step, op, start, start + duration))
+        return rows
+
     def _stats_row(self, now: float) -> tuple[Any, ...]:
         assert self._pipeline is not None
         stats = self._pipeline.stats()
         self._last_stats = (stats.dropped_events, stats.spool_dropped_events, stats.send_failures,
                             stats.rejected_events)
-        return (ROW_EVENT, EventKind.CLIENT_STATS, now, {
+        fields: dict[str, object] = {
             "dropped_events": stats.dropped_events,
             "spool_dropped_events": stats.spool_dropped_events,
             "send_failures": stats.send_failures,
             "rejected_events": stats.rejected_events,
-        })
+        }
+        if self.step_clock is not None:
+            fields["step_clock"] = self.step_clock
+        if self._collective_clock in ("cpu", "cuda", "nccl"):
+            fields["collective_clock"] = self._collective_clock
+        return (ROW_EVENT, EventKind.CLIENT_STATS, now, fields)
 
     def _after_fork_in_child(self) -> None:
         self._buffer.disable()

@@ -30,9 +30,10 @@ KINDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "attempt_end": ({**AR, "reason": STR}, {"detail": STR}),
     "run_end": ({"status": STR}, {"detail": STR}),
     "client_stats": ({**AR, "dropped_events": INT, "spool_dropped_events": INT, "send_failures": INT},
-                     {"rejected_events": INT}),
+                     {"rejected_events": INT, "step_clock": STR, "collective_clock": STR}),
 }
-ENUMS = {"reason": {"completed", "failed", "preempted"}, "status": {"finished", "failed", "cancelled"}}
+ENUMS = {"reason": {"completed", "failed", "preempted"}, "status": {"finished", "failed", "cancelled"},
+         "step_clock": {"cpu", "cuda"}, "collective_clock": {"cpu", "cuda", "nccl"}}
 
 
 def _check_scalar(kind: str, value: Any) -> bool:

@@ -272,6 +272,8 @@ class ClientStats(_RankEvent):
     spool_dropped_events: Count = 0
     send_failures: Count = 0
     rejected_events: Count = 0
+    step_clock: Literal["cpu", "cuda"] | None = None  # what timed the process's steps (host clocks, CUDA events)
+    collective_clock: Literal["cpu", "cuda", "nccl"] | None = None  # what timed its collectives
 
 
 AnyEvent = Annotated[
