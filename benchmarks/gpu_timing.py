@@ -37,7 +37,9 @@ GOAL_HOT_PATH_MEDIAN_US = 5.0
 GOAL_COMM_OVERHEAD = 0.01
 
 
-def _hot_path(tracker: Any, calls: int = 20_000) -> tuple[float, float]:
+def _hot_path(tracker: Any, calls: int = 5_000, gap_s: float = 0.001) -> tuple[float, float]:
+    """Median and p99 microseconds of ``with tracker.step(i): pass``, steps ``gap_s`` apart (a training loop's
+    cadence: the resolver recycles events between steps, as it does in training)."""
     clock = time.perf_counter_ns
     samples = []
     for i in range(1, calls + 1):
@@ -45,8 +47,48 @@ def _hot_path(tracker: Any, calls: int = 20_000) -> tuple[float, float]:
         with tracker.step(i):
             pass
         samples.append(clock() - t0)
+        if gap_s:
+            time.sleep(gap_s)
     samples.sort()
     return statistics.median(samples) / 1000, samples[int(len(samples) * 0.99)] / 1000
+
+
+def _cuda_calls() -> dict[str, tuple[float, float]]:
+    """What single CUDA driver calls cost here through torch (median and p99 us of 2,000 each, 1 ms apart)."""
+    import torch
+
+    stream = torch.cuda.current_stream()
+    record = torch._C._CudaEventBase.record
+    timed = [torch.cuda.Event(enable_timing=True) for _ in range(8)]
+    plain = [torch.cuda.Event() for _ in range(8)]
+    for event in (*timed, *plain):
+        event.record(stream)
+    torch.cuda.synchronize()
+    anchor = timed[0]
+
+    def measure(call: Callable[[int], object]) -> tuple[float, float]:
+        samples = []
+        for i in range(2_000):
+            t0 = time.perf_counter_ns()
+            call(i)
+            samples.append(time.perf_counter_ns() - t0)
+            time.sleep(0.0005)
+        samples.sort()
+        return statistics.median(samples) / 1000, samples[int(len(samples) * 0.99)] / 1000
+
+    out = {
+        "time.time()": measure(lambda i: time.time()),
+        "record, timing event (C method)": measure(lambda i: record(timed[1 + i % 7], stream)),
+        "record, timing event (Event.record())": measure(lambda i: timed[1 + i % 7].record()),
+        "record, no-timing event (C method)": measure(lambda i: record(plain[i % 8], stream)),
+        "query": measure(lambda i: timed[1 + i % 7].query()),
+        "elapsed_time": measure(lambda i: anchor.elapsed_time(timed[1 + i % 7])),
+        "new Event(enable_timing=True) + first record": measure(
+            lambda i: torch.cuda.Event(enable_timing=True).record(stream)),
+    }
+    group: Any = torch.distributed.distributed_c10d._get_default_group()
+    out["ProcessGroup._get_sequence_number_for_group()"] = measure(lambda i: group._get_sequence_number_for_group())
+    return out
 
 
 def _model(kind: str) -> tuple[Any, Any, Callable[[Any], Any]]:
@@ -173,18 +215,38 @@ def _part(args: argparse.Namespace) -> int:
 
     if args.part == "hot-path":
         print(f"torch {torch.__version__}, {report['gpu']}")
+        calls = _cuda_calls()
+        print("\n0. single calls (us, median / p99)")
+        for name, (median, p99) in calls.items():
+            print(f"   {name:<48} {median:7.2f} {p99:8.2f}")
         cpu = goodput.Tracker(goodput.ClientConfig(mode=goodput.Mode.OFFLINE, spool_dir=Path(spool),
                                                    run_id="bench-cpu", install_handlers=False, step_clock="cpu"),
                               tracker.context).start()
-        hot = {"host clocks": _hot_path(cpu), "CUDA events": _hot_path(tracker)}
+        hot = {"host clocks": _hot_path(cpu), "CUDA events": _hot_path(tracker),
+               "CUDA events, back to back": _hot_path(tracker, 20_000, 0.0)}
         assert tracker.step_clock == "cuda", tracker.step_clock
         cpu.shutdown(1.0)
-        ddp, _, _ = _model("launch-bound")
+        ddp, _, step_fn = _model("launch-bound")
         assert tracker.time_collectives(ddp) == "nccl"
         hot["CUDA events + NCCL step log"] = _hot_path(tracker)
         print("\n1. tracker.step() hot path, enter + exit (us; goal: median < 5)")
         for name, (median, p99) in hot.items():
             print(f"   {name:<30} median {median:6.2f}  p99 {p99:7.2f}")
+        nccl = tracker._nccl
+        assert nccl is not None
+        before = nccl.enqueued()
+        for i in range(5):
+            with tracker.step(10_000 + i):
+                step_fn(None)
+        torch.cuda.synchronize()
+        drained = nccl.drain(5.0)
+        infos = list(nccl._done)
+        taken = nccl.take()
+        print(f"\n   NCCL: enqueued {before} -> {nccl.enqueued()}, drained {drained}, {len(taken)} completions taken, "
+              f"failed {nccl.failed}; first WorkInfo: "
+              + (", ".join(f"{a}={getattr(infos[0], a, None)!r}" for a in ("op_type", "seq", "time_started",
+                                                                            "active_duration")) if infos else "-"))
+        report["cuda_calls_us"] = calls
         report["hot_path_us"] = hot
     else:
         kind = args.part

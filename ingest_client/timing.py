@@ -49,6 +49,7 @@ ANCHOR_EVERY_S = 60.0  # re-anchor CUDA event times to time.time() this often (G
 POLL_INTERVAL_S = 0.01  # the resolver's poll while events are pending
 IDLE_WAIT_S = 1.0  # the resolver's sleep when nothing is pending (a stop() wakes it sooner)
 MAX_NCCL_COMPLETIONS = 1 << 16  # completed collectives held between two flusher ticks
+PREFILLED_EVENTS = 64  # CUDA events created with a timer (cudaEventCreate is the slow part of a first record)
 
 _time = time.time
 _perf = time.perf_counter
@@ -113,6 +114,9 @@ class CudaDevice:
         self._raw_stream: Callable[[int], int] | None = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         self._stream: Any = None
         self._stream_handle = -1
+        # torch.cuda.Event.record(stream) without its Python frame: the C method it calls.
+        self._record: Callable[[Any, Any], None] = getattr(torch._C._CudaEventBase, "record",
+                                                           lambda event, stream: event.record(stream))
 
     def new_event(self) -> Any:
         return self._torch.cuda.Event(enable_timing=True)
@@ -127,7 +131,7 @@ class CudaDevice:
         if handle != self._stream_handle:
             self._stream = self._torch.cuda.current_stream(self.device)
             self._stream_handle = handle
-        event.record(self._stream)
+        self._record(event, self._stream)
 
     def record_anchor(self, event: Any) -> None:
         event.record(self._anchor_stream)
@@ -151,6 +155,10 @@ class CudaTimer:
         self._pending: collections.deque[tuple[tuple[Any, float], Any, Any, Emit, tuple[Any, ...]]] = (
             collections.deque())
         self._free: list[Any] = []
+        for _ in range(PREFILLED_EVENTS):  # created now, off the hot path: a first record creates the event
+            event = self._cuda.new_event()
+            self._cuda.record_anchor(event)
+            self._free.append(event)
         self._lock = threading.Lock()  # the resolver thread and drain() both resolve
         self._wake = threading.Event()
         self._idle = True  # the resolver sleeps (or has not started): a stop() wakes it
@@ -244,14 +252,20 @@ class CudaTimer:
 
     def _emit(self, anchor: tuple[Any, float], start: Any, end: Any, emit: Emit, payload: tuple[Any, ...]) -> None:
         try:
-            anchor_event, anchor_wall = anchor
-            start_s = anchor_wall + anchor_event.elapsed_time(start) / 1000.0
-            end_s = anchor_wall + anchor_event.elapsed_time(end) / 1000.0
+            start_s, end_s = self._interval(anchor, start, end)
             emit(start_s, max(start_s, end_s), *payload)
             self.resolved += 1
         except Exception as exc:  # an event that was never recorded, a device error: count, never raise
             self.failed += 1
             logger.warning("goodput: a CUDA interval could not be resolved: %s", exc)
+        self._release(start, end)
+
+    def _interval(self, anchor: tuple[Any, float], start: Any, end: Any) -> tuple[float, float]:
+        anchor_event, anchor_wall = anchor
+        return (anchor_wall + anchor_event.elapsed_time(start) / 1000.0,
+                anchor_wall + anchor_event.elapsed_time(end) / 1000.0)
+
+    def _release(self, start: Any, end: Any) -> None:
         self._free.extend((start, end))
 
     def drain(self, timeout_s: float) -> bool:
@@ -262,6 +276,38 @@ class CudaTimer:
                 return False
             time.sleep(min(POLL_INTERVAL_S, max(0.0, deadline - _perf())))
         return True
+
+
+class CudaStepTimer(CudaTimer):
+    """Steps on the GPU's timeline with one CUDA event a step, recorded at its end.
+
+    Steps follow one another on the stream, so a step begins where the GPU finished the work queued before it:
+    the previous step's end, or, when the GPU was idle (it had run everything before the host entered the step),
+    the host's ``time.time()`` at entry. One event a step instead of two halves the hot path's driver calls.
+    Work the host queues between two steps outside any span (an evaluation that never reads back) is counted in
+    the next step; a checkpoint waits for the GPU as it starts (``wait_for_device``), so the steps after it begin
+    at their entry.
+    """
+
+    def __init__(self, device: Any = None, *, cuda: CudaDevice | Any = None) -> None:
+        super().__init__(device, cuda=cuda)
+        self._previous_end = 0.0  # wall time at which the GPU finished the previous step (resolver thread)
+
+    def start(self) -> tuple[float, tuple[Any, float]]:  # a host time, not an event
+        return _time(), self._anchor
+
+    def discard(self, token: Any) -> None:
+        pass
+
+    def _interval(self, anchor: tuple[Any, float], start: Any, end: Any) -> tuple[float, float]:
+        anchor_event, anchor_wall = anchor
+        end_s = anchor_wall + anchor_event.elapsed_time(end) / 1000.0
+        start_s = max(float(start), self._previous_end)
+        self._previous_end = end_s
+        return start_s, end_s
+
+    def _release(self, start: Any, end: Any) -> None:
+        self._free.append(end)
 
 
 def timer_for(tensor: Any, clock: str = "auto") -> IntervalTimer:
@@ -320,20 +366,12 @@ class NcclCollectiveTimer:
 
     def __init__(self, nccl: Any, group: Any) -> None:
         self._done: collections.deque[Any] = collections.deque(maxlen=MAX_NCCL_COMPLETIONS)
+        self._nccl = nccl
         self._group = group
         self.failed = 0
-        self.delivered = 0  # completions the hook received (only the hook thread writes it)
-        self._enqueued_at_install = self.enqueued()
-        done = self._done
-
-        def on_completion(info: Any) -> None:  # on ProcessGroupNCCL's hook thread: an exception would abort NCCL
-            try:
-                done.append(info)
-                self.delivered += 1
-            except BaseException:
-                pass
-
-        nccl._register_on_completion_hook(on_completion)
+        # The hook runs on ProcessGroupNCCL's hook thread, where an exception would abort the communicators: a
+        # bounded deque's append, which cannot raise and runs no Python frame.
+        nccl._register_on_completion_hook(self._done.append)
 
     @classmethod
     def for_group(cls, group: Any = None) -> NcclCollectiveTimer | None:
@@ -395,13 +433,16 @@ class NcclCollectiveTimer:
         return True  # completions wait in the deque for the flusher's next take()
 
     def drain(self, timeout_s: float) -> bool:
-        """Wait (at most ``timeout_s``, and 1 s) until every collective enqueued since the hook was installed has
-        been delivered to it: NCCL's watchdog finds completions on its own schedule."""
-        base, deadline = self._enqueued_at_install, _perf() + min(timeout_s, 1.0)
-        while True:
-            now = self.enqueued()
-            if base is None or now is None or self.delivered >= now - base:
-                return True
-            if _perf() >= deadline:
-                return False
-            time.sleep(POLL_INTERVAL_S)
+        """Wait (at most ``timeout_s``) until NCCL has handed over every collective issued so far: its watchdog
+        finds completions on its own schedule. The wait runs on a thread of its own, since a hung collective
+        never completes."""
+        waiter = threading.Thread(target=self._wait_for_pending, name="goodput-nccl-drain", daemon=True)
+        waiter.start()
+        waiter.join(timeout_s)
+        return not waiter.is_alive()
+
+    def _wait_for_pending(self) -> None:
+        try:
+            self._nccl._wait_for_pending_works()
+        except Exception as exc:  # the group was destroyed meanwhile
+            logger.debug("goodput: waiting for NCCL's completions: %s", exc)

@@ -43,7 +43,7 @@ from ingest_client.events import (
 from ingest_client.flusher import ClientStats, Pipeline, PipelineSettings, Rows
 from ingest_client.poller import SignalPoller
 from ingest_client.spool import run_dir_name
-from ingest_client.timing import CudaTimer, Emit, IntervalTimer, NcclCollectiveTimer, cuda_in_use
+from ingest_client.timing import CudaStepTimer, Emit, IntervalTimer, NcclCollectiveTimer, cuda_in_use
 from ingest_client.transport.base import Transport
 from ingest_client.transport.http import HttpTransport
 from ingest_client.transport.relayed import RelayedTransport
@@ -307,7 +307,7 @@ class Tracker:
         wanted = self.config.step_clock
         if wanted == "cuda" or (wanted == "auto" and cuda_in_use()):
             try:
-                timer = CudaTimer()
+                timer = CudaStepTimer()
             except Exception as exc:
                 logger.warning("goodput: steps are timed with the host's clocks: CUDA events are not available "
                                "here (%s)", exc)

@@ -78,7 +78,7 @@ def test_cuda_timer_resolves_in_order_once_complete_and_anchors_gpu_times_to_wal
     """The resolver's bookkeeping without a GPU: a simulated stream stands in for torch.cuda."""
     import time
 
-    from ingest_client.timing import CudaTimer
+    from ingest_client.timing import PREFILLED_EVENTS, CudaTimer
     from tests.ingest_client.simulated_gpu import SimulatedGpu
 
     gpu = SimulatedGpu()
@@ -101,5 +101,5 @@ def test_cuda_timer_resolves_in_order_once_complete_and_anchors_gpu_times_to_wal
     assert rows[0][1] == pytest.approx(queued, abs=0.002)
     assert timer.drain(1.0) and rows[1][1] - rows[1][0] == pytest.approx(0.2, abs=0.002)
     assert rows[1][0] == pytest.approx(rows[0][1], abs=0.002), "back to back on the stream"
-    assert timer.resolved == 2 and len(timer._free) == 4, "events are reused"
-    assert gpu.events_created == 5  # four for the intervals, one for the anchor
+    assert timer.resolved == 2 and len(timer._free) == PREFILLED_EVENTS, "events go back to the pool"
+    assert gpu.events_created == PREFILLED_EVENTS + 1, "intervals take the pool's events; one more for the anchor"
