@@ -356,10 +356,12 @@ def _op_name(op_type: Any) -> str:
 class NcclCollectiveTimer:
     """Every collective of one NCCL process group, timed by ProcessGroupNCCL in C++ (module docstring).
 
-    ``take()`` returns ``(op, start_s, duration_s)`` per collective completed since the last call: ``start_s`` is
-    when the host enqueued it (``time.time()`` clock), ``duration_s`` its active time on the GPU, from its start
-    to its end event, which includes waiting for the slowest rank to join. ``enqueued()`` is the group's count of
-    collectives issued so far (None where torch does not say).
+    ``find(group)`` looks for a group whose NCCL backend can report completions (no side effect); ``install(found)``
+    switches its timers on and registers the hook. ``take()`` returns ``(op, start_s, duration_s, seq)`` per
+    collective completed since the last call: ``start_s`` is when the host enqueued it (``time.time()`` clock),
+    ``duration_s`` its active time on the GPU, from its start to its end event, which includes waiting for the
+    slowest rank to join; ``seq`` the group's number for it (None where torch does not say). ``enqueued()`` is the
+    group's count of collectives issued so far.
     """
 
     kind = "nccl"
@@ -373,10 +375,10 @@ class NcclCollectiveTimer:
         # bounded deque's append, which cannot raise and runs no Python frame.
         nccl._register_on_completion_hook(self._done.append)
 
-    @classmethod
-    def for_group(cls, group: Any = None) -> NcclCollectiveTimer | None:
-        """The timer of ``group`` (None: the default group), installed once; None where the group has no NCCL
-        backend that reports completions (gloo, an old torch)."""
+    @staticmethod
+    def find(group: Any = None) -> tuple[Any, Any] | None:
+        """``(group, its object with the NCCL timing methods)`` for ``group`` (None: the default group), or None
+        where the group has no NCCL backend that reports completions (gloo, an old torch)."""
         try:
             import torch
             import torch.distributed as dist
@@ -389,17 +391,22 @@ class NcclCollectiveTimer:
             return None
         if type(backend).__name__ != "ProcessGroupNCCL":
             return None
+        # The backend's own methods where torch binds them there, else the group's, which forward to it.
+        nccl = next((obj for obj in (backend, pg) if all(hasattr(obj, name) for name in _NCCL_METHODS)), None)
+        return None if nccl is None else (pg, nccl)
+
+    @classmethod
+    def install(cls, found: tuple[Any, Any]) -> NcclCollectiveTimer | None:
+        """Timers on and the hook registered, once per group; blocks until the group's collectives in flight have
+        completed (call it between steps). None, with a warning, where torch refuses."""
+        pg, nccl = found
         timer = _NCCL_TIMERS.get(id(pg))
         if timer is not None:
             return timer
-        # The backend's own methods where torch binds them there, else the group's, which forward to it.
-        nccl = next((obj for obj in (backend, pg) if all(hasattr(obj, name) for name in _NCCL_METHODS)), None)
-        if nccl is None:
-            return None
         try:
             # Collectives issued before timing was on carry no start event: their duration would raise in the
             # hook thread, which aborts the communicators. So: timing on, then the group's earlier collectives
-            # retired (a one-time wait, before training), then the hook.
+            # retired (one wait), then the hook.
             nccl._enable_collectives_timing()
             nccl._wait_for_pending_works()
             timer = _NCCL_TIMERS[id(pg)] = cls(nccl, pg)
@@ -408,26 +415,47 @@ class NcclCollectiveTimer:
             return None
         return timer
 
-    def take(self) -> list[tuple[str, float, float]]:
-        out: list[tuple[str, float, float]] = []
+    @staticmethod
+    def timing_cost_s(samples: int = 64) -> float:
+        """What NCCL's timers add to one collective here: a CUDA event with timing recorded at its start, and its
+        end event with timing (median of ``samples`` records of such an event on a private stream, twice)."""
+        import statistics
+
+        import torch
+
+        stream = torch.cuda.Stream()
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(8)]
+        for event in events:
+            event.record(stream)
+        costs = []
+        for i in range(samples):
+            t0 = _perf()
+            events[i % 8].record(stream)
+            costs.append(_perf() - t0)
+        return 2.0 * statistics.median(costs)
+
+    def take(self) -> list[tuple[str, float, float, int | None]]:
+        out: list[tuple[str, float, float, int | None]] = []
         done = self._done
+        to_wall = _time() - time.monotonic()  # torch may give the enqueue time on the steady (monotonic) clock
         for _ in range(len(done)):
             try:
                 info = done.popleft()
             except IndexError:
                 break
             try:
-                out.append((_op_name(info.op_type), info.time_started.timestamp(),
-                            max(0.0, info.active_duration.total_seconds())))
+                started = info.time_started
+                start_s = (started.timestamp() if hasattr(started, "timestamp")  # a datetime: the system clock
+                           else started.total_seconds() + to_wall)  # a timedelta: std::chrono::steady_clock
+                seq = getattr(info, "seq", None)
+                out.append((_op_name(info.op_type), start_s, max(0.0, info.active_duration.total_seconds()),
+                            None if seq is None else int(seq)))
             except Exception:  # a WorkInfo of another shape: counted, never raised
                 self.failed += 1
         return out
 
     def enqueued(self) -> int | None:
-        try:
-            return int(self._group._get_sequence_number_for_group())
-        except Exception:
-            return None
+        return enqueued_collectives(self._group)
 
     def resolve_ready(self) -> bool:
         return True  # completions wait in the deque for the flusher's next take()
@@ -446,3 +474,11 @@ class NcclCollectiveTimer:
             self._nccl._wait_for_pending_works()
         except Exception as exc:  # the group was destroyed meanwhile
             logger.debug("goodput: waiting for NCCL's completions: %s", exc)
+
+
+def enqueued_collectives(group: Any) -> int | None:
+    """The group's count of collectives issued so far (None where torch does not say)."""
+    try:
+        return int(group._get_sequence_number_for_group())
+    except Exception:
+        return None

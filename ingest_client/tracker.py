@@ -43,7 +43,14 @@ from ingest_client.events import (
 from ingest_client.flusher import ClientStats, Pipeline, PipelineSettings, Rows
 from ingest_client.poller import SignalPoller
 from ingest_client.spool import run_dir_name
-from ingest_client.timing import CudaStepTimer, Emit, IntervalTimer, NcclCollectiveTimer, cuda_in_use
+from ingest_client.timing import (
+    CudaStepTimer,
+    Emit,
+    IntervalTimer,
+    NcclCollectiveTimer,
+    cuda_in_use,
+    enqueued_collectives,
+)
 from ingest_client.transport.base import Transport
 from ingest_client.transport.http import HttpTransport
 from ingest_client.transport.relayed import RelayedTransport
@@ -59,6 +66,7 @@ DURABLE_FSYNC = True
 LAUNCHED_ENV = "GOODPUT_LAUNCHED"  # "1" in processes started by `goodput launch` (ingest_client/launch.py)
 _UNDECIDED: Any = object()  # the step clock before the first step (Tracker._step_timer)
 STEP_LOG_LENGTH = 8192  # host step boundaries kept to place NCCL's collectives in their steps
+NCCL_PROBE_STEPS = 20  # steps watched before NCCL's timers are switched on: their cost, against the step's
 
 
 class StepSpan:
@@ -83,9 +91,11 @@ class StepSpan:
         timer = tracker._step_timer
         if timer is _UNDECIDED:
             timer = tracker._choose_step_clock()
+        if tracker._nccl_go:
+            tracker._install_nccl()  # once, between two steps
         log = tracker._step_log
         if log is not None:
-            log.append((_time(), self.step, tracker._enqueued_collectives()))
+            log.append((_time(), self.step))
         if timer is None:
             self._start = _time()
             self._p0 = _perf()
@@ -107,7 +117,7 @@ class StepSpan:
             tracker._next_step = self.step + 1
             log = tracker._step_log
             if log is not None:
-                log.append((_time(), self.step + 1, None))
+                log.append((_time(), self.step + 1))
         elif timer is not None:
             timer.discard(self._token)
 
@@ -229,9 +239,18 @@ class Tracker:
         self._step_timer: IntervalTimer | None = None if config.step_clock == "cpu" else _UNDECIDED
         self._collective_clock: str | None = None  # "cpu", "cuda" (comm hook) or "nccl", once collectives are timed
         self._nccl: NcclCollectiveTimer | None = None
-        # (host time, step in progress from then on, the group's collectives enqueued so far or None): the step
-        # boundaries that place NCCL's collectives in their steps; kept only while NCCL times them.
-        self._step_log: collections.deque[tuple[float, int, int | None]] | None = None
+        # NCCL's timers asked for, not on yet: (group, its timing methods), the steps watched so far, and the flag
+        # that the next step's entry switches them on (time_collectives, _probe_nccl).
+        self._nccl_found: tuple[Any, Any] | None = None
+        self._nccl_probe: tuple[float, int, int] | None = None
+        self._nccl_go = False
+        self._nccl_max_overhead = 0.01
+        self._nccl_device: int | None = None
+        self._nccl_done_in_step: dict[int, int] = {}  # NCCL's collectives completed per step (the latest few)
+        self._nccl_last_seq: int | None = None
+        # (host time, step in progress from then on): the step boundaries that place NCCL's collectives in their
+        # steps; kept only while NCCL times them.
+        self._step_log: collections.deque[tuple[float, int]] | None = None
         if config.mode is Mode.DISABLED:
             buffer = RowBuffer(64, 64)
             buffer.enabled = False
@@ -329,10 +348,6 @@ class Tracker:
         timer.wait_for_device()
         timer.resolve_ready()
 
-    def _enqueued_collectives(self) -> int | None:
-        nccl = self._nccl
-        return None if nccl is None else nccl.enqueued()
-
     # -- hot path --------------------------------------------------------------------------
 
     def step(self, step: int) -> StepSpan:
@@ -421,26 +436,32 @@ class Tracker:
 
         return build_ddp_comm_hook(self, op)
 
-    def time_collectives(self, model: Any = None, *, process_group: Any = None, op: str = "all_reduce") -> str:
+    def time_collectives(self, model: Any = None, *, process_group: Any = None, op: str = "all_reduce",
+                         max_overhead: float | None = 0.01) -> str:
         """Time this rank's collectives (per-rank collective time: the straggler accounting) the cheapest way there is.
 
         - NCCL: ProcessGroupNCCL's own timers (CUDA events in C++) report every collective of ``process_group``
-          (None: the default group) to a completion hook off the training thread; DDP, FSDP and your own
-          collectives alike, with no Python on the gradient path. The one-time setup waits for the group's
-          collectives in flight: call it before training.
+          (None: the default group) to a completion hook off the training thread: DDP, FSDP and your own
+          collectives alike, with no Python on the gradient path. They cost a timed CUDA event or two per
+          collective (~15 us on an H200 VM): the tracker watches the first 20 steps and switches them on, between
+          two steps, only if that is at most ``max_overhead`` of a step (a launch-bound loop of 40 small buckets in
+          8 ms steps would pay 7.5 %); else collectives stay untimed, with a warning. ``max_overhead=None``: on at
+          once, whatever the cost (call it before training: it waits for the group's collectives in flight).
         - Otherwise (gloo), with a DDP ``model``: registers :meth:`ddp_comm_hook` on it (``op`` names its rows).
 
-        Returns the clock: ``"nccl"``, ``"hook"`` (the comm hook, CPU clocks or CUDA events per bucket), or
-        ``"off"`` (nothing to time with: a warning says why).
+        Returns ``"nccl"``, ``"hook"`` (the comm hook: CPU clocks or CUDA events per bucket), or ``"off"`` (nothing
+        to time with: a warning says why). ``client_stats`` says which clock timed them (``collective_clock``).
         """
-        if self._nccl is not None:
+        if self._nccl is not None or self._nccl_found is not None:
             return "nccl"
-        nccl = NcclCollectiveTimer.for_group(process_group)
-        if nccl is not None:
-            self._nccl = nccl
-            self._step_log = collections.deque(maxlen=STEP_LOG_LENGTH)
-            self._timers_to_drain.append(nccl)
-            self.note_collective_clock("nccl")
+        found = NcclCollectiveTimer.find(process_group)
+        if found is not None:
+            self._nccl_found = found
+            if max_overhead is None:
+                self._install_nccl()
+            else:
+                self._nccl_max_overhead = max_overhead
+                self._nccl_device = _current_cuda_device()
             return "nccl"
         if model is not None and hasattr(model, "register_comm_hook"):
             model.register_comm_hook(process_group, self.ddp_comm_hook(op))
@@ -450,6 +471,51 @@ class Tracker:
                        "completed collectives, and no DDP model was given for a comm hook; pass the DDP model: "
                        "tracker.time_collectives(model)")
         return "off"
+
+    def _install_nccl(self) -> None:
+        """NCCL's timers on (training thread, between steps; NcclCollectiveTimer.install waits once)."""
+        found, self._nccl_found, self._nccl_go = self._nccl_found, None, False
+        nccl = NcclCollectiveTimer.install(found) if found is not None else None
+        if nccl is None:
+            return
+        self._nccl = nccl
+        self._step_log = collections.deque(maxlen=STEP_LOG_LENGTH)
+        self._timers_to_drain.append(nccl)
+        self.note_collective_clock("nccl")
+
+    def _probe_nccl(self, now: float) -> None:
+        """Flusher thread: after NCCL_PROBE_STEPS steps, what NCCL's timers would cost a step here; below
+        ``max_overhead`` the next step's entry switches them on."""
+        found = self._nccl_found
+        if found is None or self._nccl_go:
+            return
+        seq, step = enqueued_collectives(found[0]), self._next_step
+        if seq is None:  # nothing to estimate with: torch does not count the group's collectives
+            self._nccl_go = True
+            return
+        if self._nccl_probe is None:
+            self._nccl_probe = (now, seq, step)
+            return
+        since, seq0, step0 = self._nccl_probe
+        steps = step - step0
+        if steps < NCCL_PROBE_STEPS:
+            return
+        per_step, step_s = (seq - seq0) / steps, (now - since) / steps
+        try:
+            cost_s = per_step * _on_device(self._nccl_device, NcclCollectiveTimer.timing_cost_s)
+        except Exception as exc:  # CUDA refused a few event records: the cost is unknown, the timers go on
+            logger.debug("goodput: NCCL's timing cost not measured: %s", exc)
+            cost_s = 0.0
+        if step_s > 0 and cost_s <= self._nccl_max_overhead * step_s:
+            self._nccl_go = True
+            return
+        self._nccl_found = None
+        self.note_collective_clock("off")
+        logger.warning("goodput: collectives are not timed: NCCL's timers would cost %.1f%% of this job's steps "
+                       "(%.0f collectives a step of %.1f ms, about %.0f us each); the client keeps its cost under "
+                       "%.1f%%. tracker.time_collectives(model, max_overhead=None) times them anyway.",
+                       100.0 * cost_s / step_s, per_step, 1000.0 * step_s, 1e6 * cost_s / max(per_step, 1.0),
+                       100.0 * self._nccl_max_overhead)
 
     def note_collective_clock(self, kind: str) -> None:
         """Record which clock times collectives (said in the next ``client_stats``)."""
@@ -539,6 +605,8 @@ class Tracker:
     # -- flusher thread ----------------------------------------------------------------------
 
     def _tick(self, now: float) -> Rows:
+        if self._nccl_found is not None:
+            self._probe_nccl(now)
         rows: Rows = self._nccl_rows() if self._nccl is not None else []
         if now - self._last_heartbeat_s >= self.config.heartbeat_interval_s:
             self._last_heartbeat_s = now
@@ -562,16 +630,14 @@ class Tracker:
         return rows
 
     def _collectives_started_in(self, step: int) -> int | None:
-        """Collectives this rank started in the step in progress: counted by the comm hook, or, on NCCL, the
-        group's count now less its count when the step started (None when torch does not say)."""
+        """Collectives this rank started in the step in progress: counted by the comm hook, or, on NCCL, those
+        completed in it plus those issued after the last completed one (None when torch does not number them)."""
         if self._nccl is None:
             return self._coll_started if self._coll_step == step else 0
-        log = self._step_log
-        now = self._nccl.enqueued()
-        if log is None or now is None:
+        now, last = self._nccl.enqueued(), self._nccl_last_seq
+        if now is None or last is None:
             return None
-        at_entry = next((seq for _, entered, seq in reversed(log) if entered == step and seq is not None), None)
-        return None if at_entry is None else max(0, now - at_entry)
+        return self._nccl_done_in_step.get(step, 0) + max(0, now - last)
 
     def _nccl_rows(self) -> Rows:
         """NCCL's completed collectives as rows, each in the step that was in progress when the host enqueued it."""
@@ -581,11 +647,17 @@ class Tracker:
             return []
         log = list(self._step_log)
         times = [entry[0] for entry in log]
+        counts = self._nccl_done_in_step
         rows: Rows = []
-        for op, start, duration in done:
+        for op, start, duration, seq in done:
             i = bisect.bisect_right(times, start) - 1
             step = log[i][1] if i >= 0 else (log[0][1] if log else self._next_step)
             rows.append((ROW_COLLECTIVE, step, op, start, start + duration))
+            counts[step] = counts.get(step, 0) + 1
+            if seq is not None:
+                self._nccl_last_seq = max(seq, self._nccl_last_seq or 0)
+        for old in sorted(counts)[:-4]:  # the step in progress and a few before it
+            del counts[old]
         return rows
 
     def _stats_row(self, now: float) -> tuple[Any, ...]:
@@ -601,7 +673,7 @@ class Tracker:
         }
         if self.step_clock is not None:
             fields["step_clock"] = self.step_clock
-        if self._collective_clock in ("cpu", "cuda", "nccl"):
+        if self._collective_clock in ("cpu", "cuda", "nccl", "off"):
             fields["collective_clock"] = self._collective_clock
         return (ROW_EVENT, EventKind.CLIENT_STATS, now, fields)
 
@@ -610,6 +682,25 @@ class Tracker:
         self._poller = None  # its thread is not in the child
         if self._pipeline is not None:
             self._pipeline.after_fork_in_child()
+
+
+def _on_device(device: int | None, measure: Callable[[], float]) -> float:
+    """``measure()`` with ``device`` current on this thread (a flusher thread's default would be GPU 0)."""
+    if device is None:
+        return measure()
+    import torch
+
+    with torch.cuda.device(device):
+        return measure()
+
+
+def _current_cuda_device() -> int | None:
+    try:
+        import torch
+
+        return int(torch.cuda.current_device())
+    except Exception:
+        return None
 
 
 def _transport(config: ClientConfig, sender: str) -> Transport:

@@ -144,10 +144,11 @@ class _FakeNccl:
     kind = "nccl"
 
     def __init__(self) -> None:
-        self.completed: list[tuple[str, float, float]] = []
+        self.completed: list[tuple[str, float, float, int | None]] = []
         self.count = 0
+        self.installed = 0
 
-    def take(self) -> list[tuple[str, float, float]]:
+    def take(self) -> list[tuple[str, float, float, int | None]]:
         out, self.completed = self.completed, []
         return out
 
@@ -161,12 +162,24 @@ class _FakeNccl:
         return True
 
 
+@pytest.fixture
+def nccl(monkeypatch: pytest.MonkeyPatch) -> _FakeNccl:
+    fake = _FakeNccl()
+
+    def install(found: Any) -> _FakeNccl:
+        fake.installed += 1
+        return fake
+
+    monkeypatch.setattr(timing.NcclCollectiveTimer, "find", staticmethod(lambda group=None: ("group", "nccl")))
+    monkeypatch.setattr(timing.NcclCollectiveTimer, "install", staticmethod(install))
+    monkeypatch.setattr(tracker_module, "enqueued_collectives", lambda group: fake.count)
+    return fake
+
+
 def test_nccls_collectives_land_in_the_step_the_host_enqueued_them_in(
-        make_tracker: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    nccl = _FakeNccl()
-    monkeypatch.setattr(timing.NcclCollectiveTimer, "for_group", classmethod(lambda cls, group=None: nccl))
+        make_tracker: Any, tmp_path: Path, nccl: _FakeNccl) -> None:
     tracker = make_tracker(spool_dir=tmp_path / "spool", heartbeat_interval_s=3600)
-    assert tracker.time_collectives() == "nccl"
+    assert tracker.time_collectives(max_overhead=None) == "nccl" and nccl.installed == 1
     enqueued: dict[int, list[float]] = {}
     for step in (1, 2, 3):
         with tracker.step(step):
@@ -175,8 +188,9 @@ def test_nccls_collectives_land_in_the_step_the_host_enqueued_them_in(
                 enqueued.setdefault(step, []).append(time.time())
                 nccl.count += 1
         time.sleep(0.002)
-        nccl.completed.extend(("all_reduce", t, 0.001) for t in enqueued[step])
+        nccl.completed.extend(("all_reduce", t, 0.001, 4 * (step - 1) + i + 1) for i, t in enumerate(enqueued[step]))
     with tracker.step(4):
+        tracker.flush()  # the completions so far are taken
         nccl.count += 2  # two collectives of step 4 enqueued, still running
         assert tracker._collectives_started_in(4) == 2
     tracker.finish()
@@ -186,3 +200,44 @@ def test_nccls_collectives_land_in_the_step_the_host_enqueued_them_in(
     assert sorted((s, a) for s, _, a, _ in rows) == sorted((s, t) for s, ts in enqueued.items() for t in ts)
     assert all(op == "all_reduce" and b - a == pytest.approx(0.001, abs=1e-5) for _, op, a, b in rows)
     assert [r["collective_clock"] for r in records if r["kind"] == "client_stats"][-1] == "nccl"
+
+
+@pytest.mark.parametrize(("cost_us", "on"), [(10.0, True), (1_000.0, False)])
+def test_nccls_timers_go_on_between_two_steps_only_if_they_cost_at_most_1_percent_of_a_step(
+        make_tracker: Any, tmp_path: Path, nccl: _FakeNccl, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, cost_us: float, on: bool) -> None:
+    """4 collectives in a ~5 ms step: at 10 us each they cost 0.8 %, at 1 ms each 80 %."""
+    monkeypatch.setattr(timing.NcclCollectiveTimer, "timing_cost_s", staticmethod(lambda: cost_us / 1e6))
+    tracker = make_tracker(spool_dir=tmp_path / "spool", flush_interval_s=0.02)
+    assert tracker.time_collectives() == "nccl"
+    for step in range(1, 80):
+        with tracker.step(step):
+            nccl.count += 4
+            time.sleep(0.005)
+    assert nccl.installed == (1 if on else 0)
+    assert tracker._nccl is (nccl if on else None)
+    tracker.finish()
+    stats = [r for r in spooled_records(tmp_path / "spool") if r["kind"] == "client_stats"]
+    assert stats[-1]["collective_clock"] == ("nccl" if on else "off")
+    assert ("NCCL's timers would cost" in caplog.text) is not on
+
+
+def test_nccls_enqueue_times_on_the_steady_clock_or_the_system_clock_become_wall_time() -> None:
+    import datetime
+    import types
+
+    from ingest_client.timing import NcclCollectiveTimer
+
+    timer = object.__new__(NcclCollectiveTimer)
+    timer._done, timer.failed = __import__("collections").deque(), 0
+    wall = time.time() - 3.0
+    steady = datetime.timedelta(seconds=time.monotonic() - 3.0)  # torch 2.11: std::chrono::steady_clock
+    system = datetime.datetime.fromtimestamp(wall)  # torch 2.13: std::chrono::system_clock
+    for started, seq in ((steady, 7), (system, None)):
+        timer._done.append(types.SimpleNamespace(op_type=types.SimpleNamespace(name="ALLREDUCE"), seq=seq,
+                                                 time_started=started,
+                                                 active_duration=datetime.timedelta(microseconds=250)))
+    ((op1, start1, d1, seq1), (op2, start2, d2, seq2)) = timer.take()
+    assert (op1, op2, seq1, seq2) == ("all_reduce", "all_reduce", 7, None)
+    assert start1 == pytest.approx(wall, abs=0.01) and start2 == pytest.approx(wall, abs=1e-3)
+    assert d1 == d2 == pytest.approx(0.00025)

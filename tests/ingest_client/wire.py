@@ -33,7 +33,7 @@ KINDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
                      {"rejected_events": INT, "step_clock": STR, "collective_clock": STR}),
 }
 ENUMS = {"reason": {"completed", "failed", "preempted"}, "status": {"finished", "failed", "cancelled"},
-         "step_clock": {"cpu", "cuda"}, "collective_clock": {"cpu", "cuda", "nccl"}}
+         "step_clock": {"cpu", "cuda"}, "collective_clock": {"cpu", "cuda", "nccl", "off"}}
 
 
 def _check_scalar(kind: str, value: Any) -> bool:

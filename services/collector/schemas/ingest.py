@@ -273,7 +273,8 @@ class ClientStats(_RankEvent):
     send_failures: Count = 0
     rejected_events: Count = 0
     step_clock: Literal["cpu", "cuda"] | None = None  # what timed the process's steps (host clocks, CUDA events)
-    collective_clock: Literal["cpu", "cuda", "nccl"] | None = None  # what timed its collectives
+    collective_clock: Literal["cpu", "cuda", "nccl", "off"] | None = None  # what timed its collectives ("off": none,
+    # NCCL's timers would have cost more than the client's budget)
 
 
 AnyEvent = Annotated[
