@@ -12,13 +12,15 @@ What it shows, besides the goodput calls (marked ``# goodput``):
 - Exact resume: parameters, Adam state, step, every rank's RNG state and the data position are saved, so a job
   killed and resumed ends with the same model digest as an uninterrupted one.
 - Fault injection for tests and demos: ``--straggler-rank``, ``--hang-at-step``, ``--slow-checkpoint``,
-  ``--kill-after-checkpoint`` (a rank SIGKILLed a moment after a checkpoint completed), and
+  ``--kill-after-checkpoint`` (a rank SIGKILLed a moment after a checkpoint completed), ``--kill-after-step`` (a
+  rank SIGKILLed right after a step) with ``--die-before-init-after-kill`` (every worker started after that kill
+  dies before it joins the process group, so torchrun gives up: a job that fails for good), and
   ``--lose-on-resume optimizer|rng|data|step`` (a resume that restores only part of the state, which
   ``--digest-every N`` digests and the collector's resume check catch).
 
 Each rank appends one JSON line per notable event to ``<log-dir>/rank<R>.jsonl`` (``start``, ``resumed``,
-``skipped_checkpoint``, ``step``, ``checkpoint``, ``hang``, ``error``, ``done``) so that tests can compare the
-goodput ledger with what the job itself saw.
+``skipped_checkpoint``, ``step``, ``checkpoint``, ``hang``, ``killed``, ``died_before_init``, ``error``, ``done``) so
+that tests can compare the goodput ledger with what the job itself saw.
 
 Run end: ``tracker.finish()``. Under ``goodput launch`` the launcher reports ``run_end`` from torchrun's exit code
 (it sees every restart and the final outcome); under plain torchrun ``finish()`` on rank 0 reports the run finished.
@@ -50,6 +52,7 @@ MANIFEST = "manifest.json"
 STATE_FILE = "state.pt"
 CKPT_PREFIX = "ckpt-"
 TMP_PREFIX = ".tmp-ckpt-"
+KILLED_MARKER = "killed"  # in the log dir, once --kill-after-step has fired
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -81,6 +84,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kill-after-checkpoint", type=int,
                    help="fault injection: --kill-rank SIGKILLs itself --kill-delay-s after the checkpoint of this step "
                         "completed (first attempt only)")
+    p.add_argument("--kill-after-step", type=int,
+                   help="fault injection: --kill-rank SIGKILLs itself right after this step (once per job: "
+                        "<log-dir>/killed marks it)")
+    p.add_argument("--die-before-init-after-kill", action="store_true",
+                   help="fault injection: every worker started after --kill-after-step fired raises before "
+                        "init_process_group (a restart that never gets going), until torchrun gives up")
     p.add_argument("--kill-rank", type=int, default=0)
     p.add_argument("--kill-delay-s", type=float, default=0.0)
     p.add_argument("--honor-checkpoint-requests", action="store_true",
@@ -299,6 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if args.die_before_init_after_kill and (args.log_dir / KILLED_MARKER).exists():
+        EventLog(args.log_dir, int(os.environ.get("RANK", "0")), attempt).write("died_before_init", pid=os.getpid())
+        raise RuntimeError("fault injection (--die-before-init-after-kill): this worker dies before it joins the "
+                           "process group")
     init_distributed(attempt, timedelta(seconds=args.timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
     log = EventLog(args.log_dir, rank, attempt)
@@ -368,6 +381,10 @@ def main(argv: list[str] | None = None) -> int:
                 log.write("checkpoint_requested", step=step)
             if requested or (args.checkpoint_every and step % args.checkpoint_every == 0):
                 checkpoint(args, log, tracker, step, model, optimizer, sampler, rank)
+            if step == args.kill_after_step and rank == args.kill_rank and not (args.log_dir / KILLED_MARKER).exists():
+                (args.log_dir / KILLED_MARKER).touch()
+                log.write("killed", step=step, pid=os.getpid())
+                os.kill(os.getpid(), signal.SIGKILL)
     except Exception as exc:
         log.write("error", step=step, error=f"{type(exc).__name__}: {exc}"[:500])
         raise  # goodput's excepthook records attempt_end(failed); torchrun restarts the group
