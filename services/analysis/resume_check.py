@@ -201,7 +201,9 @@ def build_resume_check(data: RunData, structure: RunStructure | None = None,
     return ResumeCheck(
         run_id=data.run_id, version=version, verdict=verdict, reason="; ".join(reasons) if verdict == "unverified"
         else None, findings=findings, resumes=summaries, notes=notes, config=Tolerances(**asdict(config)),
-        gpu_seconds_since_first_finding=_gpu_seconds_from(structure, min(flagged_attempts, default=None)))
+        gpu_seconds_since_first_finding=_gpu_seconds_from(structure, min(flagged_attempts, default=None)),
+        gpu_seconds_since_first_unverified=_gpu_seconds_from(
+            structure, min((s.attempt for s in summaries if not s.verified), default=None)))
 
 
 def _writers_first(ok_checkpoints: Mapping[int, list[int]], attempt: int, refs: list[int], resume: int,

@@ -78,6 +78,9 @@ class ResumeCheck(BaseModel):
     gpu_seconds_since_first_finding: float = Field(
         description="GPU-seconds of the steps computed from the first flagged attempt on: trained on a state "
                     "that differs from the one the run had")
+    gpu_seconds_since_first_unverified: float = Field(
+        0.0, description="GPU-seconds of the steps computed from the first unverified restart on: trained on a "
+                         "state nobody checked")
 
     @property
     def flagged(self) -> bool:

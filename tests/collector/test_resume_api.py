@@ -112,3 +112,24 @@ def test_the_digest_at_load_is_stored_and_compared_and_nothing_compared_is_unver
     assert none["verdict"] == "unverified" and none["findings"] == []
     assert "no recomputed step and no digest at load arrived" in none["reason"]
     assert none["resumes"][0]["unverified_reason"] == none["reason"] and not none["resumes"][0]["verified"]
+
+
+def test_an_unverified_run_s_advice_report_and_cli_say_so(client: Any) -> None:
+    from services.analysis.advice_types import RunAdvice
+    from services.cli.advice import advice_lines
+
+    post(client, killed_after_checkpoint("load-unchecked", None))
+    check = client.get("/v1/runs/load-unchecked/resume-check").json()
+    assert check["verdict"] == "unverified"
+    advice = client.get("/v1/runs/load-unchecked/advice").json()
+    (rec,) = [r for r in advice["recommendations"] if r["code"] == "resume_correctness"]
+    assert rec["title"] == "Check each resume as it loads" and check["reason"] in rec["wording"]
+    assert rec["at_stake_gpu_seconds"] == check["gpu_seconds_since_first_unverified"] > 0
+    report = client.get("/v1/runs/load-unchecked/report", params={"format": "json"}).json()
+    (in_report,) = [r for r in report["recommendations"] if r["code"] == "resume_correctness"]
+    assert (in_report["title"], in_report["at_stake_gpu_seconds"]) == (rec["title"], rec["at_stake_gpu_seconds"])
+    assert check["reason"] in in_report["wording"]
+    page = client.get("/v1/runs/load-unchecked/report", params={"format": "html"}).text
+    assert "Check each resume as it loads" in page
+    printed = " ".join(line.strip() for line in advice_lines(RunAdvice.model_validate(advice), width=80))
+    assert "Check each resume as it loads" in printed and "no digest at load arrived" in printed
