@@ -49,8 +49,9 @@ def pairs_at_load(attempt: int, loaded: pd.DataFrame, digests: pd.DataFrame,
     mine = loaded[loaded["attempt"] == attempt]
     rows: list[tuple[int, int, str, str, int]] = []
     missing: list[int] = []
+    near = digests[digests["step"].isin(mine["step"].unique()) & digests["rank"].isin(mine["rank"].unique())]
     by_key = {(int(a), int(r), int(s)): str(d) for a, r, s, d in
-              zip(digests["attempt"], digests["rank"], digests["step"], digests["digest"], strict=True)}
+              zip(near["attempt"], near["rank"], near["step"], near["digest"], strict=True)}
     for i, (rank, step, got) in enumerate(zip(mine["rank"].to_numpy(np.int64), mine["step"].to_numpy(np.int64),
                                               mine["digest"], strict=True)):
         found = next(((a, by_key[(a, int(rank), int(step))]) for a in references(int(step))
