@@ -366,16 +366,25 @@ class Tracker:
         """Time a checkpoint save; ``step`` defaults to the last completed step."""
         return CheckpointSpan(self, self._next_step - 1 if step is None else step)
 
-    def resumed(self, step: int, *, checkpoint_step: int | None = None, checkpoint: str | None = None) -> None:
+    def resumed(self, step: int, *, checkpoint_step: int | None = None, checkpoint: str | None = None,
+                digest: str | None = None) -> None:
         """Record where training (re)starts: ``step`` = the last completed step, 0 for a fresh start.
 
         When the state was loaded from a checkpoint, say which: ``checkpoint`` (its path or id, 1-256 printable
         characters) and/or ``checkpoint_step`` (the step it was saved at; defaults to ``step`` when ``checkpoint``
         is given). The collector then knows that checkpoint existed even if the ``checkpoint_end`` of the
         process that wrote it was lost, and a ``checkpoint_step`` other than ``step`` (a lost step counter) is
-        flagged by the resume check. Durable: on disk when this returns.
+        flagged by the resume check.
+
+        ``digest``: the digest of the state just loaded (1-128 printable characters), made as the writer made
+        the ``tracker.digest`` of that step when it saved it: the same function over the same state (e.g.
+        ``ingest_client.state_digest(model, optimizer, {"step": step, ...})``). The resume check compares the
+        two, so a resume is checked the moment it loads, whatever else arrives. An invalid value is dropped on
+        the flusher thread (the resume still counts). Durable: on disk when this returns.
         """
         fields: dict[str, Any] = {"step": step}
+        if digest is not None:
+            fields["digest"] = digest
         if checkpoint is not None:
             fields["checkpoint"] = str(checkpoint)[-MAX_CHECKPOINT_CHARS:]  # a long path keeps its end
             if checkpoint_step is None:

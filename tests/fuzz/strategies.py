@@ -74,7 +74,10 @@ def events(draw: st.DrawFn, run_id: str | None = None) -> dict[str, Any]:
     if kind == "heartbeat":
         return {**base, **rank, "kind": kind}
     if kind in ("checkpoint_start", "resume"):
-        return {**base, **rank, "kind": kind, "step": draw(steps_)}
+        record = {**base, **rank, "kind": kind, "step": draw(steps_)}
+        if kind == "resume" and draw(st.booleans()):
+            record["digest"] = draw(names)  # of the state it loaded
+        return record
     if kind == "checkpoint_end":
         return {**base, **rank, "kind": kind, "step": draw(steps_), "ok": draw(st.booleans())}
     if kind == "attempt_end":

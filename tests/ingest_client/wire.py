@@ -17,7 +17,7 @@ KINDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "allocation_end": ({}, {"job_id": STR}),
     "attempt_start": ({**AR, "world_size": INT, "host": STR},
                       {"local_rank": INT, "pid": INT, "restart_count": INT, "generation": INT}),
-    "resume": ({**AR, "step": INT}, {"checkpoint_step": INT, "checkpoint": STR}),
+    "resume": ({**AR, "step": INT}, {"checkpoint_step": INT, "checkpoint": STR, "digest": STR}),
     "step": ({**AR, "step": INT, "start": FLOAT, "end": FLOAT}, {"loss": FLOAT, "lr": FLOAT, "comm": FLOAT}),
     "steps": ({**AR, "step": "[int]", "start": "[float]", "end": "[float]"},
               {"loss": "[float?]", "lr": "[float?]", "comm": "[float?]"}),

@@ -125,11 +125,15 @@ class AttemptStart(_RankEvent):
         return self
 
 
+DigestValue = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=_PRINTABLE)]
+
+
 class Resume(_RankEvent):
     kind: Literal["resume"]
     step: StepNo
     checkpoint_step: StepNo | None = None  # the step of the checkpoint it loaded (it existed, whatever else arrived)
     checkpoint: ShortText | None = None  # that checkpoint's path or id
+    digest: DigestValue | None = None  # of the state it loaded: compared with the writer's digest of that step
 
 
 class Step(_RankEvent):
@@ -243,9 +247,6 @@ class Heartbeat(_RankEvent):
     kind: Literal["heartbeat"]
     step: StepNo | None = None  # the step in progress (last completed + 1)
     collectives: Count | None = None  # collectives started in that step so far
-
-
-DigestValue = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=_PRINTABLE)]
 
 
 class Digest(_RankEvent):
