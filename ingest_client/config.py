@@ -16,6 +16,9 @@ Every environment variable the client reads is declared here, once:
 ``GOODPUT_ATTEMPT_BASE``
     Integer added to the attempt number, ``max(TORCHELASTIC_RESTART_COUNT, generation)`` (set by
     ``goodput launch`` for requeued jobs).
+``GOODPUT_NODE_RELAY``
+    ``0``: every rank under ``goodput launch`` sends its own records to the collector (``--no-node-relay``);
+    by default the launcher relays its node's ranks' records as one sender (:mod:`ingest_client.relay`).
 ``GOODPUT_BOOTSTRAP``
     ``0``: ``goodput launch`` does not start the workers' trackers as their interpreters start
     (:mod:`ingest_client.bootstrap`); same as ``goodput launch --no-bootstrap``. Default on.
@@ -93,6 +96,15 @@ ENV_VARS: dict[str, str] = {
     "signal_poll_s": "GOODPUT_SIGNAL_POLL_S",
     "poll_all_ranks": "GOODPUT_POLL_ALL_RANKS",
     "step_clock": "GOODPUT_STEP_CLOCK",
+}
+
+# Variables goodput's own processes set for each other; not for users to set (docs/reference/settings.md).
+INTERNAL_ENV_VARS: dict[str, str] = {
+    "GOODPUT_LAUNCHED": "`1` in the processes `goodput launch` starts: the launcher reports the run's end, so "
+                        "`tracker.finish()` only ends the attempt",
+    "GOODPUT_LAUNCH_BASE": "the launch's first attempt, passed from a counted worker to its subprocesses",
+    "GOODPUT_PREEMPTED_MARKER": "a file the launcher writes when the scheduler warned of a preemption, so that a "
+                                "worker's SIGTERM ends its attempt `preempted`",
 }
 
 DEFAULT_SPOOL_DIR = Path("~/.cache/goodput/spool")
