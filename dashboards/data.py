@@ -22,7 +22,7 @@ from services.presentation import CATEGORIES
 from services.presentation import duration as fmt_duration
 from services.settings import DashboardSettings
 
-CONFIG_KEY = "GOODPUT_DASHBOARD_CONFIG"
+CONFIG_KEY = "goodput_dashboard_config"  # the Dash server's Flask config key
 _CLIENTS_KEY = "goodput_api_clients"
 _LOCK = threading.Lock()
 

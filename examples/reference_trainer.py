@@ -21,8 +21,11 @@ that piece of the loaded state).
 
 goodput: ``goodput.init()`` at default client settings (GOODPUT_URL, GOODPUT_RUN_ID; TORCHELASTIC_RESTART_COUNT
 numbers the attempt); ``tracker.step`` with loss and lr, ``tracker.checkpoint`` around every write,
-``tracker.resumed(step, checkpoint_step=..., checkpoint=...)``, ``tracker.digest`` of the state every
-``--digest-every`` steps. Each event is also logged as a JSON line to ``--log`` (the ground truth for tests).
+``tracker.digest`` of the complete state every ``--digest-every`` steps and at every checkpoint (before it: the
+checkpoint's durable write puts the digest on disk), and ``tracker.resumed(step, checkpoint_step=...,
+checkpoint=..., digest=...)`` with the digest of the state loaded, by the same function: the collector compares
+the two the moment the resume happens. Each event is also logged as a JSON line to ``--log`` (the ground truth for
+tests).
 """
 
 from __future__ import annotations
@@ -85,7 +88,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--crash-in-checkpoint", type=int, help="die half-way through writing this step's checkpoint")
     p.add_argument("--discard", choices=["momentum", "rng", "data", "step"],
                    help="fault injection: the resume drops this piece of the loaded state")
-    p.add_argument("--digest-every", type=int, default=5, help="tracker.digest of the state every N steps; 0 = never")
+    p.add_argument("--digest-every", type=int, default=5,
+                   help="tracker.digest of the state every N steps and at every checkpoint, and the loaded state's "
+                        "digest in tracker.resumed; 0 = never")
     p.add_argument("--step-sleep", type=float, default=0.02,
                    help="seconds of extra work per step (the real computation takes microseconds)")
     return p.parse_args(argv)
@@ -314,9 +319,12 @@ def main(argv: list[str] | None = None) -> int:
         state = load(found)
         checkpoint_step = state.step
         discard(state, args.discard)
-        tracker.resumed(state.step, checkpoint_step=checkpoint_step, checkpoint=found.name)  # goodput
+        loaded_digest = digest(state)  # of the state the loop goes on from, as the writer digested it
+        # goodput: checked at once against the digest the writer reported when it saved this checkpoint
+        tracker.resumed(state.step, checkpoint_step=checkpoint_step, checkpoint=found.name,
+                        digest=loaded_digest if args.digest_every else None)
         log("resumed", step=state.step, checkpoint=found.name, checkpoint_step=checkpoint_step,
-            discarded=args.discard)
+            discarded=args.discard, digest=loaded_digest)
     save = save_atomic if args.writer == "atomic" else save_naive
     while state.step < args.steps:
         t0 = time.time()
@@ -326,10 +334,11 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(args.step_sleep)
             s.loss, s.lr = loss, lr
         step_digest = digest(state)
-        if args.digest_every and state.step % args.digest_every == 0:
-            tracker.digest(state.step, step_digest)  # goodput: compared across restarts
+        checkpoint_due = bool(args.checkpoint_every) and state.step % args.checkpoint_every == 0
+        if args.digest_every and (state.step % args.digest_every == 0 or checkpoint_due):
+            tracker.digest(state.step, step_digest)  # goodput: compared across restarts, and with a resume's load
         log("step", step=state.step, loss=loss, lr=lr, digest=step_digest, start=t0, end=time.time())
-        if args.checkpoint_every and state.step % args.checkpoint_every == 0:
+        if checkpoint_due:
             torn = args.crash_in_checkpoint == state.step and attempt == 0
             if torn:
                 log("crash", step=state.step, where="checkpoint")

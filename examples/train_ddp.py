@@ -12,13 +12,17 @@ What it shows, besides the goodput calls (marked ``# goodput``):
 - Exact resume: parameters, Adam state, step, every rank's RNG state and the data position are saved, so a job
   killed and resumed ends with the same model digest as an uninterrupted one.
 - Fault injection for tests and demos: ``--straggler-rank``, ``--hang-at-step``, ``--slow-checkpoint``,
-  ``--kill-after-checkpoint`` (a rank SIGKILLed a moment after a checkpoint completed), and
+  ``--kill-after-checkpoint`` (a rank SIGKILLed a moment after a checkpoint completed), ``--kill-after-step`` (a
+  rank SIGKILLed right after a step) with ``--die-before-init-after-kill`` (every worker started after that kill
+  dies before it joins the process group, so torchrun gives up: a job that fails for good), and
   ``--lose-on-resume optimizer|rng|data|step`` (a resume that restores only part of the state, which
-  ``--digest-every N`` digests and the collector's resume check catch).
+  ``--digest-every N`` digests and the collector's resume check catch: every rank digests its complete state every
+  N steps and at every checkpoint, and passes the loaded state's digest to ``tracker.resumed``, so a resume is
+  checked the moment it loads).
 
 Each rank appends one JSON line per notable event to ``<log-dir>/rank<R>.jsonl`` (``start``, ``resumed``,
-``skipped_checkpoint``, ``step``, ``checkpoint``, ``hang``, ``error``, ``done``) so that tests can compare the
-goodput ledger with what the job itself saw.
+``skipped_checkpoint``, ``step``, ``checkpoint``, ``hang``, ``killed``, ``died_before_init``, ``error``, ``done``) so
+that tests can compare the goodput ledger with what the job itself saw.
 
 Run end: ``tracker.finish()``. Under ``goodput launch`` the launcher reports ``run_end`` from torchrun's exit code
 (it sees every restart and the final outcome); under plain torchrun ``finish()`` on rank 0 reports the run finished.
@@ -50,6 +54,7 @@ MANIFEST = "manifest.json"
 STATE_FILE = "state.pt"
 CKPT_PREFIX = "ckpt-"
 TMP_PREFIX = ".tmp-ckpt-"
+KILLED_MARKER = "killed"  # in the log dir, once --kill-after-step has fired
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -73,14 +78,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seconds the checkpoint write takes extra (between the data files and the manifest)")
     p.add_argument("--timeout-s", type=float, default=60.0, help="gloo collective timeout")
     p.add_argument("--digest-every", type=int, default=0,
-                   help="report a digest of the parameters and optimizer state every N steps (tracker.digest); "
-                        "0 = never")
+                   help="report a digest of the complete state (parameters, optimizer, data position, RNG, step) "
+                        "every N steps and at every checkpoint (tracker.digest), and of the state loaded "
+                        "(tracker.resumed's digest); 0 = never")
     p.add_argument("--lose-on-resume", choices=["optimizer", "rng", "data", "step"],
                    help="fault injection: when loading a checkpoint, drop this part of it (a fresh optimizer, the "
                         "RNG as at a fresh start, the data from its first batch, the step counter back to 0)")
     p.add_argument("--kill-after-checkpoint", type=int,
                    help="fault injection: --kill-rank SIGKILLs itself --kill-delay-s after the checkpoint of this step "
                         "completed (first attempt only)")
+    p.add_argument("--kill-after-step", type=int,
+                   help="fault injection: --kill-rank SIGKILLs itself right after this step (once per job: "
+                        "<log-dir>/killed marks it)")
+    p.add_argument("--die-before-init-after-kill", action="store_true",
+                   help="fault injection: every worker started after --kill-after-step fired raises before "
+                        "init_process_group (a restart that never gets going), until torchrun gives up")
     p.add_argument("--kill-rank", type=int, default=0)
     p.add_argument("--kill-delay-s", type=float, default=0.0)
     p.add_argument("--honor-checkpoint-requests", action="store_true",
@@ -299,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if args.die_before_init_after_kill and (args.log_dir / KILLED_MARKER).exists():
+        EventLog(args.log_dir, int(os.environ.get("RANK", "0")), attempt).write("died_before_init", pid=os.getpid())
+        raise RuntimeError("fault injection (--die-before-init-after-kill): this worker dies before it joins the "
+                           "process group")
     init_distributed(attempt, timedelta(seconds=args.timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
     log = EventLog(args.log_dir, rank, attempt)
@@ -309,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)  # the same initial weights on every rank
     x_all, y_all = make_dataset(args.seed)
     model = nn.parallel.DistributedDataParallel(make_model(x_all.shape[1]))
-    model.register_comm_hook(None, tracker.ddp_comm_hook())  # goodput: time spent in all-reduce
+    tracker.time_collectives(model)  # goodput: time spent in all-reduce (a comm hook on gloo, NCCL's timers on GPUs)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     sampler = ShardedSampler(len(x_all), rank, world, args.batch_size, args.seed)
     torch.manual_seed(args.seed * 1000 + rank + 1)  # per-rank dropout masks
@@ -336,9 +352,13 @@ def main(argv: list[str] | None = None) -> int:
         loaded_step = int(state["step"])
         start_step = 0 if lose == "step" else loaded_step
     checkpoint_name = Path(choice[0]).name if choice[0] else None
-    log.write("resumed", step=start_step, checkpoint=checkpoint_name, lost=args.lose_on_resume if choice[0] else None)
-    # goodput: 0 = fresh start; name the checkpoint loaded, so the collector knows it existed whatever else arrived
-    tracker.resumed(start_step, checkpoint_step=loaded_step, checkpoint=checkpoint_name)
+    loaded_digest = (state_digest(model, optimizer, sampler, start_step)
+                     if args.digest_every and choice[0] is not None else None)
+    log.write("resumed", step=start_step, checkpoint=checkpoint_name, lost=args.lose_on_resume if choice[0] else None,
+              digest=loaded_digest)
+    # goodput: 0 = fresh start; name the checkpoint loaded, so the collector knows it existed whatever else arrived,
+    # and the loaded state's digest, which it compares with the one reported when that checkpoint was saved
+    tracker.resumed(start_step, checkpoint_step=loaded_step, checkpoint=checkpoint_name, digest=loaded_digest)
 
     step = start_step
     try:
@@ -360,14 +380,20 @@ def main(argv: list[str] | None = None) -> int:
                 if args.step_sleep:
                     time.sleep(args.step_sleep)
                 s.loss, s.lr = loss.item(), lr  # goodput
-            if args.digest_every and step % args.digest_every == 0:  # goodput: compared across restarts
-                tracker.digest(step, goodput.state_digest(model.module, optimizer))
             log.write("step", step=step, start=t0, end=time.time())
             requested = args.honor_checkpoint_requests and checkpoint_requested(tracker)
             if requested:
                 log.write("checkpoint_requested", step=step)
-            if requested or (args.checkpoint_every and step % args.checkpoint_every == 0):
+            checkpoint_due = requested or bool(args.checkpoint_every and step % args.checkpoint_every == 0)
+            if args.digest_every and (step % args.digest_every == 0 or checkpoint_due):
+                # goodput: compared across restarts, and (taken before the checkpoint) with a resume's load
+                tracker.digest(step, state_digest(model, optimizer, sampler, step))
+            if checkpoint_due:
                 checkpoint(args, log, tracker, step, model, optimizer, sampler, rank)
+            if step == args.kill_after_step and rank == args.kill_rank and not (args.log_dir / KILLED_MARKER).exists():
+                (args.log_dir / KILLED_MARKER).touch()
+                log.write("killed", step=step, pid=os.getpid())
+                os.kill(os.getpid(), signal.SIGKILL)
     except Exception as exc:
         log.write("error", step=step, error=f"{type(exc).__name__}: {exc}"[:500])
         raise  # goodput's excepthook records attempt_end(failed); torchrun restarts the group
@@ -405,6 +431,12 @@ def checkpoint(args: argparse.Namespace, log: EventLog, tracker: goodput.Tracker
         log.write("kill_scheduled", step=step, delay_s=args.kill_delay_s, pid=os.getpid())
         threading.Timer(args.kill_delay_s, os.kill, (os.getpid(), signal.SIGKILL)).start()
     dist.barrier()
+
+
+def state_digest(model: nn.parallel.DistributedDataParallel, optimizer: torch.optim.Optimizer,
+                 sampler: ShardedSampler, step: int) -> str:
+    """goodput.state_digest of this rank's complete state, what a checkpoint saves of it and nothing else."""
+    return goodput.state_digest(model.module, optimizer, sampler, rng_state(), {"step": step})
 
 
 def attempt_number() -> int:

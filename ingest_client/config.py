@@ -16,6 +16,9 @@ Every environment variable the client reads is declared here, once:
 ``GOODPUT_ATTEMPT_BASE``
     Integer added to the attempt number, ``max(TORCHELASTIC_RESTART_COUNT, generation)`` (set by
     ``goodput launch`` for requeued jobs).
+``GOODPUT_NODE_RELAY``
+    ``0``: every rank under ``goodput launch`` sends its own records to the collector (``--no-node-relay``);
+    by default the launcher relays its node's ranks' records as one sender (:mod:`ingest_client.relay`).
 ``GOODPUT_BOOTSTRAP``
     ``0``: ``goodput launch`` does not start the workers' trackers as their interpreters start
     (:mod:`ingest_client.bootstrap`); same as ``goodput launch --no-bootstrap``. Default on.
@@ -49,6 +52,9 @@ Every environment variable the client reads is declared here, once:
     polling off. Default 2.
 ``GOODPUT_POLL_ALL_RANKS``
     ``1``: every rank polls, not only rank 0 (for scripts that reduce the flag themselves). Default off.
+``GOODPUT_STEP_CLOCK``
+    What times ``tracker.step()``: ``auto`` (default: CUDA events when the process uses CUDA, so a step is its
+    interval on the GPU's timeline; else the host's clocks), ``cpu`` or ``cuda``.
 
 torchrun's own variables (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``TORCHELASTIC_RESTART_COUNT``,
 ``TORCHELASTIC_RUN_ID``) are read by :mod:`ingest_client.context`.
@@ -89,10 +95,21 @@ ENV_VARS: dict[str, str] = {
     "exit_timeout_s": "GOODPUT_EXIT_TIMEOUT_S",
     "signal_poll_s": "GOODPUT_SIGNAL_POLL_S",
     "poll_all_ranks": "GOODPUT_POLL_ALL_RANKS",
+    "step_clock": "GOODPUT_STEP_CLOCK",
+}
+
+# Variables goodput's own processes set for each other; not for users to set (docs/reference/settings.md).
+INTERNAL_ENV_VARS: dict[str, str] = {
+    "GOODPUT_LAUNCHED": "`1` in the processes `goodput launch` starts: the launcher reports the run's end, so "
+                        "`tracker.finish()` only ends the attempt",
+    "GOODPUT_LAUNCH_BASE": "the launch's first attempt, passed from a counted worker to its subprocesses",
+    "GOODPUT_PREEMPTED_MARKER": "a file the launcher writes when the scheduler warned of a preemption, so that a "
+                                "worker's SIGTERM ends its attempt `preempted`",
 }
 
 DEFAULT_SPOOL_DIR = Path("~/.cache/goodput/spool")
 SIGTERM_REASONS = ("failed", "preempted", "completed")
+STEP_CLOCKS = ("auto", "cpu", "cuda")
 
 
 def _where(name: str) -> str:
@@ -125,6 +142,7 @@ class ClientConfig:
     install_handlers: bool = True
     signal_poll_s: float = 2.0
     poll_all_ranks: bool = False
+    step_clock: str = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.mode, Mode):
@@ -170,6 +188,9 @@ class ClientConfig:
                 f"sigterm_reason must be one of {', '.join(SIGTERM_REASONS)}, got "
                 f"{self.sigterm_reason!r} {_where('sigterm_reason')}"
             )
+        if self.step_clock not in STEP_CLOCKS:
+            raise ConfigError(f"step_clock must be one of {', '.join(STEP_CLOCKS)}, got {self.step_clock!r} "
+                              f"{_where('step_clock')}")
         if self.max_batch_events < 1 or self.max_batch_bytes < 1024:
             raise ConfigError(
                 f"max_batch_events must be >= 1 and max_batch_bytes >= 1024, got "
@@ -219,6 +240,8 @@ def _convert(name: str, raw: object, default: object) -> object:
             return raw if isinstance(raw, Mode) else Mode(str(raw).strip().lower())
         if name == "spool_dir":
             return Path(str(raw)).expanduser()
+        if name == "step_clock":
+            return str(raw).strip().lower()
         if isinstance(default, bool):
             if isinstance(raw, bool):
                 return raw

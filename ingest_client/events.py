@@ -110,8 +110,11 @@ def is_valid_digest(value: object) -> bool:
 
 
 def _valid_resume_fields(fields: dict[str, Any]) -> dict[str, Any]:
-    """A resume's fields without an invalid ``checkpoint``/``checkpoint_step`` (the step itself still counts)."""
+    """A resume's fields without an invalid ``checkpoint``/``checkpoint_step``/``digest`` (the step itself still
+    counts)."""
     out = dict(fields)
+    if "digest" in out and not is_valid_digest(out["digest"]):
+        del out["digest"]
     if "checkpoint_step" in out and not is_valid_step(out["checkpoint_step"]):
         del out["checkpoint_step"]
     name = out.get("checkpoint")

@@ -40,6 +40,7 @@ def build_ddp_comm_hook(tracker: Tracker, op: str = "all_reduce", clock: str = "
         if not timers:
             timers.append(timer_for(bucket.buffer(), clock))
             tracker.drain_on_flush(timers[0])
+            tracker.note_collective_clock(timers[0].kind)
         timer = timers[0]
         token = timer.start()
         future = allreduce_hook(state, bucket)

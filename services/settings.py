@@ -125,12 +125,6 @@ class PlausibilitySettings(_Section):
     max_step_s: float = Field(86_400.0, gt=0, description=(
         "GOODPUT_MAX_STEP_S: longest step or collective (end - start) accepted, in seconds; longer gets 422. One "
         "optimizer step that lasts a day is a broken clock, not a step (a day on 65,536 GPUs is 5.7e9 GPU-s)"))
-    max_checkpoint_s: float = Field(86_400.0, gt=0, description=(
-        "GOODPUT_MAX_CHECKPOINT_S: longest checkpoint write (checkpoint_end - checkpoint_start of one rank and "
-        "step, when both are in one batch) accepted, in seconds; longer gets 422"))
-    max_allocation_s: float = Field(90 * 86_400.0, gt=0, description=(
-        "GOODPUT_MAX_ALLOCATION_S: longest allocation (allocation_end - allocation_start, when both are in one "
-        "batch) accepted, in seconds; longer gets 422. 90 days is beyond any batch scheduler's wall-time limit"))
     max_future_s: float = Field(86_400.0, gt=0, description=(
         "GOODPUT_MAX_FUTURE_S: how far after the collector's clock an event's time (and a step's or collective's "
         "start and end) may lie, in seconds; later gets 422. A day absorbs any clock skew and time zone mistake "

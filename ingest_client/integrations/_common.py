@@ -1,5 +1,10 @@
 """What the framework callbacks share: who this process is, when the tracker starts, opt-in state digests.
 
+Digests (``digest_every_n_steps=N``, :class:`StateDigests`) are taken every N steps, at every checkpoint (so the
+state a later resume loads has a digest of its writer to be compared with: it is recorded before the checkpoint
+span, whose durable start puts it on disk), and of the state a resume loaded (``tracker.resumed(..., digest=)``),
+always by the same function over the same objects.
+
 No framework is imported here.
 """
 
@@ -7,6 +12,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ingest_client
@@ -60,3 +66,30 @@ def digest_due(step: int, every: int | None) -> bool:
 def state_of(*objects: Any) -> str:
     """``state_digest`` of modules and optimizers through their ``state_dict()`` (what a checkpoint saves)."""
     return ingest_client.state_digest(*(o.state_dict() if hasattr(o, "state_dict") else o for o in objects))
+
+
+class StateDigests:
+    """Opt-in digests of what a checkpoint saves: ``objects()`` (modules, optimizers: their ``state_dict()``) and
+    the step counter, every ``every`` steps, at every checkpoint, and at a resume's load."""
+
+    def __init__(self, every: object) -> None:
+        self.every = check_digest_every(every)
+        self._last_step: int | None = None  # the step last digested: a checkpoint there needs no second one
+
+    def _digest(self, step: int, objects: Sequence[Any]) -> str:
+        return state_of(*objects, {"step": step})
+
+    def after_step(self, tracker: Tracker, step: int, objects: Callable[[], Sequence[Any]]) -> None:
+        if digest_due(step, self.every):
+            tracker.digest(step, self._digest(step, objects()))
+            self._last_step = step
+
+    def at_checkpoint(self, tracker: Tracker, step: int, objects: Callable[[], Sequence[Any]]) -> None:
+        """Before the checkpoint span of ``step`` opens (its durable start then writes the digest to disk)."""
+        if self.every is not None and self._last_step != step and tracker.enabled:
+            tracker.digest(step, self._digest(step, objects()))
+            self._last_step = step
+
+    def at_load(self, step: int, objects: Callable[[], Sequence[Any]]) -> str | None:
+        """The digest of the state a resume loaded, for ``tracker.resumed(step, ..., digest=...)``."""
+        return None if self.every is None else self._digest(step, objects())

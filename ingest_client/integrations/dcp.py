@@ -16,6 +16,14 @@ allows one save in flight). The upload that runs while training continues is not
 ``checkpoint_id``s of uploads that never finished (the process died) are not loadable: resume from the last one
 whose ``wait`` returned (``last_completed``). For a synchronous ``dcp.save``, ``with tracker.checkpoint(step):``
 around it is all there is to it.
+
+With ``AsyncCheckpointer(tracker, digests=True)``, ``save`` reports ``tracker.digest(step, state_digest(state_dict))``
+before the checkpoint span (its durable start puts the digest on disk), and ``load`` (``dcp.load`` in place) reports
+the resume with the digest of the state it loaded, by the same function: the resume check compares the two the
+moment the resume happens::
+
+    checkpointer = AsyncCheckpointer(tracker, digests=True)
+    checkpointer.load(state, step=step, checkpoint_id=f"ckpt/step-{step}")   # tracker.resumed(step, ..., digest=)
 """
 
 from __future__ import annotations
@@ -25,18 +33,22 @@ from typing import Any
 
 import torch.distributed.checkpoint as dcp
 
+import ingest_client
 from ingest_client.tracker import Tracker
 
 
 class AsyncCheckpointer:
-    def __init__(self, tracker: Tracker) -> None:
+    def __init__(self, tracker: Tracker, *, digests: bool = False) -> None:
         self._tracker = tracker
+        self._digests = digests
         self._upload: Future[Any] | None = None
         self._upload_id: str | None = None
         self.last_completed: str | None = None
 
     def save(self, state_dict: dict[str, Any], *, step: int, checkpoint_id: str, **kwargs: Any) -> Future[Any]:
         """``dcp.async_save(state_dict, checkpoint_id=..., **kwargs)``, its blocking part timed at ``step``."""
+        if self._digests and self._tracker.enabled:
+            self._tracker.digest(step, ingest_client.state_digest(state_dict))
         with self._tracker.checkpoint(step):
             self.wait()
             response = dcp.async_save(state_dict, checkpoint_id=checkpoint_id, **kwargs)
@@ -47,6 +59,13 @@ class AsyncCheckpointer:
                 upload = response.upload_completion
         self._upload, self._upload_id = upload, str(checkpoint_id)
         return upload
+
+    def load(self, state_dict: dict[str, Any], *, step: int, checkpoint_id: str, **kwargs: Any) -> None:
+        """``dcp.load(state_dict, checkpoint_id=..., **kwargs)`` (in place), then ``tracker.resumed(step,
+        checkpoint_step=step, checkpoint=checkpoint_id)``, with the loaded state's digest when digests are on."""
+        dcp.load(state_dict, checkpoint_id=checkpoint_id, **kwargs)
+        digest = ingest_client.state_digest(state_dict) if self._digests and self._tracker.enabled else None
+        self._tracker.resumed(step, checkpoint_step=step, checkpoint=str(checkpoint_id), digest=digest)
 
     def wait(self) -> None:
         """Wait for the upload in flight, if any (raises its error)."""

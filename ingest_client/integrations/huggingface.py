@@ -13,8 +13,9 @@ What it reports, on every process:
 - checkpoints: ``control.should_save`` at ``on_step_end`` announces a save; the span starts after the log and the
   evaluation that come first in the same step (``on_log`` / ``on_evaluate``) and ends at ``on_save``, which the
   Trainer calls once the checkpoint is written on every process;
-- with ``digest_every_n_steps=N``, a digest of the model's and optimizer's ``state_dict()`` every N steps (off by
-  default; costs a pass over the state);
+- with ``digest_every_n_steps=N``, a digest of the model's and optimizer's ``state_dict()`` and the step every N
+  steps and at every save, and of the state a resume loaded (``resume``'s ``digest``: the resume check compares it
+  with the digest of that checkpoint's step); off by default; costs a pass over the state;
 - ``finish()`` at ``on_train_end`` (``finish_at_train_end=False`` to keep the run open).
 """
 
@@ -26,13 +27,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from ingest_client.integrations._common import (
-    check_digest_every,
-    digest_due,
-    name_this_launch,
-    start_tracker,
-    state_of,
-)
+from ingest_client.integrations._common import StateDigests, name_this_launch, start_tracker
 from ingest_client.tracker import CheckpointSpan, Tracker
 
 
@@ -41,7 +36,7 @@ class GoodputCallback(TrainerCallback):
                  finish_at_train_end: bool = True, **init_kwargs: Any) -> None:
         self._tracker = tracker
         self._init_kwargs = init_kwargs
-        self._digest_every = check_digest_every(digest_every_n_steps)
+        self._digests = StateDigests(digest_every_n_steps)
         self._finish_at_train_end = finish_at_train_end
         self._step_start: float | None = None
         self._pending: tuple[int, float, float] | None = None  # a step waiting for the on_log that may follow
@@ -64,7 +59,8 @@ class GoodputCallback(TrainerCallback):
             self.tracker.resumed(0)
             return
         path = os.path.join(str(args.output_dir), f"checkpoint-{step}")
-        self.tracker.resumed(step, checkpoint_step=step, checkpoint=path if os.path.isdir(path) else None)
+        self.tracker.resumed(step, checkpoint_step=step, checkpoint=path if os.path.isdir(path) else None,
+                             digest=self._digests.at_load(step, lambda: _state(kwargs)))
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._step_start is None:
@@ -77,8 +73,9 @@ class GoodputCallback(TrainerCallback):
         step = int(state.global_step)
         self._pending = (step, self._step_start, time.time())
         self._step_start = None
-        if digest_due(step, self._digest_every):
-            self.tracker.digest(step, state_of(*(kwargs[k] for k in ("model", "optimizer") if kwargs.get(k))))
+        self._digests.after_step(self.tracker, step, lambda: _state(kwargs))
+        if control.should_save:  # the state the save will write: digested before its span opens
+            self._digests.at_checkpoint(self.tracker, step, lambda: _state(kwargs))
         if control.should_save and not control.should_log and not control.should_evaluate:
             self._open_save(step)
 
@@ -95,6 +92,7 @@ class GoodputCallback(TrainerCallback):
             self._open_save(int(state.global_step))
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._digests.at_checkpoint(self.tracker, int(state.global_step), lambda: _state(kwargs))
         self._open_save(int(state.global_step))  # no announcement seen (a save outside the step loop): no length
         span, self._save_span = self._save_span, None
         if span is not None:
@@ -118,6 +116,11 @@ class GoodputCallback(TrainerCallback):
             self._record_pending()
             self._save_span = self.tracker.checkpoint(step)
             self._save_span.__enter__()
+
+
+def _state(kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """What a Trainer checkpoint saves of the training state, from a callback's arguments: model and optimizer."""
+    return tuple(kwargs[k] for k in ("model", "optimizer") if kwargs.get(k))
 
 
 def _number(value: Any) -> float | None:

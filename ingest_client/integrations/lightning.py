@@ -14,8 +14,9 @@ What it reports, on every rank:
   span is what every rank blocks for: collecting the state, rank 0's write through the ``CheckpointIO`` plugin and
   the barrier after it. A ``save_last`` copy at the same step is part of the same checkpoint (the collector merges
   the spans of one step);
-- with ``digest_every_n_steps=N``, a digest of the module's and optimizers' ``state_dict()`` every N steps (costs a
-  pass over the state; off by default);
+- with ``digest_every_n_steps=N``, a digest of the module's and optimizers' ``state_dict()`` and the step every N
+  steps and at every checkpoint, and of the state a resume loaded (``resume``'s ``digest``: the resume check compares
+  it with the digest of that checkpoint's step); costs a pass over the state; off by default;
 - ``finish()`` at ``teardown`` after a fit that reached ``on_train_end`` (after ``ModelCheckpoint``'s last save;
   ``finish_at_train_end=False`` keeps the run open for another ``fit``); after an exception, only a flush (the
   exit hooks end the attempt as failed).
@@ -33,13 +34,7 @@ except ImportError:  # the older package name
     if not TYPE_CHECKING:  # the same class under its former package, typed apart
         from pytorch_lightning.callbacks import Callback
 
-from ingest_client.integrations._common import (
-    check_digest_every,
-    digest_due,
-    name_this_launch,
-    start_tracker,
-    state_of,
-)
+from ingest_client.integrations._common import StateDigests, name_this_launch, start_tracker
 from ingest_client.tracker import Tracker
 
 
@@ -49,7 +44,7 @@ class GoodputCallback(Callback):
         super().__init__()
         self._tracker = tracker
         self._init_kwargs = init_kwargs
-        self._digest_every = check_digest_every(digest_every_n_steps)
+        self._digests = StateDigests(digest_every_n_steps)
         self._finish_at_train_end = finish_at_train_end
         self._step_start: float | None = None
         self._last_step = -1
@@ -78,6 +73,7 @@ class GoodputCallback(Callback):
             tracker = self.tracker
             if not tracker.enabled:  # disabled, or finished at on_train_end: a save after fit is not timed
                 return save(*args, **kwargs)
+            self._digests.at_checkpoint(tracker, int(trainer.global_step), lambda: _state(trainer))
             with tracker.checkpoint(int(trainer.global_step)):
                 return save(*args, **kwargs)
 
@@ -93,7 +89,8 @@ class GoodputCallback(Callback):
         path = getattr(trainer, "ckpt_path", None)
         if path is not None or self._loaded_step is not None:
             self.tracker.resumed(self._last_step, checkpoint_step=self._loaded_step,
-                                 checkpoint=str(path) if path is not None else None)
+                                 checkpoint=str(path) if path is not None else None,
+                                 digest=self._digests.at_load(self._last_step, lambda: _state(trainer)))
         else:
             self.tracker.resumed(self._last_step)
 
@@ -109,8 +106,7 @@ class GoodputCallback(Callback):
         tracker.record_step(step, self._step_start, time.time(), _loss_of(outputs), _lr_of(trainer))
         self._last_step = step
         self._step_start = None
-        if digest_due(step, self._digest_every):
-            tracker.digest(step, state_of(pl_module, *getattr(trainer, "optimizers", ())))
+        self._digests.after_step(tracker, step, lambda: _state(trainer))
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._train_ended = True  # ModelCheckpoint may still save `last` in its own on_train_end: finish at teardown
@@ -123,6 +119,11 @@ class GoodputCallback(Callback):
         else:
             self._tracker.flush(5.0)
         self._train_ended = False
+
+
+def _state(trainer: Any) -> tuple[Any, ...]:
+    """What a Lightning checkpoint saves of the training state: the module and the optimizers."""
+    return (trainer.lightning_module, *getattr(trainer, "optimizers", ()))
 
 
 def _loss_of(outputs: Any) -> Any:

@@ -18,7 +18,8 @@ One rule per lever (docs/advice.md states each with its thresholds and a worked 
 - checkpoint_missing, checkpoint_async: no checkpoint at all; blocking writes.
 - startup: restart cost (warm spares, cached warm-up).
 - unused_gpus, idle_gaps: GPUs allocated beyond the world size ("8 of 32 GPUs never used"); other idle time.
-- resume_correctness: the resume check flagged the run.
+- resume_correctness: the resume check flagged the run, or could not check a restart that loaded a checkpoint
+  (unverified: nothing compared).
 - queue: time waiting for the scheduler (no GPU time: no goodput prediction).
 
 Predictions are of the measured run: following the advice does the same productive work P on `allocated - saved`,
@@ -678,7 +679,11 @@ def _idle_gaps(run: _Run) -> Iterable[Recommendation]:
 
 
 def _resume_correctness(run: _Run) -> Iterable[Recommendation]:
-    check, f = run.inp.resume_check, run.f
+    check = run.inp.resume_check
+    if check is not None and check.verdict == "unverified":
+        yield _resume_unverified(run, check)
+        return
+    f = run.f
     if check is None or not check.flagged or not check.findings:
         return
     findings = check.findings
@@ -701,6 +706,31 @@ def _resume_correctness(run: _Run) -> Iterable[Recommendation]:
         condition=(f"No goodput prediction: this is about correctness, not time. {f.gpu_time(since)} of training "
                    "since the first finding ran on a state that differs from the one the run had."),
         confidence=Confidence(basis="measured", text=f"measured: {_count(f, len(findings), 'finding')}"))
+
+
+def _resume_unverified(run: _Run, check: ResumeCheck) -> Recommendation:
+    f = run.f
+    unchecked = [r for r in check.resumes if not r.verified]
+    since = check.gpu_seconds_since_first_unverified
+    return run.rec(
+        "resume_correctness", "correctness", title="Check each resume as it loads",
+        wording=(f"{_count(f, len(unchecked), 'restart')} loaded a checkpoint and nothing could be compared: "
+                 f"{check.reason}. A resume that restores only part of the state (optimizer buffers, RNG state, data "
+                 "position, step counter) trains on without an error; whether these did is unknown. Digest the "
+                 "complete state when you checkpoint it (tracker.digest(step, goodput.state_digest(...)) before "
+                 "tracker.checkpoint(step)) and pass the digest of the state you loaded to tracker.resumed(step, "
+                 "checkpoint_step=..., digest=...): each resume is then checked the moment it loads "
+                 "(docs/resume-check.md)."),
+        at_stake=since,
+        evidence=[run.ev("unverified_restarts", "restarts not checked", len(unchecked), "count"),
+                  run.ev("gpu_seconds_since_first_unverified", "trained since the first unchecked restart", since,
+                         "gpu_seconds")],
+        model=("resume_check", "The resume check compares what a restart recomputed, and the digest of the state "
+                               "it loaded, with the first computation (docs/resume-check.md)."),
+        saved=None, bound="none",
+        condition=(f"No goodput prediction: this is about correctness, not time. {f.gpu_time(since)} of training "
+                   "since the first unchecked restart ran on a state nobody compared with the one saved."),
+        confidence=Confidence(basis="measured", text="measured: nothing arrived to compare"))
 
 
 def _queue(run: _Run) -> Iterable[Recommendation]:

@@ -59,16 +59,23 @@ class RunStructure:
     job_steps: pd.DataFrame  # attempt, step, start, end, ranks (one row per attempt and step)
     checkpoints: pd.DataFrame  # attempt, step, start, end, ok, torn
 
-    def saved_step(self, attempt: Attempt) -> float:
-        """The last state `attempt` saved: the later of its resume step (0 without one) and the last checkpoint it
-        completed; what a restart after it could resume from."""
-        saved = float(attempt.resume_step or 0)
+    def saved_state(self) -> tuple[int, float]:
+        """The newest saved state of the run's surviving lineage, what a relaunch would resume from (docs/ledger.md,
+        "Rework"): (the position of the last attempt that resumed or stepped, the later of its resume step and the
+        last checkpoint completed ok by it or by an attempt after it). A checkpoint of an earlier attempt survives
+        only up to that resume step (a resume from below it threw it away). Attempts after it that never got to
+        resume (they died in rendezvous or before `init()`) change nothing; with none that resumed, every
+        checkpoint completed ok counts, from position 0."""
+        resumed = [i for i, a in enumerate(self.attempts) if a.resume_step is not None]
+        position = resumed[-1] if resumed else 0
+        saved = float(self.attempts[position].resume_step or 0) if self.attempts else 0.0
         ck = self.checkpoints
         if not ck.empty:
-            ok = ck[(ck["attempt"] == attempt.attempt) & ck["ok"].astype(bool)]
+            later = {a.attempt for a in self.attempts[position:]}
+            ok = ck[ck["attempt"].isin(later) & ck["ok"].astype(bool)]
             if not ok.empty:
                 saved = max(saved, float(ok["step"].max()))
-        return saved
+        return position, saved
 
 
 def latest_time(data: RunData) -> float | None:

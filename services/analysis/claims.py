@@ -100,8 +100,8 @@ def kept_job_steps(run: RunStructure) -> pd.DataFrame:
 
 
 def _kept_mask(run: RunStructure, job_steps: pd.DataFrame) -> np.ndarray:
-    """A step of attempt k is kept unless some later attempt (or, for a failed run, the last saved state)
-    resumed from below it: that rollback threw the step's result away."""
+    """A step of attempt k is kept unless some later attempt (or, for a run that failed for good, the newest saved
+    state of its surviving lineage) resumed from below it: that rollback threw the step's result away."""
     if job_steps.empty:
         return np.zeros(0, dtype=bool)
     points = _resume_points(run)
@@ -120,7 +120,7 @@ def _resume_points(run: RunStructure) -> list[float]:
     """The step each attempt's successor state starts from; +inf where nothing constrains it."""
     points = [float(a.resume_step) if a.resume_step is not None else np.inf for a in run.attempts]
     if run.status is RunStatus.FAILED and run.attempts:
-        points.append(run.saved_step(run.attempts[-1]))  # the state a later attempt could have resumed from
+        points.append(run.saved_state()[1])  # the state a relaunch would resume from
     return points
 
 

@@ -139,17 +139,17 @@ def _gpus_at(run: RunStructure, attempt: Attempt) -> int:
 
 
 def _at_risk(painting: RunPainting, claimed_gpu_s: np.ndarray) -> float:
-    """A running run's kept work since its last saved state: lost if it failed now."""
+    """A running run's kept work since its last saved state: lost if it failed now. Only the last attempt that
+    resumed or stepped holds such work: the steps of the attempts before it above its resume step are rework."""
     run, job_steps = painting.run, painting.job_steps
     if run.status is not RunStatus.RUNNING or not run.attempts or job_steps.empty:
         return 0.0
-    last_pos = len(run.attempts) - 1
-    saved = run.saved_step(run.attempts[last_pos])
-    unsaved = job_steps[(job_steps["pos"] == last_pos) & job_steps["kept"] & (job_steps["step"] > saved)]
+    pos, saved = run.saved_state()
+    unsaved = job_steps[(job_steps["pos"] == pos) & job_steps["kept"] & (job_steps["step"] > saved)]
     if unsaved.empty:
         return 0.0
     t0 = float(unsaved["start"].min())
-    sel = (painting.claim == Claim.KEPT) & (painting.position == last_pos) & (painting.bounds[:-1] >= t0)
+    sel = (painting.claim == Claim.KEPT) & (painting.position == pos) & (painting.bounds[:-1] >= t0)
     return float(claimed_gpu_s[sel].sum())
 
 

@@ -14,8 +14,13 @@ The reference for attempt k's steps is the lineage it resumed: the attempt that 
 resume step (it went on computing the steps after it from exactly the saved state), then any other earlier
 attempt that resumed from that same step. A restart from step 0 is compared with the first fresh start.
 
+The digest at load (`tracker.resumed(step, ..., digest=...)`, services.analysis.resume_at_load) is compared with
+the digest that the attempt which wrote the loaded checkpoint reported for its step: it is on disk when the
+checkpoint completes, so a restart is checked even when none of the steps it recomputed arrived.
+
 Findings (each with the attempt, ranks, steps and expected-versus-got rows):
 
+`digest_mismatch_at_load`  the state a restart loaded differs from the state its checkpoint's writer digested
 `loss_mismatch`, `lr_mismatch`, `digest_mismatch`  recomputed steps that differ from their first computation
 `loss_jump_at_resume`  no step was recomputed, and the mean loss of the first `jump_window` steps after the
                        resume differs from that of the last `jump_window` before it by more than `jump_factor`
@@ -23,6 +28,9 @@ Findings (each with the attempt, ranks, steps and expected-versus-got rows):
 `resume_not_a_checkpoint`  the resume step (not 0) is no checkpoint that an earlier attempt completed ok
 `skipped_steps`, `repeated_steps`  within one attempt and rank: gaps or repeats in the step numbers (raw rows:
                        exact replays of one report are not repeats), or a first step other than resume + 1
+
+The verdict: `flagged` with any finding; else `unverified` when a restart that loaded a checkpoint had nothing
+compared (no recomputed step and no digest at load arrived: `reason` says which, per restart); else `ok`.
 
 A partial-state resume typically shows as: optimizer buffers lost -> loss (from the second recomputed step) and
 digest mismatches; RNG state lost -> loss (dropout, augmentation) and digest mismatches; data position lost ->
@@ -36,7 +44,7 @@ Pure: RunData (steps with loss and lr: storage's `load_run_data(..., detail=True
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, get_args
 
@@ -44,7 +52,16 @@ import numpy as np
 import pandas as pd
 
 from services.analysis.attempts import RunStructure, build_run_structure
-from services.analysis.resume_types import EvidenceRow, Finding, FindingCode, ResumeCheck, ResumeSummary, Tolerances
+from services.analysis.resume_at_load import loaded_digests, mismatch_at_load, pairs_at_load
+from services.analysis.resume_types import (
+    EvidenceRow,
+    Finding,
+    FindingCode,
+    ResumeCheck,
+    ResumeSummary,
+    Tolerances,
+    Verdict,
+)
 from services.analysis.run_data import RunData
 
 __all__ = ["EvidenceRow", "Finding", "ResumeCheck", "ResumeCheckConfig", "ResumeSummary", "build_resume_check"]
@@ -97,6 +114,7 @@ def build_resume_check(data: RunData, structure: RunStructure | None = None,
     structure = structure if structure is not None else build_run_structure(data)
     steps = structure.steps  # one row per (attempt, rank, step)
     digests = _digests(data.events)
+    at_load = loaded_digests(data.events)
     ok_checkpoints = _ok_checkpoints(structure.checkpoints)
     rank_resumes = _rank_resumes(data.events)
     loaded = _loaded_checkpoints(data.events)
@@ -137,6 +155,12 @@ def build_resume_check(data: RunData, structure: RunStructure | None = None,
         compared: dict[str, int] = {}
         attempt_findings: list[Finding] = []
         recomputed: set[int] = set()
+        load_pairs, unmatched = pairs_at_load(k, at_load, digests, _writers_first(ok_checkpoints, k, refs, resume,
+                                                                                  earlier))
+        compared["digest_at_load"] = len(load_pairs)
+        at_load_finding = mismatch_at_load(k, resume, load_pairs, config.max_examples)
+        if at_load_finding is not None:
+            attempt_findings.append(at_load_finding)
         for quantity, frame in (("loss", steps), ("lr", steps), ("digest", digests)):
             pairs = _pairs(frame, quantity, k, refs)
             compared[quantity] = len(pairs)
@@ -156,22 +180,54 @@ def build_resume_check(data: RunData, structure: RunStructure | None = None,
             jump = _loss_jump(steps, mine, k, resume, refs, config, notes)
             if jump is not None:
                 findings.append(jump)
+        unverified = None
+        if not fresh_restart and not any(compared.values()):
+            unverified = _unverified_reason(k, resume, at_load[at_load["attempt"] == k], unmatched)
         summaries.append(ResumeSummary(
             attempt=k, resume_step=resume, resume_reported=att.resume_reported,
             checkpoint_attempt=max(writers) if writers else None, reference_attempts=refs,
-            recomputed_steps=len(recomputed), compared=compared, ok=True))
+            recomputed_steps=len(recomputed), compared=compared, ok=True, verified=unverified is None,
+            unverified_reason=unverified))
 
     findings.sort(key=lambda f: (f.attempt, FINDING_CODES.index(f.code)))
     flagged_attempts = {f.attempt for f in findings}
     summaries = [s.model_copy(update={"ok": s.attempt not in flagged_attempts}) for s in summaries]
     for s in summaries:
-        if s.ok and s.recomputed_steps == 0 and s.resume_step:
+        if s.ok and s.verified and s.recomputed_steps == 0 and s.resume_step:
             notes.append(f"attempt {s.attempt} resumed from step {s.resume_step} and recomputed no step an earlier "
-                         "attempt had reported: only the step numbering and the loss jump were checked")
+                         "attempt had reported: it was checked by its digest at load (and its step numbering)")
+    reasons = [s.unverified_reason for s in summaries if s.unverified_reason]
+    verdict: Verdict = "flagged" if findings else "unverified" if reasons else "ok"
     return ResumeCheck(
-        run_id=data.run_id, version=version, verdict="flagged" if findings else "ok", findings=findings,
-        resumes=summaries, notes=notes, config=Tolerances(**asdict(config)),
-        gpu_seconds_since_first_finding=_gpu_seconds_from(structure, min(flagged_attempts, default=None)))
+        run_id=data.run_id, version=version, verdict=verdict, reason="; ".join(reasons) if verdict == "unverified"
+        else None, findings=findings, resumes=summaries, notes=notes, config=Tolerances(**asdict(config)),
+        gpu_seconds_since_first_finding=_gpu_seconds_from(structure, min(flagged_attempts, default=None)),
+        gpu_seconds_since_first_unverified=_gpu_seconds_from(
+            structure, min((s.attempt for s in summaries if not s.verified), default=None)))
+
+
+def _writers_first(ok_checkpoints: Mapping[int, list[int]], attempt: int, refs: list[int], resume: int,
+                   earlier: list[Any]) -> Callable[[int], list[int]]:
+    """For a digest at load of the state of step s: the attempts whose digest of s is the reference, best first:
+    those that completed the checkpoint of s (the latest first), then the resume's references, then any earlier
+    attempt (the latest first)."""
+    def references(step: int) -> list[int]:
+        writers = sorted((a for a in ok_checkpoints.get(step, ()) if a < attempt), reverse=True)
+        lineage = refs if step == resume else []
+        rest = [a.attempt for a in reversed(earlier)]
+        return list(dict.fromkeys([*writers, *lineage, *rest]))
+    return references
+
+
+def _unverified_reason(attempt: int, resume: int, reported: pd.DataFrame, unmatched: pd.DataFrame) -> str:
+    """Why nothing was compared for a restart that loaded state: what did not arrive, and what would check it."""
+    if reported.empty:
+        return (f"attempt {attempt} resumed from step {resume}: no recomputed step and no digest at load arrived, "
+                "so nothing was compared (pass the loaded state's digest: tracker.resumed(step, digest=...))")
+    step = int(unmatched["step"].iloc[0]) if not unmatched.empty else resume
+    return (f"attempt {attempt} resumed from step {resume}: no recomputed step arrived, and no attempt reported a "
+            f"digest of step {step} for its digest at load to be compared with (digest the state when you "
+            "checkpoint it, by the same function)")
 
 
 # -- inputs ---------------------------------------------------------------------------------------------------

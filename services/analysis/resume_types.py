@@ -8,8 +8,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-FindingCode = Literal["loss_mismatch", "lr_mismatch", "digest_mismatch", "loss_jump_at_resume",
-                      "resume_not_a_checkpoint", "skipped_steps", "repeated_steps"]
+FindingCode = Literal["digest_mismatch_at_load", "loss_mismatch", "lr_mismatch", "digest_mismatch",
+                      "loss_jump_at_resume", "resume_not_a_checkpoint", "skipped_steps", "repeated_steps"]
+Verdict = Literal["ok", "flagged", "unverified"]
 
 
 class EvidenceRow(BaseModel):
@@ -40,8 +41,13 @@ class ResumeSummary(BaseModel):
     checkpoint_attempt: int | None = Field(description="the attempt that completed the checkpoint at resume_step")
     reference_attempts: list[int] = Field(description="whose values the recomputed steps were compared with")
     recomputed_steps: int = Field(description="distinct steps this attempt computed that a reference computed too")
-    compared: dict[str, int] = Field(description="(rank, step) pairs compared: loss, lr, digest")
+    compared: dict[str, int] = Field(description="(rank, step) pairs compared: loss, lr, digest; digest_at_load: "
+                                                 "ranks whose digest of the state they loaded was compared")
     ok: bool
+    verified: bool = Field(True, description="something was compared for it (a recomputed step, the digest at "
+                                             "load); false: it loaded a checkpoint and nothing could be compared "
+                                             "(`unverified_reason` says why)")
+    unverified_reason: str | None = None
 
 
 class Tolerances(BaseModel):
@@ -59,7 +65,12 @@ class ResumeCheck(BaseModel):
     version: int = Field(description="the run version checked (changes with every write)")
     stale: bool = Field(False, description="with stale_ok=true: the run received events since this check; a newer "
                                            "one is being computed")
-    verdict: Literal["ok", "flagged"]
+    verdict: Verdict = Field(description="flagged: any finding; unverified: no finding, but a restart that loaded "
+                                         "a checkpoint had nothing compared (`reason`); ok: every such restart "
+                                         "was compared and matched (a run that never loaded one has nothing to "
+                                         "check)")
+    reason: str | None = Field(None, description="why the verdict is unverified: the restarts nothing was compared "
+                                                 "for, and what did not arrive")
     findings: list[Finding]
     resumes: list[ResumeSummary] = Field(description="one per attempt after the first")
     notes: list[str] = Field(description="what could not be checked, or was checked and is worth knowing")
@@ -67,6 +78,9 @@ class ResumeCheck(BaseModel):
     gpu_seconds_since_first_finding: float = Field(
         description="GPU-seconds of the steps computed from the first flagged attempt on: trained on a state "
                     "that differs from the one the run had")
+    gpu_seconds_since_first_unverified: float = Field(
+        0.0, description="GPU-seconds of the steps computed from the first unverified restart on: trained on a "
+                         "state nobody checked")
 
     @property
     def flagged(self) -> bool:

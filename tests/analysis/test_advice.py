@@ -15,7 +15,7 @@ from services.analysis.advice_types import Recommendation, RunAdvice
 from services.analysis.ledger import build_ledger
 from services.analysis.ledger_types import Allocation, AttemptLedger, CheckpointSummary, Ledger, ProvisionalHang
 from services.analysis.resume_check import ResumeCheckConfig
-from services.analysis.resume_types import Finding, ResumeCheck, Tolerances
+from services.analysis.resume_types import Finding, ResumeCheck, ResumeSummary, Tolerances
 from services.analysis.run_data import run_data_from_events
 from services.analysis.view_types import Heatmap, RankCompute, RankRow, RunViews
 from services.analysis.views import build_run_views
@@ -296,6 +296,22 @@ def test_a_flagged_resume_check_is_advice_without_a_goodput_prediction() -> None
     assert rec.at_stake_gpu_seconds == 400.0 and rec.gain.bound == "none"
     assert "loss_mismatch" in rec.wording and "attempt 1 resumed from step 10" in rec.wording
     assert rec.prediction.startswith("No goodput prediction: this is about correctness")
+
+
+def test_an_unverified_resume_check_is_advice_to_check_resumes_as_they_load() -> None:
+    reason = "attempt 1 resumed from step 250: no recomputed step and no digest at load arrived"
+    unchecked = ResumeSummary(attempt=1, resume_step=250, resume_reported=True, checkpoint_attempt=0,
+                              reference_attempts=[0], recomputed_steps=0, compared={"loss": 0, "digest_at_load": 0},
+                              ok=True, verified=False, unverified_reason=reason)
+    check = ResumeCheck(run_id="r", version=1, verdict="unverified", reason=reason, findings=[], resumes=[unchecked],
+                        notes=[], config=Tolerances(**asdict(ResumeCheckConfig())),
+                        gpu_seconds_since_first_finding=0.0, gpu_seconds_since_first_unverified=300.0)
+    rec = only(advise(finished(), resume_check=check), "resume_correctness")
+    assert rec.title == "Check each resume as it loads" and rec.at_stake_gpu_seconds == 300.0
+    assert rec.wording.startswith(f"1 restart loaded a checkpoint and nothing could be compared: {reason}.")
+    assert "tracker.resumed(step, checkpoint_step=..., digest=...)" in rec.wording and rec.gain.bound == "none"
+    ok = check.model_copy(update={"verdict": "ok", "reason": None})
+    assert "resume_correctness" not in codes(advise(finished(), resume_check=ok))
 
 
 def test_long_queueing_is_said_with_no_gpu_time_at_stake() -> None:

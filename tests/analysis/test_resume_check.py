@@ -120,8 +120,9 @@ def test_an_exact_resume_compares_every_recomputed_step_and_is_ok() -> None:
     rc = check(one_restart())
     assert rc.verdict == "ok" and not rc.findings and not rc.notes
     (resume,) = rc.resumes
-    assert resume.recomputed_steps == 5 and resume.compared == {"loss": 10, "lr": 10, "digest": 0}
-    assert resume.checkpoint_attempt == 0 and resume.ok
+    assert resume.recomputed_steps == 5 and resume.compared == {"loss": 10, "lr": 10, "digest": 0,
+                                                                "digest_at_load": 0}
+    assert resume.checkpoint_attempt == 0 and resume.ok and resume.verified and rc.reason is None
 
 
 def test_a_loss_that_differs_beyond_the_tolerance_is_flagged_with_expected_and_got() -> None:
@@ -202,8 +203,9 @@ def test_a_loss_jump_at_a_resume_without_recomputed_steps_is_flagged() -> None:
     assert finding.evidence["jump"] == pytest.approx(0.5, abs=0.1)  # the jump less the curve's own descent
     assert finding.evidence["jump"] > 5 * finding.evidence["median_change"]  # type: ignore[operator]
     smooth = check(one_restart(killed_at=20))
-    assert smooth.verdict == "ok"
-    assert any("recomputed no step" in note for note in smooth.notes)
+    assert smooth.verdict == "unverified" and smooth.findings == []  # no jump is no evidence of an exact resume
+    assert smooth.reason == smooth.resumes[0].unverified_reason
+    assert smooth.reason is not None and "no recomputed step and no digest at load arrived" in smooth.reason
 
 
 def test_a_fresh_restart_before_any_checkpoint_is_noted_not_flagged() -> None:
@@ -273,19 +275,19 @@ def killed_before_its_tail_arrived(*, resume_fields: dict[str, Any] | None = Non
 
 def test_a_resume_from_a_checkpoint_lost_with_a_killed_attempt_is_not_flagged() -> None:
     rc = check(killed_before_its_tail_arrived())
-    assert rc.verdict == "ok", rc.findings
+    assert rc.verdict == "unverified" and rc.findings == [], rc.findings  # steps 221-275 never arrived
     assert any("last heard of at step 220" in n and "unknown" in n for n in rc.notes), rc.notes
     assert rc.resumes[0].reference_attempts == [0]
 
 
 def test_a_checkpoint_whose_end_may_have_died_with_its_writer_is_not_torn_evidence() -> None:
     rc = check(killed_before_its_tail_arrived(torn_at_resume=True))
-    assert rc.verdict == "ok", rc.findings
+    assert rc.verdict == "unverified" and rc.findings == [], rc.findings
 
 
 def test_a_resume_that_names_its_checkpoint_is_compared_with_the_attempt_that_wrote_it() -> None:
     rc = check(killed_before_its_tail_arrived(resume_fields={"checkpoint_step": 250, "checkpoint": "ckpt-250"}))
-    assert rc.verdict == "ok", rc.findings
+    assert rc.verdict == "unverified" and rc.findings == [], rc.findings
     assert any("names the checkpoint" in n for n in rc.notes), rc.notes
     assert rc.resumes[0].checkpoint_attempt == 0
 
@@ -318,5 +320,120 @@ def test_the_wire_schema_takes_resumes_with_and_without_the_checkpoint_they_load
     record = adapter.validate_python({**base, "checkpoint_step": 250, "checkpoint": "/ckpt/step-250"}).to_record()
     assert record.data == {"checkpoint_step": 250, "checkpoint": "/ckpt/step-250"}
     for bad in ({"checkpoint_step": -1}, {"checkpoint": ""}, {"checkpoint_step": "250"}):
+        with pytest.raises(ValidationError):
+            adapter.validate_python({**base, **bad})
+
+
+# -- the digest at load -------------------------------------------------------------------------------------------
+
+
+def killed_after_checkpoint(*, saved: dict[int, str], loaded: str | None, resume: int = 250,
+                            resume_fields: dict[str, Any] | None = None, world: int = 1) -> list[dict[str, Any]]:
+    """Attempt 0 computed steps 1-275, checkpointed at 250 and was killed at 275; its steps after 250 died with it
+    (its last flush interval), its digests of `saved` (rank -> value, at step 250) arrived with the checkpoint.
+    Attempt 1 resumes from `resume` with the digest `loaded` of what it loaded, and runs to 300."""
+    out = attempt_events(0, 0, 0, world=world) + steps(0, 1, 250, 1, world=world)
+    out += [ev("digest", 251, attempt=0, rank=r, step=250, value=v) for r, v in saved.items()]
+    out += checkpoint(0, 250, 251.5)
+    out += [ev("attempt_start", 400, attempt=1, rank=r, world_size=world, host="h0") for r in range(world)]
+    fields = dict(resume_fields or {})
+    if loaded is not None:
+        fields["digest"] = loaded
+    out += [ev("resume", 400, attempt=1, rank=r, step=resume, **fields) for r in range(world)]
+    first = resume + 1 if resume else 1
+    return out + steps(1, first, 300, 410, world=world)
+
+
+def test_a_loaded_state_whose_digest_differs_from_the_saved_one_is_flagged_though_no_step_was_recomputed() -> None:
+    rc = check(killed_after_checkpoint(saved={0: "saved-250"}, loaded="momentum-zeroed"))
+    assert rc.verdict == "flagged" and codes(rc) == [("digest_mismatch_at_load", 1)]
+    (finding,) = rc.findings
+    assert finding.steps == [250] and finding.ranks == [0]
+    assert finding.evidence == {"resume_step": 250, "checkpoint_step": 250, "compared": 1, "mismatched": 1,
+                                "tolerance": "equal strings"}
+    row = finding.examples[0]
+    assert (row.rank, row.step, row.expected, row.got, row.expected_attempt) == (
+        0, 250, "saved-250", "momentum-zeroed", 0)
+    assert "digest of the state it loaded differs from the one attempt 0 reported" in finding.message
+    (resume,) = rc.resumes
+    assert resume.recomputed_steps == 0 and resume.compared["digest_at_load"] == 1 and not resume.ok
+    assert rc.gpu_seconds_since_first_finding > 0
+
+
+def test_a_loaded_state_with_the_saved_digest_is_verified_and_ok() -> None:
+    rc = check(killed_after_checkpoint(saved={0: "d250", 1: "d250-rank1"}, loaded=None, world=2)
+               + [ev("resume", 400.5, attempt=1, rank=r, step=250, digest=d) for r, d in ((0, "d250"),
+                                                                                         (1, "d250-rank1"))])
+    assert rc.verdict == "ok" and rc.findings == [] and rc.reason is None
+    (resume,) = rc.resumes
+    assert resume.verified and resume.compared == {"loss": 0, "lr": 0, "digest": 0, "digest_at_load": 2}
+    assert any("checked by its digest at load" in n for n in rc.notes), rc.notes
+
+
+def test_a_digest_mismatch_at_load_is_a_finding_whatever_else_arrived() -> None:
+    events = one_restart()  # the recomputed steps 21-25 reproduce exactly
+    events += [ev("digest", 20.4, attempt=0, rank=r, step=20, value="saved") for r in range(2)]
+    events += [ev("resume", 110.5, attempt=1, rank=r, step=20, digest="saved" if r == 0 else "rng-lost")
+               for r in range(2)]
+    rc = check(events)
+    assert codes(rc) == [("digest_mismatch_at_load", 1)]
+    assert rc.findings[0].ranks == [1] and rc.resumes[0].compared["loss"] == 10
+
+
+def test_nothing_compared_is_unverified_with_the_reason() -> None:
+    nothing = check(killed_after_checkpoint(saved={0: "d250"}, loaded=None))
+    assert nothing.verdict == "unverified" and nothing.findings == []
+    assert nothing.reason == ("attempt 1 resumed from step 250: no recomputed step and no digest at load arrived, "
+                              "so nothing was compared (pass the loaded state's digest: tracker.resumed(step, "
+                              "digest=...))")
+    (resume,) = nothing.resumes
+    assert resume.ok and not resume.verified and resume.unverified_reason == nothing.reason
+    not_saved = check(killed_after_checkpoint(saved={}, loaded="d250"))
+    assert not_saved.verdict == "unverified" and not_saved.reason is not None
+    assert "no attempt reported a digest of step 250" in not_saved.reason
+    assert "digest the state when you checkpoint it" in not_saved.reason
+
+
+def test_a_lost_step_counter_is_compared_with_the_digest_of_the_checkpoint_it_loaded() -> None:
+    rc = check(killed_after_checkpoint(saved={0: "d250"}, loaded="d250-with-step-0", resume=0,
+                                       resume_fields={"checkpoint_step": 250}))
+    finding = next(f for f in rc.findings if f.code == "digest_mismatch_at_load")
+    assert finding.steps == [250] and finding.evidence["checkpoint_step"] == 250
+    assert finding.evidence["resume_step"] == 0 and "(resuming from step 0)" in finding.message
+
+
+def test_the_digest_at_load_is_compared_with_the_attempt_that_wrote_the_checkpoint() -> None:
+    # attempt 1 went its own way from 250 (flagged there) and wrote the checkpoint of 300; attempt 2 loads it
+    out = killed_after_checkpoint(saved={0: "d250"}, loaded="other")
+    out += [ev("digest", 0.5, attempt=0, rank=0, step=300, value="attempt-0-300")]  # 0 computed it too, unsaved
+    out += [ev("digest", 500, attempt=1, rank=0, step=300, value="attempt-1-300"), *checkpoint(1, 300, 501)]
+    out += failed(1, 510, world=1)
+    out += [ev("attempt_start", 600, attempt=2, rank=0, world_size=1, host="h0"),
+            ev("resume", 600, attempt=2, rank=0, step=300, digest="attempt-1-300")]
+    out += steps(2, 301, 320, 610, world=1)
+    rc = check(out)
+    assert codes(rc) == [("digest_mismatch_at_load", 1), ("digest_mismatch", 1)]  # 300 as attempt 0 had it, too
+    second = rc.resumes[1]
+    assert second.attempt == 2 and second.ok and second.verified and second.compared["digest_at_load"] == 1
+
+
+def test_a_fresh_restart_or_a_run_without_restarts_needs_no_comparison() -> None:
+    fresh = attempt_events(0, 0, 0) + steps(0, 1, 8, 1) + failed(0, 20) + attempt_events(1, 0, 30)
+    rc = check(fresh + steps(1, 1, 30, 40, numbers=list(range(1, 31))))
+    assert rc.verdict == "ok" and rc.resumes[0].verified  # no state was loaded
+    assert check(attempt_events(0, 0, 0) + steps(0, 1, 30, 1)).reason is None
+
+
+def test_the_resume_digest_reaches_the_events_frame_and_the_wire_schema_takes_it() -> None:
+    from pydantic import TypeAdapter, ValidationError
+
+    from services.collector.schemas.ingest import AnyEvent
+
+    data = run_data_from_events("s1", [ev("resume", 1, attempt=1, rank=0, step=5, digest="abc")])
+    assert data.events.loc[0, "digest"] == "abc" and data.events.loc[0, "value"] is None
+    adapter = TypeAdapter(AnyEvent)
+    base = {"event_id": "e1", "run_id": "r", "kind": "resume", "time": 1.7e9, "attempt": 1, "rank": 0, "step": 250}
+    assert adapter.validate_python({**base, "digest": "a" * 128}).to_record().data == {"digest": "a" * 128}
+    for bad in ({"digest": ""}, {"digest": "a" * 129}, {"digest": "a\nb"}, {"digest": 5}):
         with pytest.raises(ValidationError):
             adapter.validate_python({**base, **bad})

@@ -34,6 +34,16 @@ def test_a_flagged_check_names_its_findings() -> None:
     assert "message 3" not in text and "2 more" in text
 
 
+def test_an_unverified_check_says_so_with_the_reason() -> None:
+    reason = "attempt 1 resumed from step 250: no recomputed step and no digest at load arrived"
+    check = resume_check("ok", []).model_copy(update={"verdict": "unverified", "reason": reason})
+    banner = resume_banner(check)
+    assert banner is not None and banner.to_plotly_json()["props"]["id"] == "run-resume-banner"
+    text = flat_text(banner)
+    assert text.startswith("Unverified: a restart of this run could not be checked.") and reason in text
+    assert "tracker.resumed(step, digest=...)" in text
+
+
 def test_the_api_client_asks_the_resume_check_endpoint_without_waiting_for_it() -> None:
     seen: list[str] = []
     pending = {"error": {"code": "resume_check_pending", "message": "being computed"}}

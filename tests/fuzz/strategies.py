@@ -74,7 +74,10 @@ def events(draw: st.DrawFn, run_id: str | None = None) -> dict[str, Any]:
     if kind == "heartbeat":
         return {**base, **rank, "kind": kind}
     if kind in ("checkpoint_start", "resume"):
-        return {**base, **rank, "kind": kind, "step": draw(steps_)}
+        record = {**base, **rank, "kind": kind, "step": draw(steps_)}
+        if kind == "resume" and draw(st.booleans()):
+            record["digest"] = draw(names)  # of the state it loaded
+        return record
     if kind == "checkpoint_end":
         return {**base, **rank, "kind": kind, "step": draw(steps_), "ok": draw(st.booleans())}
     if kind == "attempt_end":
@@ -90,48 +93,17 @@ def events(draw: st.DrawFn, run_id: str | None = None) -> dict[str, Any]:
     return {**base, "kind": kind, "name": draw(names), "gpus": draw(st.integers(1, MAX_WORLD))}
 
 
-def consistent(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The batch without the contradictions the collector refuses inside one batch (docs/events.md,
-    "Plausibility limits"): an end stamped before its start moves to the start, and a run's second
-    allocation_start while its first is open gets an allocation_end just before it."""
-    starts: dict[tuple[Any, ...], float] = {}
-    for e in batch:
-        if e["kind"] in ("attempt_start", "checkpoint_start"):
-            key = (e["run_id"], e["kind"], e["attempt"], e["rank"], e.get("step"))
-            starts[key] = min(e["time"], starts.get(key, e["time"]))
-    later_starts: set[int] = set()  # allocation_starts after the first of their run: the previous one ends there
-    by_run: dict[str, list[tuple[float, int]]] = {}
-    for i, e in enumerate(batch):
-        if e["kind"] == "allocation_start":
-            by_run.setdefault(e["run_id"], []).append((e["time"], i))
-    for times in by_run.values():
-        later_starts |= {i for _, i in sorted(times)[1:]}
-    out = []
-    for i, e in enumerate(batch):
-        if e["kind"] in ("attempt_end", "checkpoint_end"):
-            kind = e["kind"].replace("_end", "_start")
-            start = starts.get((e["run_id"], kind, e["attempt"], e["rank"], e.get("step")))
-            if start is not None and e["time"] < start:
-                e = {**e, "time": start}
-        if i in later_starts:
-            out.append({"event_id": f"{e['event_id']}-end", "run_id": e["run_id"], "kind": "allocation_end",
-                        "time": e["time"]})
-        out.append(e)
-    return out
-
-
 @st.composite
 def implausible(draw: st.DrawFn) -> tuple[list[dict[str, Any]], str]:
-    """A batch that is valid event by event but breaks a plausibility limit or contradicts itself; the field
-    the 422 must name. Times are near the collector's clock (`time.time()` at draw)."""
+    """A batch with an event that breaks a plausibility limit on its own; the field the 422 must name. Times are
+    near the collector's clock (`time.time()` at draw)."""
     import time as _time
 
     now = _time.time()
     t = now - draw(st.floats(10, 1e6))
     run = draw(run_ids)
     rank = {"attempt": draw(attempts), "rank": draw(ranks)}
-    how = draw(st.sampled_from(["world", "gpus", "rank", "future", "long_step", "end_before_start",
-                                "second_allocation", "dots"]))
+    how = draw(st.sampled_from(["world", "gpus", "rank", "future", "long_step", "dots"]))
     if how == "world":
         return [{"event_id": "w", "run_id": run, "kind": "attempt_start", "time": t, **rank, "host": "h",
                  "world_size": draw(st.integers(MAX_WORLD + 1, 1 << 20))}], "world_size"
@@ -150,16 +122,6 @@ def implausible(draw: st.DrawFn) -> tuple[list[dict[str, Any]], str]:
         extra = {"op": "all_reduce"} if kind == "collective" else {}
         return [{"event_id": "s", "run_id": run, "kind": kind, "time": t, **rank, "step": 1, "start": start,
                  "end": t, **extra}], "end"
-    if how == "end_before_start":
-        before = t - draw(st.floats(0.001, 1e5))
-        return [{"event_id": "a", "run_id": run, "kind": "attempt_start", "time": t, **rank, "world_size": 8,
-                 "host": "h"},
-                {"event_id": "b", "run_id": run, "kind": "attempt_end", "time": before, **rank,
-                 "reason": "completed"}], "time"
-    if how == "second_allocation":
-        later = t + draw(st.floats(0, 1e5))
-        return [{"event_id": "a1", "run_id": run, "kind": "allocation_start", "time": t, "gpus": 8},
-                {"event_id": "a2", "run_id": run, "kind": "allocation_start", "time": later, "gpus": 8}], "kind"
     dots = draw(st.sampled_from([".", "..", "...", "a/..", "../a", "a/./b"]))
     return [{"event_id": "d", "run_id": dots, "kind": "run_end", "time": t, "status": "finished"}], "run_id"
 

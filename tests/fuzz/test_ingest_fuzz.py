@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from services.collector.app import create_app
 from services.settings import IngestSettings, ServerSettings, ServiceSettings
 from tests.fuzz.conftest import CASES, budget
-from tests.fuzz.strategies import INJECTIONS, body, consistent, events, implausible, json_values, mutated, reachable
+from tests.fuzz.strategies import INJECTIONS, body, events, implausible, json_values, mutated, reachable
 
 FUZZ = settings(derandomize=True, deadline=None, database=None, max_examples=budget(150),
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
@@ -63,7 +63,7 @@ def test_valid_batches_are_stored_exactly_once(client: TestClient) -> None:
     examples = iter(range(1 << 30))
 
     @FUZZ
-    @given(st.lists(events(), min_size=1, max_size=12).map(consistent))
+    @given(st.lists(events(), min_size=1, max_size=12))
     def check(batch: list[dict[str, Any]]) -> None:
         CASES["hypothesis POST /v1/events valid"] += 1
         batch = _ids_of_this_example(batch, next(examples))
@@ -83,7 +83,7 @@ def test_an_event_id_sent_again_with_other_content_refuses_the_batch_naming_it(c
     examples = iter(range(1 << 30))
 
     @FUZZ
-    @given(st.lists(events(), min_size=1, max_size=8).map(consistent), st.data())
+    @given(st.lists(events(), min_size=1, max_size=8), st.data())
     def check(batch: list[dict[str, Any]], data: st.DataObject) -> None:
         CASES["hypothesis POST /v1/events event_id reused"] += 1
         batch = _ids_of_this_example(batch, next(examples))
@@ -93,8 +93,6 @@ def test_an_event_id_sent_again_with_other_content_refuses_the_batch_naming_it(c
         other = {**batch[index], "time": batch[index]["time"] + 0.5}  # another event under a stored id
         fresh = {**batch[0], "event_id": f"{batch[0]['event_id']}-fresh"}  # a new event: refused with it
         response = client.post("/v1/events", content=body([fresh, other]), headers={"Content-Type": "application/json"})
-        if response.status_code == 422:  # the moved time broke a rule of its own (an end before its start, ...)
-            return
         assert response.status_code == 409, response.text
         error = response.json()["error"]
         assert (error["code"], error["index"], error["event_id"]) == ("event_id_conflict", 1, other["event_id"])
@@ -106,7 +104,7 @@ def test_an_event_id_sent_again_with_other_content_refuses_the_batch_naming_it(c
 
 def test_one_mutated_event_rejects_the_batch_naming_the_field(client: TestClient) -> None:
     @FUZZ
-    @given(st.lists(events(run_id="fuzz-good"), min_size=0, max_size=3).map(consistent), mutated())
+    @given(st.lists(events(run_id="fuzz-good"), min_size=0, max_size=3), mutated())
     def check(good: list[dict[str, Any]], bad: tuple[dict[str, Any], str]) -> None:
         CASES["hypothesis POST /v1/events mutated"] += 1
         event, _ = bad
@@ -120,9 +118,9 @@ def test_one_mutated_event_rejects_the_batch_naming_the_field(client: TestClient
     check()
 
 
-def test_implausible_claims_and_contradictions_get_a_422_naming_the_field(client: TestClient) -> None:
+def test_implausible_claims_get_a_422_naming_the_field(client: TestClient) -> None:
     @FUZZ
-    @given(st.lists(events(run_id="fuzz-good"), min_size=0, max_size=3).map(consistent), implausible())
+    @given(st.lists(events(run_id="fuzz-good"), min_size=0, max_size=3), implausible())
     def check(good: list[dict[str, Any]], bad: tuple[list[dict[str, Any]], str]) -> None:
         CASES["hypothesis POST /v1/events implausible"] += 1
         batch, field = bad

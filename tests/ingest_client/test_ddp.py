@@ -74,39 +74,32 @@ def test_cpu_timer_reports_at_once_with_the_wall_start_and_the_perf_counter_dura
         timer_for(torch.zeros(1), "gpu")
 
 
-class _FakeEvent:
-    """A CUDA event as the resolver sees it: done or not, and a GPU time in ms."""
-
-    def __init__(self, gpu_ms: float, done: bool = True) -> None:
-        self.gpu_ms, self.done = gpu_ms, done
-
-    def query(self) -> bool:
-        return self.done
-
-    def elapsed_time(self, end: _FakeEvent) -> float:
-        return end.gpu_ms - self.gpu_ms
-
-
 def test_cuda_timer_resolves_in_order_once_complete_and_anchors_gpu_times_to_wall_time() -> None:
-    """The resolver's bookkeeping without a GPU: events stand in for torch.cuda.Event."""
-    import collections
-    import threading
+    """The resolver's bookkeeping without a GPU: a simulated stream stands in for torch.cuda."""
+    import time
 
-    from ingest_client.timing import CudaTimer
+    from ingest_client.timing import PREFILLED_EVENTS, CudaTimer
+    from tests.ingest_client.simulated_gpu import SimulatedGpu
 
-    timer = object.__new__(CudaTimer)  # no CUDA here: set the state __init__ would
-    timer._pending, timer._free, timer._lock = collections.deque(), [], threading.Lock()
-    timer.resolved = timer.failed = 0
-    anchor = (_FakeEvent(1_000.0), 1_700_000_000.0)  # GPU time 1 s <-> wall 1.7e9
-    rows: list[tuple[float, float]] = []
+    gpu = SimulatedGpu()
+    timer = CudaTimer(cuda=gpu)
+    rows: list[tuple[float, float, str]] = []
 
-    def emit(start: float, end: float) -> None:
-        rows.append((start, end))
+    def emit(start: float, end: float, name: str) -> None:
+        rows.append((start, end, name))
 
-    late = _FakeEvent(1_700.0, done=False)
-    timer._pending.extend([(anchor, _FakeEvent(1_250.0), _FakeEvent(1_500.0), emit),
-                           (anchor, _FakeEvent(1_600.0), late, emit)])
-    assert not timer.resolve_ready() and rows == [(1_700_000_000.25, 1_700_000_000.5)]
-    late.done = True
-    assert timer.drain(1.0) and rows[1] == pytest.approx((1_700_000_000.6, 1_700_000_000.7))
-    assert timer.resolved == 2 and len(timer._free) == 4, "events are reused"
+    first = timer.start()
+    gpu.launch(0.02)
+    queued = gpu.idle_at()
+    timer.stop(first, emit, "first")
+    second = timer.start()
+    gpu.launch(0.2)
+    timer.stop(second, emit, "second")
+    time.sleep(0.05)
+    timer.resolve_ready()
+    assert [name for *_, name in rows] == ["first"], "the second interval is still on the GPU"
+    assert rows[0][1] == pytest.approx(queued, abs=0.002)
+    assert timer.drain(1.0) and rows[1][1] - rows[1][0] == pytest.approx(0.2, abs=0.002)
+    assert rows[1][0] == pytest.approx(rows[0][1], abs=0.002), "back to back on the stream"
+    assert timer.resolved == 2 and len(timer._free) == PREFILLED_EVENTS, "events go back to the pool"
+    assert gpu.events_created == PREFILLED_EVENTS + 1, "intervals take the pool's events; one more for the anchor"

@@ -289,6 +289,17 @@ def test_resumed_names_the_checkpoint_it_loaded(make_tracker: Any) -> None:
     assert all(validate_event(e) is None for e in transport.events)
 
 
+def test_resumed_carries_the_digest_of_the_state_it_loaded_and_drops_an_invalid_one(make_tracker: Any) -> None:
+    transport = InMemoryTransport()
+    tracker = make_tracker(transport=transport)
+    tracker.resumed(250, checkpoint="/ckpt/step-250", digest="0123abcd" * 4)
+    tracker.resumed(250, digest="x" * 129)  # too long: dropped, the resume itself still counts
+    tracker.resumed(250, digest=b"bytes")  # not a str: dropped
+    assert tracker.flush(5.0)
+    assert [e.get("digest") for e in transport.of_kind("resume")] == ["0123abcd" * 4, None, None]
+    assert all(validate_event(e) is None for e in transport.events)
+
+
 def test_state_defining_events_are_in_the_spool_when_the_call_returns(make_tracker: Any, tmp_path: Path) -> None:
     tracker = make_tracker(mode="offline", flush_interval_s=10.0)  # the flusher sleeps through the test
     tracker.resumed(0)

@@ -17,7 +17,7 @@ KINDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "allocation_end": ({}, {"job_id": STR}),
     "attempt_start": ({**AR, "world_size": INT, "host": STR},
                       {"local_rank": INT, "pid": INT, "restart_count": INT, "generation": INT}),
-    "resume": ({**AR, "step": INT}, {"checkpoint_step": INT, "checkpoint": STR}),
+    "resume": ({**AR, "step": INT}, {"checkpoint_step": INT, "checkpoint": STR, "digest": STR}),
     "step": ({**AR, "step": INT, "start": FLOAT, "end": FLOAT}, {"loss": FLOAT, "lr": FLOAT, "comm": FLOAT}),
     "steps": ({**AR, "step": "[int]", "start": "[float]", "end": "[float]"},
               {"loss": "[float?]", "lr": "[float?]", "comm": "[float?]"}),
@@ -30,12 +30,13 @@ KINDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "attempt_end": ({**AR, "reason": STR}, {"detail": STR}),
     "run_end": ({"status": STR}, {"detail": STR}),
     "client_stats": ({**AR, "dropped_events": INT, "spool_dropped_events": INT, "send_failures": INT},
-                     {"rejected_events": INT}),
+                     {"rejected_events": INT, "step_clock": STR, "collective_clock": STR}),
 }
 for _required, _optional in KINDS.values():  # every record of a rank may name its launch
     if "attempt" in _required:
         _optional["launch"] = STR
-ENUMS = {"reason": {"completed", "failed", "preempted"}, "status": {"finished", "failed", "cancelled"}}
+ENUMS = {"reason": {"completed", "failed", "preempted"}, "status": {"finished", "failed", "cancelled"},
+         "step_clock": {"cpu", "cuda"}, "collective_clock": {"cpu", "cuda", "nccl", "off"}}
 
 
 def _check_scalar(kind: str, value: Any) -> bool:

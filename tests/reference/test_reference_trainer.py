@@ -4,6 +4,11 @@ examples/reference_trainer.py runs as real processes at the client's default set
 attempt 0 dies by `os._exit(137)` (as a SIGKILL: no handler, no flush) after step 275 or 251, or half-way through
 the step-300 checkpoint; attempt 1 (TORCHELASTIC_RESTART_COUNT=1, the same run id) resumes from the checkpoint at
 250 and trains to step 600. Expected values come from the trainer's own JSON log, never from guesses about timing.
+
+Where the kill falls decides what reaches the collector: right after the checkpoint (step 250), or 25 fast steps
+later (no sleep: all of them in the killed process's last flush interval), no recomputed step arrives, and only
+the digest of the loaded state (`tracker.resumed(..., digest=...)`) against the writer's digest of step 250 (on
+disk with the checkpoint) can tell an exact resume from one that lost a piece of the state.
 """
 
 from __future__ import annotations
@@ -151,3 +156,82 @@ def test_a_torn_checkpoint_write_is_flagged_only_when_the_loader_took_it(
     if flagged:
         loss = next(f for f in check["findings"] if f["code"] == "loss_mismatch")
         assert min(loss["steps"]) == exp.first_different_loss() == 251
+
+
+# -- wherever the kill falls: checked at load ----------------------------------------------------------------------
+
+KILLS = {
+    "right-after-the-checkpoint": ("--crash-at", "250", "--step-sleep", "0"),
+    "25-fast-steps-later": ("--crash-at", "275", "--step-sleep", "0"),
+}
+FAST = ("--step-sleep", "0")
+
+
+def saved_digest(exp: Experiment) -> str:
+    """The trainer's own digest of its state after step 250 in attempt 0 (what it checkpointed)."""
+    (row,) = exp.logs("step", attempt=0, step=250)
+    return str(row["digest"])
+
+
+def killed_at(exp: Experiment) -> int:
+    (crash,) = exp.logs("crash", attempt=0)
+    return int(crash["step"])
+
+
+@pytest.mark.parametrize("kill", list(KILLS))
+def test_an_exact_resume_is_verified_at_load_and_not_flagged_wherever_the_kill_falls(
+        tmp_path: Path, collector: Collector, reference_weights: str, kill: str) -> None:
+    exp, check = crash_and_resume(tmp_path, collector, f"exact-at-load-{kill}", KILLS[kill], FAST)
+    assert check["verdict"] == "ok", check
+    (summary,) = check["resumes"]
+    assert summary.get("verified") and summary["compared"].get("digest_at_load") == 1, summary
+    (resumed,) = exp.logs("resumed", attempt=1)
+    assert (resumed["step"], resumed["checkpoint"], killed_at(exp)) == (250, "step-250", int(KILLS[kill][1]))
+    assert resumed["digest"] == saved_digest(exp) and exp.final_weights() == reference_weights
+
+
+@pytest.mark.parametrize("kill", list(KILLS))
+@pytest.mark.parametrize("lost", ["momentum", "rng", "data", "step"])
+def test_a_resume_that_discards_part_of_the_state_is_flagged_at_load_wherever_the_kill_falls(
+        tmp_path: Path, collector: Collector, reference_weights: str, lost: str, kill: str) -> None:
+    exp, check = crash_and_resume(tmp_path, collector, f"discard-at-load-{lost}-{kill}", KILLS[kill],
+                                  ("--discard", lost, *FAST))
+    assert exp.final_weights() != reference_weights  # it trained on, with a plausible loss and no error
+    assert check["verdict"] == "flagged", check
+    (resumed,) = exp.logs("resumed", attempt=1)
+    assert resumed["checkpoint_step"] == 250 and resumed["digest"] != saved_digest(exp)
+    at_load = next(f for f in check["findings"] if f["code"] == "digest_mismatch_at_load")
+    assert at_load["attempt"] == 1 and at_load["steps"] == [250] and at_load["ranks"] == [0], at_load
+    assert at_load["examples"][0] == {"rank": 0, "step": 250, "expected": saved_digest(exp),
+                                      "got": resumed["digest"], "expected_attempt": 0}
+    assert at_load["evidence"]["resume_step"] == resumed["step"] == (0 if lost == "step" else 250)
+
+
+@pytest.mark.parametrize(("writer", "flagged"), [("naive", True), ("atomic", False)])
+def test_a_torn_checkpoint_write_is_judged_at_load(tmp_path: Path, collector: Collector, reference_weights: str,
+                                                   writer: str, flagged: bool) -> None:
+    exp, check = crash_and_resume(tmp_path, collector, f"torn-at-load-{writer}", ("--crash-in-checkpoint", "300",
+                                                                                  *FAST), FAST, writer=writer)
+    assert check["verdict"] == ("flagged" if flagged else "ok"), check
+    (summary,) = check["resumes"]
+    assert summary["compared"].get("digest_at_load") == 1, summary
+    (resumed,) = exp.logs("resumed", attempt=1)
+    assert resumed["step"] == 250 and (resumed["digest"] != saved_digest(exp)) is flagged
+    assert (exp.final_weights() == reference_weights) is not flagged
+    codes_found = codes(check)
+    assert ("digest_mismatch_at_load" in codes_found) is flagged, check["findings"]
+
+
+@pytest.mark.parametrize("kill", list(KILLS))
+def test_without_digests_a_resume_nothing_was_compared_for_is_unverified_never_ok(
+        tmp_path: Path, collector: Collector, kill: str) -> None:
+    no_digests = ("--digest-every", "0")
+    exp, check = crash_and_resume(tmp_path, collector, f"no-digests-{kill}", (*KILLS[kill], *no_digests),
+                                  ("--discard", "momentum", *FAST, *no_digests))
+    (summary,) = check["resumes"]
+    assert summary["compared"].get("digest_at_load", 0) == 0 and summary["compared"]["digest"] == 0
+    if summary["compared"]["loss"] == 0:  # none of the killed attempt's steps after 250 arrived (the issue's case)
+        assert check["verdict"] == "unverified" and check["findings"] == [], check
+        assert not summary["verified"] and "no recomputed step and no digest at load arrived" in check["reason"]
+    else:  # a flush fell between the checkpoint and the kill: the recomputed steps tell
+        assert killed_at(exp) == 275 and check["verdict"] == "flagged", check

@@ -40,7 +40,7 @@ def save_checkpoint(step: int) -> None:
 # -- the snippet, as the README writes it -----------------------------------------------------------------------
 tracker = goodput.init()                      # run id, rank, restart count from torchrun; GOODPUT_URL
 model = DDP(model)
-model.register_comm_hook(None, tracker.ddp_comm_hook())   # per-rank all-reduce timing (stragglers)
+tracker.time_collectives(model)               # per-rank collective timing (stragglers)
 
 start_step = load_checkpoint_if_any()
 tracker.resumed(start_step)                   # 0 = fresh start

@@ -62,3 +62,4 @@ def test_hf_trainer_killed_and_resumed_from_its_checkpoint_equals_the_jobs_log_a
     assert resume["resume_step"] == 8 and resume["checkpoint_attempt"] == 0, resume
     # something was compared: the digest at step 12 on every rank, and the logged losses and learning rates
     assert resume["compared"]["digest"] == nproc and resume["compared"]["loss"] > 0 < resume["compared"]["lr"], resume
+    assert resume["compared"]["digest_at_load"] == nproc, resume  # the state loaded against the one saved at 8

@@ -69,4 +69,6 @@ def test_a_rank_killed_right_after_a_checkpoint_keeps_it_and_the_resume_is_ok(
     assert check["verdict"] == "ok", (context, check["findings"])
     (resume,) = check["resumes"]
     assert resume["resume_step"] == CHECKPOINT_AT and resume["checkpoint_attempt"] == 0, (context, resume)
+    # whatever the kill took with it, rank 0's digest of step 10 was on disk with its checkpoint: checked at load
+    assert resume["compared"]["digest_at_load"] >= 1 and resume["verified"], (context, resume)
     assert final_digest(job) == reference_digest(DIGEST_ARGS), context  # the resume was exact

@@ -88,6 +88,9 @@ def test_lightning_killed_mid_epoch_and_relaunched_equals_the_jobs_log_and_the_i
     check = httpx.get(f"{collector.url}/v1/runs/{run_id}/resume-check", timeout=60).json()
     assert check["verdict"] != "ok", check  # Lightning's plain DataLoader restarts the epoch: not the same data
     assert "digest_mismatch" in {f["code"] for f in check["findings"]}, check["findings"]
+    # what the checkpoint saved was loaded exactly (the data position is no part of it): checked at load, both ranks
+    assert "digest_mismatch_at_load" not in {f["code"] for f in check["findings"]}, check["findings"]
+    assert check["resumes"][0]["compared"]["digest_at_load"] == 2, check["resumes"]
 
 
 def test_lightning_resumed_from_an_epoch_end_checkpoint_is_an_exact_resume(tmp_path: Path,
@@ -99,3 +102,4 @@ def test_lightning_resumed_from_an_epoch_end_checkpoint_is_an_exact_resume(tmp_p
     assert check["verdict"] == "ok", check["findings"]
     (resume,) = check["resumes"]
     assert resume["compared"]["digest"] == 2 and resume["compared"]["loss"] > 0, resume  # step 20, both ranks
+    assert resume["compared"]["digest_at_load"] == 2, resume  # the digest taken at the checkpoint, both ranks

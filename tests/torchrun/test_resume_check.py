@@ -56,19 +56,26 @@ def test_exact_resume_is_not_flagged(tmp_path: Path, collector: Collector, jobs:
     # last fraction of a second, so it adds anywhere from none to all of its own.
     assert resume["compared"]["loss"] >= 6 and resume["compared"]["lr"] >= 6, resume
     assert resume["compared"]["digest"] >= 1, resume  # step 15 (the killed rank may not have sent its own)
+    # checked at load: rank 0 (the writer: its digest of step 10 was on disk with the checkpoint), and the killed
+    # rank 1 too unless its digest of step 10 fell in its last flush interval
+    assert resume["compared"]["digest_at_load"] >= 1 and resume["verified"], resume
 
 
 @pytest.mark.parametrize(("lose", "expected"), [
-    ("optimizer", {"loss_mismatch", "digest_mismatch"}),  # Adam's moments restart: step 11 same, 12 on differ
-    ("rng", {"loss_mismatch", "digest_mismatch"}),  # other dropout masks
-    ("data", {"loss_mismatch", "digest_mismatch"}),  # other batches
-    ("step", {"loss_mismatch", "digest_mismatch"}),  # restarted from 0 on the trained weights
+    ("optimizer", {"digest_mismatch_at_load", "loss_mismatch", "digest_mismatch"}),  # 11 same, 12 on differ
+    ("rng", {"digest_mismatch_at_load", "loss_mismatch", "digest_mismatch"}),  # other dropout masks
+    ("data", {"digest_mismatch_at_load", "loss_mismatch", "digest_mismatch"}),  # other batches
+    ("step", {"digest_mismatch_at_load", "loss_mismatch", "digest_mismatch"}),  # from 0 on the trained weights
 ])
 def test_partial_state_resume_is_flagged(tmp_path: Path, collector: Collector, jobs: list[Job], lose: str,
                                          expected: set[str]) -> None:
     check = run_killed_job(tmp_path, collector, jobs, f"lost-{lose}", lose)
     assert check["verdict"] == "flagged"
     assert expected <= codes(check), check["findings"]
+    at_load = next(f for f in check["findings"] if f["code"] == "digest_mismatch_at_load")
+    # the killed rank's last steps may be lost; its digest of step 10 came with the checkpoint (the writer's, rank
+    # 0) or was recorded before it: rank 0 at least is checked at load
+    assert at_load["attempt"] == 1 and at_load["steps"] == [10] and 0 in at_load["ranks"], at_load
     loss = next(f for f in check["findings"] if f["code"] == "loss_mismatch")
     # Rank 0's reports all arrive; the killed rank's last ones may have died with it.
     assert loss["attempt"] == 1 and 0 in loss["ranks"], loss

@@ -127,11 +127,15 @@ class AttemptStart(_RankEvent):
         return self
 
 
+DigestValue = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=_PRINTABLE)]
+
+
 class Resume(_RankEvent):
     kind: Literal["resume"]
     step: StepNo
     checkpoint_step: StepNo | None = None  # the step of the checkpoint it loaded (it existed, whatever else arrived)
     checkpoint: ShortText | None = None  # that checkpoint's path or id
+    digest: DigestValue | None = None  # of the state it loaded: compared with the writer's digest of that step
 
 
 class Step(_RankEvent):
@@ -249,9 +253,6 @@ class Heartbeat(_RankEvent):
     collectives: Count | None = None  # collectives started in that step so far
 
 
-DigestValue = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=_PRINTABLE)]
-
-
 class Digest(_RankEvent):
     kind: Literal["digest"]
     step: StepNo  # the optimizer step after which the state was hashed
@@ -276,6 +277,9 @@ class ClientStats(_RankEvent):
     spool_dropped_events: Count = 0
     send_failures: Count = 0
     rejected_events: Count = 0
+    step_clock: Literal["cpu", "cuda"] | None = None  # what timed the process's steps (host clocks, CUDA events)
+    collective_clock: Literal["cpu", "cuda", "nccl", "off"] | None = None  # what timed its collectives ("off": none,
+    # NCCL's timers would have cost more than the client's budget)
 
 
 AnyEvent = Annotated[
