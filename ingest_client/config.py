@@ -15,7 +15,7 @@ Every environment variable the client reads is declared here, once:
     Run id; takes precedence over torchrun's ``TORCHELASTIC_RUN_ID``.
 ``GOODPUT_ATTEMPT_BASE``
     Integer added to the attempt number, ``max(TORCHELASTIC_RESTART_COUNT, generation)`` (set by
-    ``goodput launch`` for requeued jobs).
+    ``goodput launch`` for requeued jobs). The collector keeps a launch's numbers where they increase with time.
 ``GOODPUT_NODE_RELAY``
     ``0``: every rank under ``goodput launch`` sends its own records to the collector (``--no-node-relay``);
     by default the launcher relays its node's ranks' records as one sender (:mod:`ingest_client.relay`).
@@ -24,7 +24,7 @@ Every environment variable the client reads is declared here, once:
     (:mod:`ingest_client.bootstrap`); same as ``goodput launch --no-bootstrap``. Default on.
 ``GOODPUT_LAUNCH_ID``
     Set by ``goodput launch``, one per launch: names the node's torchrun agent in the count of worker
-    generations (:mod:`ingest_client.generation`).
+    generations and in the launch every record names (:mod:`ingest_client.generation`).
 ``GOODPUT_GENERATION``, ``GOODPUT_WORKER_PID``
     Set by the client in a worker process when it claims its generation, so that the worker's subprocesses
     and a second ``init()`` reuse it; not for users to set.
@@ -103,6 +103,8 @@ INTERNAL_ENV_VARS: dict[str, str] = {
     "GOODPUT_LAUNCHED": "`1` in the processes `goodput launch` starts: the launcher reports the run's end, so "
                         "`tracker.finish()` only ends the attempt",
     "GOODPUT_LAUNCH_BASE": "the launch's first attempt, passed from a counted worker to its subprocesses",
+    "GOODPUT_LAUNCH_NAME": "the launch's name as every record sends it (`launch`), passed from a worker to its "
+                           "subprocesses",
     "GOODPUT_PREEMPTED_MARKER": "a file the launcher writes when the scheduler warned of a preemption, so that a "
                                 "worker's SIGTERM ends its attempt `preempted`",
 }

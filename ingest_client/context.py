@@ -6,9 +6,10 @@ torchrun sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``TORCHELASTIC_RESTART_C
 
 Attempt number: ``base + max(TORCHELASTIC_RESTART_COUNT, generation)``, where the generation is this worker's
 round as counted on its node and the base is the launch's first attempt (:mod:`ingest_client.generation`): at least
-``GOODPUT_ATTEMPT_BASE``, and one more than the largest attempt an earlier launch of the run took on this host, so
-that a relaunch of the run id is a new attempt. The restart count alone is per node: a node restarted for another
-node's failure keeps its count.
+``GOODPUT_ATTEMPT_BASE``, and one more than the largest attempt an earlier launch of the run took on this host. The
+restart count alone is per node: a node restarted for another node's failure keeps its count. Every record also
+names its launch (``launch``); the collector numbers the run's attempts from every launch's, so a relaunch on
+another host with a fresh spool is still a new attempt (docs/events.md, "Attempt numbers").
 """
 
 from __future__ import annotations

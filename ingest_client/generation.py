@@ -19,12 +19,18 @@ since two agents may run on one host. Counting is exact when every worker proces
 bootstrap of ``goodput launch``, :mod:`ingest_client.bootstrap`); without it a worker claims in ``init()``, and
 a generation that died before ``init()`` is not counted (best effort).
 
-Launches (:func:`claim_launch_attempt`): a relaunch of a run id (a second ``goodput launch``, a second ``torchrun`` or
-``python train.py``, a scheduler's requeue) is a new attempt. Every launch of the run on this host has one small
-file under the same directory, ``<launch key>.launch``, naming its first attempt (its *base*), its owner process and
-every attempt a process of it took. A process of a launch that has no file yet claims its base under a file lock:
-the base of a concurrent launch of the run still alive on this host (another node's agent on the same machine), else
-one more than the largest attempt any earlier launch of the run on this host took (0 for the first). The other
+Launch names (:func:`launch_name`): every record names the launch that numbered its attempt (``launch`` on the wire),
+from the launch key below and the machine's boot id, without any file. The collector numbers the run's attempts from
+every launch's (docs/events.md, "Attempt numbers"): a relaunch on another machine with a fresh spool, and the nodes
+of one multi-node launch (one launch name per node), are told apart and joined there, not here.
+
+Launch bases (:func:`claim_launch_attempt`): where this host's spool saw earlier launches of the run, a relaunch
+numbers its rounds after theirs (the collector keeps numbers that increase with time). Every launch of the run on
+this host has one small file under the same directory, ``<launch key>.launch``, naming its first attempt (its
+*base*), its owner process and every attempt a process of it took. A process of a launch that has no file yet
+claims its base under a file lock: the base of a concurrent launch of the run still alive on this host (another
+node's agent on the same machine), else one more than the largest attempt any earlier launch of the run on this host
+took (0 for the first). The other
 processes of the launch read the same file, so the ranks of one launch agree whatever order they start in. The
 launch key: ``GOODPUT_LAUNCH_ID`` (``goodput launch``, or a framework callback in the process that spawns the
 others), else the torchrun agent that started the worker, else the process itself.

@@ -22,8 +22,15 @@ import pytest
 
 from tests.ledger_checks import assert_partition
 from tests.test_cli import free_port
-from tests.torchrun.attempts import Agent, Generation, generations_from_logs, job_lines, reworked_from_logs, \
-    start_agent, stop_agents
+from tests.torchrun.attempts import (
+    Agent,
+    Generation,
+    generations_from_logs,
+    job_lines,
+    reworked_from_logs,
+    start_agent,
+    stop_agents,
+)
 from tests.torchrun.conftest import Collector, fetch_ledger, wait_for
 
 pytestmark = pytest.mark.torchrun
