@@ -19,6 +19,7 @@ it read the new ones; groups that only read never wait for each other.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any, cast
@@ -34,6 +35,12 @@ _KEYS_PER_QUERY = 300
 _numbers = cast(Table, AttemptNumber.__table__)
 
 RunKey = tuple[int, str, int]  # (run pk, launch, attempt within the launch)
+# Each run's lock, exclusive where the group numbers the run again, in run order (one order for every writer: no
+# deadlock), in one statement.
+_LOCK_SQL = text(
+    "SELECT count(CASE WHEN (r->>1)::boolean THEN pg_advisory_xact_lock(:kind, (r->>0)::int4)::text "
+    "ELSE pg_advisory_xact_lock_shared(:kind, (r->>0)::int4)::text END) "
+    "FROM (SELECT r FROM json_array_elements(CAST(:runs AS json)) WITH ORDINALITY AS v(r, n) ORDER BY n) AS ordered")
 
 
 def number_records(conn: Connection, records: Sequence[tuple[int, IngestRecord]]) -> dict[RunKey, int]:
@@ -47,9 +54,7 @@ def number_records(conn: Connection, records: Sequence[tuple[int, IngestRecord]]
                        if (known := stored.get((run_pk, launch, attempt))) is None or not known.covers(a)})
     if conn.dialect.name == "postgresql":
         runs = sorted({run_pk for run_pk, _, _ in seen})
-        for run_pk in runs:  # one order for every writer: no deadlock
-            function = "pg_advisory_xact_lock" if run_pk in renumber else "pg_advisory_xact_lock_shared"
-            conn.execute(text(f"SELECT {function}(:kind, :run)"), {"kind": NUMBERS_LOCK, "run": run_pk})
+        conn.execute(_LOCK_SQL, {"kind": NUMBERS_LOCK, "runs": json.dumps([[pk, pk in renumber] for pk in runs])})
         stored = _read(conn, [key for key in seen if key[0] not in renumber])
     numbers = {key: row.attempt for key, row in stored.items() if key[0] not in renumber}
     for run_pk in renumber:
@@ -155,6 +160,8 @@ def _number_run(conn: Connection, run_pk: int, seen: dict[LaunchAttemptKey, Laun
     return {key: numbers[key] for key in seen}
 
 
+# Every table that keys rows by (run, attempt, rank, ...): a renumbering moves their rows (a table of step columns
+# per (run, attempt, rank, block) would join them). step_blocks, per (run, attempt, block), is summarised again.
 _TABLES: tuple[Table, ...] = (cast(Table, Event.__table__), steps, collectives, step_marks)
 
 
