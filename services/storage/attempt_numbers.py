@@ -19,14 +19,15 @@ it read the new ones; groups that only read never wait for each other.
 
 from __future__ import annotations
 
-import json
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, and_, func, insert, select, text, tuple_, update
+from sqlalchemy import Connection, Engine, Table, and_, func, insert, select, tuple_, update
 
 from services.analysis.attempt_numbers import LEGACY, LaunchAttempt, LaunchAttemptKey, number_attempts
+from services.storage.db import json_rows, psycopg_connection
 from services.storage.records import IngestRecord
 from services.storage.tables import AttemptNumber, Event, collectives, step_blocks, step_marks, steps
 
@@ -35,12 +36,24 @@ _KEYS_PER_QUERY = 300
 _numbers = cast(Table, AttemptNumber.__table__)
 
 RunKey = tuple[int, str, int]  # (run pk, launch, attempt within the launch)
-# Each run's lock, exclusive where the group numbers the run again, in run order (one order for every writer: no
-# deadlock), in one statement.
-_LOCK_SQL = text(
-    "SELECT count(CASE WHEN (r->>1)::boolean THEN pg_advisory_xact_lock(:kind, (r->>0)::int4)::text "
-    "ELSE pg_advisory_xact_lock_shared(:kind, (r->>0)::int4)::text END) "
-    "FROM (SELECT r FROM json_array_elements(CAST(:runs AS json)) WITH ORDINALITY AS v(r, n) ORDER BY n) AS ordered")
+_ROW_COLUMNS = "run_pk, launch, client_attempt, attempt, start_time, world_size, rank_lo, rank_hi"
+# PostgreSQL, fixed texts. Each run's lock, exclusive where the group numbers the run again, taken in run order (one
+# order for every writer: no deadlock) in one statement; then, in a statement of its own (which sees what the
+# writers the lock waited for committed), the stored rows of the keys that were only read.
+_LOCK_SQL = (
+    "SELECT count(CASE WHEN (r->>1)::boolean THEN pg_advisory_xact_lock(%(kind)s, (r->>0)::int4)::text "
+    "ELSE pg_advisory_xact_lock_shared(%(kind)s, (r->>0)::int4)::text END) "
+    "FROM (SELECT r FROM json_array_elements(%(runs)s::json) WITH ORDINALITY AS v(r, n) ORDER BY n) AS ordered")
+_READ_SQL = (
+    f"SELECT {', '.join('n.' + c for c in _ROW_COLUMNS.split(', '))} FROM attempt_numbers n "
+    "JOIN json_array_elements(%(keys)s::json) AS k(r) "
+    "ON n.run_pk = (k.r->>0)::int4 AND n.launch = k.r->>1 AND n.client_attempt = (k.r->>2)::int4")
+_KNOWN_MAX = 200_000
+
+
+class StaleAttemptNumbers(Exception):
+    """What this process remembered of the stored launch attempts is not in the database (emptied or restored under
+    it): the caller rolls the transaction back and writes the group again (services.storage.write)."""
 
 
 def number_records(conn: Connection, records: Sequence[tuple[int, IngestRecord]]) -> dict[RunKey, int]:
@@ -49,15 +62,26 @@ def number_records(conn: Connection, records: Sequence[tuple[int, IngestRecord]]
     seen = _launch_attempts(records)
     if not seen:
         return {}
-    stored = _read(conn, list(seen))
-    renumber = sorted({run_pk for (run_pk, launch, attempt), a in seen.items()
-                       if (known := stored.get((run_pk, launch, attempt))) is None or not known.covers(a)})
-    if conn.dialect.name == "postgresql":
+    postgres = conn.dialect.name == "postgresql"
+    known = _known(conn)
+    # Launch attempts stored as they are now need no reading before the lock: this process saw them stored so
+    # (what is stored only ever grows to cover more), else they are read first.
+    unknown = [key for key, a in seen.items() if (k := known.get(key)) is None or not k.covers(a)]
+    stored = _read(conn, unknown) if unknown else {}
+    _remember(known, stored)
+    renumber = {key[0] for key, a in seen.items() if (k := known.get(key)) is None or not k.covers(a)}
+    read = [key for key in seen if key[0] not in renumber]  # the keys of runs this group does not number again
+    if postgres:
         runs = sorted({run_pk for run_pk, _, _ in seen})
-        conn.execute(_LOCK_SQL, {"kind": NUMBERS_LOCK, "runs": json.dumps([[pk, pk in renumber] for pk in runs])})
-        stored = _read(conn, [key for key in seen if key[0] not in renumber])
-    numbers = {key: row.attempt for key, row in stored.items() if key[0] not in renumber}
-    for run_pk in renumber:
+        stored = _lock_and_read(conn, [[pk, pk in renumber] for pk in runs], read)
+    else:  # one writer: nothing changes between two reads
+        stored = _read(conn, read) if read else {}
+    if any((row := stored.get(key)) is None or not row.covers(seen[key]) for key in read):
+        known.clear()
+        raise StaleAttemptNumbers
+    _remember(known, stored)
+    numbers = {key: stored[key].attempt for key in read}
+    for run_pk in sorted(renumber):
         mine = {(launch, attempt): a for (pk, launch, attempt), a in seen.items() if pk == run_pk}
         numbers.update(((run_pk, *key), number) for key, number in _number_run(conn, run_pk, mine).items())
     return numbers
@@ -111,6 +135,9 @@ def _launch_attempts(records: Iterable[tuple[int, IngestRecord]]) -> dict[RunKey
 
 
 def _read(conn: Connection, keys: list[RunKey]) -> dict[RunKey, _Row]:
+    if conn.dialect.name == "postgresql":
+        with psycopg_connection(conn).cursor() as cursor:
+            return _rows(cursor.execute(_READ_SQL, {"keys": json_rows(keys)}).fetchall())
     out: dict[RunKey, _Row] = {}
     columns = (_numbers.c.run_pk, _numbers.c.launch, _numbers.c.client_attempt, _numbers.c.attempt,
                _numbers.c.start_time, _numbers.c.world_size, _numbers.c.rank_lo, _numbers.c.rank_hi)
@@ -118,9 +145,44 @@ def _read(conn: Connection, keys: list[RunKey]) -> dict[RunKey, _Row]:
         chunk = keys[at:at + _KEYS_PER_QUERY]
         query = select(*columns).where(tuple_(_numbers.c.run_pk, _numbers.c.launch,
                                               _numbers.c.client_attempt).in_(chunk))
-        for row in conn.execute(query):
-            out[(int(row[0]), str(row[1]), int(row[2]))] = _row(tuple(row)[1:])
+        out.update(_rows(conn.execute(query)))
     return out
+
+
+def _lock_and_read(conn: Connection, locks: list[list[object]], keys: list[RunKey]) -> dict[RunKey, _Row]:
+    """PostgreSQL: take the group's run locks, then read `keys`, in one round trip (two statements)."""
+    from psycopg import ClientCursor  # (PostgreSQL only: its driver is not needed on SQLite)
+
+    raw = psycopg_connection(conn)
+    if not keys:
+        raw.execute(_LOCK_SQL, {"kind": NUMBERS_LOCK, "runs": json_rows(locks)})
+        return {}
+    with ClientCursor(raw) as cursor:  # client-side binding: two statements in one round trip
+        cursor.execute(f"{_LOCK_SQL}; {_READ_SQL}", {"kind": NUMBERS_LOCK, "runs": json_rows(locks),
+                                                      "keys": json_rows(keys)})
+        cursor.nextset()
+        return _rows(cursor.fetchall())
+
+
+def _rows(rows: Iterable[Sequence[Any]]) -> dict[RunKey, _Row]:
+    return {(int(row[0]), str(row[1]), int(row[2])): _row(tuple(row)[1:]) for row in rows}
+
+
+_KNOWN: weakref.WeakKeyDictionary[Engine, dict[RunKey, LaunchAttempt]] = weakref.WeakKeyDictionary()
+
+
+def _known(conn: Connection) -> dict[RunKey, LaunchAttempt]:
+    """What this process saw stored of each launch attempt, per database (only a hint: the lock's read decides)."""
+    known = _KNOWN.get(conn.engine)
+    if known is None:
+        known = _KNOWN[conn.engine] = {}
+    return known
+
+
+def _remember(known: dict[RunKey, LaunchAttempt], rows: dict[RunKey, _Row]) -> None:
+    if len(known) + len(rows) > _KNOWN_MAX:
+        known.clear()
+    known.update((key, row.launch_attempt) for key, row in rows.items())
 
 
 def _row(row: Sequence[Any]) -> _Row:

@@ -28,7 +28,7 @@ from sqlalchemy import Connection, Engine, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 
 from services.storage import pgcopy
-from services.storage.attempt_numbers import number_records, with_run_attempt
+from services.storage.attempt_numbers import StaleAttemptNumbers, number_records, with_run_attempt
 from services.storage.db import json_rows, psycopg_connection
 from services.storage.records import EventConflict, IngestRecord, IngestResult
 from services.storage.runs import DEFAULT_PROJECT
@@ -76,6 +76,8 @@ def write_batches(target: Engine | Connection, batches: Sequence[Sequence[Ingest
             if not known_runs:
                 raise
             known_runs.clear()
+            continue
+        except StaleAttemptNumbers:  # rolled back, likewise; what was remembered of the numbers is forgotten
             continue
         if known_runs is not None:  # committed: the runs it created exist now
             known_runs.update(learned)

@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from services.collector.batch import parse_batch
 from services.storage.write import write_batches
@@ -49,5 +49,20 @@ def test_concurrent_writers_give_every_row_its_attempt(engine: Engine, seed: int
     for thread in threads:
         thread.join(timeout=120)
     assert not errors, errors
+    write(engine, run_events(MULTI_NODE, "truth", tagged=False, finished_at=120))
+    assert stored(engine, "nodes") == stored(engine, "truth")
+
+
+def test_a_database_emptied_under_the_writer_gets_its_numbers_again(engine: Engine) -> None:
+    """What the process remembered of stored launch attempts is only a hint: with the run deleted (a database
+    restored from a backup), the same events are numbered again from scratch."""
+    events = run_events(MULTI_NODE, "nodes", tagged=True, finished_at=120)
+    write(engine, events)
+    write(engine, events)  # all duplicates: their launch attempts are now remembered as stored
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM runs"))
+        for table in ("events", "steps", "collectives", "step_marks", "step_blocks", "attempt_numbers"):
+            conn.execute(text(f"DELETE FROM {table}"))
+    write(engine, events[::-1])
     write(engine, run_events(MULTI_NODE, "truth", tagged=False, finished_at=120))
     assert stored(engine, "nodes") == stored(engine, "truth")
