@@ -38,6 +38,7 @@ from ingest_client.events import (
     RunStatus,
 )
 from ingest_client.flusher import ClientStats, Pipeline, PipelineSettings, Rows
+from ingest_client.phases import PhaseSpan
 from ingest_client.poller import SignalPoller
 from ingest_client.spool import run_dir_name
 from ingest_client.timing import Emit, IntervalTimer
@@ -269,6 +270,13 @@ class Tracker:
     def checkpoint(self, step: int | None = None) -> CheckpointSpan:
         """Time a checkpoint save; ``step`` defaults to the last completed step."""
         return CheckpointSpan(self, self._next_step - 1 if step is None else step)
+
+    def phase(self, name: str) -> PhaseSpan:
+        """``with tracker.phase("eval"):`` around validation or evaluation between steps: the ledger books its time
+        as ``eval``, apart from idle and from waste (docs/ledger.md). Durable at both ends (a process killed inside
+        it still left its start); the phase's ``step`` is the last completed step. Known names: ``eval``,
+        ``init_process_group`` (recorded by goodput itself, see :mod:`ingest_client.process_group`)."""
+        return PhaseSpan(self, name)
 
     def resumed(self, step: int, *, checkpoint_step: int | None = None, checkpoint: str | None = None) -> None:
         """Record where training (re)starts: ``step`` = the last completed step, 0 for a fresh start.

@@ -2,7 +2,7 @@
 
 `events`       one row per control event (everything but steps and collectives):
                EVENT_COLUMNS = kind, time, attempt, rank, step, gpus, world_size, host, ok, reason, status, value,
-               checkpoint_step
+               checkpoint_step, name
                (attempt/rank/step/gpus/world_size/checkpoint_step are float with NaN where the kind has no such
                field; `value` is a `digest` event's string, None elsewhere; `checkpoint_step` is the step of the
                checkpoint a `resume` says it loaded)
@@ -28,7 +28,7 @@ import pandas as pd
 from services.analysis.step_blocks import StepSummary
 
 EVENT_COLUMNS = ("kind", "time", "attempt", "rank", "step", "gpus", "world_size", "host", "ok", "reason", "status",
-                 "value", "checkpoint_step")
+                 "value", "checkpoint_step", "name")
 STEP_COLUMNS = ("attempt", "rank", "step", "start", "end", "loss", "lr", "comm")
 COLLECTIVE_COLUMNS = ("attempt", "rank", "step", "op", "start", "end")
 COMM_COLUMNS = ("attempt", "rank", "step", "seconds")
@@ -64,6 +64,7 @@ def events_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
             "reason": pd.Series(columns["reason"], dtype=object),
             "status": pd.Series(columns["status"], dtype=object),
             "value": pd.Series(columns["value"], dtype=object),
+            "name": pd.Series(columns["name"], dtype=object),
         }
     )
     return frame[list(EVENT_COLUMNS)]
