@@ -31,7 +31,7 @@ def started(world: int = W, *, alloc_end: float | None = 100.0) -> Events:
     out = [ev("allocation_start", 0, gpus=world)]
     if alloc_end is not None:
         out.append(ev("allocation_end", alloc_end))
-    out += [ev("attempt_start", 0, attempt=0, rank=r, world_size=world) for r in range(world)]
+    out += [ev("attempt_start", 0, attempt=0, rank=r, world_size=world, host="h0") for r in range(world)]
     return out
 
 
