@@ -271,13 +271,6 @@ class Tracker:
         """Time a checkpoint save; ``step`` defaults to the last completed step."""
         return CheckpointSpan(self, self._next_step - 1 if step is None else step)
 
-    def phase(self, name: str) -> PhaseSpan:
-        """``with tracker.phase("eval"):`` around validation or evaluation between steps: the ledger books its time
-        as ``eval``, apart from idle and from waste (docs/ledger.md). Durable at both ends (a process killed inside
-        it still left its start); the phase's ``step`` is the last completed step. Known names: ``eval``,
-        ``init_process_group`` (recorded by goodput itself, see :mod:`ingest_client.process_group`)."""
-        return PhaseSpan(self, name)
-
     def resumed(self, step: int, *, checkpoint_step: int | None = None, checkpoint: str | None = None) -> None:
         """Record where training (re)starts: ``step`` = the last completed step, 0 for a fresh start.
 
@@ -309,6 +302,13 @@ class Tracker:
         ``poll_all_ranks``); the next ``tracker.checkpoint()`` honours it. Never blocks."""
         poller = self._poller
         return poller is not None and poller.pending is not None
+
+    def phase(self, name: str) -> PhaseSpan:
+        """``with tracker.phase("eval"):`` around validation or evaluation between steps: the ledger books its time
+        as ``eval``, apart from idle and from waste (docs/ledger.md). Durable at both ends (a process killed inside
+        it still left its start); the phase's ``step`` is the last completed step. Known names: ``eval``,
+        ``init_process_group`` (recorded by goodput itself, see :mod:`ingest_client.process_group`)."""
+        return PhaseSpan(self, name)
 
     def collective_started(self, op: str) -> Emit:
         """Count a collective as started in the in-progress step; return ``emit(start, end)``, which records it.
