@@ -25,7 +25,7 @@ from services.api_client import (
     RunView,
     RunViews,
 )
-from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, LABELS, MARKER_COLORS, WASTED_COLOR
+from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, EVAL, LABELS, MARKER_COLORS, WASTED_COLOR
 
 REPORT_FORMATS = (("html", "Report (HTML)"), ("csv", "CSV"), ("json", "JSON"))
 
@@ -90,9 +90,11 @@ def kpis(ledger: Ledger) -> list[html.Div]:
                  value_id=ids.kpi_value("run", "productive"),
                  note=fmt.share(ledger.productive_gpu_seconds, allocated), color=COLORS["productive"],
                  title=DESCRIPTIONS["productive"]),
+        kpi_card(LABELS[EVAL], fmt.gpu_time(ledger.eval_gpu_seconds, unit), value_id=ids.kpi_value("run", EVAL),
+                 note=fmt.share(ledger.eval_gpu_seconds, allocated), color=COLORS[EVAL], title=DESCRIPTIONS[EVAL]),
         kpi_card("Wasted", fmt.gpu_time(wasted, unit), value_id=ids.kpi_value("run", "wasted"),
                  note=fmt.share(wasted, allocated), color=WASTED_COLOR,
-                 title="Every waste category together: allocated minus productive"),
+                 title="Every waste category together: allocated minus productive and eval"),
     ]
     for c in CATEGORIES:
         value = ledger.waste_gpu_seconds[c]

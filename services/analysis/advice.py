@@ -287,8 +287,10 @@ def _measured(run: _Run) -> MeasuredRun:
     if ledger.goodput is None:
         text = "Nothing allocated yet: no goodput to measure."
     else:
+        evaluating = (f", {f.gpu_time(ledger.eval_gpu_seconds)} in evaluation (not waste)"
+                      if ledger.eval_gpu_seconds > 0 else "")
         text = (f"Measured goodput {f.percent(ledger.goodput)}: {f.gpu_time(ledger.productive_gpu_seconds)} "
-                f"productive of {f.gpu_time(run.allocated)} allocated, {f.gpu_time(waste)} wasted; "
+                f"productive of {f.gpu_time(run.allocated)} allocated, {f.gpu_time(waste)} wasted{evaluating}; "
                 f"{_count(f, ledger.failures, 'failure')}.")
     return MeasuredRun(status=ledger.status, allocated_gpu_seconds=run.allocated,
                        productive_gpu_seconds=ledger.productive_gpu_seconds, waste_gpu_seconds=waste,

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from services.analysis.categories import RunStatus
+from services.analysis.phases import eval_spans, init_waits
 from services.analysis.run_data import RunData
 
 
@@ -58,6 +59,8 @@ class RunStructure:
     steps: pd.DataFrame  # the run's steps, one row per (attempt, rank, step)
     job_steps: pd.DataFrame  # attempt, step, start, end, ranks (one row per attempt and step)
     checkpoints: pd.DataFrame  # attempt, step, start, end, ok, torn
+    evals: pd.DataFrame  # attempt, step, start, end (services.analysis.phases)
+    init_waits: dict[int, float]  # attempt -> when its ranks began waiting in an init_process_group that failed
 
     def saved_state(self) -> tuple[int, float]:
         """The newest saved state of the run's surviving lineage, what a relaunch would resume from (docs/ledger.md,
@@ -171,6 +174,8 @@ def build_run_structure(data: RunData) -> RunStructure:
         steps=steps,
         job_steps=job_steps,
         checkpoints=checkpoints,
+        evals=eval_spans(events, job_steps),
+        init_waits=init_waits(events),
     )
 
 

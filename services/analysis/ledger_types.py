@@ -76,7 +76,8 @@ class AttemptLedger(_Frozen):
     last_step: int | None
     steps_kept: int
     steps_reworked: int
-    gpu_seconds: dict[str, float] = Field(description="productive (before straggler) and each claimed waste category")
+    gpu_seconds: dict[str, float] = Field(description="productive (before straggler), eval and each claimed waste "
+                                          "category")
 
 
 class Allocation(_Frozen):
@@ -110,6 +111,8 @@ class Ledger(_Frozen):
     allocated_gpu_seconds: float
     productive_gpu_seconds: float
     waste_gpu_seconds: WasteBreakdown
+    eval_gpu_seconds: float = Field(0.0, description="validation / evaluation between steps (the `eval` phase): "
+                                    "neither productive nor waste; productive + waste + eval = allocated")
     goodput: float | None = Field(description="productive / allocated; null when nothing was allocated")
     queue_seconds: float = Field(description="wall seconds waiting in the scheduler's queue (not GPU time)")
     allocated_wall_seconds: float

@@ -42,6 +42,7 @@ MAX_FLEET_SUSPECTS = 16  # suspects listed per run in /v1/live (the per-run endp
 def live_config(settings: ServiceSettings) -> LiveConfig:
     live = settings.live
     return LiveConfig(floor_s=live.hang_floor_s, step_factor=live.hang_step_factor,
+                      startup_floor_s=live.hang_startup_floor_s, checkpoint_floor_s=live.hang_startup_floor_s,
                       heartbeat_interval_s=live.heartbeat_interval_s)
 
 

@@ -17,7 +17,7 @@ from services.reports.content import RunReport
 BREAKDOWN_COLUMNS = ("run_id", "category", "gpu_seconds", "gpu_hours", "share")
 FLEET_COLUMNS = (
     "run_id", "project", "status", "first_time", "last_time", "first_time_utc", "last_time_utc",
-    "allocated_gpu_seconds", "allocated_gpu_hours", "productive_gpu_seconds", "goodput",
+    "allocated_gpu_seconds", "allocated_gpu_hours", "productive_gpu_seconds", "goodput", "eval_gpu_seconds",
     *(f"{k}_gpu_seconds" for k in WASTE_KEYS), "at_risk_gpu_seconds", "restarts", "failures", "queue_seconds",
 )
 
@@ -64,7 +64,7 @@ def _write(columns: Iterable[str], rows: Iterable[Mapping[str, Any]]) -> str:
 
 
 def breakdown_csv(report: RunReport) -> str:
-    """One row per category (productive, the six waste categories, allocated): GPU-seconds, GPU-hours, share
+    """One row per category (productive, eval, the six waste categories, allocated): GPU-seconds, GPU-hours, share
     (rounded: `csv_decimals`)."""
     return _write(BREAKDOWN_COLUMNS, ({"run_id": report.run_id, **row.model_dump()} for row in report.breakdown))
 
@@ -78,6 +78,7 @@ def fleet_rows(runs: Iterable[tuple[str, Ledger]]) -> list[dict[str, Any]]:
         "allocated_gpu_seconds": ledger.allocated_gpu_seconds,
         "allocated_gpu_hours": ledger.allocated_gpu_seconds / 3600.0,
         "productive_gpu_seconds": ledger.productive_gpu_seconds, "goodput": ledger.goodput,
+        "eval_gpu_seconds": ledger.eval_gpu_seconds,
         **{f"{k}_gpu_seconds": v for k, v in ledger.waste_gpu_seconds.items()},
         "at_risk_gpu_seconds": ledger.at_risk_gpu_seconds, "restarts": ledger.restarts,
         "failures": ledger.failures, "queue_seconds": ledger.queue_seconds,

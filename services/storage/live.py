@@ -3,7 +3,7 @@
 Per run: the current attempt and its ranks (``events (run_pk, kind, time)``, attempt_start rows), each rank's
 last step (two probes of ``steps (run_pk, attempt, rank, step)`` per rank, in one statement), the furthest
 rank's last few steps, the collectives of the last two steps (``collectives (run_pk, attempt, step)``), the
-heartbeats of the last `lookback_s` seconds and the checkpoint, resume and attempt_end times (all on the events
+heartbeats of the last `lookback_s` seconds and the checkpoint, phase, resume and attempt_end times (all on the events
 index). The cost grows with the number of ranks, not with the length of the run.
 """
 
@@ -104,7 +104,7 @@ def load_live_state(conn: Connection, run: RunRow, *, now: float, lookback_s: fl
     for rank, t, step, data in conn.execute(_HEARTBEATS_SQL, {**args, "since": now - lookback_s}):
         n = (json.loads(data) if data else {}).get("collectives")
         beats[int(rank)] = (float(t), None if step is None else int(step), None if n is None else int(n))
-    checkpoint_kinds = {**args, "kinds": ["checkpoint_start", "checkpoint_end"]}
+    checkpoint_kinds = {**args, "kinds": ["checkpoint_start", "checkpoint_end", "phase_start", "phase_end"]}
     kinds: dict[str, float] = dict(conn.execute(_KIND_TIMES_SQL, checkpoint_kinds).all())
     previous = conn.execute(_PREVIOUS_END_SQL, args).scalar()
     resume = conn.execute(_RESUME_SQL, args).scalar()
@@ -131,6 +131,7 @@ def load_live_state(conn: Connection, run: RunRow, *, now: float, lookback_s: fl
         resume_step=int(resume) if resume is not None else None, ranks=tuple(out),
         leader_step_ends=leader_ends, leader_step_seconds=leader_secs,
         checkpoint_start=_float(kinds.get("checkpoint_start")), checkpoint_end=_float(kinds.get("checkpoint_end")),
+        phase_start=_float(kinds.get("phase_start")), phase_end=_float(kinds.get("phase_end")),
         previous_attempt_end=_float(previous), attempt_end_time=_float(end_time),
         first_time=run.first_time, latest_time=run.last_time,
     )
