@@ -254,7 +254,7 @@ def test_an_eval_phase_on_a_cuda_job_covers_its_own_gpu_work_and_none_of_the_ste
     eval_from = gpu.idle_at()  # when the GPU has run the three steps
     with tracker.phase("eval"):
         gpu.launch(0.05)  # the evaluation's forward passes, queued
-    eval_to = gpu.idle_at()
+        eval_to = gpu.idle_at()  # when the GPU will have run them
     with tracker.step(4):
         gpu.launch(KERNEL_S)
     step4_to = gpu.idle_at()
@@ -262,7 +262,8 @@ def test_an_eval_phase_on_a_cuda_job_covers_its_own_gpu_work_and_none_of_the_ste
     records = spooled_records(tmp_path / "spool")
     (start,) = [r["time"] for r in records if r["kind"] == "phase_start"]
     (end,) = [r["time"] for r in records if r["kind"] == "phase_end"]
-    assert start == pytest.approx(eval_from, abs=0.003) and end == pytest.approx(eval_to, abs=0.003)
+    # from when the GPU ran the steps (or later, a host slowed by the machine's load), to when it ran the evaluation
+    assert eval_from - 0.003 <= start <= eval_from + 0.02 and eval_to - 0.003 <= end <= eval_to + 0.02
     step4 = [(a, b) for r in records if r["kind"] == "steps" for s, a, b in zip(r["step"], r["start"], r["end"],
                                                                                   strict=True) if s == 4]
     assert step4[0][1] - step4[0][0] == pytest.approx(KERNEL_S, abs=0.003) and step4[0][1] == pytest.approx(
