@@ -1,7 +1,9 @@
 """Per-run structure derived from the events: allocations, attempts, step and checkpoint intervals.
 
 Everything here is job-level wall time: a step of an attempt spans from the first rank's start to the last
-rank's end; a checkpoint from the first rank's `checkpoint_start` to the last rank's `checkpoint_end`.
+rank's end; a checkpoint from the first rank's `checkpoint_start` to the last rank's `checkpoint_end`. Every time
+is on the run's reference clock: a host whose clock is off has its times taken back first
+(services.analysis.clocks).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import numpy as np
 import pandas as pd
 
 from services.analysis.categories import RunStatus
+from services.analysis.clock_types import HostClock
+from services.analysis.clocks import on_one_clock
 from services.analysis.run_data import RunData
 
 
@@ -58,6 +62,7 @@ class RunStructure:
     steps: pd.DataFrame  # the run's steps, one row per (attempt, rank, step)
     job_steps: pd.DataFrame  # attempt, step, start, end, ranks (one row per attempt and step)
     checkpoints: pd.DataFrame  # attempt, step, start, end, ok, torn
+    clocks: tuple[HostClock, ...] = ()  # each measured host's clock offset (services.analysis.clocks)
 
     def saved_step(self, attempt: Attempt) -> float:
         """The last state `attempt` saved: the later of its resume step (0 without one) and the last checkpoint it
@@ -133,6 +138,7 @@ def build_job_steps(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def build_run_structure(data: RunData) -> RunStructure:
+    data, clocks = on_one_clock(data)
     events = data.events
     steps = dedupe_steps(data.steps)
     summary = data.step_summary
@@ -164,6 +170,7 @@ def build_run_structure(data: RunData) -> RunStructure:
         steps=steps,
         job_steps=job_steps,
         checkpoints=checkpoints,
+        clocks=clocks,
     )
 
 

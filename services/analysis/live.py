@@ -84,6 +84,7 @@ class RankState:
 
     rank: int
     host: str | None = None  # the host its attempt_start named
+    clock_offset_s: float = 0.0  # its clock minus the collector's; its times here are on the collector's clock
     reported: bool = True  # False: in the world, but no attempt_start from it yet
     last_step: int | None = None  # last completed step
     last_step_end: float | None = None
@@ -116,6 +117,7 @@ class LiveState:
     attempt_end_time: float | None = None  # latest attempt_end of the current attempt
     first_time: float | None = None
     latest_time: float | None = None
+    clock_offset_s: float = 0.0  # the run's reference clock minus the collector's (services.analysis.clocks)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,6 +140,7 @@ class LiveStatus:
     suspects_total: int = 0  # every suspect, listed or not
     ranks_total: int = 0  # ranks of the world (claimed world size, or beyond it the highest rank that reported)
     never_reported: int = 0  # of them, ranks that sent nothing in this attempt
+    clock_offset_s: float = 0.0  # the run's reference clock minus the collector's
 
     @property
     def hung_for_seconds(self) -> float | None:
@@ -178,6 +181,7 @@ def live_run(status: LiveStatus, *, project: str, version: int, latest_time: flo
         ranks_truncated=status.ranks_truncated if with_ranks else None,
         at_risk_gpu_seconds=at_risk_gpu_seconds, possibly_hung=status.hung,
         stall_threshold_seconds=status.threshold_seconds, ranks=list(status.ranks) if with_ranks else None,
+        clock_offset_seconds=status.clock_offset_s,
     )
 
 
@@ -228,7 +232,8 @@ def detect_hang(state: LiveState, now: float, config: LiveConfig | None = None, 
     config = config or LiveConfig()
     threshold, basis = hang_threshold(state, config)
     progress = last_progress_time(state)
-    since = (now - progress) if progress is not None else None
+    # never negative: a time a client reports is on the collector's clock here, up to a request's transit
+    since = max(now - progress, 0.0) if progress is not None else None
     hung = bool(state.status == RUNNING and since is not None and since > threshold and not _completed(state))
     steps = [r.last_step for r in state.ranks if r.last_step is not None]
     last_step = max(steps) if steps else None
@@ -249,7 +254,7 @@ def detect_hang(state: LiveState, now: float, config: LiveConfig | None = None, 
         pending_step=front[0] if front is not None else None, seconds_since_progress=since,
         median_step_seconds=median_step_seconds(state), threshold_seconds=threshold, threshold_basis=basis,
         hung=hung, suspects=suspects, ranks=rows, suspects_total=suspects_total, ranks_total=world,
-        never_reported=never_reported,
+        never_reported=never_reported, clock_offset_s=state.clock_offset_s,
     )
 
 
@@ -301,7 +306,7 @@ def _row(judged: _Judged, now: float) -> RankLive:
         pending_step=position[0] if position else None,
         collectives_in_pending_step=position[1] if position else None,
         last_heartbeat_time=rank.heartbeat_time, heartbeat_age_seconds=_heartbeat_age(rank, now),
-        silent=judged.silent, behind=judged.behind, ended=rank.ended,
+        silent=judged.silent, behind=judged.behind, ended=rank.ended, clock_offset_seconds=rank.clock_offset_s,
     )
 
 
