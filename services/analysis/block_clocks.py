@@ -34,7 +34,7 @@ class BlockClocks:
 
 
 TOLERANCE_S = 0.05  # step ends within this of each other are one clock; a larger offset is corrected
-ABSURD_S = 3600.0  # an offset this large is a clock's, whatever hosts the ranks name
+ABSURD_S = 60.0  # an offset this large is a clock's, whatever hosts the ranks name
 
 
 def block_clocks(attempt: int, block: int, ranks: np.ndarray, row: np.ndarray, steps: np.ndarray, col: np.ndarray,

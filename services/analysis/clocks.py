@@ -22,7 +22,8 @@ and which groups are corrected:
   rank 0, where `goodput launch` sends the run-level events from);
 - a group's offset is its deviation minus the reference's; it is corrected when none of its ranks runs on a host
   of the reference's ranks (one host has one clock: ranks of one host that end their steps apart are something
-  else) and every one names its host, or when it is ABSURD_S or more (no step ends an hour after its neighbours');
+  else) and every one names its host, or when it is ABSURD_S or more (ranks of a synchronous step never end a
+  minute apart, step after step: that is a clock, whatever the hosts say);
 - a rank's offset in an attempt is the median of its blocks'; a rank without steps takes its host-mates' (in the
   attempt, else the host's in the nearest attempt that measured it), else none.
 

@@ -8,9 +8,10 @@ run-level events):
   least this far ahead of the collector's (a positive lead is proof; a negative one is a clock behind, or events
   that waited: a spool replayed later, a backlog).
 - `offset`: `sent_at - received`, where `sent_at` is the sender's clock as it sent the request (the client's
-  `Goodput-Sent-At` header), when the request carries events of the (attempt, rank) from its last
-  `FRESH_S` by that clock (what it sends live, not a replay of its spool): the sender's clock minus the
-  collector's, less the request's time in flight (milliseconds), whichever way it is off.
+  `Goodput-Sent-At` header): the sender's clock minus the collector's, less the request's time in flight
+  (milliseconds), whichever way it is off. A request comes from one host (a rank, or its node's relay), so it
+  measures the clock of every (attempt, rank) it carries, when it carries events from the sender's last `FRESH_S`
+  by that clock: what a host sends live, not a replay of a spool that may have been written elsewhere.
 
 Each is kept as its largest value in the current minute of receipt and in the minute before it, so a clock that
 is set right (NTP stepping it) is followed within two minutes. `collector_offsets` turns them into each rank's
@@ -22,12 +23,15 @@ observed, never a client's clock against the server's.
 
 from __future__ import annotations
 
+import json
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, text
 
+from services.analysis.clock_types import HostClock
 from services.storage.records import IngestRecord
 
 WINDOW_S = 60.0
@@ -50,13 +54,12 @@ class ClockReadings:
     window: int
     received_at: float
     lead: dict[tuple[str, int, int], float]  # (run_id, attempt, rank) -> largest time - received
-    offset: dict[tuple[str, int, int], float]  # (run_id, attempt, rank) -> sent_at - received (fresh events only)
+    offset: dict[tuple[str, int, int], float]  # (run_id, attempt, rank) -> sent_at - received (a live request)
 
 
 def readings_of(records: Sequence[IngestRecord], clock: RequestClock) -> ClockReadings:
     received = clock.received_at
-    lead: dict[tuple[str, int, int], float] = {}
-    latest: dict[tuple[str, int, int], float] = {}
+    latest: dict[tuple[str, int, int], float] = {}  # per (run, attempt, rank), its events' latest time
     for r in records:
         key = (r.run_id, -1 if r.attempt is None else int(r.attempt), -1 if r.rank is None else int(r.rank))
         when = r.time
@@ -65,12 +68,11 @@ def readings_of(records: Sequence[IngestRecord], clock: RequestClock) -> ClockRe
             when = max(when, float(rows.end.max()))
         if when > latest.get(key, -math.inf):
             latest[key] = when
-    for key, when in latest.items():
-        lead[key] = when - received
+    lead = {key: when - received for key, when in latest.items()}
     offset: dict[tuple[str, int, int], float] = {}
-    if clock.sent_at is not None:
-        sent = clock.sent_at
-        offset = {key: sent - received for key, when in latest.items() if sent - FRESH_S <= when <= sent + DEADBAND_S}
+    sent = clock.sent_at
+    if sent is not None and any(sent - FRESH_S <= when <= sent + DEADBAND_S for when in latest.values()):
+        offset = dict.fromkeys(latest, sent - received)
     return ClockReadings(window=int(received // WINDOW_S), received_at=received, lead=lead, offset=offset)
 
 
@@ -129,3 +131,33 @@ def collector_offsets(conn: Connection, run_pk: int, attempt: int) -> dict[int, 
 
 _READ_SQL = text("SELECT rank, lead_s, lead_prev_s, offset_s, offset_prev_s FROM clock_readings "
                  "WHERE run_pk = :pk AND attempt = :a AND rank >= 0")
+
+
+_LATEST_SQL = text("SELECT max(attempt) FROM clock_readings WHERE run_pk = :pk AND rank >= 0")
+_HOSTS_SQL = text("SELECT rank, data FROM events WHERE run_pk = :pk AND kind = 'attempt_start' AND attempt = :a")
+
+
+def host_collector_offsets(conn: Connection, run_pk: int) -> list[HostClock]:
+    """Each host's clock minus the collector's in the run's latest measured attempt (the median of its ranks'),
+    by host; ranks whose attempt_start named no host are left out."""
+    attempt = conn.execute(_LATEST_SQL, {"pk": run_pk}).scalar()
+    if attempt is None:
+        return []
+    offsets = collector_offsets(conn, run_pk, int(attempt))
+    by_host: dict[str, list[float]] = {}
+    for rank, data in conn.execute(_HOSTS_SQL, {"pk": run_pk, "a": int(attempt)}):
+        host = (json.loads(data) if data else {}).get("host")
+        if host is not None and int(rank) in offsets:
+            by_host.setdefault(str(host), []).append(offsets[int(rank)])
+    return [HostClock(host=h, offset_seconds=float(statistics.median(v)), attempt=int(attempt), ranks=len(v))
+            for h, v in sorted(by_host.items())]
+
+
+_RANK_SQL = text("SELECT lead_s, lead_prev_s, offset_s, offset_prev_s FROM clock_readings WHERE run_pk = :pk "
+                 "AND rank = :r ORDER BY attempt DESC LIMIT 1")
+
+
+def rank_collector_offset(conn: Connection, run_pk: int, rank: int) -> float | None:
+    """The rank's clock minus the collector's in its latest measured attempt (None: never measured)."""
+    row = conn.execute(_RANK_SQL, {"pk": run_pk, "r": rank}).first()
+    return None if row is None else collector_offset(*row)
