@@ -4,7 +4,6 @@ taken once each group's offset is known."""
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,10 +74,8 @@ def _groups(n_ranks: int, row: np.ndarray, col: np.ndarray, end: np.ndarray,
     ends[row, col] = end
     anchor = int(np.argmax(np.bincount(row, minlength=n_ranks)))  # the first maximum: the lowest of equal ranks
     diff = ends - ends[anchor]
-    with warnings.catch_warnings():  # a rank that shares no step with the anchor: an all-NaN row, no evidence
-        warnings.simplefilter("ignore", RuntimeWarning)
-        deviation = np.nanmedian(diff, axis=1)
-        spread = np.nanmedian(np.abs(diff - deviation[:, None]), axis=1)
+    deviation = _median_of_rows(diff)
+    spread = _median_of_rows(np.abs(diff - deviation[:, None]))
     usable = np.isfinite(deviation) & (spread <= TOLERANCE_S)
     members = np.flatnonzero(usable)
     members = members[np.argsort(deviation[members], kind="stable")]
@@ -100,3 +97,15 @@ def single_clock(attempt: int, block: int, ranks: np.ndarray, steps: np.ndarray,
                        raw_first_start=np.array([raw_first_start]), raw_last_end=np.array([raw_last_end]))
 
 
+
+
+def _median_of_rows(values: np.ndarray) -> np.ndarray:
+    """Each row's median over its non-NaN values (NaN for a row of none); np.median, several times faster, when no
+    value is missing (every rank reported every step: the usual block)."""
+    missing = np.isnan(values)
+    if not missing.any():
+        return np.asarray(np.median(values, axis=1), dtype=np.float64)
+    out = np.full(len(values), np.nan)
+    some = ~missing.all(axis=1)  # a rank that shares no step with the anchor: no evidence
+    out[some] = np.nanmedian(values[some], axis=1)
+    return out

@@ -35,7 +35,6 @@ never enter, so the ledger does not depend on how the events were batched or whe
 from __future__ import annotations
 
 import itertools
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -52,34 +51,37 @@ from services.analysis.step_blocks import StepSummary, block_of
 
 @dataclass(frozen=True, slots=True)
 class RunClocks:
-    """What `decide` settled: per block, each clock group's offset (seconds ahead of the reference clock); per
-    (attempt, rank), the offset its reported times carry; per host, its measured offset."""
+    """What `decide` settled: per block, each clock group's offset (seconds ahead of the reference clock) and, for
+    the blocks with one, each rank's; per (attempt, rank), the offset its events carry; per host, its offset."""
 
     blocks: dict[tuple[int, int], np.ndarray]  # (attempt, block) -> offset per clock group
-    in_blocks: dict[tuple[int, int, int], float]  # (attempt, block, rank) -> its group's offset
+    in_blocks: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]  # (attempt, block) -> (ranks, their offsets)
     ranks: dict[tuple[int, int], float]  # (attempt, rank) -> the offset of its events
     hosts: tuple[HostClock, ...]
 
     @property
     def corrected(self) -> bool:
-        return any(v != 0 for v in self.ranks.values()) or any(bool(o.any()) for o in self.blocks.values())
+        return bool(self.in_blocks) or any(v != 0 for v in self.ranks.values())
+
+
+SAMPLED_BLOCKS = 64  # blocks of an attempt whose offsets give a rank's offset for its events (evenly spread)
 
 
 def decide(blocks: Iterable[BlockClocks], events: pd.DataFrame) -> RunClocks:
     host_of = _hosts(events)
     offsets: dict[tuple[int, int], np.ndarray] = {}
-    in_blocks: dict[tuple[int, int, int], float] = {}
-    measured: dict[tuple[int, int], list[float]] = {}
+    in_blocks: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    by_attempt: dict[int, list[BlockClocks]] = {}
+    decided: dict[tuple[int, bytes, bytes], np.ndarray] = {}
     for b in blocks:
-        groups = _block_offsets(b, host_of)
+        groups = _block_offsets(b, host_of, decided)
         offsets[(b.attempt, b.block)] = groups
         if groups.any():
-            for rank, group in zip(b.ranks.tolist(), b.group.tolist(), strict=True):
-                in_blocks[(b.attempt, b.block, int(rank))] = float(groups[group])
-        evidence = np.isfinite(b.deviation)[b.group]
-        for rank, group in zip(b.ranks[evidence].tolist(), b.group[evidence].tolist(), strict=True):
-            measured.setdefault((b.attempt, int(rank)), []).append(float(groups[group]))
-    ranks = {key: float(np.median(values)) for key, values in measured.items()}
+            in_blocks[(b.attempt, b.block)] = (b.ranks, groups[b.group])
+        by_attempt.setdefault(b.attempt, []).append(b)
+    ranks: dict[tuple[int, int], float] = {}
+    for attempt, mine in by_attempt.items():
+        ranks.update(_rank_offsets(attempt, mine, offsets))
     hosts = _host_clocks(ranks, host_of)
     for key in host_of.keys() - ranks.keys():  # ranks without steps: their host's
         attempt, _ = key
@@ -91,6 +93,23 @@ def decide(blocks: Iterable[BlockClocks], events: pd.DataFrame) -> RunClocks:
     return RunClocks(blocks=offsets, in_blocks=in_blocks, ranks=ranks, hosts=shown)
 
 
+def _rank_offsets(attempt: int, blocks: list[BlockClocks],
+                  offsets: dict[tuple[int, int], np.ndarray]) -> dict[tuple[int, int], float]:
+    """Each rank's offset in the attempt: the median of its blocks' (of at most SAMPLED_BLOCKS of them, evenly
+    spread), over the blocks where its step ends gave evidence."""
+    ordered = sorted(blocks, key=lambda b: b.block)
+    picked = [ordered[i] for i in np.unique(np.linspace(0, len(ordered) - 1, min(len(ordered), SAMPLED_BLOCKS))
+                                            .round().astype(np.int64))]
+    ranks = np.unique(np.concatenate([b.ranks for b in picked]))
+    values = np.full((len(picked), len(ranks)), np.nan)
+    for row, b in enumerate(picked):
+        evidence = np.isfinite(b.deviation)[b.group]
+        values[row, np.searchsorted(ranks, b.ranks[evidence])] = offsets[(b.attempt, b.block)][b.group[evidence]]
+    measured = ~np.isnan(values).all(axis=0)
+    median = np.nanmedian(values[:, measured], axis=0) if measured.any() else np.zeros(0)
+    return {(attempt, int(r)): float(v) for r, v in zip(ranks[measured].tolist(), median.tolist(), strict=True)}
+
+
 def _hosts(events: pd.DataFrame) -> dict[tuple[int, int], str]:
     """{(attempt, rank): host} from the attempt_start events (the latest one of each pair)."""
     starts = events[(events["kind"] == "attempt_start") & events["host"].notna() & events["attempt"].notna()
@@ -100,26 +119,36 @@ def _hosts(events: pd.DataFrame) -> dict[tuple[int, int], str]:
                                                         strict=True)}
 
 
-def _block_offsets(b: BlockClocks, host_of: dict[tuple[int, int], str]) -> np.ndarray:
-    """Each group's offset from the block's reference clock (0 where it is not corrected)."""
-    out = np.zeros(len(b.deviation))
-    candidates = np.flatnonzero(np.isfinite(b.deviation))
-    if len(candidates) < 2:
-        return out
+def _block_offsets(b: BlockClocks, host_of: dict[tuple[int, int], str],
+                  decided: dict[tuple[int, bytes, bytes], np.ndarray]) -> np.ndarray:
+    """Each group's offset from the block's reference clock (0 where it is not corrected). Which group is the
+    reference and which run on other hosts depends only on the groups' ranks: decided once per grouping (`decided`),
+    the same block after block."""
+    candidates = np.isfinite(b.deviation)
+    if candidates.sum() < 2:
+        return np.zeros(len(b.deviation))
+    key = (b.attempt, b.ranks.tobytes(), b.group.tobytes())
+    found = decided.get(key)
+    if found is None:
+        found = decided[key] = _grouping(b, host_of)
+    reference, apart = int(found[0]), found[1:].astype(bool)
+    offset = np.where(candidates, b.deviation - b.deviation[reference], 0.0)
+    return np.where(apart | (np.abs(offset) >= ABSURD_S), offset, 0.0)
+
+
+def _grouping(b: BlockClocks, host_of: dict[tuple[int, int], str]) -> np.ndarray:
+    """[the reference group, then per group 1 where none of its ranks runs on a host of the reference's ranks and
+    each names its host, else 0]."""
+    candidates = np.flatnonzero(np.isfinite(b.deviation)).tolist()
     sizes = np.bincount(b.group, minlength=len(b.deviation))
-    lowest = {int(g): int(b.ranks[np.argmax(b.group == g)]) for g in candidates}
-    reference = max(candidates.tolist(), key=lambda g: (int(sizes[g]), -lowest[g]))
-    members = {int(g): b.ranks[b.group == g].tolist() for g in candidates}
+    members = {g: b.ranks[b.group == g].tolist() for g in candidates}
+    reference = max(candidates, key=lambda g: (int(sizes[g]), -members[g][0]))  # members: ascending ranks
     reference_hosts = {host_of.get((b.attempt, r)) for r in members[reference]}
-    for g in candidates.tolist():
-        if g == reference:
-            continue
-        offset = float(b.deviation[g] - b.deviation[reference])
-        named = [host_of.get((b.attempt, r)) for r in members[g]]
-        apart = None not in named and not set(named) & reference_hosts
-        if apart or abs(offset) >= ABSURD_S:
-            out[g] = offset
-    return out
+    apart = np.zeros(len(b.deviation))
+    for g in candidates:
+        named = {host_of.get((b.attempt, r)) for r in members[g]}
+        apart[g] = g != reference and None not in named and not named & reference_hosts
+    return np.concatenate([[float(reference)], apart])
 
 
 def _host_clocks(ranks: dict[tuple[int, int], float],
@@ -212,8 +241,17 @@ def _corrected_rows(rows: pd.DataFrame, clocks: RunClocks) -> pd.DataFrame:
         return rows
     attempt, rank = rows["attempt"].to_numpy(np.int64), rows["rank"].to_numpy(np.int64)
     block = block_of(rows["step"].to_numpy(np.int64))
-    keys = zip(attempt.tolist(), block.tolist(), rank.tolist(), strict=True)
-    offset = np.array([clocks.in_blocks.get(key, 0.0) for key in keys], dtype=np.float64)
+    offset = np.zeros(len(rows))
+    order = np.lexsort((block, attempt))
+    cut = np.flatnonzero(np.r_[True, (attempt[order][1:] != attempt[order][:-1])
+                               | (block[order][1:] != block[order][:-1]), True])
+    for lo, hi in itertools.pairwise(cut):
+        sel = order[lo:hi]
+        found = clocks.in_blocks.get((int(attempt[sel[0]]), int(block[sel[0]])))
+        if found is not None:
+            ranks, values = found
+            at = np.clip(np.searchsorted(ranks, rank[sel]), 0, len(ranks) - 1)
+            offset[sel] = np.where(ranks[at] == rank[sel], values[at], 0.0)
     return rows.assign(start=rows["start"].to_numpy(np.float64) - offset,
                        end=rows["end"].to_numpy(np.float64) - offset)
 
@@ -245,9 +283,8 @@ def _corrected_summary(summary: StepSummary, clocks: RunClocks) -> StepSummary:
 
 def corrected_spans(b: BlockClocks, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each step's first start and last end over the block's groups, each group's offset taken out."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return (np.nanmin(b.start - offsets[:, None], axis=0), np.nanmax(b.end - offsets[:, None], axis=0))
+    # every step has a rank, so some group's value: no all-NaN column
+    return np.nanmin(b.start - offsets[:, None], axis=0), np.nanmax(b.end - offsets[:, None], axis=0)
 
 
 # -- the collector's view (live detection) -------------------------------------------------------------------

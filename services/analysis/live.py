@@ -171,7 +171,8 @@ def live_run(status: LiveStatus, *, project: str, version: int, latest_time: flo
         run_id=status.run_id, project=project, status=status.status, attempt=status.attempt,
         world_size=status.world_size, allocated_gpus=allocated_gpus, version=version,
         server_time=status.server_time, latest_time=latest_time,
-        seconds_since_last_event=(status.server_time - latest_time) if latest_time is not None else None,
+        # never negative: a clock ahead of the collector's dates its latest event after now
+        seconds_since_last_event=max(status.server_time - latest_time, 0.0) if latest_time is not None else None,
         last_progress_time=status.last_progress_time, last_step=status.last_step, pending_step=status.pending_step,
         seconds_since_progress=since, median_step_seconds=status.median_step_seconds,
         threshold_seconds=status.threshold_seconds, threshold_basis=status.threshold_basis, hung=status.hung,
