@@ -296,7 +296,8 @@ def _judge(rank: RankState, position: tuple[int, int] | None, front: tuple[int, 
 
 
 def _heartbeat_age(rank: RankState, now: float) -> float | None:
-    return (now - rank.heartbeat_time) if rank.heartbeat_time is not None else None
+    # never negative: a clock ahead of the collector's by less than the deadband of its measure dates it after now
+    return max(now - rank.heartbeat_time, 0.0) if rank.heartbeat_time is not None else None
 
 
 def _row(judged: _Judged, now: float) -> RankLive:

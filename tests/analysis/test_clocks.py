@@ -185,3 +185,24 @@ def test_a_block_of_two_clocks_reads_back_from_its_bytes() -> None:
     back = block_from_bytes(block_to_bytes(block)).clocks
     for f in dataclasses.fields(block.clocks):
         np.testing.assert_array_equal(getattr(back, f.name), getattr(block.clocks, f.name), err_msg=f.name)
+
+
+def test_a_host_off_by_a_second_or_more_is_a_finding_naming_it_and_its_ntp() -> None:
+    from services.analysis.advice import AdviceInput
+    from services.analysis.clock_types import HostClock
+    from services.reports.advice import run_advice
+
+    def clock_advice(ledger: Ledger, collector: tuple[HostClock, ...] = ()) -> list[str]:
+        advice = run_advice(AdviceInput(ledger=ledger, collector_clocks=collector))
+        return [r.wording for r in advice.recommendations if r.code == "clock_offset"]
+
+    (ahead,) = clock_advice(both_ways(two_hosts(60.0))[1])
+    assert ahead.startswith("Host node001's clock is 1 min 00 s ahead of the run's reference clock (node000)")
+    assert "Check NTP on node001" in ahead
+    (behind,) = clock_advice(both_ways(two_hosts(-5.0))[1])
+    assert "node001's clock is 5.0 s behind the run's reference clock" in behind
+    in_step = both_ways(two_hosts(0.0))[1]
+    assert clock_advice(in_step) == []
+    assert clock_advice(in_step, (HostClock(host="node000", offset_seconds=0.4, attempt=0, ranks=8),)) == []
+    (collector,) = clock_advice(in_step, (HostClock(host="node000", offset_seconds=-7200.0, attempt=0, ranks=8),))
+    assert collector.startswith("Host node000's clock is 2 h 00 min behind the collector's")
