@@ -28,10 +28,12 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection, text
 
 from services.analysis.clock_types import HostClock
+from services.storage.db import json_rows, psycopg_connection
 from services.storage.records import IngestRecord
 
 WINDOW_S = 60.0
@@ -77,23 +79,46 @@ def readings_of(records: Sequence[IngestRecord], clock: RequestClock) -> ClockRe
 
 
 def record_readings(conn: Connection, readings: Sequence[tuple[dict[str, int], ClockReadings]]) -> None:
-    """Keep the readings of a group's requests, each with {run id: runs.id} of its project's runs; in key order
-    (concurrent writers wait for each other, never deadlock)."""
-    values = [{"run_pk": pk_of[run_id], "attempt": attempt, "rank": rank, "window": r.window, "lead": lead,
-               "offset": r.offset.get((run_id, attempt, rank)), "received": r.received_at}
-              for pk_of, r in readings for (run_id, attempt, rank), lead in r.lead.items()]
-    if not values:
-        return
-    values.sort(key=lambda v: (v["run_pk"], v["attempt"], v["rank"], v["window"], v["received"]))
-    conn.execute(_UPSERT_POSTGRES if conn.dialect.name == "postgresql" else _UPSERT_SQLITE, values)
+    """Keep the readings of a group's requests, each with {run id: runs.id} of its project's runs: one statement per
+    minute of receipt the group spans (usually one), rows in key order (concurrent writers wait, never deadlock)."""
+    # key -> minute of receipt -> (largest lead, largest offset or None, latest arrival)
+    merged: dict[tuple[int, int, int], dict[int, tuple[float, float | None, float]]] = {}
+    for pk_of, r in readings:
+        for (run_id, attempt, rank), lead in r.lead.items():
+            windows = merged.setdefault((pk_of[run_id], attempt, rank), {})
+            offset = r.offset.get((run_id, attempt, rank))
+            seen = windows.get(r.window)
+            if seen is not None:
+                lead = max(lead, seen[0])
+                offset = seen[1] if offset is None else offset if seen[1] is None else max(offset, seen[1])
+            windows[r.window] = (lead, offset, max(r.received_at, seen[2]) if seen is not None else r.received_at)
+    rounds: list[list[tuple[Any, ...]]] = []
+    for key in sorted(merged):
+        for n, window in enumerate(sorted(merged[key])):
+            if n == len(rounds):
+                rounds.append([])
+            rounds[n].append((*key, window, *merged[key][window]))
+    postgres = conn.dialect.name == "postgresql"
+    for rows in rounds:
+        if postgres:
+            with psycopg_connection(conn).cursor() as cursor:
+                cursor.execute(_UPSERT_POSTGRES, (json_rows(rows),))
+        else:
+            conn.execute(_UPSERT_SQLITE, [dict(zip(_COLUMNS, row, strict=True)) for row in rows])
 
 
+_COLUMNS = ("run_pk", "attempt", "rank", "window", "lead", "offset", "received")
 # The same minute: the larger value; a later minute: the new one (and the minute before it, when adjacent, becomes
 # the previous); an earlier minute (a request that took its time): nothing but `received_at`. SET expressions read
 # the row as it was. NULL-aware larger of two: {pick}(coalesce(a, b), coalesce(b, a)).
+_VALUES_SQLITE = "VALUES (:run_pk, :attempt, :rank, :window, :lead, NULL, :offset, NULL, :received)"
+_VALUES_POSTGRES = (  # the rows as one JSON parameter (services.storage.db.json_rows), in key order
+    "SELECT (r->>0)::int4, (r->>1)::int4, (r->>2)::int4, (r->>3)::int8, (r->>4)::float8, NULL::float8, "
+    "(r->>5)::float8, NULL::float8, (r->>6)::float8 FROM json_array_elements(%s::json) WITH ORDINALITY AS v(r, n) "
+    "ORDER BY n")
 _UPSERT_TEMPLATE = (
     "INSERT INTO clock_readings AS c (run_pk, attempt, rank, window_index, lead_s, lead_prev_s, offset_s, "
-    "offset_prev_s, received_at) VALUES (:run_pk, :attempt, :rank, :window, :lead, NULL, :offset, NULL, :received) "
+    "offset_prev_s, received_at) {values} "
     "ON CONFLICT (run_pk, attempt, rank) DO UPDATE SET "
     "lead_s = CASE WHEN excluded.window_index = c.window_index THEN {pick}(c.lead_s, excluded.lead_s) "
     "WHEN excluded.window_index > c.window_index THEN excluded.lead_s ELSE c.lead_s END, "
@@ -107,8 +132,8 @@ _UPSERT_TEMPLATE = (
     "window_index = {pick}(c.window_index, excluded.window_index), "
     "received_at = {pick}(c.received_at, excluded.received_at)"
 )
-_UPSERT_POSTGRES = text(_UPSERT_TEMPLATE.format(pick="greatest"))
-_UPSERT_SQLITE = text(_UPSERT_TEMPLATE.format(pick="max"))
+_UPSERT_POSTGRES = _UPSERT_TEMPLATE.format(values=_VALUES_POSTGRES, pick="greatest")
+_UPSERT_SQLITE = text(_UPSERT_TEMPLATE.format(values=_VALUES_SQLITE, pick="max"))
 
 
 def collector_offset(lead: float | None, lead_prev: float | None, offset: float | None,
