@@ -18,8 +18,11 @@ ahead by d reports all its ends d later. Per block of steps (services.analysis.s
 `decide` settles, per run and with the hosts the ranks' `attempt_start` events name, which clock is the reference
 and which groups are corrected:
 
-- the reference is the group of the most ranks (of equals, the one holding the lowest rank: rank 0 runs on node
-  rank 0, where `goodput launch` sends the run-level events from);
+- the reference clock is an attempt's *reference rank*'s: in the attempt's block of the most ranks, the lowest
+  rank of the group of the most ranks (of equals, the one holding the lowest rank: rank 0 runs on node rank 0,
+  where `goodput launch` sends the run-level events from). A block without it (the ranks of one host alone
+  reached a failure's last steps) takes its own largest group as reference, then moves onto the attempt's clock by
+  the median difference of its ranks' offsets from the ones they had in the blocks with the reference rank;
 - a group's offset is its deviation minus the reference's; it is corrected when none of its ranks runs on a host
   of the reference's ranks (one host has one clock: ranks of one host that end their steps apart are something
   else) and every one names its host, or when it is ABSURD_S or more (ranks of a synchronous step never end a
@@ -41,7 +44,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from services.analysis.block_clocks import ABSURD_S, BlockClocks, block_clocks
+from services.analysis.block_clocks import ABSURD_S, TOLERANCE_S, BlockClocks, block_clocks
 from services.analysis.clock_types import HostClock
 from services.analysis.run_data import RunData
 from services.analysis.step_blocks import StepSummary, block_of
@@ -69,19 +72,29 @@ SAMPLED_BLOCKS = 64  # blocks of an attempt whose offsets give a rank's offset f
 
 def decide(blocks: Iterable[BlockClocks], events: pd.DataFrame) -> RunClocks:
     host_of = _hosts(events)
-    offsets: dict[tuple[int, int], np.ndarray] = {}
-    in_blocks: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
     by_attempt: dict[int, list[BlockClocks]] = {}
-    decided: dict[tuple[int, bytes, bytes], np.ndarray] = {}
     for b in blocks:
-        groups = _block_offsets(b, host_of, decided)
-        offsets[(b.attempt, b.block)] = groups
-        if groups.any():
-            in_blocks[(b.attempt, b.block)] = (b.ranks, groups[b.group])
         by_attempt.setdefault(b.attempt, []).append(b)
+    offsets: dict[tuple[int, int], np.ndarray] = {}
     ranks: dict[tuple[int, int], float] = {}
+    decided: dict[tuple[int, bytes, bytes, int], np.ndarray] = {}
     for attempt, mine in by_attempt.items():
-        ranks.update(_rank_offsets(attempt, mine, offsets))
+        reference = _reference_rank(mine)
+        anchored, others = [], []
+        for b in mine:
+            at = int(np.searchsorted(b.ranks, reference)) if reference is not None else len(b.ranks)
+            group = int(b.group[at]) if at < len(b.ranks) and b.ranks[at] == reference else -1
+            if group >= 0 and np.isfinite(b.deviation[group]):
+                offsets[(b.attempt, b.block)] = _block_offsets(b, host_of, decided, group)
+                anchored.append(b)
+            else:
+                others.append(b)
+        measured = _rank_offsets(attempt, anchored, offsets) if anchored else {}
+        for b in others:  # the reference rank sent nothing here (a failure's last step): anchored by shared ranks
+            offsets[(b.attempt, b.block)] = _anchored(b, _block_offsets(b, host_of, decided, None), measured)
+        ranks.update(measured)
+    in_blocks = {key: (b.ranks, offsets[key][b.group]) for b in (x for m in by_attempt.values() for x in m)
+                 if (key := (b.attempt, b.block)) in offsets and offsets[key].any()}
     hosts = _host_clocks(ranks, host_of)
     for key in host_of.keys() - ranks.keys():  # ranks without steps: their host's
         attempt, _ = key
@@ -91,6 +104,31 @@ def decide(blocks: Iterable[BlockClocks], events: pd.DataFrame) -> RunClocks:
     shown = tuple(HostClock(host=h, offset_seconds=v[-1][1], attempt=v[-1][0], ranks=v[-1][2])
                   for h, v in sorted(hosts.items()))
     return RunClocks(blocks=offsets, in_blocks=in_blocks, ranks=ranks, hosts=shown)
+
+
+def _reference_rank(blocks: list[BlockClocks]) -> int | None:
+    """The rank whose clock is the attempt's reference: in the block with the most ranks (the earliest of equals),
+    the lowest rank of the clock group of the most ranks (of equals, the one holding the lowest rank)."""
+    fullest = max(blocks, key=lambda b: (len(b.ranks), -b.block))
+    candidates = np.flatnonzero(np.isfinite(fullest.deviation)).tolist()
+    if not candidates:
+        return None
+    sizes = np.bincount(fullest.group, minlength=len(fullest.deviation))
+    lowest = {g: int(fullest.ranks[np.argmax(fullest.group == g)]) for g in candidates}
+    return lowest[max(candidates, key=lambda g: (int(sizes[g]), -lowest[g]))]
+
+
+def _anchored(b: BlockClocks, local: np.ndarray, measured: dict[tuple[int, int], float]) -> np.ndarray:
+    """A block without the reference rank, its offsets from its own reference moved onto the attempt's: by the
+    median, over its ranks measured in the blocks that have the reference rank, of the difference."""
+    evidence = np.isfinite(b.deviation)[b.group]
+    known = [(measured[(b.attempt, int(r))], float(local[g])) for r, g in zip(b.ranks[evidence].tolist(),
+                                                                              b.group[evidence].tolist(), strict=True)
+             if (b.attempt, int(r)) in measured]
+    if not known:
+        return local
+    shift = float(np.median([m - v for m, v in known]))
+    return local + shift if abs(shift) >= TOLERANCE_S else local
 
 
 def _rank_offsets(attempt: int, blocks: list[BlockClocks],
@@ -120,29 +158,31 @@ def _hosts(events: pd.DataFrame) -> dict[tuple[int, int], str]:
 
 
 def _block_offsets(b: BlockClocks, host_of: dict[tuple[int, int], str],
-                  decided: dict[tuple[int, bytes, bytes], np.ndarray]) -> np.ndarray:
-    """Each group's offset from the block's reference clock (0 where it is not corrected). Which group is the
-    reference and which run on other hosts depends only on the groups' ranks: decided once per grouping (`decided`),
-    the same block after block."""
+                  decided: dict[tuple[int, bytes, bytes, int], np.ndarray], reference: int | None) -> np.ndarray:
+    """Each group's offset from the reference group's clock (0 where it is not corrected); `reference`: the group of
+    the attempt's reference rank, None: the block's own (the group of the most ranks). Which group is the reference
+    and which run on other hosts depends only on the groups' ranks: decided once per grouping (`decided`), the same
+    block after block."""
     candidates = np.isfinite(b.deviation)
     if candidates.sum() < 2:
         return np.zeros(len(b.deviation))
-    key = (b.attempt, b.ranks.tobytes(), b.group.tobytes())
+    key = (b.attempt, b.ranks.tobytes(), b.group.tobytes(), -1 if reference is None else reference)
     found = decided.get(key)
     if found is None:
-        found = decided[key] = _grouping(b, host_of)
-    reference, apart = int(found[0]), found[1:].astype(bool)
-    offset = np.where(candidates, b.deviation - b.deviation[reference], 0.0)
+        found = decided[key] = _grouping(b, host_of, reference)
+    chosen, apart = int(found[0]), found[1:].astype(bool)
+    offset = np.where(candidates, b.deviation - b.deviation[chosen], 0.0)
     return np.where(apart | (np.abs(offset) >= ABSURD_S), offset, 0.0)
 
 
-def _grouping(b: BlockClocks, host_of: dict[tuple[int, int], str]) -> np.ndarray:
+def _grouping(b: BlockClocks, host_of: dict[tuple[int, int], str], reference: int | None) -> np.ndarray:
     """[the reference group, then per group 1 where none of its ranks runs on a host of the reference's ranks and
     each names its host, else 0]."""
     candidates = np.flatnonzero(np.isfinite(b.deviation)).tolist()
     sizes = np.bincount(b.group, minlength=len(b.deviation))
     members = {g: b.ranks[b.group == g].tolist() for g in candidates}
-    reference = max(candidates, key=lambda g: (int(sizes[g]), -members[g][0]))  # members: ascending ranks
+    if reference is None:
+        reference = max(candidates, key=lambda g: (int(sizes[g]), -members[g][0]))  # members: ascending ranks
     reference_hosts = {host_of.get((b.attempt, r)) for r in members[reference]}
     apart = np.zeros(len(b.deviation))
     for g in candidates:

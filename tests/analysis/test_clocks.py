@@ -206,3 +206,27 @@ def test_a_host_off_by_a_second_or_more_is_a_finding_naming_it_and_its_ntp() -> 
     assert clock_advice(in_step, (HostClock(host="node000", offset_seconds=0.4, attempt=0, ranks=8),)) == []
     (collector,) = clock_advice(in_step, (HostClock(host="node000", offset_seconds=-7200.0, attempt=0, ranks=8),))
     assert collector.startswith("Host node000's clock is 2 h 00 min behind the collector's")
+
+
+def test_a_block_that_only_the_skewed_hosts_ranks_reached_is_put_on_the_attempts_clock() -> None:
+    """Steps from 128 on (a block of their own) reported by host node001's ranks alone, as when host node000's
+    ranks died before sending them: the block has no rank of the reference clock, and is anchored by the offsets its
+    ranks had in the rest of the attempt. The same run on true clocks is the truth."""
+    def cut(offset: float) -> list[dict[str, Any]]:
+        events = two_hosts(offset, hours=131 / 3600, checkpoint_every=200).events
+        out = []
+        for e in events:
+            if e["kind"] == "steps" and e["rank"] < 8:
+                keep = [i for i, s in enumerate(e["step"]) if s < 128]
+                e = {**e, **{k: [e[k][i] for i in keep] for k in ("step", "start", "end", "loss", "lr", "comm")}}
+            out.append(e)
+        return out
+
+    truth = build_ledger(run_data_from_events("skewed", cut(0.0)))
+    data = run_data_from_events("skewed", cut(300.0))
+    for ledger in (build_ledger(data), build_ledger(summarised(data))):
+        assert ledger.steps.furthest == 138
+        assert ledger.productive_gpu_seconds == pytest.approx(truth.productive_gpu_seconds, rel=1e-9)
+        assert dict(ledger.waste_gpu_seconds.items()) == pytest.approx(dict(truth.waste_gpu_seconds.items()),
+                                                                       abs=1e-3)
+        assert ledger.latest_time == pytest.approx(truth.latest_time, abs=1e-3)
