@@ -219,7 +219,8 @@ def test_readings_follow_a_clock_set_right_within_two_minutes(engine: Engine) ->
 # -- runs as a client sends them live --------------------------------------------------------------------------
 
 
-def running(run_id: str, *, stopped_ago_s: float, clock_offset_s: float = 0.0, **overrides: Any) -> list[dict]:
+def running(run_id: str, *, stopped_ago_s: float, clock_offset_s: float = 0.0,
+            **overrides: Any) -> list[dict[str, Any]]:
     """A simulated running run of 4 ranks whose last step ended `stopped_ago_s` before now (truly), every clock
     `clock_offset_s` off (or the hosts of `clock_offsets` alone)."""
     config = {"run_id": run_id, "ranks": 4, "hours": 0.05, "step_s": 4.0, "mtbf_s": None, "end": "running",
