@@ -43,12 +43,18 @@ _COLLECTIVES_SQL = text(
     "SELECT rank, step, count(DISTINCT start_time), max(end_time) FROM collectives "
     "WHERE run_pk = :pk AND attempt = :a AND step >= :lo AND step <= :hi GROUP BY rank, step"
 )
+# per rank only when some rank's clock is off the collector's (its times are taken back one by one); -1: any rank
 _KIND_TIMES_SQL = text(
+    "SELECT kind, -1, max(time) FROM events WHERE run_pk = :pk AND attempt = :a AND kind IN :kinds GROUP BY kind"
+).bindparams(bindparam("kinds", expanding=True))
+_KIND_TIMES_BY_RANK_SQL = text(
     "SELECT kind, rank, max(time) FROM events WHERE run_pk = :pk AND attempt = :a AND kind IN :kinds "
     "GROUP BY kind, rank"
 ).bindparams(bindparam("kinds", expanding=True))
 _ENDS_SQL = text("SELECT rank, time, data FROM events WHERE run_pk = :pk AND kind = 'attempt_end' AND attempt = :a")
 _PREVIOUS_END_SQL = text(
+    "SELECT -1, max(time) FROM events WHERE run_pk = :pk AND kind = 'attempt_end' AND attempt < :a")
+_PREVIOUS_END_BY_RANK_SQL = text(
     "SELECT rank, max(time) FROM events WHERE run_pk = :pk AND kind = 'attempt_end' AND attempt < :a GROUP BY rank")
 _RESUME_SQL = text(
     "SELECT max(step) FROM events WHERE run_pk = :pk AND kind = 'resume' AND attempt = :a")
@@ -125,9 +131,11 @@ def load_live_state(conn: Connection, run: RunRow, *, now: float, lookback_s: fl
         beats[int(rank)] = (local(rank, t), None if step is None else int(step), None if n is None else int(n))
     checkpoint_kinds = {**args, "kinds": ["checkpoint_start", "checkpoint_end"]}
     kinds: dict[str, float] = {}
-    for kind, rank, t in conn.execute(_KIND_TIMES_SQL, checkpoint_kinds):
+    skewed = any(offsets.values())
+    for kind, rank, t in conn.execute(_KIND_TIMES_BY_RANK_SQL if skewed else _KIND_TIMES_SQL, checkpoint_kinds):
         kinds[kind] = max(kinds.get(kind, -math.inf), local(rank, t))
-    previous = max((local(rank, t) for rank, t in conn.execute(_PREVIOUS_END_SQL, args)), default=None)
+    previous = max((local(rank, t) for rank, t in conn.execute(
+        _PREVIOUS_END_BY_RANK_SQL if skewed else _PREVIOUS_END_SQL, args) if t is not None), default=None)
     resume = conn.execute(_RESUME_SQL, args).scalar()
 
     out = []
