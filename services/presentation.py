@@ -167,6 +167,15 @@ def duration(value: float | None) -> str:
     return f"{int(s // 86400)} d {int(s % 86400 // 3600)} h"
 
 
+def clock_offset(value: float | None) -> str:
+    """A clock's offset from another: `5.0 s ahead`, `2 h 00 min behind`, `in step` (0)."""
+    if value is None or not math.isfinite(value):
+        return DASH
+    if value == 0:
+        return "in step"
+    return f"{duration(abs(value))} {'ahead' if value > 0 else 'behind'}"
+
+
 def integer(value: int | None) -> str:
     return DASH if value is None else f"{value:,}"
 

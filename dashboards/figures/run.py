@@ -84,10 +84,12 @@ def timeline_figure(view: RunViews, live: LiveRun | None = None) -> go.Figure:
 
 
 def stall_band(live: LiveRun | None) -> tuple[list[str], list[float], str]:
-    """The polygon (x as UTC ISO strings, y in steps) from the last progress to the server's now, if hung."""
+    """The polygon (x as UTC ISO strings, y in steps) from the last progress to the server's now, if hung; on the
+    run's own clock, as the rest of the timeline (the live times are the collector's)."""
     if live is None or not live.possibly_hung or live.last_progress_time is None:
         return [], [], ""
-    t0, t1 = to_datetimes([live.last_progress_time, live.server_time])
+    shift = live.clock_offset_seconds
+    t0, t1 = to_datetimes([live.last_progress_time + shift, live.server_time + shift])
     top = float(live.last_step or 0) * 1.04 + 1
     text = f"No progress for {fmt.duration(live.seconds_since_progress)}: possibly hung"
     return [t0.isoformat(), t1.isoformat(), t1.isoformat(), t0.isoformat(), t0.isoformat()], [0, 0, top, top, 0], text

@@ -99,6 +99,7 @@ def build_ledger(data: RunData, painting: RunPainting | None = None) -> Ledger:
                      for a in run.allocations],
         running_tail=_running_tail(painting),
         usage=usage_of_painting(painting, claimed_gpu_s, idle_gpu_s, straggle, straggler_total),
+        clocks=list(run.clocks),
     )
 
 

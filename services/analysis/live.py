@@ -86,6 +86,7 @@ class RankState:
 
     rank: int
     host: str | None = None  # the host its attempt_start named
+    clock_offset_s: float = 0.0  # its clock minus the collector's; its times here are on the collector's clock
     reported: bool = True  # False: in the world, but no attempt_start from it yet
     last_step: int | None = None  # last completed step
     last_step_end: float | None = None
@@ -120,6 +121,7 @@ class LiveState:
     attempt_end_time: float | None = None  # latest attempt_end of the current attempt
     first_time: float | None = None
     latest_time: float | None = None
+    clock_offset_s: float = 0.0  # the run's reference clock minus the collector's (services.analysis.clocks)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -142,6 +144,7 @@ class LiveStatus:
     suspects_total: int = 0  # every suspect, listed or not
     ranks_total: int = 0  # ranks of the world (claimed world size, or beyond it the highest rank that reported)
     never_reported: int = 0  # of them, ranks that sent nothing in this attempt
+    clock_offset_s: float = 0.0  # the run's reference clock minus the collector's
 
     @property
     def hung_for_seconds(self) -> float | None:
@@ -172,7 +175,8 @@ def live_run(status: LiveStatus, *, project: str, version: int, latest_time: flo
         run_id=status.run_id, project=project, status=status.status, attempt=status.attempt,
         world_size=status.world_size, allocated_gpus=allocated_gpus, version=version,
         server_time=status.server_time, latest_time=latest_time,
-        seconds_since_last_event=(status.server_time - latest_time) if latest_time is not None else None,
+        # never negative: a clock ahead of the collector's dates its latest event after now
+        seconds_since_last_event=max(status.server_time - latest_time, 0.0) if latest_time is not None else None,
         last_progress_time=status.last_progress_time, last_step=status.last_step, pending_step=status.pending_step,
         seconds_since_progress=since, median_step_seconds=status.median_step_seconds,
         threshold_seconds=status.threshold_seconds, threshold_basis=status.threshold_basis, hung=status.hung,
@@ -182,6 +186,7 @@ def live_run(status: LiveStatus, *, project: str, version: int, latest_time: flo
         ranks_truncated=status.ranks_truncated if with_ranks else None,
         at_risk_gpu_seconds=at_risk_gpu_seconds, possibly_hung=status.hung,
         stall_threshold_seconds=status.threshold_seconds, ranks=list(status.ranks) if with_ranks else None,
+        clock_offset_seconds=status.clock_offset_s,
     )
 
 
@@ -235,7 +240,8 @@ def detect_hang(state: LiveState, now: float, config: LiveConfig | None = None, 
     config = config or LiveConfig()
     threshold, basis = hang_threshold(state, config)
     progress = last_progress_time(state)
-    since = (now - progress) if progress is not None else None
+    # never negative: a time a client reports is on the collector's clock here, up to a request's transit
+    since = max(now - progress, 0.0) if progress is not None else None
     hung = bool(state.status == RUNNING and since is not None and since > threshold and not _completed(state))
     steps = [r.last_step for r in state.ranks if r.last_step is not None]
     last_step = max(steps) if steps else None
@@ -256,7 +262,7 @@ def detect_hang(state: LiveState, now: float, config: LiveConfig | None = None, 
         pending_step=front[0] if front is not None else None, seconds_since_progress=since,
         median_step_seconds=median_step_seconds(state), threshold_seconds=threshold, threshold_basis=basis,
         hung=hung, suspects=suspects, ranks=rows, suspects_total=suspects_total, ranks_total=world,
-        never_reported=never_reported,
+        never_reported=never_reported, clock_offset_s=state.clock_offset_s,
     )
 
 
@@ -297,7 +303,8 @@ def _judge(rank: RankState, position: tuple[int, int] | None, front: tuple[int, 
 
 
 def _heartbeat_age(rank: RankState, now: float) -> float | None:
-    return (now - rank.heartbeat_time) if rank.heartbeat_time is not None else None
+    # never negative: a clock ahead of the collector's by less than the deadband of its measure dates it after now
+    return max(now - rank.heartbeat_time, 0.0) if rank.heartbeat_time is not None else None
 
 
 def _row(judged: _Judged, now: float) -> RankLive:
@@ -308,7 +315,7 @@ def _row(judged: _Judged, now: float) -> RankLive:
         pending_step=position[0] if position else None,
         collectives_in_pending_step=position[1] if position else None,
         last_heartbeat_time=rank.heartbeat_time, heartbeat_age_seconds=_heartbeat_age(rank, now),
-        silent=judged.silent, behind=judged.behind, ended=rank.ended,
+        silent=judged.silent, behind=judged.behind, ended=rank.ended, clock_offset_seconds=rank.clock_offset_s,
     )
 
 

@@ -60,7 +60,8 @@ def live_hang_of(status: LiveStatus | LiveRun) -> LiveHang | None:
     `live_for_row` answer: the run page has one already)."""
     if not status.hung or status.last_progress_time is None:
         return None
-    return LiveHang(since=status.last_progress_time)
+    clock_offset = status.clock_offset_s if isinstance(status, LiveStatus) else status.clock_offset_seconds
+    return LiveHang(since=status.last_progress_time, clock_offset_s=clock_offset)
 
 
 def with_live_hang(engine: Engine, row: RunRow, ledger: Ledger, now: float, config: LiveConfig) -> Ledger:
