@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from services.api_client import AccessDenied, ApiClient, ApiError, FleetWindow, LiveRun, RunListItem, bearer
-from services.presentation import CATEGORIES
+from services.presentation import CATEGORIES, CATEGORY_ORDER, EVAL
 from services.presentation import duration as fmt_duration
 from services.settings import DashboardSettings
 
@@ -100,38 +100,39 @@ def _local_base_url(environ: Mapping[str, Any]) -> str:
 # -- shaping API answers ------------------------------------------------------------------------------------
 
 RUN_COLUMNS = ["run_id", "project", "status", "first_time", "last_time", "allocated_gpu_seconds",
-               "productive_gpu_seconds", "goodput", "restarts", "wasted_gpu_seconds",
+               "productive_gpu_seconds", "eval_gpu_seconds", "goodput", "restarts", "wasted_gpu_seconds",
                *(f"waste_{c}" for c in CATEGORIES), "seconds_since_progress", "possibly_hung", "at_risk_gpu_seconds",
                "suspect_ranks", "stale", "life_allocated_gpu_seconds", "laid_out"]
-KEYS: tuple[str, ...] = ("productive", *CATEGORIES)  # the partition of allocated time, as the API's usage keys
+KEYS: tuple[str, ...] = CATEGORY_ORDER  # the partition of allocated time, as the API's usage keys
 
 
 def runs_frame(runs: Sequence[RunListItem], live: Sequence[LiveRun] = ()) -> pd.DataFrame:
     """/v1/runs rows -> one row per run with waste_<category> columns (figures of each run's whole life), worst
     (most wasted GPU-seconds) first."""
-    return _frame([(run, run.allocated_gpu_seconds, run.productive_gpu_seconds, run.goodput, run.waste_gpu_seconds,
-                    True) for run in runs], live)
+    return _frame([(run, run.allocated_gpu_seconds, run.productive_gpu_seconds, run.eval_gpu_seconds, run.goodput,
+                    run.waste_gpu_seconds, True) for run in runs], live)
 
 
 def window_frame(window: FleetWindow, live: Sequence[LiveRun] = ()) -> pd.DataFrame:
     """/v1/fleet/window -> one row per run as `runs_frame`, its figures those inside the range (a run's whole-life
     allocation in `life_allocated_gpu_seconds`)."""
-    return _frame([(r.run, r.window.allocated_gpu_seconds, r.window.productive_gpu_seconds, r.window.goodput,
-                    r.window.waste_gpu_seconds, r.laid_out) for r in window.runs], live)
+    return _frame([(r.run, r.window.allocated_gpu_seconds, r.window.productive_gpu_seconds,
+                    r.window.eval_gpu_seconds, r.window.goodput, r.window.waste_gpu_seconds, r.laid_out)
+                   for r in window.runs], live)
 
 
-def _frame(rows_in: Sequence[tuple[RunListItem, float, float, float | None, Any, bool]],
+def _frame(rows_in: Sequence[tuple[RunListItem, float, float, float, float | None, Any, bool]],
            live: Sequence[LiveRun]) -> pd.DataFrame:
     if not rows_in:
         return pd.DataFrame({c: [] for c in RUN_COLUMNS})
     rows = []
     live_by_run = {(row.run_id, row.project): row for row in live}
-    for run, allocated, productive, goodput, waste, laid_out in rows_in:
+    for run, allocated, productive, eval_gpu_s, goodput, waste, laid_out in rows_in:
         lv = live_by_run.get((run.run_id, run.project))
         rows.append({
             "run_id": run.run_id, "project": run.project, "status": run.status, "first_time": run.first_time,
             "last_time": run.last_time, "allocated_gpu_seconds": allocated,
-            "productive_gpu_seconds": productive, "goodput": goodput,
+            "productive_gpu_seconds": productive, "eval_gpu_seconds": eval_gpu_s, "goodput": goodput,
             "restarts": run.restarts, "wasted_gpu_seconds": float(sum(waste[c] for c in CATEGORIES)),
             **{f"waste_{c}": waste[c] for c in CATEGORIES},
             "seconds_since_progress": lv.seconds_since_progress if lv else None,
@@ -179,6 +180,7 @@ def fleet_totals(frame: pd.DataFrame) -> dict[str, float | None]:
         "productive": productive,
         "goodput": productive / allocated if allocated > 0 else None,
         "wasted": float(frame["wasted_gpu_seconds"].sum()) if len(frame) else 0.0,
+        EVAL: float(frame["eval_gpu_seconds"].sum()) if len(frame) else 0.0,
     }
     for c in CATEGORIES:
         out[c] = float(frame[f"waste_{c}"].sum()) if len(frame) else 0.0
@@ -187,7 +189,7 @@ def fleet_totals(frame: pd.DataFrame) -> dict[str, float | None]:
 
 def projects_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per project: its runs' figures added up (goodput of the sums), most wasted first."""
-    columns = ["allocated_gpu_seconds", "productive_gpu_seconds", "wasted_gpu_seconds", "restarts",
+    columns = ["allocated_gpu_seconds", "productive_gpu_seconds", "eval_gpu_seconds", "wasted_gpu_seconds", "restarts",
                *(f"waste_{c}" for c in CATEGORIES)]
     if frame.empty:
         return pd.DataFrame({c: [] for c in ["project", "runs", "running", "goodput", *columns]})

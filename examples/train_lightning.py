@@ -8,6 +8,13 @@ command resumes from ``last.ckpt`` with Lightning's own ``ckpt_path="last"``; go
 next attempt by itself. ``--kill-at-step S`` makes rank 0 SIGKILL the whole job (its process group, as a node
 failure would) once step S is done, to show a crash and a relaunch.
 
+The resume is exact, mid-epoch too: the training data comes from ``ResumableLoader`` (below; copy it), whose
+order depends only on (seed, epoch) and whose position Lightning saves in the checkpoint and restores, so the
+relaunch trains on the very batches the killed run would have (a plain shuffling ``DataLoader`` restarts its epoch
+with another order: Lightning warns, and goodput's resume check flags the losses and digests that differ).
+``--val-every N`` validates every N steps (goodput books it as ``eval``); ``--straggler-rank R`` slows rank R by
+``--straggler-sleep`` seconds per step (goodput names it a straggler).
+
 Each rank appends one JSON line per event to ``<log-dir>/rank<R>.jsonl`` (``start``, ``resumed``, ``step``,
 ``save``, ``done``), measured by the job itself, so tests can compare goodput's figures with the job's own.
 """
@@ -16,9 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +35,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset
 
 from ingest_client.integrations.lightning import GoodputCallback
 
@@ -43,6 +52,10 @@ def parse_args() -> argparse.Namespace:
                         "step's all-reduce); longer than goodput's flush interval (0.2 s), so the steps done before "
                         "the kill reached the spool: a kill within the interval loses them")
     p.add_argument("--digest-every", type=int, default=0, help="goodput state digest every N steps (0: off)")
+    p.add_argument("--val-every", type=int, default=0, help="validate every N steps (0: never)")
+    p.add_argument("--val-sleep", type=float, default=0.02, help="seconds of extra work per validation batch")
+    p.add_argument("--straggler-rank", type=int, default=-1, help="this rank sleeps --straggler-sleep more per step")
+    p.add_argument("--straggler-sleep", type=float, default=0.05)
     p.add_argument("--ckpt-dir", type=Path, default=Path("lightning-ckpt"))
     p.add_argument("--log-dir", type=Path, default=Path("lightning-logs"))
     return p.parse_args()
@@ -68,16 +81,80 @@ class JobLog:
                      .encode())
 
 
+class EpochSampler(Sampler[int]):
+    """This rank's share of an epoch shuffled by (seed, epoch) alone, as ``DistributedSampler`` shares it out, from
+    any position: ``start`` samples of the epoch are skipped once (a resumed epoch), then it starts at 0 again.
+    Lightning calls ``set_epoch`` before every epoch."""
+
+    def __init__(self, size: int, *, rank: int, world_size: int, seed: int = 0) -> None:
+        self.size, self.rank, self.world_size, self.seed = size, rank, world_size, seed
+        self.per_rank = math.ceil(size / world_size)
+        self.epoch = 0
+        self.start = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.epoch, self.start = epoch, 0
+
+    def __iter__(self) -> Iterator[int]:
+        order = torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed + self.epoch)).tolist()
+        order += order[: self.per_rank * self.world_size - self.size]  # every rank gets as many samples
+        start, self.start = self.start, 0
+        return iter(order[self.rank :: self.world_size][start:])
+
+    def __len__(self) -> int:
+        return self.per_rank  # the whole epoch's, also when resumed part way: Lightning counts from where it was
+
+
+class ResumableLoader(DataLoader):  # type: ignore[type-arg]  # a DataLoader of (x, y) batches
+    """A training DataLoader that resumes mid-epoch: Lightning saves the ``state_dict()`` of a training loader that
+    has one in every checkpoint and hands it back to ``load_state_dict`` on resume (the epoch and the batches handed
+    out in it, counted as they leave the loader, so worker prefetching does not matter)."""
+
+    def __init__(self, dataset: Dataset[Any], *, sampler: EpochSampler, batch_size: int) -> None:
+        super().__init__(dataset, batch_size=batch_size, sampler=sampler)
+        self.epoch_sampler = sampler
+        self.batches_out = 0
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # a generator over DataLoader's own iterator
+        self.batches_out = self.epoch_sampler.start // (self.batch_size or 1)
+        for batch in super().__iter__():
+            self.batches_out += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch_sampler.epoch, "batches": self.batches_out}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch_sampler.epoch = int(state["epoch"])
+        self.epoch_sampler.start = int(state["batches"]) * (self.batch_size or 1)
+
+
 class TinyRegression(L.LightningModule):
-    def __init__(self, step_sleep_s: float) -> None:
+    def __init__(self, data: TensorDataset, args: argparse.Namespace) -> None:
         super().__init__()
         self.net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
-        self.step_sleep_s = step_sleep_s
+        self.data = data
+        self.args = args
+
+    def train_dataloader(self) -> ResumableLoader:
+        sampler = EpochSampler(len(self.data), rank=self.trainer.global_rank, world_size=self.trainer.world_size)
+        return ResumableLoader(self.data, sampler=sampler, batch_size=16)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
-        time.sleep(self.step_sleep_s)
+        time.sleep(self.args.step_sleep)
+        if self.global_rank == self.args.straggler_rank:
+            time.sleep(self.args.straggler_sleep)
         return nn.functional.mse_loss(self.net(x), y)
+
+    def val_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
+        return DataLoader(TensorDataset(*self.data[:32]), batch_size=16)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        time.sleep(self.args.val_sleep)
+        self.log("val_loss", nn.functional.mse_loss(self.net(x), y), sync_dist=True)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
@@ -98,13 +175,14 @@ class LoggedCheckpoint(ModelCheckpoint):
 
 
 class JobEvents(L.Callback):
-    """The job's own record of starts, resumes and steps; rank 0 kills the job at ``--kill-at-step``."""
+    """The job's own record of starts, resumes, steps and validations; rank 0 kills the job at ``--kill-at-step``."""
 
     def __init__(self, log: JobLog, kill_at_step: int, kill_delay_s: float) -> None:
         self.joblog = log
         self.kill_at_step = kill_at_step
         self.kill_delay_s = kill_delay_s
         self.step_start: float | None = None
+        self.val_start = 0.0
         self.last_step = -1
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -131,6 +209,12 @@ class JobEvents(L.Callback):
             self.joblog.write("kill", step=trainer.global_step, time=time.time())
             os.killpg(os.getpgid(0), signal.SIGKILL)
 
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.val_start = time.time()
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.joblog.write("eval", step=trainer.global_step, start=self.val_start, end=time.time())
+
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.joblog.write("done", step=trainer.global_step, time=time.time())
 
@@ -153,10 +237,12 @@ def main() -> None:
     data = TensorDataset(x, x.sum(dim=1, keepdim=True).sin())
     log = JobLog(args.log_dir)
     events = JobEvents(log, args.kill_at_step, args.kill_delay)
+    validation: dict[str, Any] = ({"val_check_interval": args.val_every, "check_val_every_n_epoch": None}
+                                  if args.val_every else {"limit_val_batches": 0})
     trainer = L.Trainer(
         accelerator="cpu", devices=args.devices, strategy="ddp" if args.devices > 1 else "auto",
         max_steps=args.steps, logger=False, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0, limit_val_batches=0, use_distributed_sampler=True,
+        num_sanity_val_steps=0, use_distributed_sampler=False, **validation,  # ResumableLoader shards the data
         callbacks=[
             KillAfterSave(events), events,
             GoodputCallback(digest_every_n_steps=args.digest_every or None),  # goodput
@@ -165,7 +251,7 @@ def main() -> None:
         ],
     )
     L.seed_everything(0, workers=True, verbose=False)
-    trainer.fit(TinyRegression(args.step_sleep), DataLoader(data, batch_size=16, shuffle=True), ckpt_path="last")
+    trainer.fit(TinyRegression(data, args), ckpt_path="last")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import fields, replace
 from pathlib import Path
 
+from ingest_client import process_group
 from ingest_client.config import ClientConfig, Mode
 from ingest_client.context import context_from_env
 from ingest_client.generation import (
@@ -91,6 +92,8 @@ def _start(config: ClientConfig, transport: Transport | None) -> Tracker:
     if config.install_handlers and tracker.enabled:
         _hooks = ExitHooks(tracker)
         _hooks.install()
+    if tracker.enabled:
+        process_group.install()
     _tracker = tracker
     return tracker
 

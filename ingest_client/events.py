@@ -57,6 +57,18 @@ class EventKind(str, Enum):
     ATTEMPT_END = "attempt_end"
     RUN_END = "run_end"
     CLIENT_STATS = "client_stats"
+    PHASE_START = "phase_start"
+    PHASE_END = "phase_end"
+
+
+class Phase(str, Enum):
+    """The phases a ``phase_start`` / ``phase_end`` pair may name (docs/events.md, "Phases")."""
+
+    EVAL = "eval"  # validation or evaluation between training steps
+    INIT_PROCESS_GROUP = "init_process_group"  # inside torch.distributed.init_process_group: waiting for peers
+
+
+PHASE_NAMES = frozenset(p.value for p in Phase)
 
 
 class AttemptEndReason(str, Enum):
@@ -195,6 +207,9 @@ class RecordBuilder:
             return None
         if kind is EventKind.RESUME and fields:
             fields = _valid_resume_fields(fields)
+        if kind in (EventKind.PHASE_START, EventKind.PHASE_END) and (fields or {}).get("name") not in PHASE_NAMES:
+            self.invalid_rows += 1
+            return None
         record = self._common(kind.value, time_s)
         if fields:
             record.update(fields)

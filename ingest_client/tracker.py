@@ -41,6 +41,7 @@ from ingest_client.events import (
     RunStatus,
 )
 from ingest_client.flusher import ClientStats, Pipeline, PipelineSettings, Rows
+from ingest_client.phases import PhaseSpan
 from ingest_client.poller import SignalPoller
 from ingest_client.spool import run_dir_name
 from ingest_client.timing import (
@@ -407,6 +408,13 @@ class Tracker:
         ``poll_all_ranks``); the next ``tracker.checkpoint()`` honours it. Never blocks."""
         poller = self._poller
         return poller is not None and poller.pending is not None
+
+    def phase(self, name: str) -> PhaseSpan:
+        """``with tracker.phase("eval"):`` around validation or evaluation between steps: the ledger books its time
+        as ``eval``, apart from idle and from waste (docs/ledger.md). Durable at both ends (a process killed inside
+        it still left its start); the phase's ``step`` is the last completed step. Known names: ``eval``,
+        ``init_process_group`` (recorded by goodput itself, see :mod:`ingest_client.process_group`)."""
+        return PhaseSpan(self, name)
 
     def collective_started(self, op: str) -> Emit:
         """Count a collective as started in the in-progress step; return ``emit(start, end)``, which records it.

@@ -9,6 +9,7 @@ command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v slurmctld >/dev/null 2>&1 || need+=(slurm-wlm)
 command -v munged >/dev/null 2>&1 || need+=(munge)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)  # the certificate of tests/deploy's API server
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "missing ${need[*]}: run as root or: sudo apt-get install -y ${need[*]}" >&2

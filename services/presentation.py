@@ -8,17 +8,21 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from services.analysis.categories import WASTE_KEYS
+from services.analysis.categories import EVAL, PRODUCTIVE, WASTE_KEYS
+
+__all__ = ["EVAL"]  # re-exported: the surfaces name the eval figure through this module
 
 DASH = "—"
 
 # -- categories ------------------------------------------------------------------------------------------------
 
 CATEGORIES: tuple[str, ...] = WASTE_KEYS  # the waste categories, in the order every table and chart lists them
-CATEGORY_ORDER: tuple[str, ...] = ("productive", *WASTE_KEYS)  # the partition of allocated time
+# the partition of allocated time: productive, eval (neither productive nor waste), then the waste categories
+CATEGORY_ORDER: tuple[str, ...] = (PRODUCTIVE, EVAL, *WASTE_KEYS)
 
 COLORS: dict[str, str] = {  # Okabe-Ito, colour-blind safe
     "productive": "#009E73",
+    "eval": "#88CCEE",  # Tol's muted cyan: no status uses it, nor the project lines
     "startup": "#CC79A7",
     "checkpoint": "#0072B2",
     "rework": "#E69F00",
@@ -31,6 +35,7 @@ LABELS: dict[str, str] = {category: category.capitalize() for category in CATEGO
 
 DESCRIPTIONS: dict[str, str] = {
     "productive": "steps whose result was kept, minus straggler time",
+    "eval": "validation or evaluation between steps: spent by choice, neither productive nor waste",
     "startup": "process start to the first step, after allocation and after every restart",
     "checkpoint": "training blocked while writing a checkpoint (torn writes included)",
     "rework": "steps computed again because a restart resumed from an earlier checkpoint",
@@ -160,6 +165,15 @@ def duration(value: float | None) -> str:
     if s < 86400:
         return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
     return f"{int(s // 86400)} d {int(s % 86400 // 3600)} h"
+
+
+def clock_offset(value: float | None) -> str:
+    """A clock's offset from another: `5.0 s ahead`, `2 h 00 min behind`, `in step` (0)."""
+    if value is None or not math.isfinite(value):
+        return DASH
+    if value == 0:
+        return "in step"
+    return f"{duration(abs(value))} {'ahead' if value > 0 else 'behind'}"
 
 
 def integer(value: int | None) -> str:

@@ -140,6 +140,10 @@ class LiveSettings(_Section):
         "GOODPUT_HANG_FLOOR_S: a running run is hung after max(this, GOODPUT_HANG_STEP_FACTOR x its recent "
         "median step time) without progress"))
     hang_step_factor: float = Field(10.0, gt=0, description="GOODPUT_HANG_STEP_FACTOR: see GOODPUT_HANG_FLOOR_S")
+    hang_startup_floor_s: float = Field(300.0, ge=0, description=(
+        "GOODPUT_HANG_STARTUP_FLOOR_S: before an attempt's first step (loading, waiting for peers in "
+        "init_process_group), and while a checkpoint write or an evaluation is in progress, a run is hung only "
+        "after at least this long without progress"))
     heartbeat_interval_s: float = Field(5.0, gt=0, description=(
         "GOODPUT_HEARTBEAT_INTERVAL_S: the clients' heartbeat interval; a rank silent for 3 of them is a hang "
         "suspect"))

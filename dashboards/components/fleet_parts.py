@@ -15,7 +15,7 @@ from dashboards.components.kpi import kpi_card, status_badge
 from dashboards.figures.fleet import compare_figure
 from services import presentation as fmt
 from services.api_client import FleetWindow
-from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, LABELS, WASTED_COLOR, GpuTimeUnit
+from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, EVAL, LABELS, WASTED_COLOR, GpuTimeUnit
 
 PAGE_SIZES = (25, 50, 100, 250)
 # (sort key of dashboards.data.SORT_COLUMNS or None: not sortable, header, numeric)
@@ -47,6 +47,8 @@ def kpis(totals: dict[str, float | None], frame: Any) -> list[html.Div]:
         kpi_card("Allocated", fmt.gpu_time(allocated, unit), value_id=ids.kpi_value("fleet", "allocated"),
                  note=_plural(int(totals["runs"] or 0), "run") + f", {int(totals['running'] or 0):,} running"
                       + (f", {hung} possibly hung" if hung else "")),
+        kpi_card(LABELS[EVAL], fmt.gpu_time(totals[EVAL], unit), value_id=ids.kpi_value("fleet", EVAL),
+                 note=fmt.share(float(totals[EVAL] or 0.0), allocated), color=COLORS[EVAL], title=DESCRIPTIONS[EVAL]),
         kpi_card("Wasted", fmt.gpu_time(totals["wasted"], unit), value_id=ids.kpi_value("fleet", "wasted"),
                  note=f"{fmt.share(float(totals['wasted'] or 0.0), allocated)} of allocated", color=WASTED_COLOR),
     ]
@@ -135,7 +137,7 @@ def projects_table(projects: Any) -> html.Table:
 def stacked_bar(row: Any, unit: GpuTimeUnit | None = None) -> html.Div:
     allocated = float(row.allocated_gpu_seconds)
     unit = unit or fmt.gpu_time_unit(allocated)
-    parts = [("productive", float(row.productive_gpu_seconds))]
+    parts = [("productive", float(row.productive_gpu_seconds)), (EVAL, float(row.eval_gpu_seconds))]
     parts += [(c, float(getattr(row, f"waste_{c}"))) for c in CATEGORIES]
     segments = []
     for category, value in parts:
@@ -166,6 +168,8 @@ def compare_table(frame: Any) -> html.Table:
         line("Goodput", [fmt.percent(r.goodput) for r in runs]),
         line("Allocated", [fmt.gpu_time(r.allocated_gpu_seconds, unit) for r in runs]),
         line("Productive", [fmt.gpu_time(r.productive_gpu_seconds, unit) for r in runs], color=COLORS["productive"]),
+        line(LABELS[EVAL], [fmt.gpu_time(r.eval_gpu_seconds, unit) for r in runs], title=DESCRIPTIONS[EVAL],
+             color=COLORS[EVAL]),
         *(line(LABELS[c], [f"{fmt.gpu_time(getattr(r, f'waste_{c}'), unit)} "
                            f"({fmt.share(getattr(r, f'waste_{c}'), r.allocated_gpu_seconds)})" for r in runs],
                title=DESCRIPTIONS[c], color=COLORS[c]) for c in CATEGORIES),

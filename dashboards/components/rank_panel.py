@@ -55,7 +55,21 @@ def _cards(detail: RankDetail) -> list[html.Div]:
                  note=f"in {len(detail.attempts):,} attempt{'s' if len(detail.attempts) != 1 else ''}"),
         kpi_card("Failures", fmt.integer(len(detail.failures)), value_id="run-rank-failures",
                  note="of attempts it was part of"),
+        kpi_card("Host clock", fmt.clock_offset(detail.clock_offset_seconds), value_id="run-rank-clock",
+                 note=_clock_note(detail)),
     ]
+
+
+def _clock_note(detail: RankDetail) -> str:
+    """Against what the host's clock was measured, and against the collector's."""
+    collector = detail.collector_clock_offset_seconds
+    said = ("of the run's reference clock, from its step ends; its times are taken back by it"
+            if detail.clock_offset_seconds else "with the run's reference clock, by its step ends")
+    if detail.clock_offset_seconds is None:
+        said = "not measured (no step)"
+    if collector:
+        said += f"; {fmt.clock_offset(collector)} of the collector's"
+    return said
 
 
 def _neighbours(detail: RankDetail, project: str | None) -> html.Div:

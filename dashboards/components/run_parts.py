@@ -25,7 +25,7 @@ from services.api_client import (
     RunView,
     RunViews,
 )
-from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, LABELS, MARKER_COLORS, WASTED_COLOR
+from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, EVAL, LABELS, MARKER_COLORS, WASTED_COLOR
 
 REPORT_FORMATS = (("html", "Report (HTML)"), ("csv", "CSV"), ("json", "JSON"))
 
@@ -90,9 +90,11 @@ def kpis(ledger: Ledger) -> list[html.Div]:
                  value_id=ids.kpi_value("run", "productive"),
                  note=fmt.share(ledger.productive_gpu_seconds, allocated), color=COLORS["productive"],
                  title=DESCRIPTIONS["productive"]),
+        kpi_card(LABELS[EVAL], fmt.gpu_time(ledger.eval_gpu_seconds, unit), value_id=ids.kpi_value("run", EVAL),
+                 note=fmt.share(ledger.eval_gpu_seconds, allocated), color=COLORS[EVAL], title=DESCRIPTIONS[EVAL]),
         kpi_card("Wasted", fmt.gpu_time(wasted, unit), value_id=ids.kpi_value("run", "wasted"),
                  note=fmt.share(wasted, allocated), color=WASTED_COLOR,
-                 title="Every waste category together: allocated minus productive"),
+                 title="Every waste category together: allocated minus productive and eval"),
     ]
     for c in CATEGORIES:
         value = ledger.waste_gpu_seconds[c]
@@ -109,11 +111,23 @@ def ranks_note(ranks: RankCompute | NoRankCompute, ledger: Ledger) -> str:
         source += f" (a long run: medians and p90 within {ranks.figures_within:.1%})"
     slow = ranks.straggler_ranks
     straggler = fmt.gpu_time(ledger.waste_gpu_seconds.straggler)
+    clocks = clocks_note(ledger)
     if slow:
         names = ", ".join(str(r) for r in slow[:8]) + ("…" if len(slow) > 8 else "")
         return (f"Median {source} per step, whisker to p90. Straggler rank{'s' if len(slow) > 1 else ''} "
-                f"{names} in the straggler colour: the others waited {straggler} for them.")
-    return f"Median {source} per step, whisker to p90. No rank stands out (straggler time {straggler})."
+                f"{names} in the straggler colour: the others waited {straggler} for them.{clocks}")
+    return f"Median {source} per step, whisker to p90. No rank stands out (straggler time {straggler}).{clocks}"
+
+
+def clocks_note(ledger: Ledger) -> str:
+    """" Host node001's clock is 5.0 s ahead: ..." when a host's clock was off and its times were taken back."""
+    off = [c for c in ledger.clocks if c.offset_seconds]
+    if not off:
+        return ""
+    named = "; ".join(f"{c.host} {fmt.clock_offset(c.offset_seconds)}" for c in off[:4])
+    more = f" and {len(off) - 4:,} more" if len(off) > 4 else ""
+    return (f" Clocks off the run's reference clock, measured from the step ends and taken out of every figure: "
+            f"{named}{more} (check their NTP).")
 
 
 TableRow = dict[str | float | int, str | NumberType | bool]  # a DataTable row, as dash types it
@@ -186,13 +200,14 @@ def straggler_table(ranks: RankCompute | NoRankCompute, run_id: str, project: st
         return html.P("No step timings yet.", className="muted")
     overall = ranks.median_compute_s if isinstance(ranks, RankCompute) else None
     unit = fmt.gpu_time_unit(*(r.straggler_gpu_seconds for r in rows))
-    head = html.Tr([html.Th(h) for h in ("Rank", "Host", "Median compute", "p90", "vs all ranks",
+    head = html.Tr([html.Th(h) for h in ("Rank", "Host", "Host clock", "Median compute", "p90", "vs all ranks",
                                          f"Straggler cost ({unit.symbol})", "Steps", "")])
     body = []
     for r in rows:
         excess = f"{r.median_compute_s / overall - 1:+.0%}" if overall else fmt.DASH
         body.append(html.Tr(className="straggler-row" if r.is_straggler else "", children=[
             html.Td(dcc.Link(str(r.rank), href=run_href(run_id, project, r.rank))), html.Td(r.host or fmt.DASH),
+            html.Td(fmt.clock_offset(r.clock_offset_seconds)),
             html.Td(fmt.seconds(r.median_compute_s)), html.Td(fmt.seconds(r.p90_compute_s)), html.Td(excess),
             html.Td(fmt.gpu_time(r.straggler_gpu_seconds, unit, with_unit=False)), html.Td(fmt.integer(r.steps)),
             html.Td("flagged straggler" if r.is_straggler else "", className="straggler-flag")]))

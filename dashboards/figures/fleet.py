@@ -8,10 +8,10 @@ import plotly.graph_objects as go
 
 from dashboards.figures.common import base_figure, empty_figure, to_datetimes
 from services import presentation as fmt
-from services.presentation import CATEGORIES, COLORS, LABELS
+from services.presentation import CATEGORIES, CATEGORY_ORDER, COLORS, EVAL, LABELS
 
-_KEYS = ("productive", *CATEGORIES)
-_COLUMN = {"productive": "productive_gpu_seconds", **{c: f"waste_{c}" for c in CATEGORIES}}
+_KEYS = CATEGORY_ORDER
+_COLUMN = {"productive": "productive_gpu_seconds", EVAL: "eval_gpu_seconds", **{c: f"waste_{c}" for c in CATEGORIES}}
 # Lines of the goodput trend, one per project (Okabe-Ito's remaining black and sky blue, then Tol's dark colours):
 # projects are not categories or statuses, so they are drawn in ink with dashes as well as colours.
 _PROJECT_LINES = (("#000000", "solid"), ("#56B4E9", "solid"), ("#000000", "dash"), ("#56B4E9", "dash"),

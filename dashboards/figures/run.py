@@ -27,7 +27,16 @@ from services.api_client import (
     RunViews,
     Segment,
 )
-from services.presentation import CATEGORIES, COLORS, LABELS, MARKER_COLORS, STATUS_COLORS, STATUS_TEXT_COLORS
+from services.presentation import (
+    CATEGORIES,
+    CATEGORY_ORDER,
+    COLORS,
+    EVAL,
+    LABELS,
+    MARKER_COLORS,
+    STATUS_COLORS,
+    STATUS_TEXT_COLORS,
+)
 
 _OUTCOMES = ("completed", "failed", "preempted", "running", "ended")  # an attempt's, in the statuses' colours
 _ALLOCATION_COLOR = "#6B7280"
@@ -75,10 +84,12 @@ def timeline_figure(view: RunViews, live: LiveRun | None = None) -> go.Figure:
 
 
 def stall_band(live: LiveRun | None) -> tuple[list[str], list[float], str]:
-    """The polygon (x as UTC ISO strings, y in steps) from the last progress to the server's now, if hung."""
+    """The polygon (x as UTC ISO strings, y in steps) from the last progress to the server's now, if hung; on the
+    run's own clock, as the rest of the timeline (the live times are the collector's)."""
     if live is None or not live.possibly_hung or live.last_progress_time is None:
         return [], [], ""
-    t0, t1 = to_datetimes([live.last_progress_time, live.server_time])
+    shift = live.clock_offset_seconds
+    t0, t1 = to_datetimes([live.last_progress_time + shift, live.server_time + shift])
     top = float(live.last_step or 0) * 1.04 + 1
     text = f"No progress for {fmt.duration(live.seconds_since_progress)}: possibly hung"
     return [t0.isoformat(), t1.isoformat(), t1.isoformat(), t0.isoformat(), t0.isoformat()], [0, 0, top, top, 0], text
@@ -142,7 +153,7 @@ def _attempt_bars(fig: go.Figure, attempts: Sequence[AttemptSpan], status: str) 
 
 
 def _segment_bars(fig: go.Figure, segments: Sequence[Segment]) -> None:
-    for category in ("productive", *CATEGORIES):
+    for category in CATEGORY_ORDER:
         mine = [s for s in segments if s.category == category]
         if not mine:
             continue
@@ -229,14 +240,14 @@ def ledger_figure(ledger: Ledger) -> go.Figure:
     if allocated <= 0:
         return empty_figure("Nothing allocated yet: no GPU time to account for")
     waste = ledger.waste_gpu_seconds
-    names = ["Allocated", *(LABELS[c] for c in CATEGORIES), "Productive"]
-    values = [allocated, *(waste[c] for c in CATEGORIES), ledger.productive_gpu_seconds]
+    names = ["Allocated", *(LABELS[c] for c in CATEGORIES), LABELS[EVAL], "Productive"]
+    values = [allocated, *(waste[c] for c in CATEGORIES), ledger.eval_gpu_seconds, ledger.productive_gpu_seconds]
     bases, level = [], allocated
-    for c in CATEGORIES:
-        level -= waste[c]
+    for value in values[1:-1]:
+        level -= value
         bases.append(level)
     bases = [0.0, *bases, 0.0]
-    colors = [_ALLOCATION_COLOR, *(COLORS[c] for c in CATEGORIES), COLORS["productive"]]
+    colors = [_ALLOCATION_COLOR, *(COLORS[c] for c in CATEGORIES), COLORS[EVAL], COLORS["productive"]]
     unit = fmt.gpu_time_unit(allocated)
     fig = base_figure(height=340, showlegend=False, bargap=0.3, uirevision="ledger")
     fig.add_trace(go.Bar(

@@ -16,7 +16,7 @@ from dashboards.components.empty import no_runs_yet
 from dashboards.components.kpi import message
 from services import presentation as fmt
 from services.api_client import ApiError, FleetWindow, LiveRun
-from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, LABELS
+from services.presentation import CATEGORY_ORDER, COLORS, DESCRIPTIONS, LABELS
 
 dash.register_page(__name__, path="/", name="Fleet", title="goodput: fleet")
 
@@ -133,7 +133,7 @@ def _legend() -> html.Div:
     return html.Div(className="legend", children=[
         html.Span(className="legend-item", title=DESCRIPTIONS[c], children=[
             html.Span(className="swatch", style={"backgroundColor": COLORS[c]}), LABELS[c]])
-        for c in ("productive", *CATEGORIES)
+        for c in CATEGORY_ORDER
     ])
 
 

@@ -16,18 +16,30 @@ What it reports, on every process:
 - with ``digest_every_n_steps=N``, a digest of the model's and optimizer's ``state_dict()`` and the step every N
   steps and at every save, and of the state a resume loaded (``resume``'s ``digest``: the resume check compares it
   with the digest of that checkpoint's step); off by default; costs a pass over the state;
+- evaluation as the phase ``eval``: from the end of the step (or of its training log) that announced it
+  (``control.should_evaluate``), or from the first prediction step of an evaluation no step announced
+  (``eval_on_start``, ``trainer.evaluate()`` called by the script), to ``on_evaluate`` (``on_predict`` for a
+  prediction); the ledger shows it apart from idle and from waste;
+- collectives under DDP: ``tracker.time_collectives()`` on the Trainer's ``DistributedDataParallel`` model
+  (``model_wrapped``) at the first ``on_step_begin``, before the first backward, so a slow rank is charged and named
+  (callbacks get no reference to the Trainer: it is the ``self`` of the Trainer method a few frames up that calls
+  the callbacks);
 - ``finish()`` at ``on_train_end`` (``finish_at_train_end=False`` to keep the run open).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
+from types import FrameType
 from typing import Any
 
 from transformers import TrainerCallback
 
+from ingest_client.integrations._collectives import time_collectives
 from ingest_client.integrations._common import StateDigests, name_this_launch, start_tracker
+from ingest_client.phases import PhaseSpan
 from ingest_client.tracker import CheckpointSpan, Tracker
 
 
@@ -41,6 +53,8 @@ class GoodputCallback(TrainerCallback):
         self._step_start: float | None = None
         self._pending: tuple[int, float, float] | None = None  # a step waiting for the on_log that may follow
         self._save_span: CheckpointSpan | None = None
+        self._eval: PhaseSpan | None = None
+        self._collectives_checked = False
         name_this_launch()
 
     @property
@@ -63,6 +77,9 @@ class GoodputCallback(TrainerCallback):
                              digest=self._digests.at_load(step, lambda: _state(kwargs)))
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not self._collectives_checked:  # before the first backward; the Trainer has wrapped its model by now
+            self._collectives_checked = True
+            time_collectives(self.tracker, getattr(_calling_trainer(), "model_wrapped", None))
         if self._step_start is None:
             self._record_pending()
             self._step_start = time.time()
@@ -78,6 +95,8 @@ class GoodputCallback(TrainerCallback):
             self._digests.at_checkpoint(self.tracker, step, lambda: _state(kwargs))
         if control.should_save and not control.should_log and not control.should_evaluate:
             self._open_save(step)
+        if control.should_evaluate and not control.should_log:
+            self._open_eval()
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if self._pending is not None and self._pending[0] == int(state.global_step) and logs:
@@ -86,8 +105,17 @@ class GoodputCallback(TrainerCallback):
             self.tracker.record_step(step, start, end, _number(logs.get("loss")), _number(logs.get("learning_rate")))
         if control.should_save and not control.should_evaluate:
             self._open_save(int(state.global_step))
+        if control.should_evaluate:  # the training log that comes before the evaluation (or the evaluation's own)
+            self._open_eval()
+
+    def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._open_eval()  # an evaluation or prediction no step announced (trainer.evaluate() called by the script)
+
+    def on_predict(self, args: Any, state: Any, control: Any, metrics: Any = None, **kwargs: Any) -> None:
+        self._end_eval()
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._end_eval()
         if control.should_save:
             self._open_save(int(state.global_step))
 
@@ -111,6 +139,17 @@ class GoodputCallback(TrainerCallback):
             self._pending = None
             self.tracker.record_step(step, start, end)
 
+    def _open_eval(self) -> None:
+        if self._eval is None and self.tracker.enabled:
+            self._record_pending()
+            self._eval = self.tracker.phase("eval")
+            self._eval.__enter__()
+
+    def _end_eval(self) -> None:
+        span, self._eval = self._eval, None
+        if span is not None:
+            span.__exit__(None, None, None)
+
     def _open_save(self, step: int) -> None:
         if self._save_span is None and self.tracker.enabled:
             self._record_pending()
@@ -121,6 +160,25 @@ class GoodputCallback(TrainerCallback):
 def _state(kwargs: dict[str, Any]) -> tuple[Any, ...]:
     """What a Trainer checkpoint saves of the training state, from a callback's arguments: model and optimizer."""
     return tuple(kwargs[k] for k in ("model", "optimizer") if kwargs.get(k))
+
+
+def _calling_trainer() -> Any:
+    """The ``transformers.Trainer`` whose callback handler called this callback (the ``self`` of a Trainer method a
+    few frames up), or None."""
+    from transformers import Trainer
+
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(_TRAINER_FRAMES):
+        if frame is None:
+            return None
+        candidate = frame.f_locals.get("self")
+        if isinstance(candidate, Trainer):
+            return candidate
+        frame = frame.f_back
+    return None
+
+
+_TRAINER_FRAMES = 8  # callback <- CallbackHandler.call_event <- CallbackHandler.on_* <- Trainer method, and wrappers
 
 
 def _number(value: Any) -> float | None:

@@ -17,6 +17,11 @@ What it reports, on every rank:
 - with ``digest_every_n_steps=N``, a digest of the module's and optimizers' ``state_dict()`` and the step every N
   steps and at every checkpoint, and of the state a resume loaded (``resume``'s ``digest``: the resume check compares
   it with the digest of that checkpoint's step); costs a pass over the state; off by default;
+- validation (the sanity check, and every validation between steps) as the phase ``eval``, from
+  ``on_validation_start`` to ``on_validation_end``: the ledger shows it apart from idle and from waste;
+- under a DDP strategy, collectives: ``tracker.time_collectives()`` on the strategy's ``DistributedDataParallel``
+  model at ``on_fit_start`` (NCCL's own timers, or the comm hook on gloo), so a slow rank is charged and named (a
+  model with a comm hook of its own keeps it, and its steps are not charged);
 - ``finish()`` at ``teardown`` after a fit that reached ``on_train_end`` (after ``ModelCheckpoint``'s last save;
   ``finish_at_train_end=False`` keeps the run open for another ``fit``); after an exception, only a flush (the
   exit hooks end the attempt as failed).
@@ -34,7 +39,9 @@ except ImportError:  # the older package name
     if not TYPE_CHECKING:  # the same class under its former package, typed apart
         from pytorch_lightning.callbacks import Callback
 
+from ingest_client.integrations._collectives import time_collectives
 from ingest_client.integrations._common import StateDigests, name_this_launch, start_tracker
+from ingest_client.phases import PhaseSpan
 from ingest_client.tracker import Tracker
 
 
@@ -50,6 +57,7 @@ class GoodputCallback(Callback):
         self._last_step = -1
         self._loaded_step: int | None = None
         self._train_ended = False
+        self._eval: PhaseSpan | None = None
         name_this_launch()
 
     @property
@@ -79,6 +87,25 @@ class GoodputCallback(Callback):
 
         save_checkpoint._goodput_wrapped = True  # type: ignore[attr-defined]  # a marker, read back with getattr
         trainer.save_checkpoint = save_checkpoint
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        time_collectives(self.tracker, getattr(trainer.strategy, "model", None))  # wrapped in DDP by now
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        if self._eval is None:
+            self._eval = self.tracker.phase("eval")
+            self._eval.__enter__()
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        self._end_eval(None)
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self._end_eval(exception)
+
+    def _end_eval(self, error: BaseException | None) -> None:
+        span, self._eval = self._eval, None
+        if span is not None:
+            span.__exit__(type(error) if error is not None else None, error, None)
 
     def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         step = checkpoint.get("global_step")

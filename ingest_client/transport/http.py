@@ -41,6 +41,8 @@ class HttpTransport:
             body = gzip.compress(body, compresslevel=5)
             headers["Content-Encoding"] = "gzip"
         timeout = self._timeout_s if timeout_s is None else max(0.05, min(timeout_s, self._timeout_s))
+        # this host's clock as it sends: the collector measures the clock against its own (docs/events.md)
+        headers["Goodput-Sent-At"] = f"{time.time():.6f}"
         request = urllib.request.Request(self.events_url, data=body, headers=headers, method="POST")
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:

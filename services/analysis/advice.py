@@ -21,6 +21,8 @@ One rule per lever (docs/advice.md states each with its thresholds and a worked 
 - resume_correctness: the resume check flagged the run, or could not check a restart that loaded a checkpoint
   (unverified: nothing compared).
 - queue: time waiting for the scheduler (no GPU time: no goodput prediction).
+- clock_offset: a host whose clock is off (from the run's other hosts, measured from the step ends; or from the
+  collector's, measured from the requests): check its NTP (no GPU time: the ledger took the offset out).
 
 Predictions are of the measured run: following the advice does the same productive work P on `allocated - saved`,
 so the predicted goodput is P / (A - saved), always written next to the measured one ("measured goodput X% -> Y%
@@ -49,6 +51,7 @@ from services.analysis.advice_types import (
     RunAdvice,
 )
 from services.analysis.categories import PRODUCTIVE, WasteCategory
+from services.analysis.clock_types import HostClock
 from services.analysis.interval import daly_interval, young_interval
 from services.analysis.ledger_types import AttemptLedger, Ledger
 from services.analysis.resume_types import ResumeCheck
@@ -82,6 +85,7 @@ class AdviceConfig:
     timeout_floor_seconds: float = 300.0  # the first collectives wait for every rank's loading and warm-up
     timeout_step_factor: float = 10.0  # the collective timeout must outlast this many mean steps
     timeout_checkpoint_factor: float = 2.0  # ... and this many checkpoint writes
+    clock_offset_s: float = 1.0  # a host's clock this far off (from the others', or the collector's) is said
 
     def __post_init__(self) -> None:
         if self.min_failures < 1:
@@ -92,7 +96,7 @@ class AdviceConfig:
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value}")
         for name in ("queue_min_seconds", "timeout_floor_seconds", "timeout_step_factor",
-                     "timeout_checkpoint_factor"):
+                     "timeout_checkpoint_factor", "clock_offset_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
@@ -116,6 +120,8 @@ class AdviceInput:
     views: RunViews | None = None  # the run's views (hosts and straggler flags); None: not known
     resume_check: ResumeCheck | None = None
     peers: Sequence[Ledger] = ()  # ledgers of the run's project (the run itself is skipped): for the failure rate
+    # each host's clock minus the collector's, as the collector measured it from the requests (its latest attempt)
+    collector_clocks: Sequence[HostClock] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -287,8 +293,10 @@ def _measured(run: _Run) -> MeasuredRun:
     if ledger.goodput is None:
         text = "Nothing allocated yet: no goodput to measure."
     else:
+        evaluating = (f", {f.gpu_time(ledger.eval_gpu_seconds)} in evaluation (not waste)"
+                      if ledger.eval_gpu_seconds > 0 else "")
         text = (f"Measured goodput {f.percent(ledger.goodput)}: {f.gpu_time(ledger.productive_gpu_seconds)} "
-                f"productive of {f.gpu_time(run.allocated)} allocated, {f.gpu_time(waste)} wasted; "
+                f"productive of {f.gpu_time(run.allocated)} allocated, {f.gpu_time(waste)} wasted{evaluating}; "
                 f"{_count(f, ledger.failures, 'failure')}.")
     return MeasuredRun(status=ledger.status, allocated_gpu_seconds=run.allocated,
                        productive_gpu_seconds=ledger.productive_gpu_seconds, waste_gpu_seconds=waste,
@@ -762,7 +770,46 @@ def _queue(run: _Run) -> Iterable[Recommendation]:
         confidence=Confidence(basis="measured", text="measured: submission and allocation times"))
 
 
+def _clock_offset(run: _Run) -> Iterable[Recommendation]:
+    f, limit = run.f, run.config.clock_offset_s
+    between = [c for c in run.ledger.clocks if abs(c.offset_seconds) >= limit]
+    collector = [c for c in run.inp.collector_clocks if abs(c.offset_seconds) >= limit]
+    if not between and not collector:
+        return
+    reference = sorted(c.host for c in run.ledger.clocks if c.offset_seconds == 0)
+    against = (f"the run's reference clock ({', '.join(reference[:3])}{'…' if len(reference) > 3 else ''})"
+               if reference else "the run's reference clock")
+    said = [f"host {c.host}'s clock is {_offset_text(f, c.offset_seconds)} {against}" for c in between[:5]]
+    said += [f"host {c.host}'s clock is {_offset_text(f, c.offset_seconds)} the collector's" for c in collector[:5]]
+    worst = max((abs(c.offset_seconds) for c in (*between, *collector)), default=0.0)
+    hosts = sorted({c.host for c in (*between, *collector)})
+    yield run.rec(
+        "clock_offset", "correctness", title="Set the hosts' clocks right: check their NTP",
+        wording=(f"{_sentence('; '.join(said))}. Check NTP on "
+                 f"{', '.join(hosts[:8])}{'…' if len(hosts) > 8 else ''} (chronyc tracking, timedatectl). The ledger "
+                 "measured each host's offset from its ranks' step ends and took it out before painting, and live "
+                 "detection measures runs on the collector's clock, so the figures hold; but logs, traces and "
+                 "checkpoints stamped by these hosts disagree with the others' by as much."),
+        at_stake=0.0,
+        evidence=[run.ev("largest_offset_seconds", "largest clock offset", worst, "seconds"),
+                  run.ev("hosts", "hosts off", len(hosts), "count")],
+        model=("clock_offsets", "A synchronous step ends at the same true instant on every rank: a host whose ranks "
+                                "end their steps later by the same amount has a clock ahead by it (docs/ledger.md, "
+                                "'Clocks'); the collector compares a request's Goodput-Sent-At with its arrival."),
+        saved=None, bound="none",
+        condition="No goodput prediction: the ledger already took the offsets out; this is about the hosts' clocks.",
+        confidence=Confidence(basis="measured", text="measured: step ends across hosts, request arrival times"))
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _offset_text(f: Formats, offset: float) -> str:
+    return f"{f.duration(abs(offset))} {'ahead of' if offset > 0 else 'behind'}"
+
+
 RULES: tuple[Callable[[_Run], Iterable[Recommendation]], ...] = (
     _hung_now, _hang_timeout, _stragglers, _checkpoint_interval, _checkpoint_async, _startup, _unused_gpus,
-    _idle_gaps, _resume_correctness, _queue,
+    _idle_gaps, _resume_correctness, _queue, _clock_offset,
 )

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 AdviceCode = Literal[
     "hung_now", "hang_timeout", "straggler_rank", "straggler_spread", "checkpoint_interval", "checkpoint_missing",
-    "checkpoint_async", "startup", "unused_gpus", "idle_gaps", "resume_correctness", "queue",
+    "checkpoint_async", "startup", "unused_gpus", "idle_gaps", "resume_correctness", "queue", "clock_offset",
 ]
 EvidenceUnit = Literal["gpu_seconds", "seconds", "ratio", "count", "gpus", "steps", "text"]
 GainBound = Literal["expected", "at_most", "none"]

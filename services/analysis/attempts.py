@@ -1,7 +1,9 @@
 """Per-run structure derived from the events: allocations, attempts, step and checkpoint intervals.
 
 Everything here is job-level wall time: a step of an attempt spans from the first rank's start to the last
-rank's end; a checkpoint from the first rank's `checkpoint_start` to the last rank's `checkpoint_end`.
+rank's end; a checkpoint from the first rank's `checkpoint_start` to the last rank's `checkpoint_end`. Every time
+is on the run's reference clock: a host whose clock is off has its times taken back first
+(services.analysis.clocks).
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ import numpy as np
 import pandas as pd
 
 from services.analysis.categories import RunStatus
+from services.analysis.clock_types import HostClock
+from services.analysis.clocks import on_one_clock
+from services.analysis.phases import eval_spans, init_waits
 from services.analysis.run_data import RunData
 
 
@@ -58,6 +63,9 @@ class RunStructure:
     steps: pd.DataFrame  # the run's steps, one row per (attempt, rank, step)
     job_steps: pd.DataFrame  # attempt, step, start, end, ranks (one row per attempt and step)
     checkpoints: pd.DataFrame  # attempt, step, start, end, ok, torn
+    evals: pd.DataFrame  # attempt, step, start, end (services.analysis.phases)
+    init_waits: dict[int, float]  # attempt -> when its ranks began waiting in an init_process_group that failed
+    clocks: tuple[HostClock, ...] = ()  # each measured host's clock offset (services.analysis.clocks)
 
     def saved_state(self) -> tuple[int, float]:
         """The newest saved state of the run's surviving lineage, what a relaunch would resume from (docs/ledger.md,
@@ -140,6 +148,7 @@ def build_job_steps(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def build_run_structure(data: RunData) -> RunStructure:
+    data, clocks = on_one_clock(data)
     events = data.events
     steps = dedupe_steps(data.steps)
     summary = data.step_summary
@@ -171,6 +180,9 @@ def build_run_structure(data: RunData) -> RunStructure:
         steps=steps,
         job_steps=job_steps,
         checkpoints=checkpoints,
+        evals=eval_spans(events, job_steps),
+        init_waits=init_waits(events),
+        clocks=clocks,
     )
 
 

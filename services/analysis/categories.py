@@ -16,6 +16,7 @@ class WasteCategory(str, Enum):
 
 WASTE_KEYS: tuple[str, ...] = tuple(c.value for c in WasteCategory)
 PRODUCTIVE = "productive"  # the rest of the partition of allocated time: kept steps, net of stragglers
+EVAL = "eval"  # validation / evaluation between steps: neither productive nor waste (docs/ledger.md)
 
 
 class RunStatus(str, Enum):

@@ -1,10 +1,10 @@
 """The ledger's claims on a run's wall time, painted once per run structure: the ledger counts the painting, the
 dashboard's views draw it.
 
-Claims, strongest first (docs/ledger.md, "Painting wall time"): kept step > reworked step > checkpoint write > hang
-> startup; what no claim covers is idle. Where two claims of one kind overlap (steps, checkpoint writes or startups
-of two attempts overlapping in time), the later attempt's claim wins: the piece counts on its GPUs and in its
-per-attempt figures.
+Claims, strongest first (docs/ledger.md, "Painting wall time"): kept step > reworked step > checkpoint write
+> eval > hang > startup; what no claim covers is idle. Where two claims of one kind overlap (steps, checkpoint
+writes or startups of two attempts overlapping in time), the later attempt's claim wins: the piece counts on its
+GPUs and in its per-attempt figures.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from services.analysis.attempts import RunStructure
-from services.analysis.categories import PRODUCTIVE, RunStatus, WasteCategory
+from services.analysis.categories import EVAL, PRODUCTIVE, RunStatus, WasteCategory
 from services.analysis.painting import paint
 
 
@@ -25,14 +25,16 @@ class Claim(IntEnum):
 
     STARTUP = 0
     HANG = 1
-    CHECKPOINT = 2
-    REWORK = 3
-    KEPT = 4
+    EVAL = 2
+    CHECKPOINT = 3
+    REWORK = 4
+    KEPT = 5
 
 
 CLAIM_CATEGORY: dict[Claim, str] = {
     Claim.STARTUP: WasteCategory.STARTUP.value,
     Claim.HANG: WasteCategory.HANG.value,
+    Claim.EVAL: EVAL,
     Claim.CHECKPOINT: WasteCategory.CHECKPOINT.value,
     Claim.REWORK: WasteCategory.REWORK.value,
     Claim.KEPT: PRODUCTIVE,
@@ -146,10 +148,18 @@ def _claims(run: RunStructure, job_steps: pd.DataFrame,
         position = {a.attempt: i for i, a in enumerate(run.attempts)}
         add(ck["start"].to_numpy(), ck["end"].to_numpy(), Claim.CHECKPOINT,
             ck["attempt"].map(position).to_numpy(dtype=np.int64))
+    ev = run.evals
+    if not ev.empty:
+        position = {a.attempt: i for i, a in enumerate(run.attempts)}
+        add(ev["start"].to_numpy(), ev["end"].to_numpy(), Claim.EVAL,
+            ev["attempt"].map(position).to_numpy(dtype=np.int64))
     alloc_starts = sorted(a.start for a in run.allocations)
     for i, a in enumerate(run.attempts):
         if a.failed and a.last_step_end is not None and a.end > a.last_step_end:
             add(a.last_step_end, a.end, Claim.HANG, i)
+        waiting = _waiting_since(run, i)
+        if waiting is not None and a.failed and a.end > waiting:
+            add(waiting, a.end, Claim.HANG, i)  # waited for peers that never came: failure detection, as a hang
         if a.failed and (teardown_end := _teardown_end(run, i)) is not None:
             add(a.end, teardown_end, Claim.HANG, i)  # detected, torn down, no attempt follows: still failure cost
         # Startup: from the allocation start, or the previous attempt's end, to this attempt's first step.
@@ -158,12 +168,27 @@ def _claims(run: RunStructure, job_steps: pd.DataFrame,
         if i > 0:
             begin = max(begin, run.attempts[i - 1].end)
         finish = a.first_step_start if a.first_step_start is not None else a.end
+        if waiting is not None:
+            finish = min(finish, waiting)  # startup ends where the wait for peers begins
         if finish > begin:
             add(begin, finish, Claim.STARTUP, i)
     if not starts:
         empty = np.zeros(0)
         return empty, empty, np.zeros(0, dtype=np.int64)
     return np.concatenate(starts), np.concatenate(ends), np.concatenate(keys)
+
+
+def _waiting_since(run: RunStructure, i: int) -> float | None:
+    """When attempt `i`'s ranks began waiting in an `init_process_group` that did not succeed, if it never stepped
+    and failed, or is the running run's current attempt (its wait goes on: what follows is its running tail)."""
+    a = run.attempts[i]
+    since = run.init_waits.get(a.attempt)
+    if since is None or a.first_step_start is not None:
+        return None
+    running = run.status is RunStatus.RUNNING and i == len(run.attempts) - 1 and not a.end_reported
+    if not (a.failed or running):
+        return None
+    return min(max(since, a.start), a.end)
 
 
 def _teardown_end(run: RunStructure, i: int) -> float | None:

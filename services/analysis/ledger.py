@@ -3,8 +3,10 @@
 Rules (docs/ledger.md explains them with the reference scenario):
 - allocated: sum over allocations of (end - start) x gpus; with no allocation events, attempt spans x world size.
 - wall time inside the allocations is painted by claims (services.analysis.claims), strongest first:
-  kept step > reworked step > checkpoint write > hang > startup; between two claims of one kind, the later
+  kept step > reworked step > checkpoint write > eval > hang > startup; between two claims of one kind, the later
   attempt's; what no claim covers is idle.
+- eval (validation between steps, reported as a phase) is neither productive nor waste: productive + waste + eval
+  = allocated.
 - hang: a failed attempt's last step end to its end, and its teardown (its end to its allocation's end) when
   no attempt follows in that allocation; a following attempt's startup claims the time after a failure.
 - a claim of an attempt counts on min(world size, allocated GPUs) GPUs; the other allocated GPUs are idle.
@@ -20,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from services.analysis.attempts import Attempt, RunStructure, build_run_structure
-from services.analysis.categories import PRODUCTIVE, WASTE_KEYS, RunStatus, WasteCategory
+from services.analysis.categories import EVAL, PRODUCTIVE, WASTE_KEYS, RunStatus, WasteCategory
 from services.analysis.claims import CLAIM_CATEGORY, Claim, RunPainting, paint_run
 from services.analysis.ledger_types import (
     Allocation,
@@ -53,7 +55,7 @@ def build_ledger(data: RunData, painting: RunPainting | None = None) -> Ledger:
     claimed_gpu_s = lengths * on_gpus
     idle_gpu_s = lengths * (gpus - on_gpus)
 
-    totals = {key: 0.0 for key in (*WASTE_KEYS, PRODUCTIVE)}
+    totals = {key: 0.0 for key in (*WASTE_KEYS, PRODUCTIVE, EVAL)}
     per_attempt: list[dict[str, float]] = [{} for _ in attempts]
     for claim, category in CLAIM_CATEGORY.items():
         sel = painting.claim == claim
@@ -79,6 +81,7 @@ def build_ledger(data: RunData, painting: RunPainting | None = None) -> Ledger:
         allocated_gpu_seconds=allocated,
         productive_gpu_seconds=productive,
         waste_gpu_seconds=WasteBreakdown(**waste),
+        eval_gpu_seconds=totals[EVAL],
         goodput=(productive / allocated) if allocated > 0 else None,
         queue_seconds=_queue_seconds(run),
         allocated_wall_seconds=wall,
@@ -96,6 +99,7 @@ def build_ledger(data: RunData, painting: RunPainting | None = None) -> Ledger:
                      for a in run.allocations],
         running_tail=_running_tail(painting),
         usage=usage_of_painting(painting, claimed_gpu_s, idle_gpu_s, straggle, straggler_total),
+        clocks=list(run.clocks),
     )
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pydantic import BaseModel, ConfigDict, Field
 
 from services.analysis.categories import WASTE_KEYS
+from services.analysis.clock_types import HostClock
 from services.analysis.usage import Usage
 
 
@@ -76,7 +77,8 @@ class AttemptLedger(_Frozen):
     last_step: int | None
     steps_kept: int
     steps_reworked: int
-    gpu_seconds: dict[str, float] = Field(description="productive (before straggler) and each claimed waste category")
+    gpu_seconds: dict[str, float] = Field(description="productive (before straggler), eval and each claimed waste "
+                                          "category")
 
 
 class Allocation(_Frozen):
@@ -98,7 +100,8 @@ class RunningTail(_Frozen):
 class ProvisionalHang(_Frozen):
     hang_gpu_seconds: float = Field(description="hang GPU-seconds booked provisionally (included in "
                                     "waste_gpu_seconds.hang): the run is flagged hung and its attempt has not ended")
-    since: float = Field(description="the run's last progress (epoch seconds)")
+    since: float = Field(description="the run's last progress (epoch seconds on the collector's clock, as as_of: "
+                         "the hang so far is as_of - since)")
     as_of: float = Field(description="the collector's clock when it was booked; the figure grows with it")
     from_idle_gpu_seconds: float = Field(description="of it, time the stored ledger had booked as idle")
     added_allocated_gpu_seconds: float = Field(description="allocated GPU-seconds added from the ledger's end to as_of")
@@ -110,6 +113,8 @@ class Ledger(_Frozen):
     allocated_gpu_seconds: float
     productive_gpu_seconds: float
     waste_gpu_seconds: WasteBreakdown
+    eval_gpu_seconds: float = Field(0.0, description="validation / evaluation between steps (the `eval` phase): "
+                                    "neither productive nor waste; productive + waste + eval = allocated")
     goodput: float | None = Field(description="productive / allocated; null when nothing was allocated")
     queue_seconds: float = Field(description="wall seconds waiting in the scheduler's queue (not GPU time)")
     allocated_wall_seconds: float
@@ -130,6 +135,8 @@ class Ledger(_Frozen):
                                 "wall clock (services.analysis.usage); null in a ledger stored before it existed")
     provisional: ProvisionalHang | None = Field(None, description="present while the run is flagged hung: "
                                                 "the hang so far, booked provisionally until the attempt ends")
+    clocks: list[HostClock] = Field(default_factory=list, description="each host's clock offset from the run's "
+                                    "reference clock, as measured from the step ends (hosts with steps)")
 
     @property
     def waste_total_gpu_seconds(self) -> float:

@@ -6,11 +6,13 @@ answer (services.analysis.live_types.LiveRun). Nothing here reads a clock.
 
 Rules (docs/ledger.md, "Live hang detection"):
 
-- progress = the latest of: a step end on any rank of the current attempt, a checkpoint start or end, the
-  attempt's start or resume (before its first step), the previous attempt's end (between attempts);
+- progress = the latest of: a step end on any rank of the current attempt, a checkpoint start or end, a phase's
+  start or end (an evaluation; entering or leaving init_process_group), the attempt's start or resume (before its
+  first step), the previous attempt's end (between attempts);
 - threshold = max(floor_s, step_factor x the recent median seconds between step ends of the leading rank)
   (floor_s alone before there are two steps); at least startup_floor_s before the attempt's first step and
-  checkpoint_floor_s while a checkpoint write is in progress, so a slow load or save is not called a hang;
+  checkpoint_floor_s while a checkpoint write or a phase is in progress, so a slow load, save or evaluation is not
+  called a hang;
 - hung = the run is running, now - progress > threshold, and not every rank that reported in the current
   attempt ended it `completed` (a finished job waiting for its run_end is not hung);
 - suspects (named only when hung): ranks that have not reached the point the furthest rank reached (the step
@@ -84,6 +86,7 @@ class RankState:
 
     rank: int
     host: str | None = None  # the host its attempt_start named
+    clock_offset_s: float = 0.0  # its clock minus the collector's; its times here are on the collector's clock
     reported: bool = True  # False: in the world, but no attempt_start from it yet
     last_step: int | None = None  # last completed step
     last_step_end: float | None = None
@@ -112,10 +115,13 @@ class LiveState:
     leader_step_seconds: tuple[float, ...] = ()  # and those steps' durations
     checkpoint_start: float | None = None  # latest of the attempt
     checkpoint_end: float | None = None
+    phase_start: float | None = None  # latest of the attempt, any phase
+    phase_end: float | None = None
     previous_attempt_end: float | None = None
     attempt_end_time: float | None = None  # latest attempt_end of the current attempt
     first_time: float | None = None
     latest_time: float | None = None
+    clock_offset_s: float = 0.0  # the run's reference clock minus the collector's (services.analysis.clocks)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,13 +137,14 @@ class LiveStatus:
     seconds_since_progress: float | None
     median_step_seconds: float | None
     threshold_seconds: float
-    threshold_basis: str  # steps | floor | startup | checkpoint
+    threshold_basis: str  # steps | floor | startup | checkpoint | phase
     hung: bool
     suspects: tuple[Suspect, ...]  # at most LiveConfig.max_suspects of them
     ranks: tuple[RankLive, ...] = field(default=())  # at most LiveConfig.max_rank_rows rows, by rank (or none)
     suspects_total: int = 0  # every suspect, listed or not
     ranks_total: int = 0  # ranks of the world (claimed world size, or beyond it the highest rank that reported)
     never_reported: int = 0  # of them, ranks that sent nothing in this attempt
+    clock_offset_s: float = 0.0  # the run's reference clock minus the collector's
 
     @property
     def hung_for_seconds(self) -> float | None:
@@ -168,7 +175,8 @@ def live_run(status: LiveStatus, *, project: str, version: int, latest_time: flo
         run_id=status.run_id, project=project, status=status.status, attempt=status.attempt,
         world_size=status.world_size, allocated_gpus=allocated_gpus, version=version,
         server_time=status.server_time, latest_time=latest_time,
-        seconds_since_last_event=(status.server_time - latest_time) if latest_time is not None else None,
+        # never negative: a clock ahead of the collector's dates its latest event after now
+        seconds_since_last_event=max(status.server_time - latest_time, 0.0) if latest_time is not None else None,
         last_progress_time=status.last_progress_time, last_step=status.last_step, pending_step=status.pending_step,
         seconds_since_progress=since, median_step_seconds=status.median_step_seconds,
         threshold_seconds=status.threshold_seconds, threshold_basis=status.threshold_basis, hung=status.hung,
@@ -178,6 +186,7 @@ def live_run(status: LiveStatus, *, project: str, version: int, latest_time: flo
         ranks_truncated=status.ranks_truncated if with_ranks else None,
         at_risk_gpu_seconds=at_risk_gpu_seconds, possibly_hung=status.hung,
         stall_threshold_seconds=status.threshold_seconds, ranks=list(status.ranks) if with_ranks else None,
+        clock_offset_seconds=status.clock_offset_s,
     )
 
 
@@ -205,12 +214,15 @@ def hang_threshold(state: LiveState, config: LiveConfig) -> tuple[float, str]:
             threshold, basis = config.startup_floor_s, "startup"
     elif _checkpoint_in_progress(state) and config.checkpoint_floor_s > threshold:
         threshold, basis = config.checkpoint_floor_s, "checkpoint"
+    elif _in_progress(state.phase_start, state.phase_end, state) and config.checkpoint_floor_s > threshold:
+        threshold, basis = config.checkpoint_floor_s, "phase"
     return threshold, basis
 
 
 def last_progress_time(state: LiveState) -> float | None:
     ends = [r.last_step_end for r in state.ranks if r.last_step_end is not None]
-    candidates = [*ends, state.checkpoint_start, state.checkpoint_end, state.previous_attempt_end]
+    candidates = [*ends, state.checkpoint_start, state.checkpoint_end, state.phase_start, state.phase_end,
+                  state.previous_attempt_end]
     if not ends:  # before the first step: the attempt's start counts as progress
         candidates += [state.attempt_start, *(r.start_time for r in state.ranks)]
     if _between_attempts(state):
@@ -228,7 +240,8 @@ def detect_hang(state: LiveState, now: float, config: LiveConfig | None = None, 
     config = config or LiveConfig()
     threshold, basis = hang_threshold(state, config)
     progress = last_progress_time(state)
-    since = (now - progress) if progress is not None else None
+    # never negative: a time a client reports is on the collector's clock here, up to a request's transit
+    since = max(now - progress, 0.0) if progress is not None else None
     hung = bool(state.status == RUNNING and since is not None and since > threshold and not _completed(state))
     steps = [r.last_step for r in state.ranks if r.last_step is not None]
     last_step = max(steps) if steps else None
@@ -249,7 +262,7 @@ def detect_hang(state: LiveState, now: float, config: LiveConfig | None = None, 
         pending_step=front[0] if front is not None else None, seconds_since_progress=since,
         median_step_seconds=median_step_seconds(state), threshold_seconds=threshold, threshold_basis=basis,
         hung=hung, suspects=suspects, ranks=rows, suspects_total=suspects_total, ranks_total=world,
-        never_reported=never_reported,
+        never_reported=never_reported, clock_offset_s=state.clock_offset_s,
     )
 
 
@@ -290,7 +303,8 @@ def _judge(rank: RankState, position: tuple[int, int] | None, front: tuple[int, 
 
 
 def _heartbeat_age(rank: RankState, now: float) -> float | None:
-    return (now - rank.heartbeat_time) if rank.heartbeat_time is not None else None
+    # never negative: a clock ahead of the collector's by less than the deadband of its measure dates it after now
+    return max(now - rank.heartbeat_time, 0.0) if rank.heartbeat_time is not None else None
 
 
 def _row(judged: _Judged, now: float) -> RankLive:
@@ -301,7 +315,7 @@ def _row(judged: _Judged, now: float) -> RankLive:
         pending_step=position[0] if position else None,
         collectives_in_pending_step=position[1] if position else None,
         last_heartbeat_time=rank.heartbeat_time, heartbeat_age_seconds=_heartbeat_age(rank, now),
-        silent=judged.silent, behind=judged.behind, ended=rank.ended,
+        silent=judged.silent, behind=judged.behind, ended=rank.ended, clock_offset_seconds=rank.clock_offset_s,
     )
 
 
@@ -437,12 +451,16 @@ def _between_attempts(state: LiveState) -> bool:
 
 
 def _checkpoint_in_progress(state: LiveState) -> bool:
-    start = state.checkpoint_start
+    return _in_progress(state.checkpoint_start, state.checkpoint_end, state)
+
+
+def _in_progress(start: float | None, end: float | None, state: LiveState) -> bool:
+    """A checkpoint write or a phase begun after the last step and not ended since."""
     if start is None:
         return False
     ends = [r.last_step_end for r in state.ranks if r.last_step_end is not None]
     after_steps = not ends or start >= max(ends)
-    return after_steps and (state.checkpoint_end is None or state.checkpoint_end < start)
+    return after_steps and (end is None or end < start)
 
 
 # -- from a RunData (tests, the simulator) ---------------------------------------------------------------
@@ -505,7 +523,8 @@ def live_state_from_run_data(data: RunData, *, status: str = RUNNING, recent_ste
     leader = max((r for r in ranks if r.last_step is not None), key=lambda r: (r.last_step, -r.rank), default=None)
     recent = steps[steps["rank"] == leader.rank].nlargest(recent_steps + 1, "step").sort_values("step") \
         if leader is not None else steps.iloc[0:0]
-    ck = mine[mine["kind"].isin(["checkpoint_start", "checkpoint_end"])].groupby("kind")["time"].max()
+    ck = mine[mine["kind"].isin(["checkpoint_start", "checkpoint_end", "phase_start", "phase_end"])] \
+        .groupby("kind")["time"].max()
     before = events[(events["kind"] == "attempt_end") & (events["attempt"] < attempt)]["time"]
     latest = [events["time"].max(), steps["end"].max() if not steps.empty else np.nan]
     return LiveState(
@@ -516,6 +535,8 @@ def live_state_from_run_data(data: RunData, *, status: str = RUNNING, recent_ste
         leader_step_seconds=tuple(float(x) for x in (recent["end"] - recent["start"])),
         checkpoint_start=float(ck["checkpoint_start"]) if "checkpoint_start" in ck.index else None,
         checkpoint_end=float(ck["checkpoint_end"]) if "checkpoint_end" in ck.index else None,
+        phase_start=float(ck["phase_start"]) if "phase_start" in ck.index else None,
+        phase_end=float(ck["phase_end"]) if "phase_end" in ck.index else None,
         previous_attempt_end=float(before.max()) if not before.empty else None,
         attempt_end_time=float(ended["time"].max()) if not ended.empty else None,
         first_time=float(events["time"].min()), latest_time=float(np.nanmax(latest)),

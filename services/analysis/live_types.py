@@ -31,6 +31,9 @@ class RankLive(BaseModel):
     silent: bool = Field(description="no heartbeat for 3 heartbeat intervals")
     behind: bool = Field(description="has not reached the step or collective the furthest rank reached")
     ended: str | None = Field(description="its attempt_end reason, if it sent one")
+    clock_offset_seconds: float = Field(0.0, description=(
+        "its clock minus the collector's, as the collector measured it (0: within a second); its times here are "
+        "taken back by it, onto the collector's clock"))
 
 
 class LiveRun(BaseModel):
@@ -69,6 +72,9 @@ class LiveRun(BaseModel):
     possibly_hung: bool = Field(description="= hung (older name)")
     stall_threshold_seconds: float = Field(description="= threshold_seconds (older name)")
     ranks: list[RankLive] | None = Field(None, description="ranks of the world, at most 128 (per-run endpoint only)")
+    clock_offset_seconds: float = Field(0.0, description=(
+        "the run's own clock (its reference clock: the ledger's times) minus the collector's, as the collector "
+        "measured it from the requests (0: within a second); every time in this answer is on the collector's clock"))
 
 
 class LiveRuns(BaseModel):

@@ -29,9 +29,11 @@ RUNNING = "running"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LiveHang:
-    """What live detection says of a run it calls hung: no progress since `since` (epoch seconds)."""
+    """What live detection says of a run it calls hung: no progress since `since` (epoch seconds on the collector's
+    clock); `clock_offset_s`: the run's own clock minus the collector's, to book the hang on the ledger's clock."""
 
     since: float
+    clock_offset_s: float = 0.0
 
 
 def provisional_ledger(ledger: Ledger, hang: LiveHang | None, now: float) -> Ledger:
@@ -42,6 +44,9 @@ def provisional_ledger(ledger: Ledger, hang: LiveHang | None, now: float) -> Led
     tail = ledger.running_tail
     if hang is None or ledger.status != RUNNING or tail is None:
         return unchanged
+    as_of, reported_since = now, hang.since
+    # on the ledger's clock from here on: the run's times are its own, `now` and `since` the collector's
+    now, hang = now + hang.clock_offset_s, LiveHang(since=hang.since + hang.clock_offset_s)
     gpus, allocated_gpus = float(tail.gpus), float(tail.allocated_gpus)
     start = max(tail.since, hang.since)
     moved = max(tail.until - start, 0.0) * gpus  # painted already: idle -> hang
@@ -62,8 +67,9 @@ def provisional_ledger(ledger: Ledger, hang: LiveHang | None, now: float) -> Led
         "allocated_gpu_seconds": allocated,
         "goodput": ledger.productive_gpu_seconds / allocated if allocated > 0 else None,
         "allocated_wall_seconds": ledger.allocated_wall_seconds + added_wall,
-        "provisional": ProvisionalHang(hang_gpu_seconds=total_hang, since=float(hang.since), as_of=float(now),
-                                       from_idle_gpu_seconds=moved, added_allocated_gpu_seconds=added_alloc),
+        "provisional": ProvisionalHang(hang_gpu_seconds=total_hang, since=float(reported_since),
+                                       as_of=float(as_of), from_idle_gpu_seconds=moved,
+                                       added_allocated_gpu_seconds=added_alloc),
     }
     if added_wall > 0:
         if ledger.allocations:

@@ -15,6 +15,8 @@ Rules:
   the others, as a hung rank does, is behind).
 - More than `max_points` steps are shown as consecutive buckets of equal count: each bucket's last step and end
   time, its mean compute and mean collective time (`steps_per_point` says how many).
+- Its times are on the run's reference clock, as the ledger's: taken back by its host's clock offset
+  (`clock_offset_seconds`, the views' `ranks.clocks`; services.analysis.clocks).
 """
 
 from __future__ import annotations
@@ -70,6 +72,12 @@ class RankDetail(BaseModel):
     host_ranks: list[int] = Field(description="every rank seen on the same host, this one included")
     world_size: int | None
     row: RankRow | None = Field(description="the rank's compute figures as the run page's per-rank chart has them")
+    clock_offset_seconds: float | None = Field(None, description=(
+        "its host's clock offset from the run's reference clock, measured from the step ends (null: not "
+        "measured); its times here are taken back by it"))
+    collector_clock_offset_seconds: float | None = Field(None, description=(
+        "its clock minus the collector's in its latest attempt, as the collector measured it from the requests "
+        "(0: within a second; null: not measured)"))
     run_median_compute_s: float | None = Field(description="the median of all ranks' median compute per step")
     compute_source: str = Field(description="step duration minus collectives, or step duration")
     attempts: list[RankAttempt]
@@ -83,14 +91,19 @@ def build_rank_detail(views: RunViews, rank: int, steps: pd.DataFrame, comm: pd.
     """`steps`: the rank's step rows (attempt, step, start, end, comm: NaN when not reported); `comm`: its collective
     seconds per (attempt, step) (COMM_COLUMNS; rank ignored); `events`: its control events (kind, time, attempt,
     host, reason, world_size)."""
+    rows = views.ranks.rows
+    row = next((r for r in rows if r.rank == rank), None)
+    host = _host(events, row)
+    clocks = {c.host: c.offset_seconds for c in getattr(views.ranks, "clocks", [])}
+    offset = clocks.get(host) if host is not None else None
+    if offset:
+        steps = steps.assign(start=steps["start"] - offset, end=steps["end"] - offset)
+        events = events.assign(time=events["time"] - offset)
     steps = steps.sort_values(["attempt", "step"], kind="stable").reset_index(drop=True)
     collective = _collective_seconds(steps, comm)
     duration = (steps["end"] - steps["start"]).to_numpy(dtype=np.float64)
     known_comm = np.isfinite(collective)
     compute = np.where(known_comm, np.maximum(duration - np.nan_to_num(collective), 0.0), duration)
-    rows = views.ranks.rows
-    row = next((r for r in rows if r.rank == rank), None)
-    host = _host(events, row)
     attempts = _attempts(steps, events, compute, collective, views)
     part_of = {a.attempt: a for a in attempts}  # the attempts this rank was part of
     failures = [_failure(f.attempt, f.time, f.step, f.reason, part_of[f.attempt], events)
@@ -99,7 +112,7 @@ def build_rank_detail(views: RunViews, rank: int, steps: pd.DataFrame, comm: pd.
     return RankDetail(
         run_id=views.run_id, rank=rank, known=bool(len(steps) or len(events)), host=host,
         host_ranks=sorted({r.rank for r in rows if host is not None and r.host == host} | {rank}),
-        world_size=int(world.iloc[-1]) if len(world) else None, row=row,
+        world_size=int(world.iloc[-1]) if len(world) else None, row=row, clock_offset_seconds=offset,
         run_median_compute_s=getattr(views.ranks, "median_compute_s", None),
         compute_source="step duration minus collectives" if known_comm.any() else "step duration",
         attempts=attempts, failures=failures,

@@ -2,7 +2,7 @@
 
 `events`       one row per control event (everything but steps and collectives):
                EVENT_COLUMNS = kind, time, attempt, rank, step, gpus, world_size, host, ok, reason, status, value,
-               checkpoint_step, digest
+               checkpoint_step, digest, name
                (attempt/rank/step/gpus/world_size/checkpoint_step are float with NaN where the kind has no such
                field; `value` is a `digest` event's string, None elsewhere; `checkpoint_step` is the step of the
                checkpoint a `resume` says it loaded, `digest` its digest of the state it loaded, None elsewhere)
@@ -28,7 +28,7 @@ import pandas as pd
 from services.analysis.step_blocks import StepSummary
 
 EVENT_COLUMNS = ("kind", "time", "attempt", "rank", "step", "gpus", "world_size", "host", "ok", "reason", "status",
-                 "value", "checkpoint_step", "digest")
+                 "value", "checkpoint_step", "digest", "name")
 STEP_COLUMNS = ("attempt", "rank", "step", "start", "end", "loss", "lr", "comm")
 COLLECTIVE_COLUMNS = ("attempt", "rank", "step", "op", "start", "end")
 COMM_COLUMNS = ("attempt", "rank", "step", "seconds")
@@ -65,6 +65,7 @@ def events_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
             "status": pd.Series(columns["status"], dtype=object),
             "value": pd.Series(columns["value"], dtype=object),
             "digest": pd.Series(columns["digest"], dtype=object),
+            "name": pd.Series(columns["name"], dtype=object),
         }
     )
     return frame[list(EVENT_COLUMNS)]

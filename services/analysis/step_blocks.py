@@ -10,7 +10,9 @@ earliest (start, end) wins):
 - the ranks of the block, the earliest start and the latest end of its raw rows (duplicates included, as
   `attempts.first_time` / `latest_time` read them);
 - per (rank, step) the compute seconds and whether the collective time is known, as a ranks x steps matrix (NaN
-  where a rank sent no row): the run page's per-rank statistics, flags and heat map.
+  where a rank sent no row): the run page's per-rank statistics, flags and heat map;
+- its ranks in clock groups (services.analysis.block_clocks): per group, each step's first start and last end, so
+  that the job steps can be taken with hosts' clock offsets taken out (services.analysis.clocks).
 
 `merge_blocks` puts the blocks of a run together as a `StepSummary`. A block's summary depends only on its rows, so
 a block is summarised again only when rows arrive for it (services.storage.step_blocks keeps them), and the merge
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from services.analysis.block_clocks import BlockClocks, block_clocks
 from services.analysis.medians import others_median_by_step
 
 if TYPE_CHECKING:
@@ -56,6 +59,7 @@ class StepBlock:
     known: np.ndarray  # bool ranks x steps: the row's collective time is known
     raw_first_start: float
     raw_last_end: float
+    clocks: BlockClocks
     # derived from the above when the block is made (not stored): the columns (steps) where some rank's collective
     # time is known, and, when every rank of the block is known in each of them (the usual shape), each rank's
     # compute minus the median of the other ranks' in those steps (ranks x known steps), the flag rule's evidence
@@ -75,7 +79,7 @@ class StepBlock:
     @property
     def nbytes(self) -> int:
         return int(self.compute.nbytes + self.known.nbytes + (self.excess.nbytes if self.excess is not None else 0)
-                   + 8 * 8 * len(self.steps))
+                   + 8 * 8 * len(self.steps) + self.clocks.nbytes)
 
     def per_step(self) -> BlockSteps:
         """The block without its per-(rank, step) matrices: what the ledger reads of it."""
@@ -83,7 +87,7 @@ class StepBlock:
                           ranks_per_step=self.ranks_per_step, slowest=self.slowest, median=self.median,
                           slowest_rank=self.slowest_rank, known_ranks=self.known_ranks, ranks=self.ranks,
                           values=int(self.compute.size), raw_first_start=self.raw_first_start,
-                          raw_last_end=self.raw_last_end)
+                          raw_last_end=self.raw_last_end, clocks=self.clocks)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,10 +109,11 @@ class BlockSteps:
     values: int  # the block's (rank, step) cells
     raw_first_start: float
     raw_last_end: float
+    clocks: BlockClocks
 
     @property
     def nbytes(self) -> int:
-        return int(8 * 8 * len(self.steps) + self.ranks.nbytes)
+        return int(8 * 8 * len(self.steps) + self.ranks.nbytes + self.clocks.nbytes)
 
 
 def block_of(step: np.ndarray | int) -> np.ndarray:
@@ -123,6 +128,7 @@ def summarize_block(attempt: int, block: int, rank: np.ndarray, step: np.ndarray
     start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
     comm = np.asarray(comm, dtype=np.float64)
     raw_first, raw_last = float(start.min()), float(end.max())
+    raw_rank, raw_start, raw_end = rank, start, end
     # dedupe as attempts.dedupe_steps: by (rank, step, start, end), the first of each (rank, step)
     order = np.lexsort((end, start, step, rank))
     rank, step, start, end, comm = rank[order], step[order], start[order], end[order], comm[order]
@@ -156,10 +162,12 @@ def summarize_block(attempt: int, block: int, rank: np.ndarray, step: np.ndarray
         slowest[has] = np.nanmax(sub, axis=0)
         median[has] = np.nanmedian(sub, axis=0)
         slowest_rank[has] = ranks[np.nanargmax(sub, axis=0)]  # the first maximum: the lowest of equal ranks
+    clocks = block_clocks(attempt, block, ranks, row, steps, col, start, end, np.searchsorted(ranks, raw_rank),
+                          raw_start, raw_end, first_start, last_end)
     return StepBlock(attempt=int(attempt), block=int(block), steps=steps, start=first_start, end=last_end,
                      ranks_per_step=ranks_per_step, slowest=slowest, median=median, slowest_rank=slowest_rank,
                      known_ranks=known_ranks, ranks=ranks, compute=compute, known=known,
-                     raw_first_start=raw_first, raw_last_end=raw_last)
+                     raw_first_start=raw_first, raw_last_end=raw_last, clocks=clocks)
 
 
 def summarize_steps(steps: pd.DataFrame, comm: pd.DataFrame | None = None) -> list[StepBlock]:
@@ -201,6 +209,7 @@ class StepSummary:
     raw_last_end: float | None
     blocks: tuple[StepBlock, ...]
     sealed: RankSketch | None = None
+    clocks: tuple[BlockClocks, ...] = ()  # every block's clock groups, whole and sealed, by (attempt, block)
 
     @property
     def empty(self) -> bool:
@@ -239,7 +248,8 @@ def merge_blocks(blocks: Sequence[StepBlock], sealed: RankSketch | None = None,
         job_steps=job, straggle=straggle,
         attempt_ranks={a: len(np.unique(np.concatenate(r))) for a, r in by_attempt.items()},
         raw_first_start=min(b.raw_first_start for b in ordered),
-        raw_last_end=max(b.raw_last_end for b in ordered), blocks=whole, sealed=sealed)
+        raw_last_end=max(b.raw_last_end for b in ordered), blocks=whole, sealed=sealed,
+        clocks=tuple(b.clocks for b in ordered))
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 cut out of them (the fleet page's "last hour", its over-time chart) without spreading a run's totals over its life.
 
 A `Usage` is a list of disjoint pieces of wall time, sorted, each with the GPU-seconds it holds per key of
-`USAGE_KEYS` (productive and every waste category). Inside a piece GPU time runs at an even rate; so cutting
+`USAGE_KEYS` (productive, eval and every waste category). Inside a piece GPU time runs at an even rate; so cutting
 [t0, t1) out of a piece takes the overlapping share of each of its figures. The pieces add up to the ledger:
 `sum(piece figures) == ledger figures` per key.
 
@@ -27,10 +27,10 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.analysis.categories import PRODUCTIVE, WASTE_KEYS, WasteCategory
+from services.analysis.categories import EVAL, PRODUCTIVE, WASTE_KEYS, WasteCategory
 from services.analysis.claims import CLAIM_CATEGORY, RunPainting
 
-USAGE_KEYS: tuple[str, ...] = (PRODUCTIVE, *WASTE_KEYS)
+USAGE_KEYS: tuple[str, ...] = (PRODUCTIVE, EVAL, *WASTE_KEYS)
 MAX_PIECES = 720
 BIN_WIDTHS_S: tuple[float, ...] = (1, 5, 10, 30, 60, 300, 600, 900, 1800, 3600, 7200, 6 * 3600, 12 * 3600, 86400,
                                    7 * 86400)
@@ -44,7 +44,7 @@ class Usage(BaseModel):
 
     start: list[float]
     end: list[float]
-    gpu_seconds: dict[str, list[float]] = Field(description="per key of productive and the waste categories")
+    gpu_seconds: dict[str, list[float]] = Field(description="per key of productive, eval and the waste categories")
     bin_s: float | None = Field(None, description="pieces are bins of this width (a long run); null: exact pieces")
 
     def matrix(self) -> np.ndarray:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from services.analysis.clock_types import HostClock
+
 
 class CheckpointRow(BaseModel):
     attempt: int
@@ -131,6 +133,8 @@ class RankRow(BaseModel):
     mean_compute_s: float
     straggler_gpu_seconds: float
     is_straggler: bool
+    clock_offset_seconds: float | None = Field(None, description=(
+        "its host's clock offset from the run's reference clock (the ledger's `clocks`); null: not measured"))
 
 
 class Heatmap(BaseModel):
@@ -154,6 +158,9 @@ class RankCompute(BaseModel):
         default=None, description="None: every per-rank figure is exact. Else a long run's medians and p90s are "
                                   "drawn from fixed-size per-rank histograms, within this relative error "
                                   "(services.analysis.rank_sketch); counts and means stay exact.")
+    clocks: list[HostClock] = Field(default_factory=list, description=(
+        "each host's clock offset from the run's reference clock, measured from its ranks' step ends and taken out "
+        "before painting (docs/ledger.md, 'Clocks')"))
 
 
 class NoRankCompute(BaseModel):

@@ -297,6 +297,7 @@ def _rank_compute(data: RunData, steps: pd.DataFrame, ledger: Ledger, heat_rows:
     stats, known_any, consistency, heatmap = figures
     source = "step duration minus collectives" if known_any else "step duration"
     hosts = rank_hosts(data.events)
+    clock_of = {c.host: c.offset_seconds for c in ledger.clocks}
     overall = float(stats["median_s"].median())
     total_cost = sum(by_rank_cost.values())
     evidence = flags_of_consistency(  # the flag rule of /stragglers, over the steps with collective timings
@@ -312,7 +313,8 @@ def _rank_compute(data: RunData, steps: pd.DataFrame, ledger: Ledger, heat_rows:
     rows = [
         RankRow(rank=int(r), host=hosts.get(int(r)), steps=int(n), median_compute_s=float(med),
                 p90_compute_s=float(p90), mean_compute_s=float(mean),
-                straggler_gpu_seconds=by_rank_cost.get(int(r), 0.0), is_straggler=int(r) in stragglers)
+                straggler_gpu_seconds=by_rank_cost.get(int(r), 0.0), is_straggler=int(r) in stragglers,
+                clock_offset_seconds=clock_of.get(hosts.get(int(r), "")))
         for r, n, med, p90, mean in zip(listed.index, listed["steps"], listed["median_s"], listed["p90_s"],
                                         listed["mean_s"], strict=True)
     ]
@@ -325,6 +327,7 @@ def _rank_compute(data: RunData, steps: pd.DataFrame, ledger: Ledger, heat_rows:
         compute_source=source,
         straggler_ranks=sorted(stragglers),
         figures_within=COMPUTE_ERROR if summary is not None and summary.sealed is not None else None,
+        clocks=list(ledger.clocks),
     )
 
 

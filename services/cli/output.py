@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 
 from services import presentation as fmt
+from services.analysis.categories import EVAL
 from services.api_client import ApiClient, RunListItem
 from services.presentation import CATEGORIES
 
@@ -79,7 +80,7 @@ def print_ledger(api: ApiClient, run_id: str, *, as_json: bool = False, project:
           f"queue {fmt.duration(ledger.queue_seconds)}")
     unit = fmt.gpu_time_unit(alloc)  # the unit the run's size calls for, as on its page
     print(f"{'':<12} {'GPU-seconds':>14} {unit.title:>11} {'share':>7}")
-    rows = [("allocated", alloc), ("productive", ledger.productive_gpu_seconds)]
+    rows = [("allocated", alloc), ("productive", ledger.productive_gpu_seconds), (EVAL, ledger.eval_gpu_seconds)]
     rows += [(c, ledger.waste_gpu_seconds[c]) for c in CATEGORIES]
     for name, value in rows:
         print(f"{name:<12} {fmt.gpu_seconds(value):>14} {fmt.gpu_time(value, unit, with_unit=False):>11} "

@@ -42,6 +42,7 @@ MAX_FLEET_SUSPECTS = 16  # suspects listed per run in /v1/live (the per-run endp
 def live_config(settings: ServiceSettings) -> LiveConfig:
     live = settings.live
     return LiveConfig(floor_s=live.hang_floor_s, step_factor=live.hang_step_factor,
+                      startup_floor_s=live.hang_startup_floor_s, checkpoint_floor_s=live.hang_startup_floor_s,
                       heartbeat_interval_s=live.heartbeat_interval_s)
 
 
@@ -59,7 +60,8 @@ def live_hang_of(status: LiveStatus | LiveRun) -> LiveHang | None:
     `live_for_row` answer: the run page has one already)."""
     if not status.hung or status.last_progress_time is None:
         return None
-    return LiveHang(since=status.last_progress_time)
+    clock_offset = status.clock_offset_s if isinstance(status, LiveStatus) else status.clock_offset_seconds
+    return LiveHang(since=status.last_progress_time, clock_offset_s=clock_offset)
 
 
 def with_live_hang(engine: Engine, row: RunRow, ledger: Ledger, now: float, config: LiveConfig) -> Ledger:

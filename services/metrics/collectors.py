@@ -80,6 +80,8 @@ def _run_families(runs: Iterable[RunSample], now: float) -> Iterator[Metric]:
     ratio = _gauge("run_goodput_ratio", "Productive GPU-seconds / allocated GPU-seconds of the run (0..1)", run)
     allocated = _gauge("run_allocated_gpu_seconds", "GPU-seconds allocated to the run so far", run)
     productive = _gauge("run_productive_gpu_seconds", "GPU-seconds of kept optimizer steps, net of stragglers", run)
+    evaluation = _gauge("run_eval_gpu_seconds", "GPU-seconds of validation / evaluation between steps (the eval "
+                        "phase): neither productive nor waste", run)
     waste = _gauge("run_waste_gpu_seconds", "GPU-seconds of the run lost, by waste category (the ledger; a "
                    "category can shrink when a later restart reclassifies work; while the run is hung, hang "
                    "includes its time since the last progress, provisionally)", ["run_id", "project", "category"])
@@ -113,6 +115,7 @@ def _run_families(runs: Iterable[RunSample], now: float) -> Iterator[Metric]:
             ratio.add_metric(rid, ledger.goodput)
         allocated.add_metric(rid, ledger.allocated_gpu_seconds)
         productive.add_metric(rid, ledger.productive_gpu_seconds)
+        evaluation.add_metric(rid, ledger.eval_gpu_seconds)
         for category, gpu_s in ledger.waste_gpu_seconds.items():
             waste.add_metric([*rid, category], gpu_s)
         at_risk.add_metric(rid, ledger.at_risk_gpu_seconds)
@@ -133,8 +136,8 @@ def _run_families(runs: Iterable[RunSample], now: float) -> Iterator[Metric]:
             latest.add_metric(rid, ledger.latest_time)
         for reason, value in sample.client_dropped.items():
             dropped.add_metric([*rid, reason], float(value))
-    yield from (info, ratio, allocated, productive, waste, at_risk, restarts, checkpoints, blocking, since, running,
-                hung, suspects, provisional, latest, dropped)
+    yield from (info, ratio, allocated, productive, evaluation, waste, at_risk, restarts, checkpoints, blocking, since,
+                running, hung, suspects, provisional, latest, dropped)
 
 
 def _fleet_families(snap: Snapshot, now: float) -> Iterator[Metric]:
@@ -149,6 +152,8 @@ def _fleet_families(snap: Snapshot, now: float) -> Iterator[Metric]:
     yield ratio
     yield GaugeMetricFamily(f"{PREFIX}_fleet_allocated_gpu_seconds", "Allocated GPU-seconds" + scope, value=alloc)
     yield GaugeMetricFamily(f"{PREFIX}_fleet_productive_gpu_seconds", "Productive GPU-seconds" + scope, value=prod)
+    yield GaugeMetricFamily(f"{PREFIX}_fleet_eval_gpu_seconds", "Eval (validation between steps) GPU-seconds" + scope,
+                            value=sum(ledger.eval_gpu_seconds for ledger in ledgers))
     waste = _gauge("fleet_waste_gpu_seconds", "Waste GPU-seconds by category" + scope, ["category"])
     for category in WASTE_KEYS:
         waste.add_metric([category], sum(ledger.waste_gpu_seconds[category] for ledger in ledgers))

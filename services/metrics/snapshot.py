@@ -44,7 +44,9 @@ class RunSample:
     run_id: str
     project: str
     ledger: Ledger
-    last_progress_time: float | None  # latest step end; the run's first event when it has no step yet
+    # a running run's last progress as live detection finds it (on the collector's clock); else its latest step
+    # end, its first event when it has no step yet
+    last_progress_time: float | None
     client_dropped: dict[str, int]  # CLIENT_COUNTERS keys -> events, summed over the run's processes
     client_send_failures: int
     stale: bool  # the ledger predates the run's latest events (refresh budget spent)
@@ -120,7 +122,8 @@ def build_snapshot(analyses: AnalysisCache, config: MetricsSettings, now: float,
         counts = stats.get(row.pk, {})
         samples.append(RunSample(
             run_id=row.run_id, project=row.project, ledger=ledger,
-            last_progress_time=progress.get(row.pk, ledger.first_time),
+            last_progress_time=(hangs[row.pk][3] if row.pk in hangs and hangs[row.pk][3] is not None
+                                else progress.get(row.pk, ledger.first_time)),
             client_dropped={key: int(counts.get(name, 0)) for key, name in CLIENT_COUNTERS.items()},
             client_send_failures=int(counts.get("send_failures", 0)), stale=stale,
             hung=hangs[row.pk][0] if row.pk in hangs else None,
@@ -143,10 +146,10 @@ def _client_stats(conn: Connection, run_pks: list[int]) -> dict[int, dict[str, i
 
 
 def _hangs(conn: Connection, rows: list[RunRow], now: float, config: LiveConfig
-           ) -> dict[int, tuple[bool, int, LiveHang | None]]:
-    """(hung, suspects, last progress while hung) of each running run: a few index lookups per run
-    (services.storage.live)."""
-    out: dict[int, tuple[bool, int, LiveHang | None]] = {}
+           ) -> dict[int, tuple[bool, int, LiveHang | None, float | None]]:
+    """(hung, suspects, last progress while hung, last progress) of each running run: a few index lookups per run
+    (services.storage.live; times on the collector's clock)."""
+    out: dict[int, tuple[bool, int, LiveHang | None, float | None]] = {}
     for row in rows:
         try:
             state = load_live_state(conn, row, now=now, lookback_s=max(60.0, 4 * config.silent_after_s))
@@ -154,7 +157,8 @@ def _hangs(conn: Connection, rows: list[RunRow], now: float, config: LiveConfig
         except Exception:  # one bad run must not take the whole scrape down
             logger.exception("metrics: live status of run %s failed", row.run_id)
             continue
-        out[row.pk] = (status.hung, status.suspects_total, live_hang_of(status))  # every suspect, listed or not
+        # every suspect, listed or not
+        out[row.pk] = (status.hung, status.suspects_total, live_hang_of(status), status.last_progress_time)
     return out
 
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_seri
 
 from services.analysis.advice import AdviceInput
 from services.analysis.advice_types import MeasuredRun, Recommendation, RunAdvice
-from services.analysis.categories import PRODUCTIVE
+from services.analysis.categories import EVAL, PRODUCTIVE
 from services.analysis.ledger_types import CheckpointSummary, Ledger
 from services.analysis.resume_types import ResumeCheck
 from services.analysis.view_types import CheckpointRow, RankCompute, RestartRow, RunViews
@@ -77,10 +77,11 @@ class RunReport(BaseModel):
 
 
 def build_breakdown(ledger: Ledger) -> list[BreakdownRow]:
-    """One row per category (productive first, then the six waste categories) and a last `allocated` row:
+    """One row per category (productive, eval, then the six waste categories) and a last `allocated` row:
     GPU-seconds, GPU-hours and share of allocated (None when nothing was allocated)."""
     allocated = ledger.allocated_gpu_seconds
-    values = {PRODUCTIVE: ledger.productive_gpu_seconds, **dict(ledger.waste_gpu_seconds.items())}
+    values = {PRODUCTIVE: ledger.productive_gpu_seconds, EVAL: ledger.eval_gpu_seconds,
+              **dict(ledger.waste_gpu_seconds.items())}
     rows = []
     for category in (*CATEGORY_ORDER, ALLOCATED):
         gpu_s = allocated if category == ALLOCATED else values[category]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -17,7 +18,7 @@ from services.reports.content import RunReport
 BREAKDOWN_COLUMNS = ("run_id", "category", "gpu_seconds", "gpu_hours", "share")
 FLEET_COLUMNS = (
     "run_id", "project", "status", "first_time", "last_time", "first_time_utc", "last_time_utc",
-    "allocated_gpu_seconds", "allocated_gpu_hours", "productive_gpu_seconds", "goodput",
+    "allocated_gpu_seconds", "allocated_gpu_hours", "productive_gpu_seconds", "goodput", "eval_gpu_seconds",
     *(f"{k}_gpu_seconds" for k in WASTE_KEYS), "at_risk_gpu_seconds", "restarts", "failures", "queue_seconds",
 )
 
@@ -46,17 +47,42 @@ def csv_decimals(column: str) -> int:
     return 2
 
 
+# OWASP, "CSV Injection": a spreadsheet reads a cell that starts with one of these as a formula (tab and carriage
+# return are dropped by some importers, which then read the character after them).
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(text: str) -> str:
+    """`text` as a CSV cell a spreadsheet shows as text and never runs: prefixed with a single quote when it starts
+    with one of FORMULA_PREFIXES (OWASP's advice), else unchanged. A run id such as `=HYPERLINK("http://...")`,
+    which any write token may send, is then the text `'=HYPERLINK(...)`; a program reading the file gets the id back
+    by removing a leading `'` that is followed by one of those characters.
+
+    `_cell` applies it to every text cell of every CSV the service writes (the fleet CSV, a run's CSV, and so the
+    CLI's `goodput report`, which saves what the API returns). Numbers are left alone, so numeric columns stay
+    numeric: a Python int or finite float is written as a number literal (`-1.5`, `2.5e-07`), which spreadsheets
+    parse as a number, never as a formula, and quoting it would turn it into text that sums and charts skip.
+    OWASP's rule quotes any cell starting with `-`; it is meant for text whose type the writer does not know.
+    Here the type is known, and a text cell that looks like a number (a run id `-1`) is still quoted."""
+    return "'" + text if text.startswith(FORMULA_PREFIXES) else text
+
+
 def _cell(column: str, value: Any) -> Any:
     if value is None:
         return ""
-    if isinstance(value, float):
+    if isinstance(value, float) and math.isfinite(value):
         return repr(round(value, csv_decimals(column)))  # the shortest text of the rounded number
-    return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return spreadsheet_safe(str(value))  # text, and the odd non-finite float ('-inf')
 
 
 def _write(columns: Iterable[str], rows: Iterable[Mapping[str, Any]]) -> str:
+    """The one writer of every CSV the service serves: every cell goes through `_cell` (spreadsheet_safe). Lines end
+    in CRLF (RFC 4180), so that a cell holding a carriage return is quoted: with "\n" alone Python's writer leaves
+    it bare and the reader starts a new row there."""
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\n", extrasaction="ignore")
+    writer = csv.DictWriter(out, fieldnames=list(columns), lineterminator="\r\n", extrasaction="ignore")
     writer.writeheader()
     for row in rows:
         writer.writerow({k: _cell(k, v) for k, v in row.items()})
@@ -64,7 +90,7 @@ def _write(columns: Iterable[str], rows: Iterable[Mapping[str, Any]]) -> str:
 
 
 def breakdown_csv(report: RunReport) -> str:
-    """One row per category (productive, the six waste categories, allocated): GPU-seconds, GPU-hours, share
+    """One row per category (productive, eval, the six waste categories, allocated): GPU-seconds, GPU-hours, share
     (rounded: `csv_decimals`)."""
     return _write(BREAKDOWN_COLUMNS, ({"run_id": report.run_id, **row.model_dump()} for row in report.breakdown))
 
@@ -78,6 +104,7 @@ def fleet_rows(runs: Iterable[tuple[str, Ledger]]) -> list[dict[str, Any]]:
         "allocated_gpu_seconds": ledger.allocated_gpu_seconds,
         "allocated_gpu_hours": ledger.allocated_gpu_seconds / 3600.0,
         "productive_gpu_seconds": ledger.productive_gpu_seconds, "goodput": ledger.goodput,
+        "eval_gpu_seconds": ledger.eval_gpu_seconds,
         **{f"{k}_gpu_seconds": v for k, v in ledger.waste_gpu_seconds.items()},
         "at_risk_gpu_seconds": ledger.at_risk_gpu_seconds, "restarts": ledger.restarts,
         "failures": ledger.failures, "queue_seconds": ledger.queue_seconds,

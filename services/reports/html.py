@@ -286,6 +286,8 @@ def report_html(report: RunReport) -> str:
              f"{gpu_seconds(ledger.productive_gpu_seconds)} GPU-s"),
         _kpi("waste", gpu_time(waste_total, unit), percent(waste_total / allocated) + " of allocated"
              if allocated > 0 else ""),
+        _kpi("eval", gpu_time(ledger.eval_gpu_seconds, unit), "validation between steps: not waste")
+        if ledger.eval_gpu_seconds > 0 else "",
         _kpi("restarts", str(ledger.restarts), f"{ledger.failures} failure(s), MTBF "
              f"{duration(ledger.mtbf_seconds)}"),
         _kpi("at risk", gpu_time(ledger.at_risk_gpu_seconds, unit), "work since the last checkpoint"),

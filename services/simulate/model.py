@@ -11,7 +11,9 @@ group `relaunch_s` after that. After the last failure of a run that fails for go
 `tail_s` longer (the teardown): hang, as the ledger books it. With `killed`, no rank reports a failure (every
 process SIGKILLed): the attempt was alive until its latest event (a heartbeat while stuck, else its last step or
 checkpoint event), hang from its last progress to there, and the rest up to the next attempt's first step is the
-restart's startup (detection, teardown, relaunch).
+restart's startup (detection, teardown, relaunch). With `clock_offsets`, the hosts named there report every time by
+a clock that far ahead (negative: behind): the events carry the skewed times, the truth is booked on the true clock
+(run-level events come from the launcher, whose clock is true).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import random
 import statistics
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,9 +72,11 @@ class SimConfig:
     resume_fault: str | None = None
     killed: bool = False  # failures are SIGKILLs: no attempt_end (a run that fails for good still sends run_end)
     heartbeat_s: float | None = None  # each rank heart-beats this often while its attempt lives (None: never)
+    ranks_per_host: int = 8  # rank r runs on host node{r // ranks_per_host:03d}
+    clock_offsets: Mapping[str, float] = field(default_factory=dict)  # host -> its clock's seconds ahead
 
     def __post_init__(self) -> None:
-        for name in ("ranks", "checkpoint_every"):
+        for name in ("ranks", "checkpoint_every", "ranks_per_host"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("hours", "step_s"):
@@ -133,17 +137,22 @@ class SimResult:
 
 
 class _Emitter:
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, skew: Callable[[int], float] = lambda rank: 0.0) -> None:
         self.run_id = run_id
         self.events: list[dict[str, Any]] = []
         self._n = 0
-        self.last_seen: dict[int, float] = {}  # per attempt, the time of its latest event
+        self.last_seen: dict[int, float] = {}  # per attempt, the (true) time of its latest event
+        self._skew = skew  # a rank's clock minus the true time
 
     def emit(self, kind: str, time: float, **fields: Any) -> None:
         self._n += 1
         if "attempt" in fields:
             attempt = fields["attempt"]
             self.last_seen[attempt] = max(self.last_seen.get(attempt, time), time)
+        skew = self._skew(fields["rank"]) if "rank" in fields else 0.0
+        if skew:
+            time += skew
+            fields.update({k: [t + skew for t in fields[k]] for k in ("start", "end") if k in fields})
         self.events.append({"event_id": f"{self.run_id}:{self._n}", "run_id": self.run_id, "kind": kind,
                             "time": time, **fields})
 
@@ -159,7 +168,7 @@ class _Simulation:
         self.w = config.ranks
         self.g = config.gpus or config.ranks
         self.on = min(self.w, self.g)  # GPUs an attempt's time counts on; the rest of the allocation is idle
-        self.out = _Emitter(config.run_id)
+        self.out = _Emitter(config.run_id, lambda rank: config.clock_offsets.get(self.host(rank), 0.0))
         self.truth = Truth()
         self.target = max(1, round(config.hours * 3600 / config.step_s))
         self.saved = 0  # last completed checkpoint step: where the next attempt resumes
@@ -241,8 +250,8 @@ class _Simulation:
         c, out, w = self.c, self.out, self.w
         started = t
         for r in range(w):
-            out.emit("attempt_start", t, attempt=attempt, rank=r, world_size=w, host=f"node{r // 8:03d}",
-                     local_rank=r % 8)
+            out.emit("attempt_start", t, attempt=attempt, rank=r, world_size=w, host=self.host(r),
+                     local_rank=r % c.ranks_per_host)
             out.emit("resume", t, attempt=attempt, rank=r, step=self.saved + self._resume_shift(attempt))
         self.truth.resume_steps.append(self.saved)
         fail_at = self.next_failure(t)
@@ -336,6 +345,9 @@ class _Simulation:
         else:
             self.book("hang", booked_until - last_progress)
         return "failed", end, booked_until
+
+    def host(self, rank: int) -> str:
+        return f"node{rank // self.c.ranks_per_host:03d}"
 
     def heartbeats(self, attempt: int, since: float, until: float) -> None:
         if self.c.heartbeat_s is None:

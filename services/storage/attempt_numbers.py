@@ -29,7 +29,7 @@ from sqlalchemy import Connection, Engine, Table, and_, func, insert, select, tu
 from services.analysis.attempt_numbers import LEGACY, LaunchAttempt, LaunchAttemptKey, number_attempts
 from services.storage.db import json_rows, psycopg_connection
 from services.storage.records import IngestRecord
-from services.storage.tables import AttemptNumber, Event, collectives, step_blocks, step_marks, steps
+from services.storage.tables import AttemptNumber, ClockReading, Event, collectives, step_blocks, step_marks, steps
 
 NUMBERS_LOCK = 0x676F6964  # ("goid"), with the run's key: pg_advisory_xact_lock(NUMBERS_LOCK, run_pk)
 _KEYS_PER_QUERY = 300
@@ -224,13 +224,16 @@ def _number_run(conn: Connection, run_pk: int, seen: dict[LaunchAttemptKey, Laun
 
 # Every table that keys rows by (run, attempt, rank, ...): a renumbering moves their rows (a table of step columns
 # per (run, attempt, rank, block) would join them). step_blocks, per (run, attempt, block), is summarised again.
-_TABLES: tuple[Table, ...] = (cast(Table, Event.__table__), steps, collectives, step_marks)
+_TABLES: tuple[Table, ...] = (cast(Table, Event.__table__), steps, collectives, step_marks,
+                              cast(Table, ClockReading.__table__))
+_AWAY = -2  # a moved row's number, new n, is _AWAY - n during the move
 
 
 def _renumber(conn: Connection, run_pk: int, moves: list[tuple[LaunchAttempt, int, int]]) -> None:
     """Move the stored rows of each launch attempt (its attempt and ranks) from the old number to the new one.
 
-    In two passes (through negative numbers), since one launch attempt may take the number another leaves. The
+    In two passes (through numbers below -1: -1 is a run-level row's), since one launch attempt may take the number
+    another leaves. The
     ranks tell a launch attempt's rows from those of the others of its attempt (their ranks are disjoint). The
     blocks of every number touched are summarised again, and their marks' counts moved past every count the run
     had, so that no process reuses a block it kept (services.storage.summary_cache)."""
@@ -239,9 +242,9 @@ def _renumber(conn: Connection, run_pk: int, moves: list[tuple[LaunchAttempt, in
             where = [table.c.run_pk == run_pk, table.c.attempt == old]
             if a.launch != LEGACY and a.rank_lo is not None and a.rank_hi is not None:
                 where += [table.c.rank >= a.rank_lo, table.c.rank <= a.rank_hi]
-            conn.execute(update(table).where(*where).values(attempt=-1 - new))
-        conn.execute(update(table).where(table.c.run_pk == run_pk, table.c.attempt < 0)
-                     .values(attempt=-1 - table.c.attempt))
+            conn.execute(update(table).where(*where).values(attempt=_AWAY - new))
+        conn.execute(update(table).where(table.c.run_pk == run_pk, table.c.attempt <= _AWAY)
+                     .values(attempt=_AWAY - table.c.attempt))
     touched = sorted({old for _, old, _ in moves} | {new for _, _, new in moves})
     conn.execute(step_blocks.delete().where(step_blocks.c.run_pk == run_pk, step_blocks.c.attempt.in_(touched)))
     sums = (select(func.sum(step_marks.c.changes).label("changes")).where(step_marks.c.run_pk == run_pk)

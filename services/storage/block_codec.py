@@ -1,35 +1,55 @@
 """A step block's summary as stored in `step_blocks.summary`: an uncompressed .npz of its fields, read back as views
-of the stored bytes."""
+of the stored bytes. A summary stored before blocks kept their clock groups reads as one group (migration 0009
+deletes them all, so that each block is summarised again from its rows)."""
 
 from __future__ import annotations
 
 import io
 import struct
 import zipfile
+from typing import Any
 
 import numpy as np
 
+from services.analysis.block_clocks import BlockClocks, single_clock
 from services.analysis.step_blocks import StepBlock
 
 
 def block_to_bytes(block: StepBlock) -> bytes:
     buffer = io.BytesIO()
-    np.savez(buffer, attempt=np.int64(block.attempt), block=np.int64(block.block), steps=block.steps,
-             start=block.start, end=block.end, ranks_per_step=block.ranks_per_step, slowest=block.slowest,
-             median=block.median, slowest_rank=block.slowest_rank, known_ranks=block.known_ranks, ranks=block.ranks,
-             compute=block.compute, known=block.known,
-             raw=np.array([block.raw_first_start, block.raw_last_end], dtype=np.float64))
+    clocks = block.clocks
+    arrays: dict[str, Any] = {  # Any: numpy's stubs type savez's keywords as its allow_pickle flag
+        "attempt": np.int64(block.attempt), "block": np.int64(block.block), "steps": block.steps,
+        "start": block.start, "end": block.end, "ranks_per_step": block.ranks_per_step, "slowest": block.slowest,
+        "median": block.median, "slowest_rank": block.slowest_rank, "known_ranks": block.known_ranks,
+        "ranks": block.ranks, "compute": block.compute, "known": block.known,
+        "raw": np.array([block.raw_first_start, block.raw_last_end], dtype=np.float64),
+        "clock_group": clocks.group, "clock_deviation": clocks.deviation,
+        "clock_raw": np.stack([clocks.raw_first_start, clocks.raw_last_end])}
+    if len(clocks.deviation) > 1:  # one group's spans are the block's own
+        arrays.update(clock_start=clocks.start, clock_end=clocks.end)
+    np.savez(buffer, **arrays)
     return buffer.getvalue()
 
 
 def block_from_bytes(data: bytes) -> StepBlock:
     z = _read_npz(data)
     raw = z["raw"]
-    return StepBlock(attempt=int(z["attempt"]), block=int(z["block"]), steps=z["steps"], start=z["start"],
+    attempt, block = int(z["attempt"]), int(z["block"])
+    if "clock_group" in z:  # one clock group: its spans are the block's
+        clocks = BlockClocks(attempt=attempt, block=block, ranks=z["ranks"], group=z["clock_group"],
+                             deviation=z["clock_deviation"], steps=z["steps"],
+                             start=z["clock_start"] if "clock_start" in z else z["start"][None, :],
+                             end=z["clock_end"] if "clock_end" in z else z["end"][None, :],
+                             raw_first_start=z["clock_raw"][0], raw_last_end=z["clock_raw"][1])
+    else:
+        clocks = single_clock(attempt, block, z["ranks"], z["steps"], z["start"], z["end"], float(raw[0]),
+                              float(raw[1]))
+    return StepBlock(attempt=attempt, block=block, steps=z["steps"], start=z["start"],
                      end=z["end"], ranks_per_step=z["ranks_per_step"], slowest=z["slowest"], median=z["median"],
                      slowest_rank=z["slowest_rank"], known_ranks=z["known_ranks"], ranks=z["ranks"],
                      compute=z["compute"], known=z["known"], raw_first_start=float(raw[0]),
-                     raw_last_end=float(raw[1]))
+                     raw_last_end=float(raw[1]), clocks=clocks)
 
 
 def _read_npz(data: bytes) -> dict[str, np.ndarray]:

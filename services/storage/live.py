@@ -3,19 +3,27 @@
 Per run: the current attempt and its ranks (``events (run_pk, kind, time)``, attempt_start rows), each rank's
 last step (two probes of ``steps (run_pk, attempt, rank, step)`` per rank, in one statement), the furthest
 rank's last few steps, the collectives of the last two steps (``collectives (run_pk, attempt, step)``), the
-heartbeats of the last `lookback_s` seconds and the checkpoint, resume and attempt_end times (all on the events
+heartbeats of the last `lookback_s` seconds and the checkpoint, phase, resume and attempt_end times (all on the events
 index). The cost grows with the number of ranks, not with the length of the run.
+
+Every time a rank reported is read on the collector's clock: taken back by the rank's clock offset from the
+collector's (services.storage.clock_readings), so that a host whose clock is off neither hides a hang nor makes
+one up. `LiveState.clock_offset_s` is the offset of the run's own time base (its reference clock) from the
+collector's, for the provisional hang.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, text
 
+from services.analysis.clocks import reference_offset
 from services.analysis.live import LiveState, RankState
+from services.storage.clock_readings import collector_offsets
 from services.storage.runs import RunRow
 
 _ATTEMPT_SQL = text("SELECT max(attempt) FROM events WHERE run_pk = :pk AND kind = 'attempt_start'")
@@ -35,12 +43,19 @@ _COLLECTIVES_SQL = text(
     "SELECT rank, step, count(DISTINCT start_time), max(end_time) FROM collectives "
     "WHERE run_pk = :pk AND attempt = :a AND step >= :lo AND step <= :hi GROUP BY rank, step"
 )
+# per rank only when some rank's clock is off the collector's (its times are taken back one by one); -1: any rank
 _KIND_TIMES_SQL = text(
-    "SELECT kind, max(time) FROM events WHERE run_pk = :pk AND attempt = :a AND kind IN :kinds GROUP BY kind"
+    "SELECT kind, -1, max(time) FROM events WHERE run_pk = :pk AND attempt = :a AND kind IN :kinds GROUP BY kind"
+).bindparams(bindparam("kinds", expanding=True))
+_KIND_TIMES_BY_RANK_SQL = text(
+    "SELECT kind, rank, max(time) FROM events WHERE run_pk = :pk AND attempt = :a AND kind IN :kinds "
+    "GROUP BY kind, rank"
 ).bindparams(bindparam("kinds", expanding=True))
 _ENDS_SQL = text("SELECT rank, time, data FROM events WHERE run_pk = :pk AND kind = 'attempt_end' AND attempt = :a")
 _PREVIOUS_END_SQL = text(
-    "SELECT max(time) FROM events WHERE run_pk = :pk AND kind = 'attempt_end' AND attempt < :a")
+    "SELECT -1, max(time) FROM events WHERE run_pk = :pk AND kind = 'attempt_end' AND attempt < :a")
+_PREVIOUS_END_BY_RANK_SQL = text(
+    "SELECT rank, max(time) FROM events WHERE run_pk = :pk AND kind = 'attempt_end' AND attempt < :a GROUP BY rank")
 _RESUME_SQL = text(
     "SELECT max(step) FROM events WHERE run_pk = :pk AND kind = 'resume' AND attempt = :a")
 # the latest heartbeat of each rank, chosen in the database: a 256-rank run sends ~3,000 in the lookback, and
@@ -70,22 +85,28 @@ def load_live_state(conn: Connection, run: RunRow, *, now: float, lookback_s: fl
         return LiveState(run_id=run.run_id, status=run.status, first_time=run.first_time,
                          latest_time=run.last_time)
     args = {"pk": run.pk, "a": int(attempt)}
+    offsets = collector_offsets(conn, run.pk, int(attempt))
+
+    def local(rank: Any, t: Any) -> float:
+        """A time the rank reported, on the collector's clock."""
+        return float(t) - offsets.get(int(rank) if rank is not None else -1, 0.0)
+
     ranks: dict[int, _Started] = {}
     world = 0
     for rank, t, data, last_step, last_end in conn.execute(_STARTS_SQL, args):
         fields = json.loads(data) if data else {}
         world = max(world, int(fields.get("world_size") or 0))
-        mine = ranks.setdefault(int(rank), _Started(start_time=float(t)))
-        mine.start_time = min(mine.start_time, float(t))
+        mine = ranks.setdefault(int(rank), _Started(start_time=local(rank, t)))
+        mine.start_time = min(mine.start_time, local(rank, t))
         if fields.get("host") is not None:
             mine.host = str(fields["host"])
         if last_step is not None:
-            mine.last_step, mine.last_step_end = int(last_step), float(last_end)
+            mine.last_step, mine.last_step_end = int(last_step), local(rank, last_end)
     ended: dict[int, str] = {}
     end_time = None
     for rank, t, data in conn.execute(_ENDS_SQL, args):
         ended[int(rank)] = str((json.loads(data) if data else {}).get("reason") or "unknown")
-        end_time = max(end_time or t, t)
+        end_time = max(end_time or local(rank, t), local(rank, t))
     stepped = {r: v.last_step for r, v in ranks.items() if v.last_step is not None}
     leader_ends: tuple[float, ...] = ()
     leader_secs: tuple[float, ...] = ()
@@ -94,19 +115,27 @@ def load_live_state(conn: Connection, run: RunRow, *, now: float, lookback_s: fl
         leader = max(stepped, key=lambda r: (stepped[r], -r))
         rows = sorted(conn.execute(_RECENT_SQL, {**args, "r": leader, "n": recent_steps + 1}).all(),
                       key=lambda row: row[0])
-        leader_ends = tuple(float(e) for _, _, e in rows)
+        leader_ends = tuple(local(leader, e) for _, _, e in rows)
         leader_secs = tuple(float(e) - float(s) for _, s, e in rows)
         front = max(stepped.values())
         lo = max(min(stepped.values()) + 1, front - 1)
         for rank, step, n, last in conn.execute(_COLLECTIVES_SQL, {**args, "lo": lo, "hi": front + 1}):
-            done[(int(rank), int(step))] = (int(n), float(last))
+            done[(int(rank), int(step))] = (int(n), local(rank, last))
     beats: dict[int, tuple[float, int | None, int | None]] = {}
-    for rank, t, step, data in conn.execute(_HEARTBEATS_SQL, {**args, "since": now - lookback_s}):
+    # the lookback on the collector's clock: by a clock behind, heartbeats of the last minute are dated earlier
+    behind = min(0.0, *offsets.values()) if offsets else 0.0
+    for rank, t, step, data in conn.execute(_HEARTBEATS_SQL, {**args, "since": now - lookback_s + behind}):
+        if local(rank, t) < now - lookback_s:
+            continue
         n = (json.loads(data) if data else {}).get("collectives")
-        beats[int(rank)] = (float(t), None if step is None else int(step), None if n is None else int(n))
-    checkpoint_kinds = {**args, "kinds": ["checkpoint_start", "checkpoint_end"]}
-    kinds: dict[str, float] = dict(conn.execute(_KIND_TIMES_SQL, checkpoint_kinds).all())
-    previous = conn.execute(_PREVIOUS_END_SQL, args).scalar()
+        beats[int(rank)] = (local(rank, t), None if step is None else int(step), None if n is None else int(n))
+    checkpoint_kinds = {**args, "kinds": ["checkpoint_start", "checkpoint_end", "phase_start", "phase_end"]}
+    kinds: dict[str, float] = {}
+    skewed = any(offsets.values())
+    for kind, rank, t in conn.execute(_KIND_TIMES_BY_RANK_SQL if skewed else _KIND_TIMES_SQL, checkpoint_kinds):
+        kinds[kind] = max(kinds.get(kind, -math.inf), local(rank, t))
+    previous = max((local(rank, t) for rank, t in conn.execute(
+        _PREVIOUS_END_BY_RANK_SQL if skewed else _PREVIOUS_END_SQL, args) if t is not None), default=None)
     resume = conn.execute(_RESUME_SQL, args).scalar()
 
     out = []
@@ -118,7 +147,8 @@ def load_live_state(conn: Connection, run: RunRow, *, now: float, lookback_s: fl
         coll = done.get((rank, (last_step or 0) + 1), (0, None))
         beat = beats.get(rank)
         out.append(RankState(
-            rank=rank, host=info.host if info else None, reported=info is not None, last_step=last_step,
+            rank=rank, host=info.host if info else None, clock_offset_s=offsets.get(rank, 0.0),
+            reported=info is not None, last_step=last_step,
             last_step_end=info.last_step_end if info else None,
             collectives_done=coll[0], last_collective_end=coll[1],
             heartbeat_time=beat[0] if beat else None, heartbeat_step=beat[1] if beat else None,
@@ -131,8 +161,10 @@ def load_live_state(conn: Connection, run: RunRow, *, now: float, lookback_s: fl
         resume_step=int(resume) if resume is not None else None, ranks=tuple(out),
         leader_step_ends=leader_ends, leader_step_seconds=leader_secs,
         checkpoint_start=_float(kinds.get("checkpoint_start")), checkpoint_end=_float(kinds.get("checkpoint_end")),
+        phase_start=_float(kinds.get("phase_start")), phase_end=_float(kinds.get("phase_end")),
         previous_attempt_end=_float(previous), attempt_end_time=_float(end_time),
         first_time=run.first_time, latest_time=run.last_time,
+        clock_offset_s=reference_offset(offsets),
     )
 
 

@@ -143,6 +143,26 @@ collectives = Table(
 )
 
 
+class ClockReading(Base):
+    """What the requests that carried a (run, attempt, rank)'s events said of its clock, by the collector's clock
+    (services.storage.clock_readings): live hang detection measures the run's times against the collector's with
+    them. Per minute of receipt (`window_index`), the largest `time - received` of its events (`lead_s`) and the
+    largest `Goodput-Sent-At - received` of the requests that carried fresh events of it (`offset_s`), and the
+    previous minute's; attempt and rank -1: run-level events."""
+
+    __tablename__ = "clock_readings"
+
+    run_pk: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    rank: Mapped[int] = mapped_column(Integer, primary_key=True)
+    window_index: Mapped[int] = mapped_column(BigInteger)
+    lead_s: Mapped[float] = mapped_column(Double)
+    lead_prev_s: Mapped[float | None] = mapped_column(Double)
+    offset_s: Mapped[float | None] = mapped_column(Double)
+    offset_prev_s: Mapped[float | None] = mapped_column(Double)
+    received_at: Mapped[float] = mapped_column(Double)
+
+
 class ApiToken(Base):
     """An access token: `gpw_<token_id>_<secret>` (write) or `gpr_<token_id>_<secret>` (read), scoped to a project.
 

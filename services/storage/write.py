@@ -20,15 +20,17 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from sqlalchemy import Connection, Engine, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 
+from services.analysis.attempt_numbers import LEGACY
 from services.storage import pgcopy
-from services.storage.attempt_numbers import StaleAttemptNumbers, number_records, with_run_attempt
+from services.storage.attempt_numbers import RunKey, StaleAttemptNumbers, number_records, with_run_attempt
+from services.storage.clock_readings import ClockReadings, record_readings
 from services.storage.db import json_rows, psycopg_connection
 from services.storage.records import EventConflict, IngestRecord, IngestResult
 from services.storage.runs import DEFAULT_PROJECT
@@ -54,13 +56,16 @@ class ConflictingBatches(Exception):
 
 def write_batches(target: Engine | Connection, batches: Sequence[Sequence[IngestRecord]],
                   projects: Sequence[str | None] | None = None, *,
-                  known_runs: dict[tuple[str, str], int] | None = None) -> list[IngestResult]:
+                  known_runs: dict[tuple[str, str], int] | None = None,
+                  clocks: Sequence[ClockReadings | None] | None = None) -> list[IngestResult]:
     """`write_group` in its own transaction, committed; batches refused for a conflict are left out of a second
     transaction (each pass leaves out at least one, so this ends). One result per batch. `target`: an engine (a
     pooled connection per call) or a connection the caller holds (the writer's: no checkout and ping per group).
     `known_runs`: {(project, run_id): runs.id} the caller keeps between calls; runs in it are not looked up, and
-    the runs each committed transaction found or created are added to it."""
+    the runs each committed transaction found or created are added to it. `clocks`: what each batch's request
+    said of its senders' clocks (services.storage.clock_readings), kept for the batches written."""
     projects = list(projects) if projects is not None else [None] * len(batches)
+    clocks = list(clocks) if clocks is not None else [None] * len(batches)
     refused: dict[int, EventConflict] = {}
     while True:
         keep = [b for b in range(len(batches)) if b not in refused]
@@ -68,7 +73,7 @@ def write_batches(target: Engine | Connection, batches: Sequence[Sequence[Ingest
         try:
             with _transaction(target) as conn:
                 written = write_group(conn, [batches[b] for b in keep], [projects[b] for b in keep],
-                                      known_runs=known_runs, learned=learned)
+                                      known_runs=known_runs, learned=learned, clocks=[clocks[b] for b in keep])
         except ConflictingBatches as exc:  # rolled back: nothing of the group was stored
             refused.update((keep[k], conflict) for k, conflict in exc.conflicts.items())
             continue
@@ -100,7 +105,8 @@ def _transaction(target: Engine | Connection) -> Iterator[Connection]:
 def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
                 projects: Sequence[str | None] | None = None, *,
                 known_runs: Mapping[tuple[str, str], int] | None = None,
-                learned: dict[tuple[str, str], int] | None = None) -> list[IngestResult]:
+                learned: dict[tuple[str, str], int] | None = None,
+                clocks: Sequence[ClockReadings | None] | None = None) -> list[IngestResult]:
     """Insert every new event of every batch; commit is the caller's. Returns one result per batch.
 
     `projects[b]` is the project of batch b's write token: its runs are that project's (created there if new).
@@ -186,8 +192,31 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
     _insert_collectives(conn, new_records)
     mark_step_blocks(conn, new_records)
     _touch_runs(conn, new_records, key_of)
+    if clocks is not None:
+        record_readings(conn, [({run_id: pk for (p, run_id), pk in runs.items() if p == (project or DEFAULT_PROJECT)},
+                                _with_run_attempts(readings, keyed[b], runs, numbers))
+                               for b, (project, readings) in enumerate(zip(projects, clocks, strict=True))
+                               if readings is not None and b not in conflicts])
     return [IngestResult(accepted=a, duplicates=d, conflict=conflicts.get(b))
             for b, (a, d) in enumerate(zip(accepted, duplicates, strict=True))]
+
+
+def _with_run_attempts(readings: ClockReadings, batch: Sequence[tuple[tuple[str, str], IngestRecord]],
+                       runs: Mapping[tuple[str, str], int], numbers: Mapping[RunKey, int]) -> ClockReadings:
+    """A request's clock readings keyed by the run's attempt numbers, not the ones its launches sent."""
+    run_attempt = {(r.run_id, r.attempt, r.rank): numbers[(runs[key], r.launch or LEGACY, r.attempt)]
+                   for key, r in batch if r.attempt is not None}
+    if all(k[1] == n for k, n in run_attempt.items()):
+        return readings
+
+    def renamed(values: dict[tuple[str, int, int], float]) -> dict[tuple[str, int, int], float]:
+        out: dict[tuple[str, int, int], float] = {}
+        for (run_id, attempt, rank), value in values.items():
+            key = (run_id, run_attempt.get((run_id, attempt, rank), attempt), rank)
+            out[key] = max(value, out.get(key, value))
+        return out
+
+    return replace(readings, lead=renamed(readings.lead), offset=renamed(readings.offset))
 
 
 def _stored_form(r: IngestRecord) -> tuple[str | None, str]:

@@ -31,13 +31,15 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from services.errors import EventIdConflict, Overloaded, StorageUnavailable
+from services.storage.clock_readings import ClockReadings
 from services.storage.records import IngestRecord, IngestResult
 from services.storage.write import write_batches
 
 logger = logging.getLogger(__name__)
 
 _Answer = Future[IngestResult] | asyncio.Future[IngestResult]
-_Batch = tuple[Sequence[IngestRecord], int, _Answer, str | None]  # records, weight, answer, project
+# records, weight, answer, project, what its request said of its senders' clocks
+_Batch = tuple[Sequence[IngestRecord], int, _Answer, str | None, ClockReadings | None]
 # Runs are never deleted, so a run's primary key, once known, stays right: the writer keeps them (up to this many)
 # and looks up or creates only the runs it has not seen, instead of a query per group (services.storage.write).
 _KNOWN_RUNS_MAX = 100_000
@@ -111,21 +113,23 @@ class BatchWriter:
         self._threads = []
 
     def submit(self, records: Sequence[IngestRecord], *, project: str | None = None,
-               reserved: Reservation | None = None, weight: int | None = None) -> Future[IngestResult]:
+               reserved: Reservation | None = None, weight: int | None = None,
+               clocks: ClockReadings | None = None) -> Future[IngestResult]:
         """Queue one batch into the runs of `project` (None: "default"; services.storage.write); the future raises
         EventIdConflict when the batch repeats a stored event id with other content (nothing of it stored).
         With `reserved` (from `reserve`, before the batch was parsed) it is never refused: its room was held.
-        `weight`: the batch's `batch_weight`, when the caller has it already."""
+        `weight`: the batch's `batch_weight`, when the caller has it already. `clocks`: its request's clock
+        readings (services.storage.clock_readings), kept with it."""
         future: Future[IngestResult] = Future()
-        self._enqueue(records, future, project, reserved, weight)
+        self._enqueue(records, future, project, reserved, weight, clocks)
         return future
 
     def submit_on_loop(self, records: Sequence[IngestRecord], *, project: str | None = None,
-                       reserved: Reservation | None = None,
-                       weight: int | None = None) -> asyncio.Future[IngestResult]:
+                       reserved: Reservation | None = None, weight: int | None = None,
+                       clocks: ClockReadings | None = None) -> asyncio.Future[IngestResult]:
         """`submit` for a coroutine: the answer is a future of the running event loop."""
         future: asyncio.Future[IngestResult] = asyncio.get_running_loop().create_future()
-        self._enqueue(records, future, project, reserved, weight)
+        self._enqueue(records, future, project, reserved, weight, clocks)
         return future
 
     def reserve(self, rows: int) -> Reservation:
@@ -166,7 +170,7 @@ class BatchWriter:
             self._pending += rows
 
     def _enqueue(self, records: Sequence[IngestRecord], answer: _Answer, project: str | None,
-                 reserved: Reservation | None, weight: int | None) -> None:
+                 reserved: Reservation | None, weight: int | None, clocks: ClockReadings | None = None) -> None:
         if weight is None:
             weight = batch_weight(records)
         if reserved is not None:  # admitted already: the estimate becomes the batch's weight
@@ -174,7 +178,7 @@ class BatchWriter:
                 self._pending += weight - reserved.take()
         else:
             self._admit(weight)
-        self._queue.put((records, weight, answer, project))
+        self._queue.put((records, weight, answer, project, clocks))
         if self._pending >= HELPER_BACKLOG_ROWS and not self._backlog.is_set():
             self._backlog.set()
 
@@ -216,9 +220,9 @@ class BatchWriter:
         outcomes: list[IngestResult | Exception]
         started = time.monotonic()
         try:
-            results = self._write_on_held_connection([records for records, _, _, _ in group],
-                                                     [project for _, _, _, project in group])
-            self.drain.record(sum(weight for _, weight, _, _ in group), time.monotonic() - started)
+            results = self._write_on_held_connection([batch[0] for batch in group], [batch[3] for batch in group],
+                                                     [batch[4] for batch in group])
+            self.drain.record(sum(batch[1] for batch in group), time.monotonic() - started)
         except Exception as exc:  # every failure goes back to the waiting requests
             logger.warning("writing %d batches failed: %s", len(group), exc)
             self._run_pks.clear()  # in case the database was replaced under us: look every run up again
@@ -229,10 +233,10 @@ class BatchWriter:
                                         run_id=r.conflict.run_id) if r.conflict is not None else r for r in results]
         finally:
             with self._lock:
-                self._pending -= sum(weight for _, weight, _, _ in group)
+                self._pending -= sum(batch[1] for batch in group)
         on_loops: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[IngestResult], IngestResult | Exception]]]
         on_loops = {}
-        for (_, _, answer, _), outcome in zip(group, outcomes, strict=True):
+        for (_, _, answer, _, _), outcome in zip(group, outcomes, strict=True):
             if isinstance(answer, asyncio.Future):
                 on_loops.setdefault(answer.get_loop(), []).append((answer, outcome))
             else:
@@ -241,8 +245,8 @@ class BatchWriter:
             with contextlib.suppress(RuntimeError):  # the loop is closed: no one is waiting any more
                 loop.call_soon_threadsafe(_settle_all, answers)
 
-    def _write_on_held_connection(self, batches: list[Sequence[IngestRecord]],
-                                  projects: list[str | None]) -> list[IngestResult]:
+    def _write_on_held_connection(self, batches: list[Sequence[IngestRecord]], projects: list[str | None],
+                                  clocks: list[ClockReadings | None]) -> list[IngestResult]:
         """Each writer thread keeps its connection between groups (a pool checkout pings the server first: one
         round trip per group saved). A held connection the server dropped (restarted, idle timeout) fails on
         first use; the group is written once more on a new connection: safe, since the failed transaction left
@@ -252,7 +256,7 @@ class BatchWriter:
             if conn is None or conn.closed or conn.invalidated:
                 conn = self._held.conn = self._engine.connect()
             try:
-                return write_batches(conn, batches, projects, known_runs=self._known_runs())
+                return write_batches(conn, batches, projects, known_runs=self._known_runs(), clocks=clocks)
             except Exception as exc:  # the next group starts on a new connection, whatever went wrong
                 self._drop_held_connection()
                 if retry or not _is_disconnect(exc):

@@ -54,6 +54,10 @@ CASES = [
                                   "end": [T + 1, T + 2]}, "end.1"),
     ("oversize op name", {"event_id": "the-bad-one", "run_id": "bad-run", "kind": "collective", "time": T,
                           "attempt": 0, "rank": 0, "step": 1, "op": "a" * 65, "start": T, "end": T + 1}, "op"),
+    ("unknown phase", {"event_id": "the-bad-one", "run_id": "bad-run", "kind": "phase_start", "time": T,
+                       "attempt": 0, "rank": 0, "name": "warmup", "step": 0}, "name"),
+    ("phase end without ok", {"event_id": "the-bad-one", "run_id": "bad-run", "kind": "phase_end", "time": T,
+                              "attempt": 0, "rank": 0, "name": "eval", "step": 0}, "ok"),
 ]
 
 

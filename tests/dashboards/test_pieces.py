@@ -85,12 +85,14 @@ def test_empty_fleet_and_empty_run_draw_explanations_not_blank_axes() -> None:
 
 def test_ledger_waterfall_steps_down_from_allocated_to_productive() -> None:
     waste = {"startup": 360.0, "checkpoint": 0.0, "rework": 720.0, "hang": 0.0, "straggler": 0.0, "idle": 0.0}
-    fig = figures.ledger_figure(ledger(allocated_gpu_seconds=4680.0, productive_gpu_seconds=3600.0,
-                                       waste_gpu_seconds=waste))
+    fig = figures.ledger_figure(ledger(allocated_gpu_seconds=4860.0, productive_gpu_seconds=3600.0,
+                                       eval_gpu_seconds=180.0, waste_gpu_seconds=waste))
     bar = fig.data[0]
-    assert list(bar.x) == ["Allocated", "Startup", "Checkpoint", "Rework", "Hang", "Straggler", "Idle", "Productive"]
-    assert bar.y[0] == pytest.approx(1.3) and bar.y[-1] == pytest.approx(1.0)
-    assert bar.base[1] == pytest.approx(1.2) and bar.base[3] == pytest.approx(1.0)  # each step hangs off the last
+    assert list(bar.x) == ["Allocated", "Startup", "Checkpoint", "Rework", "Hang", "Straggler", "Idle", "Eval",
+                           "Productive"]
+    assert bar.y[0] == pytest.approx(1.35) and bar.y[-1] == pytest.approx(1.0)
+    assert bar.base[1] == pytest.approx(1.25) and bar.base[3] == pytest.approx(1.05)  # each step hangs off the last
+    assert bar.y[7] == pytest.approx(0.05) and bar.base[7] == pytest.approx(1.0)  # eval: neither waste nor productive
     assert fig.layout.yaxis.title.text == "GPU-hours"
 
 

@@ -173,3 +173,19 @@ def test_a_hung_runs_suspects_are_named_with_their_hosts() -> None:
     assert run_parts.suspects_text(live) == "Suspect rank 1 on node007 (no heartbeat for 41 s)."
     unknown = live_run(hung=True, suspects=[{"rank": 1, "reasons": ["no heartbeat for 41 s"]}])
     assert run_parts.suspects_text(unknown) == "Suspect rank 1 (no heartbeat for 41 s)."
+
+
+def test_a_hosts_clock_offset_is_on_the_drill_down_the_rank_table_and_the_ranks_note() -> None:
+    """Issue 30, point 5: host node001's clock 60 s ahead, measured from its ranks' step ends."""
+    config = SimConfig(run_id="c", ranks=16, hours=0.05, mtbf_s=None, seed=1, clock_offsets={"node001": 60.0})
+    detail, data, events = rank_of(config, 9)
+    assert detail.clock_offset_seconds == pytest.approx(60.0, abs=1e-3)
+    true_end = next(e for e in events if e["kind"] == "steps" and e["rank"] == 9)["end"][0] - 60.0
+    assert detail.steps.end[0] == pytest.approx(true_end, abs=1e-3)  # its times on the run's reference clock
+    text = flat_text(rank_panel(detail, None))
+    assert "Host clock1 min 00 s ahead" in text and "of the run's reference clock" in text
+    views, _, _ = views_of(config)
+    table = flat_text(run_parts.straggler_table(views.ranks, "c", None, shown=16))
+    assert "9node0011 min 00 s ahead" in table and "1node000in step" in table
+    note = run_parts.ranks_note(views.ranks, build_ledger(data))
+    assert "node001 1 min 00 s ahead" in note and "NTP" in note

@@ -86,7 +86,7 @@ class FakeCollector:
         if self.delay_s:
             time.sleep(self.delay_s)
         info = {"path": h.path, "encoding": h.headers.get("Content-Encoding"), "auth": h.headers.get("Authorization"),
-                "size": len(raw), "time": time.monotonic()}
+                "size": len(raw), "time": time.monotonic(), "sent_at": h.headers.get("Goodput-Sent-At")}
         try:
             body = gzip.decompress(raw) if info["encoding"] == "gzip" else raw
             payload = json.loads(body)

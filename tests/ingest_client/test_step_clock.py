@@ -241,3 +241,30 @@ def test_nccls_enqueue_times_on_the_steady_clock_or_the_system_clock_become_wall
     assert (op1, op2, seq1, seq2) == ("all_reduce", "all_reduce", 7, None)
     assert start1 == pytest.approx(wall, abs=0.01) and start2 == pytest.approx(wall, abs=1e-3)
     assert d1 == d2 == pytest.approx(0.00025)
+
+
+def test_an_eval_phase_on_a_cuda_job_covers_its_own_gpu_work_and_none_of_the_steps(
+        make_tracker: Any, gpu: SimulatedGpu, tmp_path: Path) -> None:
+    """No read-back anywhere: without the waits, the steps queued before the evaluation would be booked as eval,
+    and the evaluation's own GPU work as the next step."""
+    tracker = make_tracker(spool_dir=tmp_path / "spool")
+    for step in (1, 2, 3):
+        with tracker.step(step):
+            gpu.launch(KERNEL_S)
+    eval_from = gpu.idle_at()  # when the GPU has run the three steps
+    with tracker.phase("eval"):
+        gpu.launch(0.05)  # the evaluation's forward passes, queued
+        eval_to = gpu.idle_at()  # when the GPU will have run them
+    with tracker.step(4):
+        gpu.launch(KERNEL_S)
+    step4_to = gpu.idle_at()
+    tracker.finish()
+    records = spooled_records(tmp_path / "spool")
+    (start,) = [r["time"] for r in records if r["kind"] == "phase_start"]
+    (end,) = [r["time"] for r in records if r["kind"] == "phase_end"]
+    # from when the GPU ran the steps (or later, a host slowed by the machine's load), to when it ran the evaluation
+    assert eval_from - 0.003 <= start <= eval_from + 0.02 and eval_to - 0.003 <= end <= eval_to + 0.02
+    step4 = [(a, b) for r in records if r["kind"] == "steps" for s, a, b in zip(r["step"], r["start"], r["end"],
+                                                                                  strict=True) if s == 4]
+    assert step4[0][1] - step4[0][0] == pytest.approx(KERNEL_S, abs=0.003) and step4[0][1] == pytest.approx(
+        step4_to, abs=0.003)

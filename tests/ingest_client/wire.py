@@ -31,12 +31,15 @@ KINDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "run_end": ({"status": STR}, {"detail": STR}),
     "client_stats": ({**AR, "dropped_events": INT, "spool_dropped_events": INT, "send_failures": INT},
                      {"rejected_events": INT, "step_clock": STR, "collective_clock": STR}),
+    "phase_start": ({**AR, "name": STR, "step": INT}, {}),
+    "phase_end": ({**AR, "name": STR, "step": INT, "ok": BOOL}, {}),
 }
 for _required, _optional in KINDS.values():  # every record of a rank may name its launch
     if "attempt" in _required:
         _optional["launch"] = STR
 ENUMS = {"reason": {"completed", "failed", "preempted"}, "status": {"finished", "failed", "cancelled"},
          "step_clock": {"cpu", "cuda"}, "collective_clock": {"cpu", "cuda", "nccl", "off"}}
+PHASES = {"eval", "init_process_group"}  # a phase_start's / phase_end's `name`
 
 
 def _check_scalar(kind: str, value: Any) -> bool:
@@ -98,6 +101,8 @@ def validate_event(event: Any) -> str | None:
             return f"{kind}.{name} has a bad value {value!r}"
         if name in ENUMS and value not in ENUMS[name]:
             return f"{kind}.{name} = {value!r} not allowed"
+        if kind.startswith("phase_") and name == "name" and value not in PHASES:
+            return f"{kind}.name = {value!r} is not a phase"
     steps = event.get("step")
     for s in steps if isinstance(steps, list) else [steps] if steps is not None else []:
         if not 0 <= s <= 2**53:

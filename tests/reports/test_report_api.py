@@ -14,7 +14,7 @@ import pytest
 from services.presentation import gpu_seconds, gpu_time, gpu_time_unit, percent
 from services.simulate import SimConfig, simulate
 
-CATEGORIES = ["productive", "startup", "checkpoint", "rework", "hang", "straggler", "idle", "allocated"]
+CATEGORIES = ["productive", "eval", "startup", "checkpoint", "rework", "hang", "straggler", "idle", "allocated"]
 
 
 def send(client: Any, run_id: str, start_time: float, **kw: Any) -> None:

@@ -26,13 +26,15 @@ def _block(ranks: int, steps: int, seed: int, *, unknown_share: float = 0.0) -> 
 def test_a_block_read_back_from_its_bytes_is_the_block(ranks: int, steps: int, unknown_share: float) -> None:
     block = _block(ranks, steps, seed=ranks, unknown_share=unknown_share)
     back = block_from_bytes(block_to_bytes(block))
-    for f in dataclasses.fields(StepBlock):
-        mine, theirs = getattr(block, f.name), getattr(back, f.name)
+    fields = [(f.name, getattr(block, f.name), getattr(back, f.name)) for f in dataclasses.fields(StepBlock)]
+    fields += [(f"clocks.{f.name}", getattr(block.clocks, f.name), getattr(back.clocks, f.name))
+               for f in dataclasses.fields(block.clocks)]
+    for name, mine, theirs in fields:
         if isinstance(mine, np.ndarray):
-            assert mine.dtype == theirs.dtype and mine.shape == theirs.shape, f.name
-            np.testing.assert_array_equal(mine, theirs, err_msg=f.name)
-        else:
-            assert mine == theirs, f.name
+            assert mine.dtype == theirs.dtype and mine.shape == theirs.shape, name
+            np.testing.assert_array_equal(mine, theirs, err_msg=name)
+        elif name != "clocks":
+            assert mine == theirs, name
     assert (back.excess is None) == (block.excess is None)
 
 

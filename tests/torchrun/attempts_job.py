@@ -2,10 +2,10 @@
 
 Every worker process appends JSON lines to ``<log-dir>/<node>-local<L>.jsonl`` (``ATTEMPTS_JOB_NODE`` names the
 node; ranks can move between nodes from one rendezvous round to the next, local ranks do not): ``start`` before
-anything is imported (pid, rank, torchrun's restart count), ``joined`` once the process group is up, ``resumed``,
-``step``, ``checkpoint``, ``failing`` and ``done``. A generation that dies in ``init_process_group`` leaves only
-its ``start`` lines. The job decides "first generation" from a marker file it writes when it fails, so no count
-of goodput's decides what it does.
+anything is imported (pid, rank, torchrun's restart count), ``init`` as it calls ``init_process_group``, ``joined``
+once the process group is up, ``resumed``, ``step``, ``checkpoint``, ``failing`` and ``done``. A generation that
+dies in ``init_process_group`` leaves only its ``start`` (and ``init``) lines. The job decides "first generation"
+from a marker file it writes when it fails, so no count of goodput's decides what it does.
 
 Faults (each in the first generation only):
 
@@ -18,8 +18,11 @@ Faults (each in the first generation only):
   ``ATTEMPTS_JOB_FAIL=kill``: that rank SIGKILLs itself instead (after its records reached the spool: the kill
   loses nothing the ledger could have seen).
 - ``--hold-at-step K``: once some generation failed (the marker exists), every rank stops after step K for good
-  (``holding`` in the log, once per job: a marker) and waits to be killed with the whole job, as when a node or
+  (``halted`` in the log, once per job: a marker) and waits to be killed with the whole job, as when a node or
   the allocation is lost; a relaunch of the job then resumes from the last checkpoint.
+- ``--hold-before-init NODE``: the worker on that node logs ``holding`` and waits before ``init_process_group``
+  for a peer's signal that never comes (the test kills it and its agent: a peer that never comes); its peers wait in
+  ``init_process_group`` until ``--init-timeout`` (20 s) and raise.
 
 Goodput: only ``init()`` after the process group is up, as the README shows; under ``goodput launch`` the
 bootstrap has already recorded the attempt.
@@ -66,6 +69,8 @@ def main() -> int:
     pause_s = float(_arg("--pause-s", "8") or 8)
     die_in_init = int(_arg("--die-in-init", "-1") or -1)
     hold_at = int(_arg("--hold-at-step", "0") or 0)
+    hold_before_init = _arg("--hold-before-init")
+    init_timeout_s = float(_arg("--init-timeout", "20") or 20)
     marker = os.path.join(log_dir, "failed-once")
     held = os.path.join(log_dir, "held-once")
     first = not os.path.exists(marker)
@@ -91,7 +96,12 @@ def main() -> int:
         dist.init_process_group("gloo", init_method="tcp://127.0.0.1:1", rank=rank, world_size=world,
                                 timeout=timedelta(seconds=2))
         raise AssertionError("init_process_group on a closed port returned")
-    dist.init_process_group("gloo", timeout=timedelta(seconds=20))
+    if first and hold_before_init == NODE:
+        log.write("holding", rank=rank)
+        while True:  # a peer that never comes: nothing ends this but a kill
+            time.sleep(1.0)
+    log.write("init", rank=rank)
+    dist.init_process_group("gloo", timeout=timedelta(seconds=init_timeout_s))
     log.common["rank"] = rank
     log.write("joined", world_size=world)
 
@@ -134,7 +144,7 @@ def main() -> int:
             if rank == 0:
                 open(held, "w").close()
             tracker.flush(2.0)
-            log.write("holding", step=step)
+            log.write("halted", step=step)
             time.sleep(3600)
     log.write("done", final_step=steps)
     tracker.finish()  # goodput launch reports run_end

@@ -61,12 +61,13 @@ class Collector:
                 self.proc.wait(timeout=10)
 
 
-def start_collector(workdir: Path, port: int | None = None) -> Collector:
-    """`goodput serve --port P` on SQLite (goodput.db in `workdir`), healthy when this returns."""
+def start_collector(workdir: Path, port: int | None = None, **settings: str) -> Collector:
+    """`goodput serve --port P` on SQLite (goodput.db in `workdir`), healthy when this returns; `settings`: GOODPUT_*
+    variables of the collector."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     proc = subprocess.Popen([*GOODPUT, "serve", "--port", str(port), "--no-dashboard"], cwd=workdir,
-                            env=env_with(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                            env=env_with(**settings), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     collector = Collector(url=f"http://127.0.0.1:{port}", port=port, db_path=workdir / "goodput.db", proc=proc)
     try:
         wait_healthy(collector.url, proc)

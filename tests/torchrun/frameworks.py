@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from tests.test_cli import env_with
 
 
@@ -111,3 +113,21 @@ def ledger_has_caught_up(truth: Truth) -> Callable[[dict[str, Any]], bool]:
                 and checkpoints["count"] == checkpoints["ok"] == len(truth.checkpoint_steps))
 
     return caught_up
+
+
+def eval_wall_seconds(log: list[dict[str, Any]]) -> tuple[float, int]:
+    """(wall seconds of the job's evaluations, how many): per (launch, step), the first rank's ``eval`` start to the
+    last rank's end, as the ledger spans a phase the ranks share."""
+    spans: dict[tuple[int, int], tuple[float, float]] = {}
+    for e in log:
+        if e["event"] == "eval":
+            lo, hi = spans.get((e["launch"], e["step"]), (e["start"], e["end"]))
+            spans[(e["launch"], e["step"])] = (min(lo, e["start"]), max(hi, e["end"]))
+    return sum(hi - lo for lo, hi in spans.values()), len(spans)
+
+
+def flagged_stragglers(url: str, run_id: str) -> tuple[list[int], list[int], dict[str, Any]]:
+    """(ranks /stragglers flags, ranks the run page paints as stragglers, the report)."""
+    report = httpx.get(f"{url}/v1/runs/{run_id}/stragglers", timeout=30).json()
+    view = httpx.get(f"{url}/v1/runs/{run_id}/view", timeout=60).json()
+    return [r["rank"] for r in report["ranks"] if r["flagged"]], view["ranks"]["straggler_ranks"], report

@@ -146,7 +146,7 @@ def test_a_two_node_job_with_a_killed_worker_then_relaunched_on_two_other_hosts(
         tails = lambda: "\n".join(agent.tail() for agent in agents)  # noqa: E731
 
         def both_holding() -> bool:
-            return len([x for x in job_lines(log_dir) if x["event"] == "holding"]) == 2
+            return len([x for x in job_lines(log_dir) if x["event"] == "halted"]) == 2
 
         wait_for(both_holding, 180, f"both nodes at step {HOLD_AT} after the restart\n{tails()}")
         time.sleep(1.0)  # heartbeats and the last records sent

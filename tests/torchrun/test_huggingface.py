@@ -6,6 +6,8 @@ examples/train_huggingface.py saves every 8 steps; process 0 SIGKILLs the job on
 resumes from ``checkpoint-8``. The ledger must agree with the job's own log: one restart, the resume step, the
 reworked steps, the checkpoints and their blocking time; with 2 processes, two ranks. The Trainer restores the model,
 optimizer, scheduler, RNG state and data position, so the digests every 4 steps match and the resume check says ok.
+
+Under DDP the callback times collectives (a process slowed on purpose is named) and books evaluation as ``eval``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ import pytest
 from tests.ledger_checks import assert_partition
 from tests.test_cli import REPO
 from tests.torchrun.conftest import TORCHRUN, Collector, fetch_ledger
-from tests.torchrun.frameworks import job_log, ledger_has_caught_up, run_launch, truth_from
+from tests.torchrun.frameworks import (
+    eval_wall_seconds,
+    flagged_stragglers,
+    job_log,
+    ledger_has_caught_up,
+    run_launch,
+    truth_from,
+)
 
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
@@ -63,3 +72,25 @@ def test_hf_trainer_killed_and_resumed_from_its_checkpoint_equals_the_jobs_log_a
     # something was compared: the digest at step 12 on every rank, and the logged losses and learning rates
     assert resume["compared"]["digest"] == nproc and resume["compared"]["loss"] > 0 < resume["compared"]["lr"], resume
     assert resume["compared"]["digest_at_load"] == nproc, resume  # the state loaded against the one saved at 8
+
+
+def test_hf_trainer_under_ddp_names_the_slowed_process_and_books_evaluation_as_eval(tmp_path: Path,
+                                                                                   collector: Collector) -> None:
+    run_id, workdir = "hf-slow-rank", tmp_path / "job"
+    workdir.mkdir()
+    run = run_launch([*TORCHRUN, "--standalone", "--nproc-per-node", "2", str(SCRIPT), "--steps", "30",
+                      "--save-steps", "100", "--straggler-rank", "1", "--straggler-sleep", "0.05",
+                      "--eval-steps", "10", "--eval-sleep", "0.05", "--output-dir", str(workdir / "out"),
+                      "--log-dir", str(workdir / "logs")], workdir, run_id=run_id, url=collector.url)
+    assert run.returncode == 0, run.output[-3000:]
+    eval_s, evaluations = eval_wall_seconds(job_log(workdir / "logs"))
+    assert evaluations >= 2, "the job evaluated between its steps"
+
+    ledger = fetch_ledger(collector.url, run_id, lambda ledger: ledger["status"] == "finished")
+    assert_partition(ledger)
+    assert ledger["steps"]["kept"] == 30
+    # evaluation is its own figure (it was idle); the callback's span starts after the step's training log, just
+    # before Trainer.evaluate, and ends at on_evaluate, just before it returns
+    assert ledger["eval_gpu_seconds"] == pytest.approx(2 * eval_s, abs=2 * 0.03 * evaluations), (ledger, eval_s)
+    flagged, painted, report = flagged_stragglers(collector.url, run_id)
+    assert flagged == painted == [1], report["ranks"]  # collectives timed under the Trainer: the slow process

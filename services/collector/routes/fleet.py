@@ -10,6 +10,7 @@ from typing import Annotated
 import numpy as np
 from fastapi import APIRouter, HTTPException, Query
 
+from services.analysis.categories import EVAL, WASTE_KEYS
 from services.analysis.ledger_types import Ledger, WasteBreakdown
 from services.analysis.usage import USAGE_KEYS, Usage, bucket_width, clip_usage, usage_in_bins, usage_of_pieces
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunScopeDep
@@ -71,14 +72,16 @@ def usage_of(ledger: Ledger) -> tuple[Usage, bool]:
     (flagged: `False`)."""
     if ledger.usage is not None:
         return ledger.usage, True
-    totals = np.array([[ledger.productive_gpu_seconds, *(ledger.waste_gpu_seconds[k] for k in USAGE_KEYS[1:])]])
+    totals = np.array([[ledger.productive_gpu_seconds, ledger.eval_gpu_seconds,
+                        *(ledger.waste_gpu_seconds[k] for k in WASTE_KEYS)]])
     first = ledger.first_time or 0.0
     last = max(ledger.latest_time or first, first + 1e-6)
     return usage_of_pieces(np.array([first]), np.array([last]), totals), False
 
 
 def window_figures(clipped: dict[str, float]) -> WindowFigures:
-    waste = WasteBreakdown(**{k: clipped[k] for k in USAGE_KEYS[1:]})
-    allocated = clipped["productive"] + sum(clipped[k] for k in USAGE_KEYS[1:])
+    waste = WasteBreakdown(**{k: clipped[k] for k in WASTE_KEYS})
+    allocated = sum(clipped[k] for k in USAGE_KEYS)
     return WindowFigures(allocated_gpu_seconds=allocated, productive_gpu_seconds=clipped["productive"],
-                         waste_gpu_seconds=waste, goodput=clipped["productive"] / allocated if allocated > 0 else None)
+                         eval_gpu_seconds=clipped[EVAL], waste_gpu_seconds=waste,
+                         goodput=clipped["productive"] / allocated if allocated > 0 else None)

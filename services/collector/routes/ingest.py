@@ -11,6 +11,7 @@ OpenAPI operation is declared by `openapi_operation()`, so the schema and the fu
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -31,11 +32,13 @@ from services.collector.plausibility import check_plausible
 from services.errors import InvalidBatch, Overloaded
 from services.metrics import CollectorInstruments
 from services.settings import IngestSettings, ServiceSettings
+from services.storage.clock_readings import ClockReadings, RequestClock, readings_of
 from services.storage.records import IngestRecord
 from services.storage.writer import BatchWriter, batch_weight
 
 PATH = "/v1/events"
 _PACE_HEADER = PACE_HEADER.lower().encode()
+SENT_AT_HEADER = "Goodput-Sent-At"  # the sender's clock as it sent the request (services.storage.clock_readings)
 _ERROR_STATUSES = (400, 401, 403, 405, 408, 413, 415, 422, 503)
 
 
@@ -80,8 +83,10 @@ class IngestEndpoint:
         instruments: CollectorInstruments = state.metrics.instruments
         budget: BodyBudget = state.body_budget
         pace: SendPace = state.pace
+        received_at = time.time()
         principal = require_writer(await auth.authenticate_scope(scope))
         headers = _Headers(scope["headers"])
+        clock = RequestClock(received_at=received_at, sent_at=_sent_at(headers.sent_at))
         pace.seen(sender_of(scope["headers"], scope.get("client")))
         client = f"token:{principal.token_id}" if principal.token_id is not None else \
             f"address:{scope['client'][0] if scope.get('client') else '?'}"
@@ -98,15 +103,15 @@ class IngestEndpoint:
                 # refused, so an overloaded collector spends no core on parses it throws away
                 with writer.reserve(self._row_size.rows_in(len(body))) as reservation:
                     if len(body) <= INLINE_PARSE_BYTES:
-                        records = _validated(body, settings)
+                        records, readings = _validated(body, settings, clock)
                     else:
                         parser: ThreadPoolExecutor = state.parser
-                        records = await asyncio.get_running_loop().run_in_executor(parser, _validated, body,
-                                                                                   settings)
+                        records, readings = await asyncio.get_running_loop().run_in_executor(
+                            parser, _validated, body, settings, clock)
                     weight = batch_weight(records)
                     self._row_size.learn(len(body), weight)
                     answer = writer.submit_on_loop(records, project=principal.project, reserved=reservation,
-                                                   weight=weight)
+                                                   weight=weight, clocks=readings)
             result = await answer
         except InvalidBatch as exc:
             instruments.count_rejected(exc.code)
@@ -142,18 +147,36 @@ class _NotAllowed(InvalidBatch):
 
 
 class _Headers:
-    """The two request headers the endpoint reads, found in one pass over the scope's raw headers."""
+    """The request headers the endpoint reads, found in one pass over the scope's raw headers."""
 
-    __slots__ = ("content_length", "content_encoding")
+    __slots__ = ("content_length", "content_encoding", "sent_at")
 
     def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
         self.content_length: str | None = None
         self.content_encoding: str | None = None
+        self.sent_at: str | None = None
         for name, value in raw:
             if name == b"content-length":
                 self.content_length = value.decode("latin-1")
             elif name == b"content-encoding":
                 self.content_encoding = value.decode("latin-1")
+            elif name == b"goodput-sent-at":
+                self.sent_at = value.decode("latin-1")
+
+
+def _sent_at(value: str | None) -> float | None:
+    """The Goodput-Sent-At header's epoch seconds; a value that is not one is refused (400), never guessed."""
+    if value is None:
+        return None
+    try:
+        sent = float(value)
+    except ValueError:
+        sent = math.nan
+    if not math.isfinite(sent) or sent < 0:
+        raise InvalidBatch(f"the {SENT_AT_HEADER} header must be the sender's clock in epoch seconds "
+                           f"(time.time()), got {value[:40]!r}", status=400, code="bad_header",
+                           field=SENT_AT_HEADER)
+    return sent
 
 
 def openapi_operation() -> dict[str, Any]:
@@ -190,11 +213,12 @@ INLINE_PARSE_BYTES = 16 * 1024
 PARSE_THREADS = 2
 
 
-def _validated(body: bytes | bytearray, settings: ServiceSettings) -> list[IngestRecord]:
+def _validated(body: bytes | bytearray, settings: ServiceSettings,
+               clock: RequestClock) -> tuple[list[IngestRecord], ClockReadings]:
     limits = settings.ingest
     records = parse_batch(body, max_events=limits.max_events_per_batch, max_rows=limits.max_rows_per_batch)
     check_plausible(records, settings.plausibility, now=time.time())
-    return records
+    return records, readings_of(records, clock)
 
 
 class RowSize:

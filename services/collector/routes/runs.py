@@ -55,7 +55,8 @@ def list_item(listed: ListedRun) -> RunListItem:
     return RunListItem(run_id=listed.row.run_id, project=listed.row.project, status=ledger.status,
                        first_time=ledger.first_time, last_time=ledger.latest_time,
                        allocated_gpu_seconds=ledger.allocated_gpu_seconds,
-                       productive_gpu_seconds=ledger.productive_gpu_seconds, goodput=ledger.goodput,
+                       productive_gpu_seconds=ledger.productive_gpu_seconds,
+                       eval_gpu_seconds=ledger.eval_gpu_seconds, goodput=ledger.goodput,
                        waste_gpu_seconds=ledger.waste_gpu_seconds, restarts=ledger.restarts, stale=listed.stale,
                        provisional=ledger.provisional)
 

@@ -23,6 +23,7 @@ from services.collector.schemas.views import RunCheckpoints, RunRanks, RunRestar
 from services.derive.live import LEDGER_BUDGET_S, live_for_row, live_hang_of
 from services.derive.views import current_views, recent_views
 from services.errors import RunDetailPruned
+from services.storage.clock_readings import rank_collector_offset
 from services.storage.rank_rows import load_rank_comm, load_rank_events, load_rank_steps
 
 # How long /view?stale_ok=true waits for a fresh build before it answers with the stored one.
@@ -54,7 +55,9 @@ def get_rank(run: RunDep, analyses: AnalysesDep,
         steps = load_rank_steps(conn, run.pk, rank)
         comm = load_rank_comm(conn, run.pk, rank) if steps["comm"].isna().any() else comm_frame()
         events = load_rank_events(conn, run.pk, rank)
-    return build_rank_detail(views, rank, steps, comm, events)
+        collector = rank_collector_offset(conn, run.pk, rank)
+    detail = build_rank_detail(views, rank, steps, comm, events)
+    return detail.model_copy(update={"collector_clock_offset_seconds": collector})
 
 
 @router.get("/v1/runs/{run_id:path}/checkpoints", response_model=RunCheckpoints, responses=NOT_FOUND,

@@ -13,6 +13,7 @@ class WindowFigures(BaseModel):
 
     allocated_gpu_seconds: float
     productive_gpu_seconds: float
+    eval_gpu_seconds: float = Field(0.0, description="validation between steps: neither productive nor waste")
     waste_gpu_seconds: WasteBreakdown
     goodput: float | None
 
@@ -20,8 +21,9 @@ class WindowFigures(BaseModel):
 class RunInWindow(BaseModel):
     run: RunListItem = Field(description="the run as /v1/runs lists it: figures of its whole life")
     window: WindowFigures
-    buckets: dict[str, list[float]] = Field(description="GPU-seconds per bucket of the range, per key (productive "
-                                            "and the waste categories; keys that are zero in every bucket left out)")
+    buckets: dict[str, list[float]] = Field(description="GPU-seconds per bucket of the range, per key (productive, "
+                                            "eval and the waste categories; keys that are zero in every bucket left "
+                                            "out)")
     laid_out: bool = Field(description="false: the run's stored ledger predates the time layout; its figures "
                                        "are spread evenly over its life until it is analysed again")
 

@@ -271,6 +271,22 @@ class RunEnd(_Event):
     detail: Annotated[str, StringConstraints(max_length=2048)] | None = None  # e.g. the scheduler's reason
 
 
+PhaseName = Literal["eval", "init_process_group"]  # docs/events.md, "Phases"
+
+
+class PhaseStart(_RankEvent):
+    kind: Literal["phase_start"]
+    name: PhaseName
+    step: StepNo  # the last step completed when the phase began
+
+
+class PhaseEnd(_RankEvent):
+    kind: Literal["phase_end"]
+    name: PhaseName
+    step: StepNo  # the step of its phase_start
+    ok: bool
+
+
 class ClientStats(_RankEvent):
     kind: Literal["client_stats"]
     dropped_events: Count = 0
@@ -284,13 +300,14 @@ class ClientStats(_RankEvent):
 
 AnyEvent = Annotated[
     RunSubmitted | AllocationStart | AllocationEnd | AttemptStart | Resume | Step | Steps | CheckpointStart
-    | CheckpointEnd | Collective | Collectives | Heartbeat | Digest | AttemptEnd | RunEnd | ClientStats,
+    | CheckpointEnd | Collective | Collectives | Heartbeat | Digest | AttemptEnd | RunEnd | ClientStats | PhaseStart
+    | PhaseEnd,
     Field(discriminator="kind"),
 ]
 EVENT_KINDS = (
     "run_submitted", "allocation_start", "allocation_end", "attempt_start", "resume", "step", "steps",
     "checkpoint_start", "checkpoint_end", "collective", "collectives", "heartbeat", "digest", "attempt_end",
-    "run_end", "client_stats",
+    "run_end", "client_stats", "phase_start", "phase_end",
 )
 
 

@@ -15,6 +15,7 @@ class RunListItem(BaseModel):
     last_time: float | None
     allocated_gpu_seconds: float
     productive_gpu_seconds: float
+    eval_gpu_seconds: float = Field(0.0, description="validation between steps: neither productive nor waste")
     goodput: float | None
     waste_gpu_seconds: WasteBreakdown
     restarts: int
