@@ -20,7 +20,7 @@ it read the new ones; groups that only read never wait for each other.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -87,7 +87,7 @@ def number_records(conn: Connection, records: Sequence[tuple[int, IngestRecord]]
     return numbers
 
 
-def with_run_attempt(record: IngestRecord, numbers: dict[RunKey, int], run_pk: int) -> IngestRecord:
+def with_run_attempt(record: IngestRecord, numbers: Mapping[RunKey, int], run_pk: int) -> IngestRecord:
     """The record with its run's attempt number (records without an attempt as they are)."""
     if record.attempt is None:
         return record

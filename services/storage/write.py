@@ -20,17 +20,16 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from sqlalchemy import Connection, Engine, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 
-from services.analysis.attempt_numbers import LEGACY
 from services.storage import pgcopy
 from services.storage.attempt_numbers import RunKey, StaleAttemptNumbers, number_records, with_run_attempt
-from services.storage.clock_readings import ClockReadings, record_readings
+from services.storage.clock_readings import ClockReadings, RequestClock, readings_of, record_readings
 from services.storage.db import json_rows, psycopg_connection
 from services.storage.records import EventConflict, IngestRecord, IngestResult
 from services.storage.runs import DEFAULT_PROJECT
@@ -203,20 +202,13 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
 
 def _with_run_attempts(readings: ClockReadings, batch: Sequence[tuple[tuple[str, str], IngestRecord]],
                        runs: Mapping[tuple[str, str], int], numbers: Mapping[RunKey, int]) -> ClockReadings:
-    """A request's clock readings keyed by the run's attempt numbers, not the ones its launches sent."""
-    run_attempt = {(r.run_id, r.attempt, r.rank): numbers[(runs[key], r.launch or LEGACY, r.attempt)]
-                   for key, r in batch if r.attempt is not None}
-    if all(k[1] == n for k, n in run_attempt.items()):
+    """A request's clock readings keyed by the run's attempt numbers, not the ones its launches sent: read again
+    from its records as numbered (the request's sending time is its offset plus its arrival)."""
+    if all(r.launch is None for _, r in batch):
         return readings
-
-    def renamed(values: dict[tuple[str, int, int], float]) -> dict[tuple[str, int, int], float]:
-        out: dict[tuple[str, int, int], float] = {}
-        for (run_id, attempt, rank), value in values.items():
-            key = (run_id, run_attempt.get((run_id, attempt, rank), attempt), rank)
-            out[key] = max(value, out.get(key, value))
-        return out
-
-    return replace(readings, lead=renamed(readings.lead), offset=renamed(readings.offset))
+    sent = next(iter(readings.offset.values())) + readings.received_at if readings.offset else None
+    return readings_of([with_run_attempt(r, numbers, runs[key]) for key, r in batch],
+                       RequestClock(received_at=readings.received_at, sent_at=sent))
 
 
 def _stored_form(r: IngestRecord) -> tuple[str | None, str]:

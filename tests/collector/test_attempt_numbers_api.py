@@ -83,7 +83,7 @@ def post_in_batches(client: Any, events: list[dict[str, Any]], rng: random.Rando
 
 
 def stored(engine: Engine, run_id: str) -> dict[str, Any]:
-    """What the database holds per (attempt, rank): attempt_starts and step rows."""
+    """What the database holds per (attempt, rank): attempt_starts, step rows, what requests said of the clocks."""
     with engine.connect() as conn:
         starts = conn.execute(text(
             "SELECT e.attempt, e.rank, count(*) FROM events e JOIN runs r ON r.id = e.run_pk "
@@ -91,7 +91,11 @@ def stored(engine: Engine, run_id: str) -> dict[str, Any]:
         rows = conn.execute(text(
             "SELECT s.attempt, s.rank, count(*) FROM steps s JOIN runs r ON r.id = s.run_pk WHERE r.run_id = :run "
             "GROUP BY s.attempt, s.rank"), {"run": run_id}).all()
-    return {"starts": sorted(tuple(r) for r in starts), "steps": sorted(tuple(r) for r in rows)}
+        clocks = conn.execute(text(
+            "SELECT c.attempt, c.rank FROM clock_readings c JOIN runs r ON r.id = c.run_pk WHERE r.run_id = :run"),
+            {"run": run_id}).all()
+    return {"starts": sorted(tuple(r) for r in starts), "steps": sorted(tuple(r) for r in rows),
+            "clock readings": sorted(tuple(r) for r in clocks)}
 
 
 def ledger(client: Any, run_id: str) -> dict[str, Any]:
