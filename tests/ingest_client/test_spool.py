@@ -47,7 +47,7 @@ def test_torn_last_frame_is_skipped_and_earlier_frames_kept(tmp_path: Path) -> N
     assert batch.torn
 
 
-def test_crc_detects_a_corrupt_tail(tmp_path: Path) -> None:
+def test_crc_detects_a_corrupt_last_frame(tmp_path: Path) -> None:
     path = tmp_path / "a.000001.spool"
     _write(path, _payloads(3))
     data = bytearray(path.read_bytes())
@@ -55,7 +55,7 @@ def test_crc_detects_a_corrupt_tail(tmp_path: Path) -> None:
     path.write_bytes(bytes(data))
     batch = read_frames(path, 0, max_events=100, max_bytes=10**6)
     assert [json.loads(p)["n"] for p in batch.payloads] == [0, 1]
-    assert batch.torn
+    assert batch.corrupt_frames == 1 and batch.end_offset == len(data) and not batch.torn
 
 
 def test_garbage_header_length_is_treated_as_torn(tmp_path: Path) -> None:
