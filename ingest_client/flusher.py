@@ -383,7 +383,7 @@ class Pipeline:
     def _spool_failed(self, exc: OSError, consequence: str = _UNSPOOLED) -> None:
         """Say once that the spool's disk fails (then once a minute in the log, for who configured logging)."""
         if not self._warn.once(
-            "spool-failed", "goodput: cannot write the spool in %s (%s). %s. Free space on that disk, or set "
+            "spool", "goodput: cannot write the spool in %s (%s). %s. Free space on that disk, or set "
             "GOODPUT_SPOOL_DIR to another.", self.settings.spool_run_dir, exc, consequence,
         ):
             self._warn.warning("spool", "goodput: cannot write the spool in %s: %s", self.settings.spool_run_dir, exc)

@@ -37,6 +37,7 @@ class RateLimitedLogger:
         if key in self._said:
             return False
         self._said.add(key)
+        self._last_s[key] = time.monotonic()  # warning() with the same key repeats it a whole interval later
         if not self._logger.isEnabledFor(logging.WARNING):
             return False
         if reaches_a_handler(self._logger):
