@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.faults.conftest import WORKER, Collector, stored_steps
@@ -68,3 +69,31 @@ def test_300_steps_at_a_wrong_url_then_sync_to_the_collector_sends_every_record(
     assert synced.stdout.startswith(f"sent {len(records)} records, 0 already acknowledged"), synced.stdout
     assert stored_steps(sqlite_collector.db_url, "wrong-url") == {0: list(range(1, STEPS + 1))}
     assert not list(spool.rglob("*.spool")), "a fully sent spool is deleted"
+
+
+def test_a_launch_whose_relay_meets_a_web_page_keeps_everything_for_sync(sqlite_collector: Collector,
+                                                                         tmp_path: Path) -> None:
+    """Under `goodput launch` the rank's records go to the node relay, which sends them on: the relay and the
+    launcher's own run events meet the wrong URL and keep everything in their spools; sync sends it all."""
+    server = web_page()
+    spool = tmp_path / "spool"
+    try:
+        launched = subprocess.run(
+            [*GOODPUT, "launch", "--run-id", "relayed-wrong-url", "--gpus", "1", "--timeout", "2", "--",
+             sys.executable, str(WORKER), "100", "0.01", "2"], capture_output=True, text=True, timeout=300,
+            env=env_with(GOODPUT_URL=server.url, GOODPUT_SPOOL_DIR=str(spool), RANK="0", LOCAL_RANK="0",
+                         WORLD_SIZE="1", TORCHELASTIC_RESTART_COUNT="0"))
+    finally:
+        server.stop()
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    assert '"acknowledged": true' in launched.stdout, "the relay took the rank's records"
+    said = [line for line in launched.stderr.splitlines() if "/v1/events answered" in line]
+    assert 1 <= len(said) <= 2 and all("Welcome to nginx!" in line for line in said), launched.stderr[-3000:]
+    assert {s.path for s in server.seen} >= {"/v1/events"}
+    sqlite_collector.start()
+    synced = subprocess.run([*GOODPUT, "sync", str(spool), "--url", sqlite_collector.url], capture_output=True,
+                            text=True, timeout=300, env=env_with())
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    assert stored_steps(sqlite_collector.db_url, "relayed-wrong-url") == {0: list(range(1, 101))}
+    run = httpx.get(f"{sqlite_collector.url}/v1/runs/relayed-wrong-url", timeout=60).json()
+    assert run["status"] == "finished", run

@@ -195,3 +195,32 @@ def test_goodput_simulate_takes_the_token_from_a_file(how: str, token_file: Path
         assert time.monotonic() - started < 120
     finally:
         collector.stop()
+
+
+def test_under_torchrun_no_agent_or_worker_shows_the_token(token_file: Path, tmp_path: Path) -> None:
+    """torchrun's agent and its two workers (the real client, started by the bootstrap, sending through the relay)
+    under `goodput launch --token-file`: none has the token on its command line, each finds the file's path in its
+    environment, and every record reaches the collector with the token."""
+    token_copy = tmp_path / "probe-token"
+    token_copy.write_text(TOKEN)
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE.replace('pathlib.Path(sys.argv[1])', 'pathlib.Path(sys.argv[1] + os.environ["RANK"])'))
+    collector = FakeCollector(token=TOKEN)
+    try:
+        launched = subprocess.run(
+            [*GOODPUT, "launch", "--run-id", "tokens-torchrun", "--token-file", str(token_file), "--",
+             sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--nnodes", "1", "--standalone",
+             "--max-restarts", "0", str(script), str(tmp_path / "probe-rank"), str(token_copy)],
+            env=env_with(GOODPUT_URL=collector.url, GOODPUT_SPOOL_DIR=str(tmp_path / "spool")),
+            capture_output=True, text=True, timeout=600)
+        assert launched.returncode == 0, launched.stderr[-3000:]
+        for rank in range(2):
+            probe = json.loads((tmp_path / f"probe-rank{rank}").read_text())
+            assert probe["exposed"] == [] and probe["env"] == {"GOODPUT_TOKEN_FILE": str(token_file)}
+            assert probe["acknowledged"] is True
+        assert collector.wait_for(lambda c: c.of_kind("run_end"), timeout_s=30)
+        steps = {(e["rank"], s) for e in collector.of_kind("steps") for s in e["step"]}
+        assert steps == {(rank, s) for rank in range(2) for s in range(1, 21)}
+        assert {r["auth"] for r in collector.requests} == {f"Bearer {TOKEN}"}
+    finally:
+        collector.stop()
