@@ -43,7 +43,10 @@ class RateLimitedLogger:
         if reaches_a_handler(self._logger):
             self._logger.warning(msg, *args)
         else:
-            sys.stderr.write((msg % args if args else msg) + "\n")
+            try:
+                sys.stderr.write((msg % args if args else msg) + "\n")
+            except (AttributeError, OSError, ValueError):  # no stderr, or a closed one: nobody to tell
+                return False
         return True
 
 

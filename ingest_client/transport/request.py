@@ -4,8 +4,9 @@ Two things urllib does not do on its own:
 
 - **A deadline for the whole request.** urllib's timeout bounds each socket operation, not the request: a server
   that sends one byte every 1.5 s keeps a 2 s request alive for as long as it likes, and holds the flusher with
-  it. Here a timer shuts the connection down once the whole exchange (connecting, sending, the answer's headers
-  and body) has taken ``timeout_s``; the request then fails with TimeoutError.
+  it. Here the connection is shut down once the whole exchange (connecting, sending, the answer's headers and
+  body) has taken ``timeout_s`` (:mod:`ingest_client.transport.deadline`); the request then fails with
+  TimeoutError.
 - **No redirects.** urllib turns a POST's 302 into a GET of its ``Location``, with the ``Authorization`` header:
   behind a single-sign-on proxy a login page's 200 passed for the collector's acknowledgement, and the token went
   to the login page's host. A 3xx is returned as the answer, like any other status.
@@ -16,16 +17,16 @@ only.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import http.client
 import socket
-import threading
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from email.message import Message
 from typing import Any
+
+from ingest_client.transport.deadline import Deadline
 
 MAX_ANSWER_BYTES = 64 * 1024
 
@@ -47,60 +48,18 @@ class Answer:
         return f"HTTP {self.status} {content_type}: {start!r}" if start else f"HTTP {self.status} {content_type}"
 
 
-class _Deadline:
-    """Shuts down the request's connection when ``timeout_s`` has passed since the request began.
-
-    It holds its own duplicate of the connection's descriptor: shutdown(2) acts on the socket, so it wakes a read
-    blocked in the request's thread (plain or TLS), and the duplicate is never a descriptor the request has
-    closed and the process reused for something else."""
-
-    def __init__(self, timeout_s: float) -> None:
-        self.timeout_s = timeout_s
-        self.expired = False
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        self._timer = threading.Timer(timeout_s, self._expire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def watch(self, sock: socket.socket) -> None:
-        watched = sock.dup()
-        with self._lock:
-            self._sockets.append(watched)
-            if self.expired:
-                _shut(watched)
-
-    def _expire(self) -> None:
-        with self._lock:
-            self.expired = True
-            for sock in self._sockets:
-                _shut(sock)
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-        with self._lock:
-            for sock in self._sockets:
-                sock.close()
-            self._sockets.clear()
-
-
-def _shut(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):  # already closed by the server
-        sock.shutdown(socket.SHUT_RDWR)
-
-
 class _Request(urllib.request.Request):
-    def __init__(self, url: str, *, deadline: _Deadline, **kwargs: Any) -> None:  # Any: Request's own arguments
+    def __init__(self, url: str, *, deadline: Deadline, **kwargs: Any) -> None:  # Any: Request's own arguments
         super().__init__(url, **kwargs)
         self.deadline = deadline
 
 
-def _deadline_of(request: urllib.request.Request) -> _Deadline:
+def _deadline_of(request: urllib.request.Request) -> Deadline:
     assert isinstance(request, _Request)
     return request.deadline
 
 
-def _watched_connection(deadline: _Deadline, address: tuple[str, int], timeout: float | None = None,
+def _watched_connection(deadline: Deadline, address: tuple[str, int], timeout: float | None = None,
                         source_address: tuple[str, int] | None = None) -> socket.socket:
     """http.client's socket.create_connection, with the socket handed to the deadline before anything is sent (a
     proxy's tunnel and the TLS handshake included)."""
@@ -110,13 +69,13 @@ def _watched_connection(deadline: _Deadline, address: tuple[str, int], timeout: 
 
 
 class _WatchedHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:  # Any: HTTPConnection's arguments
+    def __init__(self, *args: Any, deadline: Deadline, **kwargs: Any) -> None:  # Any: HTTPConnection's arguments
         super().__init__(*args, **kwargs)
         self._create_connection = functools.partial(_watched_connection, deadline)
 
 
 class _WatchedHTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, *args: Any, deadline: _Deadline, **kwargs: Any) -> None:  # Any: HTTPSConnection's arguments
+    def __init__(self, *args: Any, deadline: Deadline, **kwargs: Any) -> None:  # Any: HTTPSConnection's arguments
         super().__init__(*args, **kwargs)
         self._create_connection = functools.partial(_watched_connection, deadline)
 
@@ -148,7 +107,7 @@ def exchange(url: str, *, method: str, headers: dict[str, str], timeout_s: float
     ConnectionRefusedError when nothing listens, another OSError for the rest (the connection broke, DNS, TLS);
     ValueError for a URL urllib cannot use.
     """
-    deadline = _Deadline(timeout_s)
+    deadline = Deadline(timeout_s)
     try:
         request = _Request(url, data=data, headers=headers, method=method, deadline=deadline)
         try:

@@ -5,6 +5,7 @@ a signal poll, not a checkpoint request; and a trainer against it keeps trying i
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -87,3 +88,15 @@ def test_a_trainer_against_a_trickling_collector_is_never_held_past_its_deadline
     held = sorted(closed - opened for opened, closed in trickle.connections)
     assert len(held) >= 8, f"{len(held)} requests in a 3 s run and 2 s of flushing: the sender was held"
     assert held[-1] < TIMEOUT_S + SLACK_S, held
+
+
+def test_a_forked_child_keeps_its_deadlines(trickle: Trickle) -> None:
+    """The deadlines' thread is the parent's; a forked child (a DataLoader worker that sends) starts its own."""
+    assert HttpTransport(trickle.url + "/v1/events", timeout_s=0.3).send([EVENT]).status is SendStatus.RETRY
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit status
+        started = time.monotonic()
+        result = HttpTransport(trickle.url + "/v1/events", timeout_s=TIMEOUT_S).send([EVENT])
+        os._exit(0 if result.status is SendStatus.RETRY and time.monotonic() - started < TIMEOUT_S + 0.3 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
