@@ -48,8 +48,9 @@ def read_frames(
         batch = FrameBatch([], offset, False)
         total = 0
         pos = offset
+        f.seek(offset)
         while len(batch.payloads) < max_events and pos < end:
-            payload, length = _frame_at(f, pos, end)
+            payload, length = _frame_at(f, pos, end)  # the file is at pos: read on, no seek
             if payload is not None:
                 if batch.payloads and total + length > max_bytes:
                     break
@@ -60,7 +61,7 @@ def read_frames(
                 continue
             after = pos + FRAME_HEADER.size + length
             good: int | None = after  # a bad payload (or CRC) under a good length: skip exactly this frame
-            if length < 0 or (after != end and _frame_at(f, after, end)[0] is None):
+            if length < 0 or (after != end and _frame_at(f, after, end, seek=True)[0] is None):
                 good = _next_good_frame(f, pos + 1, end)
             if good is None:
                 batch.torn = True
@@ -68,13 +69,16 @@ def read_frames(
             batch.corrupt_frames += 1
             batch.skipped_bytes += good - pos
             pos = batch.end_offset = good
+            f.seek(pos)
     return batch
 
 
-def _frame_at(f: BinaryIO, pos: int, end: int) -> tuple[bytes | None, int]:
-    """The payload of the good frame at ``pos`` and its length; (None, length) when its CRC fails, (None, -1) when
-    its length cannot be right (past ``end`` or the bound) or the header is cut short."""
-    f.seek(pos)
+def _frame_at(f: BinaryIO, pos: int, end: int, *, seek: bool = False) -> tuple[bytes | None, int]:
+    """The payload of the good frame at ``pos`` (where ``f`` is, unless ``seek``) and its length; (None, length)
+    when its CRC fails, (None, -1) when its length cannot be right (past ``end`` or the bound) or the header is
+    cut short."""
+    if seek:
+        f.seek(pos)
     header = f.read(FRAME_HEADER.size)
     if len(header) < FRAME_HEADER.size or pos + FRAME_HEADER.size > end:
         return None, -1
