@@ -19,9 +19,8 @@ from ingest_client.launch import _checkpoint_requester
 from ingest_client.poller import SignalPoller
 from ingest_client.transport.base import SendStatus
 from ingest_client.transport.http import HttpTransport
-from tests.faults.conftest import WORKER
+from tests.ingest_client.conftest import WORKER, child_env
 from tests.ingest_client.web_servers import Trickle
-from tests.test_cli import env_with
 
 EVENT = b'{"event_id":"a-1","run_id":"r","kind":"heartbeat","time":1700000000.0,"attempt":0,"rank":0}'
 TIMEOUT_S = 1.0
@@ -80,7 +79,7 @@ def test_a_trainer_against_a_trickling_collector_is_never_held_past_its_deadline
     rank 0) ends within the deadline, so it keeps trying through the run instead of waiting on one answer."""
     trainer = subprocess.run(
         [sys.executable, str(WORKER), "60", "0.05", "2"], capture_output=True, text=True, timeout=300,
-        env=env_with(GOODPUT_URL=trickle.url, GOODPUT_RUN_ID="trickle", GOODPUT_SPOOL_DIR=f"{tmp_path}/spool",
+        env=child_env(GOODPUT_URL=trickle.url, GOODPUT_RUN_ID="trickle", GOODPUT_SPOOL_DIR=f"{tmp_path}/spool",
                      GOODPUT_HTTP_TIMEOUT_S=str(TIMEOUT_S), GOODPUT_SIGNAL_POLL_S="0.5", RANK="0", LOCAL_RANK="0",
                      WORLD_SIZE="1", TORCHELASTIC_RESTART_COUNT="0"))
     assert trainer.returncode == 0, trainer.stderr[-3000:]

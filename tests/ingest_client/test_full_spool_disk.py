@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.faults.conftest import WORKER
+from tests.ingest_client.conftest import WORKER, child_env
 from tests.ingest_client.fake_collector import FakeCollector
-from tests.test_cli import env_with
 
 SAID = "cannot write the spool"
 
@@ -67,7 +66,7 @@ def test_a_trainer_whose_spool_disk_fills_says_it_once_on_stderr_and_tells_the_c
     steps = 20_000  # about 1.2 MB of spool; the disk holds 1 MiB
     trainer = subprocess.run(
         [sys.executable, str(WORKER), str(steps), "0.0002", "30"], capture_output=True, text=True, timeout=300,
-        env=env_with(GOODPUT_URL=collector.url, GOODPUT_RUN_ID="full-disk", GOODPUT_SPOOL_DIR=str(tiny_disk),
+        env=child_env(GOODPUT_URL=collector.url, GOODPUT_RUN_ID="full-disk", GOODPUT_SPOOL_DIR=str(tiny_disk),
                      RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", TORCHELASTIC_RESTART_COUNT="0"))
     assert trainer.returncode == 0, trainer.stderr[-3000:]
     said = [line for line in trainer.stderr.splitlines() if SAID in line]

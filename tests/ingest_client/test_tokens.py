@@ -16,8 +16,8 @@ import pytest
 
 from ingest_client.config import ClientConfig
 from ingest_client.errors import ConfigError
+from tests.ingest_client.conftest import GOODPUT, child_env
 from tests.ingest_client.fake_collector import FakeCollector
-from tests.test_cli import GOODPUT, env_with
 
 TOKEN = "gpw_0123456789ab_tokenfilesecret"
 WARNING = "puts the token on the command line"
@@ -84,7 +84,7 @@ def _launch(tmp_path: Path, collector: FakeCollector, *token_args: str, **env: s
     launched = subprocess.run(
         [*GOODPUT, "launch", "--run-id", "tokens", "--gpus", "1", *token_args, "--",
          sys.executable, "-c", PROBE, str(out), str(token_copy)],
-        env=env_with(GOODPUT_URL=collector.url, GOODPUT_SPOOL_DIR=str(tmp_path / "spool"), RANK="0", LOCAL_RANK="0",
+        env=child_env(GOODPUT_URL=collector.url, GOODPUT_SPOOL_DIR=str(tmp_path / "spool"), RANK="0", LOCAL_RANK="0",
                      WORLD_SIZE="1", TORCHELASTIC_RESTART_COUNT="0", **env),
         capture_output=True, text=True, timeout=300)
     assert launched.returncode == 0, launched.stderr[-3000:]
@@ -139,7 +139,7 @@ def test_launch_with_a_token_in_its_argv_warns_and_keeps_it_off_the_commands(tmp
 def test_launch_refuses_an_unreadable_token_file_before_starting_the_command(tmp_path: Path) -> None:
     launched = subprocess.run(
         [*GOODPUT, "launch", "--token-file", str(tmp_path / "missing"), "--", sys.executable, "-c",
-         f"open({str(tmp_path / 'ran')!r}, 'w')"], env=env_with(), capture_output=True, text=True, timeout=120)
+         f"open({str(tmp_path / 'ran')!r}, 'w')"], env=child_env(), capture_output=True, text=True, timeout=120)
     assert launched.returncode == 2 and "cannot read the token file" in launched.stderr
     assert not (tmp_path / "ran").exists()
 
@@ -149,7 +149,7 @@ def _offline_spool(tmp_path: Path) -> Path:
     code = ("import ingest_client as g, time\nt = g.init()\nt.resumed(0)\n"
             "for s in range(1, 6):\n    t.record_step(s, time.time() - 1, time.time())\nt.finish('finished')\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
-                   env=env_with(GOODPUT_MODE="offline", GOODPUT_SPOOL_DIR=str(spool), GOODPUT_RUN_ID="synced"))
+                   env=child_env(GOODPUT_MODE="offline", GOODPUT_SPOOL_DIR=str(spool), GOODPUT_RUN_ID="synced"))
     return spool
 
 
@@ -162,7 +162,7 @@ def test_goodput_sync_takes_the_token_from_a_file_or_the_environment(how: str, t
     collector = FakeCollector(token=TOKEN)
     try:
         synced = subprocess.run([*GOODPUT, "sync", str(spool), "--url", collector.url, *args],
-                                env=env_with(**({how: env[how]} if how in env else {})), capture_output=True,
+                                env=child_env(**({how: env[how]} if how in env else {})), capture_output=True,
                                 text=True, timeout=120)
         assert synced.returncode == 0, synced.stdout + synced.stderr
         assert collector.step_numbers() == [1, 2, 3, 4, 5] and collector.of_kind("run_end")
@@ -174,12 +174,13 @@ def test_goodput_sync_takes_the_token_from_a_file_or_the_environment(how: str, t
 def test_goodput_sync_refuses_two_token_variables(token_file: Path, tmp_path: Path) -> None:
     synced = subprocess.run([*GOODPUT, "sync", str(tmp_path), "--url", "http://127.0.0.1:9"], capture_output=True,
                             text=True, timeout=120,
-                            env=env_with(GOODPUT_TOKEN=TOKEN, GOODPUT_TOKEN_FILE=str(token_file)))
+                            env=child_env(GOODPUT_TOKEN=TOKEN, GOODPUT_TOKEN_FILE=str(token_file)))
     assert synced.returncode == 2 and "both GOODPUT_TOKEN and GOODPUT_TOKEN_FILE are set" in synced.stderr
 
 
 @pytest.mark.parametrize("how", ["--token-file", "GOODPUT_TOKEN_FILE", "--token"])
 def test_goodput_simulate_takes_the_token_from_a_file(how: str, token_file: Path) -> None:
+    pytest.importorskip("httpx")  # the simulator is the server side's
     args = {"--token-file": ["--token-file", str(token_file)], "--token": ["--token", TOKEN]}.get(how, [])
     collector = FakeCollector(token=TOKEN)
     try:
@@ -187,7 +188,7 @@ def test_goodput_simulate_takes_the_token_from_a_file(how: str, token_file: Path
         simulated = subprocess.run(
             [*GOODPUT, "simulate", "--url", collector.url, "--hours", "0.01", "--ranks", "2", "--mtbf", "0",
              "--step-seconds", "10", *args],
-            env=env_with(**({"GOODPUT_TOKEN_FILE": str(token_file)} if how == "GOODPUT_TOKEN_FILE" else {})),
+            env=child_env(**({"GOODPUT_TOKEN_FILE": str(token_file)} if how == "GOODPUT_TOKEN_FILE" else {})),
             capture_output=True, text=True, timeout=300)
         assert simulated.returncode == 0, simulated.stdout + simulated.stderr
         assert collector.of_kind("run_end") and {r["auth"] for r in collector.requests} == {f"Bearer {TOKEN}"}
@@ -201,6 +202,7 @@ def test_under_torchrun_no_agent_or_worker_shows_the_token(token_file: Path, tmp
     """torchrun's agent and its two workers (the real client, started by the bootstrap, sending through the relay)
     under `goodput launch --token-file`: none has the token on its command line, each finds the file's path in its
     environment, and every record reaches the collector with the token."""
+    pytest.importorskip("torch")
     token_copy = tmp_path / "probe-token"
     token_copy.write_text(TOKEN)
     script = tmp_path / "probe.py"
@@ -211,7 +213,7 @@ def test_under_torchrun_no_agent_or_worker_shows_the_token(token_file: Path, tmp
             [*GOODPUT, "launch", "--run-id", "tokens-torchrun", "--token-file", str(token_file), "--",
              sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--nnodes", "1", "--standalone",
              "--max-restarts", "0", str(script), str(tmp_path / "probe-rank"), str(token_copy)],
-            env=env_with(GOODPUT_URL=collector.url, GOODPUT_SPOOL_DIR=str(tmp_path / "spool")),
+            env=child_env(GOODPUT_URL=collector.url, GOODPUT_SPOOL_DIR=str(tmp_path / "spool")),
             capture_output=True, text=True, timeout=600)
         assert launched.returncode == 0, launched.stderr[-3000:]
         for rank in range(2):
