@@ -201,6 +201,8 @@ class ClientSettings(_Section):
     url: str = Field("http://127.0.0.1:8000", description="GOODPUT_URL: the collector's base URL (`--url`)")
     token: str | None = Field(None, repr=False, description=(
         "GOODPUT_TOKEN: write token `goodput simulate` sends (`--token`)"))
+    token_file: str | None = Field(None, description=(
+        "GOODPUT_TOKEN_FILE: a file whose first line is that write token, instead of GOODPUT_TOKEN (`--token-file`)"))
     read_token: str | None = Field(None, repr=False, description=(
         "GOODPUT_READ_TOKEN: read token the CLI's read commands send"))
 

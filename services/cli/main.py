@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from services.api_client import ApiClient
+    from services.settings import ClientSettings
 
 DB_HELP = "database URL (default: GOODPUT_DATABASE_URL, else sqlite:///goodput.db in the current folder)"
 URL_HELP = "collector URL (default: GOODPUT_URL, else http://127.0.0.1:8000)"
@@ -75,7 +76,11 @@ def _parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("simulate", help="simulate a training job and send its events to a collector")
     sim.add_argument("--url", help=URL_HELP)
-    sim.add_argument("--token", help="write token (default GOODPUT_TOKEN)")
+    sim_tokens = sim.add_mutually_exclusive_group()
+    sim_tokens.add_argument("--token-file", help="a file whose first line is the write token (default: GOODPUT_TOKEN, "
+                                                 "else GOODPUT_TOKEN_FILE)")
+    sim_tokens.add_argument("--token", help="the write token; readable by every user of the machine while it runs "
+                                            "(ps): prefer --token-file or the variables")
     sim.add_argument("--run-id")
     sim.add_argument("--ranks", type=int, default=8)
     sim.add_argument("--gpus", type=int, help="allocated GPUs (default: ranks)")
@@ -151,7 +156,8 @@ def _parser() -> argparse.ArgumentParser:
     interval.set_defaults(handler=_simulate_interval)
 
     sub.add_parser("sync", help="send what a spool folder holds that the collector never acknowledged or refused "
-                                "(the quarantine, after fixing the cause): goodput sync DIR [--url URL] [--token T]")
+                                "(the quarantine, after fixing the cause): goodput sync DIR [--url URL] "
+                                "[--token-file F]")
 
     sub.add_parser("launch", help="run torchrun (or any launcher) and report submission/allocation/run end: "
                                   "goodput launch [--gpus N] -- torchrun ...")
@@ -179,13 +185,31 @@ def _calls_the_collector(handler: Handler, command: str, *, errors_to_stderr: bo
 
 def _api(ns: argparse.Namespace, *, write: bool = False) -> ApiClient:
     """The collector at --url (else GOODPUT_URL), with the read token (GOODPUT_READ_TOKEN), or with the write
-    token (--token, else GOODPUT_TOKEN) to send events."""
+    token (--token or --token-file, else GOODPUT_TOKEN or GOODPUT_TOKEN_FILE) to send events."""
     from services.api_client import ApiClient, bearer
     from services.settings import ClientSettings
 
     settings = ClientSettings()
-    token = (ns.token or settings.token) if write else settings.read_token
+    token = _write_token(ns, settings) if write else settings.read_token
     return ApiClient(ns.url or settings.url, credential=bearer(token))
+
+
+def _write_token(ns: argparse.Namespace, settings: ClientSettings) -> str | None:
+    """The write token of a command that sends events, as the training client resolves it; exits 2 when a token
+    file cannot be read."""
+    from ingest_client.config import read_token_file, token_from_env, token_in_argv_warning
+    from ingest_client.errors import ConfigError
+
+    if ns.token:
+        print(f"goodput: warning: {token_in_argv_warning('--token')}", file=sys.stderr)
+        return str(ns.token)
+    try:
+        if ns.token_file:
+            return read_token_file(ns.token_file, "--token-file")
+        return token_from_env({"GOODPUT_TOKEN": settings.token or "", "GOODPUT_TOKEN_FILE": settings.token_file or ""})
+    except ConfigError as exc:
+        print(f"goodput: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _database_url(ns: argparse.Namespace) -> str:
