@@ -83,8 +83,8 @@ def test_retention_drops_old_partitions_and_rows_without_touching_newer_rows_or_
     result = prune(analyses, retention_days=30, now=NOW)
     assert result.frozen == ["quiet"] and result.left_whole == []
     assert not analyses.summaries.holds(quiet)  # built to be frozen, then dropped from the process's cache
-    assert counts(engine, quiet) == {"steps": 0, "collectives": 0, "events": 1,  # attempt_start is kept
-                                     "step_marks": 0, "step_blocks": 0}
+    # attempt_start is kept, and the rank's first and last heartbeat (what the analysis reads of them)
+    assert counts(engine, quiet) == {"steps": 0, "collectives": 0, "events": 3, "step_marks": 0, "step_blocks": 0}
     assert {pk: counts(engine, pk) for pk in (going, newer)} == before
     with engine.connect() as conn:
         pruned_at = dict(conn.execute(select(Run.run_id, Run.detail_pruned_at)).all())
@@ -92,7 +92,7 @@ def test_retention_drops_old_partitions_and_rows_without_touching_newer_rows_or_
         ledger = conn.execute(select(Run.ledger_json).where(Run.id == quiet)).scalar()
         assert ledger is not None and '"run_id":"quiet"' in ledger  # analysed before its rows went
         products = conn.execute(text("SELECT product FROM run_products WHERE run_pk = :pk"), {"pk": quiet}).scalars()
-        assert sorted(products) == ["resume-check", "stragglers"]
+        assert sorted(products) == ["live-tail", "resume-check", "stragglers"]
         if postgres:
             kept_days = set(day_partitions(conn, "steps"))
             assert all(d >= day_of(NOW - 30 * DAY_S) - 1 for d in kept_days)  # every day before the cutoff dropped
