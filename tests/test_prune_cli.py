@@ -234,7 +234,7 @@ def _comparable(value: Any, now: float | None = None) -> Any:
 
 @pytest.mark.parametrize("ended", [True, False], ids=["finished", "hung"])
 def test_every_surface_of_a_run_reads_the_same_before_and_after_the_cli_prunes_it(
-        collector: TestClient, engine: Engine, database_url: str, ended: bool) -> None:
+        collector: TestClient, settings: ServiceSettings, engine: Engine, database_url: str, ended: bool) -> None:
     events = scenario("s1")
     if not ended:  # attempt 1 stops after step 300 and never ends: a running run, hung for years, rank 6 behind
         # (its allocation still ends at 620: the provisional hang stops growing there, the same at every read)
@@ -262,5 +262,5 @@ def test_every_surface_of_a_run_reads_the_same_before_and_after_the_cli_prunes_i
     assert after == before
     assert collector.get("/v1/runs/s1/view").json()["detail_pruned_at"] is not None
     # and from a collector that never saw the run before the prune (nothing of it in memory)
-    with TestClient(create_app(collector.app.state.settings, engine=engine)) as fresh:
+    with TestClient(create_app(settings, engine=engine)) as fresh:
         assert surfaces(fresh, "s1") == before
