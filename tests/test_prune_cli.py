@@ -123,12 +123,12 @@ def test_db_prune_refuses_a_retention_that_is_not_a_finite_number_of_days_and_to
     assert before["steps"] == 150 * 8 and check.status_code == 200
 
     done = db_prune(database_url, *args, **env)
+    assert run_rows(engine, "going") == before
+    assert collector.get("/v1/runs/going/resume-check?loss_rtol=0.5").json() == check.json()
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith(f"goodput db prune: {setting} must be a finite number of days >= 0")
     assert "nothing was pruned" in done.stderr and done.stdout == ""
-    assert run_rows(engine, "going") == before
-    assert collector.get("/v1/runs/going/resume-check?loss_rtol=0.5").json() == check.json()
 
 
 # -- point 2: a pruned run goes on being analysed ------------------------------------------------------------------
