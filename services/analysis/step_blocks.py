@@ -15,7 +15,9 @@ earliest (start, end) wins):
 `merge_blocks` puts the blocks of a run together as a `StepSummary`. A block's summary depends only on its rows, so
 a block is summarised again only when rows arrive for it (services.storage.step_blocks keeps them), and the merge
 of all blocks equals the summary of the whole run: the analysis built on it equals the one built on every row
-(tests/storage/test_incremental_analysis.py compares them).
+(tests/storage/test_incremental_analysis.py compares them). A block whose rows retention deleted keeps their
+summary, and rows received since are summarised onto it (`extend_block`: the summary of all of them, a repeat of a
+deleted (rank, step) counting as the deleted row).
 """
 
 from __future__ import annotations
