@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from services.collector.app import create_app
 from services.settings import MetricsSettings, ServiceSettings
 from tests.analysis.scenarios import T0, ev, reference_s1
 from tests.ledger_checks import assert_partition
-from tests.test_cli import GOODPUT, env_with
+from tests.test_cli import GOODPUT, env_with, free_port
 
 DAYS_FOR_A_SECOND = "1e-5"  # 0.86 s: a run that received nothing for a second is quiet for the whole window
 
@@ -129,6 +130,20 @@ def test_db_prune_refuses_a_retention_that_is_not_a_finite_number_of_days_and_to
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith(f"goodput db prune: {setting} must be a finite number of days >= 0")
     assert "nothing was pruned" in done.stderr and done.stdout == ""
+
+
+@pytest.mark.parametrize(("variable", "value", "unit"), [("GOODPUT_RAW_RETENTION_DAYS", "nan", "days"),
+                                                        ("GOODPUT_PRUNE_INTERVAL_S", "inf", "seconds")])
+def test_goodput_serve_refuses_a_retention_setting_that_is_not_a_finite_number(
+        tmp_path: Path, variable: str, value: str, unit: str) -> None:
+    database = tmp_path / "goodput.db"
+    done = subprocess.run([*GOODPUT, "serve", "--db", f"sqlite:///{database}", "--port", str(free_port())],
+                          env=env_with(**{variable: value}), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr == f"goodput serve: {variable} must be a finite number of {unit} >= 0 " + (
+        "(0 keeps raw rows forever)" if unit == "days" else "(0 turns the collector's retention job off)") + \
+        f", got {value}\n"
+    assert not database.exists()  # stopped before opening the database
 
 
 # -- point 2: a pruned run goes on being analysed ------------------------------------------------------------------

@@ -198,6 +198,7 @@ def _database_url(ns: argparse.Namespace) -> str:
 
 def _serve(ns: argparse.Namespace) -> int:
     import uvicorn
+    from pydantic import ValidationError
 
     from services.settings import ServerSettings, ServiceSettings, hand_to_worker_processes
     from services.storage.db import make_engine
@@ -207,7 +208,12 @@ def _serve(ns: argparse.Namespace) -> int:
                                                              ("port", ns.port)) if value}
     if ns.no_dashboard:
         server["serve_dashboard"] = False
-    settings = ServiceSettings(server=ServerSettings(**server))
+    try:
+        settings = ServiceSettings(server=ServerSettings(**server))
+    except ValidationError as exc:  # e.g. GOODPUT_RAW_RETENTION_DAYS=nan: said in one line each, nothing started
+        for error in exc.errors():
+            print(f"goodput serve: {_settings_problem(error['loc'], str(error['msg']))}", file=sys.stderr)
+        return 1
     hand_to_worker_processes(settings)
     url, host, port = settings.server.database_url, settings.server.host, settings.server.port
     engine = make_engine(url)

@@ -69,7 +69,7 @@ class PruneResult:
     partitions_created: list[str] = field(default_factory=list)
     plan: RawRowsPlan | None = None
     candidates: list[str] = field(default_factory=list)  # run ids quiet since before the cutoff, raw rows left
-    frozen: list[str] = field(default_factory=list)  # run ids whose analyses were stored for good now
+    frozen: list[str] = field(default_factory=list)  # run ids pruned now, their analyses stored first
     left_whole: list[str] = field(default_factory=list)  # run ids not pruned: analysis failed, or events arrived
     pruned: RawRowsPruned | None = None  # None for a dry run
 
@@ -113,7 +113,7 @@ def _prune(analyses: AnalysisCache, *, retention_days: float, now: float, dry_ru
         mark_pruned_again(conn, again, now=now)
         result.pruned = prune_raw_rows(conn, plan)
     if result.frozen or result.pruned.partitions_dropped:
-        logger.info("retention (%.0f days): %d run(s) pruned, analyses kept; %d partition(s) dropped; rows deleted "
+        logger.info("retention (%g days): %d run(s) pruned, analyses kept; %d partition(s) dropped; rows deleted "
                     "%s", retention_days, len(result.frozen), len(result.pruned.partitions_dropped),
                     result.pruned.rows_deleted)
     return result
