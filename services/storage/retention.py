@@ -46,7 +46,6 @@ PARTITIONS_AHEAD_DAYS = 3  # partitions exist for today and this many days ahead
 # before revision 0009, whose blocks went with its first rows (a pruned run keeps them: it is built from them).
 DERIVED_FROM_RAW_TABLES = ("step_marks", "step_blocks")
 SERIES_EVENT_KINDS = ("step", "steps", "collective", "collectives")
-RAW_EVENT_KINDS = (*SERIES_EVENT_KINDS, "heartbeat")
 # The partitions of the partitioned tables: not in the models (services.storage.tables), never schema drift.
 PARTITION_NAME = re.compile(r"^(steps|collectives)_(p\d{8}|default)$")
 _DAY_PARTITION = re.compile(r"^(steps|collectives)_p(\d{8})$")
