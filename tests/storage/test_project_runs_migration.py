@@ -7,7 +7,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.exc import IntegrityError
 
 from services.storage.db import make_engine
-from services.storage.migrate import current_revision, downgrade, schema_drift, upgrade
+from services.storage.migrate import current_revision, downgrade, head_revision, schema_drift, upgrade
 
 
 def _seed_at_0004(engine) -> None:
@@ -30,14 +30,6 @@ def _counts(engine) -> dict[str, int]:
     with engine.connect() as conn:
         return {t: conn.execute(text(f"SELECT COUNT(*) FROM {t}")).scalar_one()
                 for t in ("runs", "events", "steps", "run_views", "checkpoint_requests")}
-
-
-def head_revision() -> str:
-    from alembic.script import ScriptDirectory
-
-    from services.storage.migrate import MIGRATIONS_DIR
-
-    return str(ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head())
 
 
 def test_upgrade_keeps_every_run_with_its_project_and_every_row_that_references_it(database_url: str) -> None:
