@@ -7,7 +7,8 @@ step) or more. Heartbeats (one per rank every 5 s) are not simulated; each is on
 separately below from the measured size of an events row. What is measured is the growth of every table and
 index a step touches (`steps` partitions, `events`), from an empty migrated database:
 PostgreSQL `pg_total_relation_size` summed over the tables (partitions included) after VACUUM; SQLite the file
-size after a WAL checkpoint. A GPU-day is 86,400 steps (one rank per GPU, one step a second).
+size after a WAL checkpoint. A GPU-day is 86,400 steps (one rank per GPU, one step a second). PostgreSQL also: the
+bytes of the run's step blocks, which a pruned run keeps.
 
     python -m benchmarks.storage_growth [--hours 1] [--steps-per-record 1]
 """
@@ -29,6 +30,7 @@ from services.collector.batch import parse_batch
 from services.simulate import SimConfig, simulate
 from services.storage.db import make_engine
 from services.storage.migrate import upgrade
+from services.storage.step_blocks import fold_step_blocks
 from services.storage.writer import BatchWriter
 
 GPU_DAY_STEPS = 86_400
@@ -81,6 +83,21 @@ def _row_counts(url: str) -> dict[str, int]:
     return out
 
 
+def _kept_when_pruned(url: str) -> int:
+    """Bytes of the run's step blocks (`step_blocks`, `step_marks`: what a pruned run keeps of its steps), summarised
+    as the collector's analysis does."""
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        run_pk = int(conn.execute(text("SELECT id FROM runs")).scalar_one())
+    fold_step_blocks(engine, run_pk)
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM ANALYZE")
+        kept = sum(int(conn.execute(text("SELECT pg_total_relation_size(CAST(:t AS regclass))"), {"t": t}).scalar()
+                       or 0) for t in ("step_blocks", "step_marks"))
+    engine.dispose()
+    return kept
+
+
 def measure(url: str, events: list[dict[str, Any]], size: Any) -> tuple[int, dict[str, int], dict[str, int]]:
     engine = make_engine(url)
     upgrade(engine)
@@ -104,6 +121,7 @@ def main() -> None:
     results = {}
     with postgres_database() as url:
         results["PostgreSQL"] = measure(url, events, lambda: _postgres_bytes(url))
+        kept = _kept_when_pruned(url)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "growth.db"
         results["SQLite"] = measure(f"sqlite:///{path}", events, lambda: _sqlite_bytes(path))
@@ -117,6 +135,9 @@ def main() -> None:
         print(f"  {per_step:.0f} bytes per stored step -> {per_step * GPU_DAY_STEPS / 1e6:.1f} MB per GPU-day; "
               f"with heartbeats (~{heartbeat:.0f} bytes per step) "
               f"{(per_step + heartbeat) * GPU_DAY_STEPS / 1e6:.1f} MB per GPU-day")
+        if name == "PostgreSQL":
+            print(f"  kept when the run is pruned (docs/retention.md): its step blocks, {kept / steps:.1f} bytes per "
+                  f"step ({kept / total:.1%} of the raw rows)")
 
 
 if __name__ == "__main__":

@@ -150,8 +150,8 @@ def _join_bootstrapped(tracker: Tracker, wanted: ClientConfig, transport: Transp
         elif tracker.config.install_handlers and _hooks is None:
             _hooks = ExitHooks(tracker)
             _hooks.install()
-    ignored = [f"{name}={getattr(wanted, name)!r} (running: {getattr(running, name)!r})"
-               for name in differing if name not in _ADOPTABLE]
+    ignored = [f"{name}={getattr(wanted, name)!r} (running: {getattr(running, name)!r})" if name != "token"
+               else "token=... (running: another)" for name in differing if name not in _ADOPTABLE]
     if transport is not None:
         ignored.append("transport=... (running: its own)")
     if ignored:

@@ -6,6 +6,11 @@ Every environment variable the client reads is declared here, once:
     Collector base URL, e.g. ``http://collector:8080``; events go to ``{url}/v1/events``.
 ``GOODPUT_TOKEN``
     Bearer token sent as ``Authorization: Bearer <token>``.
+``GOODPUT_TOKEN_FILE``
+    A file that holds the token (its first line; keep it ``chmod 600``), instead of ``GOODPUT_TOKEN``: a token in
+    a file is in no process's environment. Set one of the two, not both (``init(token=...)`` or
+    ``init(token_file=...)`` wins over both). Never pass a token on a command line: every user of the machine
+    reads it there (``ps``, ``/proc/<pid>/cmdline``).
 ``GOODPUT_MODE``
     ``online`` (spool, then send), ``offline`` (spool only; send later with ``goodput sync``),
     or ``disabled`` (record nothing). Default: ``online`` when a URL is set, else ``offline``.
@@ -38,7 +43,8 @@ Every environment variable the client reads is declared here, once:
 ``GOODPUT_HEARTBEAT_INTERVAL_S``
     Seconds between ``heartbeat`` events. Default 5.
 ``GOODPUT_HTTP_TIMEOUT_S``
-    Timeout of one POST. Default 2.
+    Deadline of one whole HTTP request, every request the client makes (connecting, sending, and the answer's
+    headers and body: a server that answers a byte at a time cannot hold the sender longer). Default 2.
 ``GOODPUT_EVENTS_VIA``
     Set by ``goodput launch --node-relay``: the node relay's address (:mod:`ingest_client.relay`); records go
     there, durably spooled on the node, and the relay sends them on. Checkpoint requests are still asked of
@@ -64,7 +70,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
 from typing import Any, SupportsFloat, SupportsIndex, SupportsInt
@@ -82,6 +88,7 @@ ENV_VARS: dict[str, str] = {
     "url": "GOODPUT_URL",
     "events_via": "GOODPUT_EVENTS_VIA",
     "token": "GOODPUT_TOKEN",
+    "token_file": "GOODPUT_TOKEN_FILE",
     "mode": "GOODPUT_MODE",
     "spool_dir": "GOODPUT_SPOOL_DIR",
     "run_id": "GOODPUT_RUN_ID",
@@ -127,7 +134,8 @@ class ClientConfig:
     mode: Mode = Mode.OFFLINE
     url: str | None = None
     events_via: str | None = None
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)
+    token_file: Path | None = None  # where ``token`` was read from (from_env reads it)
     run_id: str | None = None
     spool_dir: Path = DEFAULT_SPOOL_DIR
     attempt_base: int = 0
@@ -231,16 +239,57 @@ class ClientConfig:
                 continue
             values[f.name] = _convert(f.name, raw, f.default)
         values.setdefault("spool_dir", DEFAULT_SPOOL_DIR.expanduser())
+        if overrides.get("token") is None and (path := values.get("token_file")) is not None:
+            if overrides.get("token_file") is None and "token" in values:
+                raise ConfigError(f"token: both {ENV_VARS['token']} and {ENV_VARS['token_file']} are set; set one of "
+                                  "them (or pass init(token=...) or init(token_file=...)).")
+            values["token"] = read_token_file(path, "init(token_file=...) or GOODPUT_TOKEN_FILE")
         if "mode" not in values:
             values["mode"] = Mode.ONLINE if values.get("url") else Mode.OFFLINE
         return cls(**values)
+
+
+MAX_TOKEN_FILE_BYTES = 64 * 1024
+
+
+def token_from_env(env: Mapping[str, str]) -> str | None:
+    """GOODPUT_TOKEN, else what GOODPUT_TOKEN_FILE holds; None when neither is set. Raises ConfigError when both
+    are set or the file holds no token (as :meth:`ClientConfig.from_env` does)."""
+    token = env.get(ENV_VARS["token"], "").strip()
+    path = env.get(ENV_VARS["token_file"], "").strip()
+    if token and path:
+        raise ConfigError(f"both {ENV_VARS['token']} and {ENV_VARS['token_file']} are set; set one of them.")
+    return token or (read_token_file(path, ENV_VARS["token_file"]) if path else None)
+
+
+def token_in_argv_warning(option: str) -> str:
+    """What a command says when given a token on its command line (it still uses it)."""
+    return (f"{option} puts the token on the command line, where every user of this machine can read it (ps, "
+            f"/proc/<pid>/cmdline) for as long as the command runs; use {option}-file FILE, or set GOODPUT_TOKEN_FILE "
+            "or GOODPUT_TOKEN, instead")
+
+
+def read_token_file(path: str | Path, set_by: str) -> str:
+    """The token a token file holds: its first line, without surrounding blanks. Raises ConfigError naming the
+    file and ``set_by`` (how the user named it) when it cannot be read or holds no token."""
+    try:
+        with open(Path(path).expanduser(), "rb") as f:
+            text = f.read(MAX_TOKEN_FILE_BYTES).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the token file {str(path)!r} (set by {set_by}): {exc}") from None
+    lines = text.strip().splitlines()
+    token = lines[0].strip() if lines else ""
+    if not token or not token.isprintable():
+        raise ConfigError(f"the token file {str(path)!r} (set by {set_by}) holds no token: its first line must be "
+                          "the token")
+    return token
 
 
 def _convert(name: str, raw: object, default: object) -> object:
     try:
         if name == "mode":
             return raw if isinstance(raw, Mode) else Mode(str(raw).strip().lower())
-        if name == "spool_dir":
+        if name in ("spool_dir", "token_file"):
             return Path(str(raw)).expanduser()
         if name == "step_clock":
             return str(raw).strip().lower()

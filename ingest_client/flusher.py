@@ -69,12 +69,14 @@ Rows = list[tuple[Any, ...]]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClientStats:
-    """Cumulative counters of one process (the first four go on the wire as ``client_stats``)."""
+    """Cumulative counters of one process (the first five go on the wire as ``client_stats``)."""
 
     dropped_events: int  # rows dropped from the full in-memory buffer, or invalid
     spool_dropped_events: int  # unsent records deleted to keep the spool (quarantine included) bounded
     send_failures: int  # POSTs that failed (transient or permanent)
     rejected_events: int  # records the collector refused for good (4xx), each kept in the quarantine
+    unspooled_events: int  # events the spool could not take (its disk full or failing): sent to the collector
+    # directly when it took them (not durable meanwhile), else counted in dropped_events too
     quarantined_events: int  # of which, records this process moved from the spool to the quarantine
     sent_events: int  # records the collector acknowledged (accepted or duplicate)
     replayed_events: int  # of which, records of earlier processes of the run
@@ -142,6 +144,7 @@ class Pipeline:
         self.sent_events = 0
         self.replayed_events = 0
         self.unspooled_dropped = 0
+        self.unspooled_events = 0
         self._thread = threading.Thread(target=self._run, name="goodput-flusher", daemon=True)
         self._spooler = threading.Thread(target=self._keep_spooling, name="goodput-spooler", daemon=True)
 
@@ -161,6 +164,7 @@ class Pipeline:
             spool_dropped_events=self.spool.dropped_records,
             send_failures=self.send_failures,
             rejected_events=self.rejected_events,
+            unspooled_events=self.unspooled_events,
             quarantined_events=self.quarantined_events,
             sent_events=self.sent_events,
             replayed_events=self.replayed_events,
@@ -222,8 +226,7 @@ class Pipeline:
                 self.spool.append(payloads)
                 sync_fd = self.spool.unsynced_fd()
             except OSError as exc:
-                self._warn.warning("spool", "goodput: cannot write the spool in %s: %s", self.settings.spool_run_dir,
-                                   exc)
+                self._spool_failed(exc, "Until it can, the node's ranks keep their records in their own spools")
                 return False
         return sync_fd is None or self._sync(sync_fd)
 
@@ -362,15 +365,28 @@ class Pipeline:
             self.spool.append(payloads)
             return True
         except OSError as exc:  # disk full or gone: try the network directly, count the rest
-            self._warn.warning("spool", "goodput: cannot write the spool in %s: %s",
-                               self.settings.spool_run_dir, exc)
+            self._spool_failed(exc)
+            events = sum(rows_in_record(r) for r in records)
+            self.unspooled_events += events
             result = self.transport.send(payloads, timeout_s=self.settings.http_timeout_s) if (
                 self.transport is not None) else None
             if result is None or result.status is not SendStatus.OK:
-                self.unspooled_dropped += sum(rows_in_record(r) for r in records)
+                self.unspooled_dropped += events
             else:
                 self.sent_events += len(payloads)
             return False
+
+    _UNSPOOLED = ("Until it can, records go to the collector directly and are lost when it does not take them, "
+                  "and none survives this process being killed; they are counted in client_stats (unspooled_events; "
+                  "the lost ones in dropped_events)")
+
+    def _spool_failed(self, exc: OSError, consequence: str = _UNSPOOLED) -> None:
+        """Say once that the spool's disk fails (then once a minute in the log, for who configured logging)."""
+        if not self._warn.once(
+            "spool", "goodput: cannot write the spool in %s (%s). %s. Free space on that disk, or set "
+            "GOODPUT_SPOOL_DIR to another.", self.settings.spool_run_dir, exc, consequence,
+        ):
+            self._warn.warning("spool", "goodput: cannot write the spool in %s: %s", self.settings.spool_run_dir, exc)
 
     def _pending(self) -> tuple[Segment | QuarantinedBatch, OrphanSpool | SpoolWriter] | None:
         with self._spool_lock:
@@ -413,8 +429,12 @@ class Pipeline:
             with self._spool_lock:
                 start_offset = segment.ack_offset
                 batch = segment.read_batch(max_events=self._batch_cap, max_bytes=self.settings.max_batch_bytes)
+            if batch.corrupt_frames:
+                self._warn.warning("corrupt", "goodput: skipped %d corrupt frame(s) in %s (their checksum fails: "
+                                   "the disk, or a write cut short); the records around them are sent",
+                                   batch.corrupt_frames, segment.path)
             if not batch.payloads:
-                continue  # torn tail: read_batch ended the segment
+                continue  # only bad frames (acknowledged by read_batch), or a torn tail (it ended the segment)
             result = self.transport.send(batch.payloads, timeout_s=min(remaining, self.settings.http_timeout_s))
             n = len(batch.payloads)
             if result.status is SendStatus.RETRY:
@@ -541,6 +561,15 @@ class Pipeline:
             ceiling = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** min(self._failures_in_a_row - 1, 16))
             delay = random.uniform(ceiling / 2, ceiling)
         self._next_send_at = time.monotonic() + delay
+        if result.foreign_answer:
+            self._warn.once(
+                "foreign",
+                "goodput: %s answered %s. The records stay in the spool (%s) and are tried again. Check "
+                "GOODPUT_URL: it must be the collector's base URL (the address `goodput serve` prints), reached "
+                "without a login page or a redirect; once it is, the next process of this run or `goodput sync %s` "
+                "sends them.",
+                getattr(self.transport, "events_url", "transport"), result.message, self.settings.spool_run_dir,
+                self.settings.spool_run_dir)
         what = f"HTTP {result.http_status}" if result.http_status else "unreachable"
         self._warn.warning(
             "retry",

@@ -1,6 +1,6 @@
 """``goodput launch [...] -- torchrun ...``: run-level events that workers cannot see.
 
-Picks the run id and exports it (``GOODPUT_RUN_ID``, plus ``GOODPUT_URL``/``GOODPUT_TOKEN`` and
+Picks the run id and exports it (``GOODPUT_RUN_ID``, plus ``GOODPUT_URL``, the token and
 ``GOODPUT_ATTEMPT_BASE``) to the command, which runs as a child process with SIGTERM/SIGINT
 forwarded to it. It also exports ``GOODPUT_LAUNCHED=1``, so that workers can leave ``run_end`` to
 the launcher, which alone sees torchrun's exit code. Node rank 0 (or a node whose rank is unknown) sends
@@ -23,6 +23,10 @@ ids named by the job id and restart count, sent by the first task only; a requeu
 (``--warning-signal``, default USR1: ``sbatch --signal=B:USR1@N``) posts a checkpoint request for the run, and
 the command starts with it ignored; under Slurm workers end their attempt ``preempted`` on SIGTERM.
 
+The token reaches the command through its environment only (``GOODPUT_TOKEN``, or ``GOODPUT_TOKEN_FILE`` with
+``--token-file``: the file's path), never its command line, which every user of the machine can read; ``--token``
+works but says so.
+
 Run id, in order: ``--run-id``, ``GOODPUT_RUN_ID``, SLURM (``SLURM_ARRAY_JOB_ID``_
 ``SLURM_ARRAY_TASK_ID`` or ``SLURM_JOB_ID``), the Kubernetes job name (``JOB_NAME`` when
 ``KUBERNETES_SERVICE_HOST`` is set; expose it with the downward API), else a generated id.
@@ -41,7 +45,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -49,7 +52,7 @@ from types import FrameType
 from typing import Any
 from urllib.parse import quote
 
-from ingest_client.config import ClientConfig, Mode
+from ingest_client.config import ENV_VARS, ClientConfig, Mode, read_token_file, token_from_env, token_in_argv_warning
 from ingest_client.errors import ConfigError
 from ingest_client.events import ROW_EVENT, EventKind, RecordBuilder, RecordContext, RunStatus
 from ingest_client.flusher import Pipeline, PipelineSettings
@@ -59,6 +62,7 @@ from ingest_client.signals import PREEMPTED_MARKER_ENV
 from ingest_client.slurm import SlurmJob, gpus_of_allocation, hostnames, outcome, read_job
 from ingest_client.spool import run_dir_name
 from ingest_client.transport.http import HttpTransport
+from ingest_client.transport.request import Answer, exchange
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +143,20 @@ def worker_environment(env: Mapping[str, str], *, run_id: str, bootstrap: bool) 
     return child
 
 
+def export_token(child_env: dict[str, str], *, token: str | None, token_file: str | None) -> None:
+    """Give the command the token of ``--token`` or ``--token-file`` through its environment (``GOODPUT_TOKEN``,
+    or ``GOODPUT_TOKEN_FILE`` naming the file), never through its command line; without either it inherits ours.
+    Warns that ``--token`` exposes the token; raises ConfigError when the token file cannot be read."""
+    if token:
+        print(f"goodput launch: warning: {token_in_argv_warning('--token')}", file=sys.stderr)
+        child_env.pop(ENV_VARS["token_file"], None)
+        child_env[ENV_VARS["token"]] = token
+    elif token_file:
+        read_token_file(token_file, "--token-file")  # unreadable: said now, not by every worker
+        child_env.pop(ENV_VARS["token"], None)
+        child_env[ENV_VARS["token_file"]] = str(Path(token_file).expanduser().resolve())
+
+
 class RunEventSender:
     """Run-level events through the same spool-first pipeline as the workers use."""
 
@@ -177,7 +195,11 @@ def launch_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="goodput launch", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--run-id")
     parser.add_argument("--url")
-    parser.add_argument("--token")
+    tokens = parser.add_mutually_exclusive_group()
+    tokens.add_argument("--token-file", help="a file whose first line is the write token (GOODPUT_TOKEN_FILE); the "
+                                             "command gets the file's path, never the token on its command line")
+    tokens.add_argument("--token", help="the write token; readable by every user of the machine for the whole job "
+                                        "(ps): prefer --token-file, GOODPUT_TOKEN_FILE or GOODPUT_TOKEN")
     parser.add_argument("--gpus", type=int)
     parser.add_argument("--submitted-at", type=float, help="submission time, UTC seconds since the epoch")
     parser.add_argument("--job-id")
@@ -202,10 +224,13 @@ def launch_main(argv: list[str]) -> int:
     env = dict(os.environ)
     run_id = resolve_run_id(args.run_id, env)
     child_env = worker_environment(env, run_id=run_id, bootstrap=not args.no_bootstrap)
-    exported = (("GOODPUT_URL", args.url), ("GOODPUT_TOKEN", args.token), ("GOODPUT_SPOOL_DIR", args.spool_dir))
-    for name, value in exported:
+    for name, value in (("GOODPUT_URL", args.url), ("GOODPUT_SPOOL_DIR", args.spool_dir)):
         if value:
             child_env[name] = value
+    try:
+        export_token(child_env, token=args.token, token_file=args.token_file)
+    except ConfigError as exc:
+        parser.error(str(exc))
     if "GOODPUT_ATTEMPT_BASE" not in env and (base := attempt_base_for(command, env)) is not None:
         child_env["GOODPUT_ATTEMPT_BASE"] = str(base)
     preempted_marker: Path | None = None
@@ -342,11 +367,18 @@ def _warning_signal(name: str) -> signal.Signals | None:
                          "none)") from None
 
 
+CHECKPOINT_REQUEST_TIMEOUT_S = 5.0  # the whole request
+
+
 def _checkpoint_requester(env: Mapping[str, str], run_id: str) -> Callable[[str], None]:
     """A function that posts a checkpoint request for the run (``POST /v1/runs/{id}/checkpoint-request``), off
     the signal handler's thread; workers see it in ``tracker.should_checkpoint()`` within their poll interval."""
     url = env.get("GOODPUT_URL", "").rstrip("/")
-    token = env.get("GOODPUT_TOKEN")
+    try:
+        token = token_from_env(env)
+    except ConfigError as exc:  # the workers' init() says so too
+        print(f"goodput launch: checkpoint requests will go without a token: {exc}", file=sys.stderr)
+        token = None
 
     def post(reason: str) -> None:
         if not url:
@@ -354,24 +386,42 @@ def _checkpoint_requester(env: Mapping[str, str], run_id: str) -> Callable[[str]
                   file=sys.stderr)
             return
         body = json.dumps({"reason": reason, "requested_by": "goodput launch"}).encode()
-        headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
-        request = urllib.request.Request(f"{url}/v1/runs/{quote(run_id, safe='')}/checkpoint-request", data=body,
-                                         headers=headers, method="POST")
-        for attempt in range(3):
+        headers = {"Content-Type": "application/json", "Accept": "application/json",
+                   **({"Authorization": f"Bearer {token}"} if token else {})}
+        failure = ""
+        for _ in range(3):
             try:
-                with urllib.request.urlopen(request, timeout=5) as response:
-                    response.read()
-                print(f"goodput launch: {reason}: asked run {run_id} to checkpoint", file=sys.stderr)
-                return
+                answer = exchange(f"{url}/v1/runs/{quote(run_id, safe='')}/checkpoint-request", method="POST",
+                                  headers=headers, data=body, timeout_s=CHECKPOINT_REQUEST_TIMEOUT_S)
             except (OSError, ValueError) as exc:
-                if attempt == 2:
-                    print(f"goodput launch: {reason}: checkpoint request to {url} failed: {exc}", file=sys.stderr)
-                time.sleep(0.5)
+                failure = str(exc)
+            else:
+                if _is_checkpoint_request(answer):
+                    print(f"goodput launch: {reason}: asked run {run_id} to checkpoint", file=sys.stderr)
+                    return
+                failure = answer.describe()
+                if answer.status < 400:  # something else answers at the URL: asking again changes nothing
+                    failure += (" (not the collector: check GOODPUT_URL, the collector's base URL reached without a "
+                                "login page or a redirect)")
+                    break
+            time.sleep(0.5)
+        print(f"goodput launch: {reason}: checkpoint request to {url} failed: {failure}", file=sys.stderr)
 
     def request(reason: str) -> None:
         threading.Thread(target=post, args=(reason,), name="goodput-checkpoint-request", daemon=False).start()
 
     return request
+
+
+def _is_checkpoint_request(answer: Answer) -> bool:
+    """Whether ``answer`` is the collector's: 201 with the request it created (its ``id``)."""
+    if not 200 <= answer.status < 300:
+        return False
+    try:
+        payload = json.loads(answer.body)
+    except ValueError:
+        return False
+    return isinstance(payload, dict) and type(payload.get("id")) is int
 
 
 def _touch(path: Path) -> None:

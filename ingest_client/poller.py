@@ -2,7 +2,9 @@
 
 The training thread never waits for it: :meth:`Tracker.should_checkpoint` reads one attribute this thread sets.
 A failed poll (collector down, timeout, 404 before the run's first events arrive) changes nothing and costs
-one rate-limited warning a minute at most; the thread never raises.
+one rate-limited warning a minute at most; an answer that is not the collector's (a web page, a redirect, which
+is never followed: it would take the token along) is said once. Each poll has a deadline for the whole request
+(GOODPUT_HTTP_TIMEOUT_S). The thread never raises.
 """
 
 from __future__ import annotations
@@ -10,12 +12,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import urllib.error
-import urllib.request
+from typing import Any
 from urllib.parse import quote
 
 from ingest_client.errors import report_internal_error
 from ingest_client.ratelimit import RateLimitedLogger
+from ingest_client.transport.request import Answer, exchange
 
 logger = logging.getLogger(__name__)
 
@@ -53,21 +55,26 @@ class SignalPoller:
         return rid
 
     def poll_once(self) -> None:
-        request = urllib.request.Request(self.url, headers=self._headers, method="GET")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                payload = json.loads(response.read(64 * 1024) or b"{}")
-        except urllib.error.HTTPError as exc:
-            self.failures += 1
-            if exc.code != 404:  # 404: the collector has no event of this run yet
-                self._warn.warning("signals", "goodput: polling %s for checkpoint requests: HTTP %s", self.url,
-                                   exc.code)
-            return
+            answer = exchange(self.url, method="GET", headers=self._headers, timeout_s=self.timeout_s)
         except (OSError, ValueError) as exc:
             self.failures += 1
             self._warn.warning("signals", "goodput: polling %s for checkpoint requests failed: %s", self.url, exc)
             return
-        found = payload.get("checkpoint_request") if isinstance(payload, dict) else None
+        payload = _signals(answer)
+        if payload is None:
+            self.failures += 1
+            if answer.status == 404:  # the collector has no event of this run yet
+                return
+            if answer.status < 400 or _signals_error(answer) is None:  # not the collector's answer: the URL is wrong
+                self._warn.once("signals-foreign", "goodput: polling %s for checkpoint requests: it answered %s, not "
+                                "the collector: check GOODPUT_URL (the collector's base URL, reached without a login "
+                                "page or a redirect)", self.url, answer.describe())
+            else:
+                self._warn.warning("signals", "goodput: polling %s for checkpoint requests: HTTP %s %s", self.url,
+                                   answer.status, _signals_error(answer))
+            return
+        found = payload.get("checkpoint_request")
         if not isinstance(found, dict):
             return
         rid = found.get("id")
@@ -81,3 +88,23 @@ class SignalPoller:
             except Exception as exc:  # never let a bug here reach training
                 report_internal_error(exc)
                 self._warn.warning("signals-internal", "goodput: internal error in the signal poller: %r", exc)
+
+
+def _signals(answer: Answer) -> dict[str, Any] | None:
+    """The collector's answer to a poll (``{"run_id", "server_time", "checkpoint_request"}``), or None."""
+    if answer.status != 200:
+        return None
+    try:
+        payload = json.loads(answer.body)
+    except ValueError:
+        return None
+    return payload if isinstance(payload, dict) and "server_time" in payload else None
+
+
+def _signals_error(answer: Answer) -> object:
+    """The collector's error envelope's content, or None when the body is not one."""
+    try:
+        payload = json.loads(answer.body)
+    except ValueError:
+        return None
+    return payload.get("error", payload.get("detail")) if isinstance(payload, dict) else None

@@ -44,8 +44,8 @@ class Refusal:
 def advice(http_status: int | None) -> str:
     """What the user should do about a refusal, as one sentence for a log line or the sync report."""
     if http_status in AUTH_STATUSES:
-        return ("the token is wrong, revoked or not allowed to write this run: fix GOODPUT_TOKEN (or --token), "
-                "then run `goodput sync <spool dir>`")
+        return ("the token is wrong, revoked or not allowed to write this run: fix GOODPUT_TOKEN (or "
+                "GOODPUT_TOKEN_FILE), then run `goodput sync <spool dir>`")
     if http_status == 413:
         return "a single record is larger than the collector accepts (GOODPUT_MAX_BODY_BYTES on the collector)"
     return ("the collector says the records are invalid: upgrade the client or the collector so they agree, "

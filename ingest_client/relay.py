@@ -14,12 +14,13 @@ A record the collector refuses for what it holds (400, 422) arrives in a batch w
 the relay halves the batch until the refused record is alone, quarantines that one (``goodput sync`` shows it)
 and sends the rest, so one rank's bad event never holds back another's.
 
-Only local processes that present the node's token (when there is one) may post. Standard library only.
+Only local processes that present the node's token (when there is one) may post: the token is checked before the
+body is read, and a body is read within the collector's limits, inflated by a bounded inflater
+(:mod:`ingest_client.relay_body`). Standard library only.
 """
 
 from __future__ import annotations
 
-import gzip
 import hmac
 import json
 import logging
@@ -29,22 +30,16 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ingest_client.config import ClientConfig
-from ingest_client.events import SCHEMA_VERSION, RecordBuilder, RecordContext
+from ingest_client.events import RecordBuilder, RecordContext
 from ingest_client.flusher import Pipeline, PipelineSettings
+from ingest_client.relay_body import MAX_BODY_BYTES, READ_CHUNK_BYTES, RefusedBody, read_body, split_events
 from ingest_client.spool import run_dir_name
 from ingest_client.transport.http import HttpTransport
 
 logger = logging.getLogger(__name__)
 
 EVENTS_VIA_ENV = "GOODPUT_EVENTS_VIA"
-MAX_BODY_BYTES = 64 << 20
 MIN_SEND_INTERVAL_S = 0.5  # the relay sends at most this often, whatever the ranks' flush interval: fuller requests
-_PREFIX = b'{"schema_version":%d,"events":[' % SCHEMA_VERSION
-_SUFFIX = b"]}"
-
-
-class RefusedBody(ValueError):
-    """A body the relay cannot take (the rank's client quarantines it, as it would the collector's 400)."""
 
 
 class NodeRelay:
@@ -86,10 +81,12 @@ class NodeRelay:
         self._server.server_close()
         return self.pipeline.shutdown(timeout_s)
 
-    def accept(self, body: bytes, authorization: str | None) -> int:
-        """Spool a rank's batch durably; the number of records taken. Raises RefusedBody, PermissionError."""
-        if self._token and not hmac.compare_digest(authorization or "", f"Bearer {self._token}"):
-            raise PermissionError("the node relay takes records only with the node's token (GOODPUT_TOKEN)")
+    def authorized(self, authorization: str | None) -> bool:
+        """Whether a post carries the node's token (any post, when there is none)."""
+        return not self._token or hmac.compare_digest(authorization or "", f"Bearer {self._token}")
+
+    def accept(self, body: bytes | bytearray) -> int:
+        """Spool a rank's batch durably; the number of records taken. Raises RefusedBody, OSError."""
         records = split_events(body)
         if not self.pipeline.append_encoded(records):
             raise OSError(f"the node relay cannot write its spool in {self.pipeline.settings.spool_run_dir}")
@@ -97,48 +94,55 @@ class NodeRelay:
         return len(records)
 
 
-def split_events(body: bytes) -> list[bytes]:
-    """Each record of a batch body, encoded as the spool keeps it. Raises RefusedBody."""
-    if body.startswith(_PREFIX) and body.endswith(_SUFFIX):  # what the client sends
-        text = b"[" + body[len(_PREFIX):-len(_SUFFIX)] + b"]"
-    else:
-        text = body
-    try:
-        parsed = json.loads(text)
-    except ValueError as exc:
-        raise RefusedBody(f"the body is not JSON: {exc}") from None
-    if isinstance(parsed, dict):
-        if parsed.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
-            raise RefusedBody(f"schema_version {parsed.get('schema_version')!r}: this relay sends version "
-                              f"{SCHEMA_VERSION}; run the same goodput version on the node")
-        parsed = parsed.get("events")
-    if not isinstance(parsed, list) or not parsed or not all(isinstance(e, dict) for e in parsed):
-        raise RefusedBody('expected {"events": [one or more event objects]}')
-    return [json.dumps(e, separators=(",", ":"), allow_nan=False).encode() for e in parsed]
-
-
 def _handler_for(relay: NodeRelay) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             if self.path.split("?", 1)[0] != "/v1/events":
-                self._answer(404, "the node relay takes POST /v1/events only")
+                self._refuse(404, "the node relay takes POST /v1/events only")
                 return
             length = self.headers.get("Content-Length", "")
-            if not length.isdigit() or int(length) > MAX_BODY_BYTES:
-                self._answer(413, f"the node relay needs a Content-Length of at most {MAX_BODY_BYTES} bytes")
+            if not length.isdigit():
+                self._refuse(411, "the node relay needs a Content-Length")
                 return
-            raw = self.rfile.read(int(length))
+            # The token before the body: a post without it costs no more than reading its bytes (and not even that
+            # past the limit), whatever they would inflate to.
+            if not relay.authorized(self.headers.get("Authorization")):
+                if int(length) <= MAX_BODY_BYTES:
+                    self._discard(int(length))  # so that the client reads the answer, not a reset connection
+                self._refuse(401, "the node relay takes records only with the node's token (GOODPUT_TOKEN or "
+                                  "GOODPUT_TOKEN_FILE)")
+                return
+            consumed = 0
+
+            def read(size: int) -> bytes:
+                nonlocal consumed
+                chunk = self.rfile.read(size)
+                consumed += len(chunk)
+                return chunk
+
             try:
-                body = gzip.decompress(raw) if self.headers.get("Content-Encoding") == "gzip" else raw
-                n = relay.accept(body, self.headers.get("Authorization"))
-            except (RefusedBody, EOFError, gzip.BadGzipFile) as exc:
-                self._answer(400, str(exc))
-            except PermissionError as exc:
-                self._answer(401, str(exc))
+                body = read_body(read, int(length), self.headers.get("Content-Encoding"))
+                n = relay.accept(body)
+            except RefusedBody as exc:
+                if int(length) <= MAX_BODY_BYTES:
+                    self._discard(int(length) - consumed)  # a rank halves its batch after a 413 it can read
+                self._refuse(exc.status, str(exc))
             except OSError as exc:
                 self._answer(503, str(exc), retry_after="1")
             else:
                 self._send(200, b'{"accepted":%d,"duplicates":0}' % n)
+
+        def _discard(self, length: int) -> None:
+            while length > 0:
+                chunk = self.rfile.read(min(READ_CHUNK_BYTES, length))
+                if not chunk:
+                    return
+                length -= len(chunk)
+
+        def _refuse(self, status: int, message: str) -> None:
+            """An error answer after which the connection closes: the rest of the body may be unread."""
+            self.close_connection = True
+            self._answer(status, message)
 
         def _answer(self, status: int, message: str, retry_after: str | None = None) -> None:
             self._send(status, json.dumps({"error": {"code": "relay", "message": message}}).encode(), retry_after)
@@ -149,6 +153,8 @@ def _handler_for(relay: NodeRelay) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(body)))
             if retry_after:
                 self.send_header("Retry-After", retry_after)
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(body)
 

@@ -12,8 +12,9 @@ Records before the ack offset were acknowledged by the collector, or moved to th
 fsynced there first); the rest is replayed, by the next process of the same run or by ``goodput sync``.
 Quarantined batches (:mod:`ingest_client.quarantine`) are resent by ``goodput sync`` and deleted once the
 collector accepts them; the next process of the run tries them once (until one is refused again), its own
-process never (the cause, a token or a version, does not change while it runs). A torn or corrupt frame ends a
-segment: the frames before it are kept, the rest is skipped and counted. Segments rotate at a quarter of the
+process never (the cause, a token or a version, does not change while it runs). A corrupt frame is skipped and
+counted, and the frames after it are read (:mod:`ingest_client.frames`); a torn tail (a write cut short) ends the
+segment. Segments rotate at a quarter of the
 per-process bound; the bound counts the process's segments and quarantine together: past it, the oldest
 quarantined batch is deleted first (it is the oldest data, already refused once), then the oldest segment, and
 their unsent records are counted as ``spool_dropped_events``.
@@ -92,7 +93,8 @@ class Segment:
     closed: bool
     records_written: int = 0
     records_acked: int = 0
-    torn_bytes: int = 0
+    torn_bytes: int = 0  # skipped: bad frames, and a torn tail
+    corrupt_frames: int = 0  # bad frames skipped (frames.read_frames), the tail not counted
 
     @property
     def ack_path(self) -> Path:
@@ -110,11 +112,15 @@ class Segment:
         batch = read_frames(
             self.path, self.ack_offset, max_events=max_events, max_bytes=max_bytes, stop_at=self.size
         )
+        self.corrupt_frames += batch.corrupt_frames
+        self.torn_bytes += batch.skipped_bytes
         if batch.torn or (not batch.payloads and batch.end_offset < self.size):
             # Everything after the last good frame is unreadable: end the segment there.
             self.torn_bytes += self.size - batch.end_offset
             self.size = batch.end_offset
             self.closed = True
+        if not batch.payloads and batch.end_offset > self.ack_offset:  # only bad frames: nothing to send for them
+            self.record_ack(batch.end_offset, 0)
         return batch
 
     def record_ack(self, end_offset: int, n_records: int) -> None:

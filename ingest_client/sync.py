@@ -12,10 +12,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ingest_client.config import read_token_file, token_from_env, token_in_argv_warning
+from ingest_client.errors import ConfigError
 from ingest_client.quarantine import AUTH_STATUSES, QuarantinedBatch, Refusal, advice
 from ingest_client.spool import OrphanSpool, Segment, claim_orphans, read_frames
 from ingest_client.transport.base import SendResult, SendStatus, Transport
-from ingest_client.transport.http import HttpTransport
+from ingest_client.transport.http import FOREIGN_SUFFIX, HttpTransport
 
 logger = logging.getLogger(__name__)
 
@@ -33,9 +35,10 @@ class SyncResult:
     failed: int  # records still unsent (collector unreachable); kept for the next sync
     rejected: int  # records refused for good (or not tried after a 401/403); kept on disk for the next sync
     live_processes: int  # spools skipped because their process is still running
-    torn_bytes: int  # bytes after a torn or corrupt frame, skipped
+    torn_bytes: int  # bytes of corrupt frames and torn tails, skipped
     not_sent: dict[str, int] = field(default_factory=dict)  # reason ("HTTP 401", "unreachable") -> records kept
     statuses: dict[str, int | None] = field(default_factory=dict)  # reason -> its HTTP status, for advice()
+    corrupt_frames: int = 0  # frames whose CRC failed, skipped (the frames after them were sent)
 
 
 @dataclass(slots=True)
@@ -47,7 +50,7 @@ class _Sync:
     batch_cap: int = BATCH_EVENTS  # halved by every 413 of a batch of more than one record
     stopped_by: Refusal | None = None  # a 401/403: nothing more is sent in this sync
     totals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
-        ("sent", "from_quarantine", "already_acknowledged", "failed", "rejected", "live", "torn"), 0))
+        ("sent", "from_quarantine", "already_acknowledged", "failed", "rejected", "live", "torn", "corrupt"), 0))
     not_sent: dict[str, int] = field(default_factory=dict)
     statuses: dict[str, int | None] = field(default_factory=dict)
 
@@ -63,7 +66,7 @@ class _Sync:
         attempts = 0
         while True:
             result = self.transport.send(payloads)
-            if result.status is not SendStatus.RETRY:
+            if result.status is not SendStatus.RETRY or result.foreign_answer:  # a wrong URL stays wrong
                 return result
             attempts += 1
             if attempts >= self.max_attempts:
@@ -110,7 +113,7 @@ def sync_directory(
     return SyncResult(
         sent=t["sent"], from_quarantine=t["from_quarantine"], already_acknowledged=t["already_acknowledged"],
         failed=t["failed"], rejected=t["rejected"], live_processes=t["live"], torn_bytes=t["torn"],
-        not_sent=dict(state.not_sent), statuses=dict(state.statuses),
+        not_sent=dict(state.not_sent), statuses=dict(state.statuses), corrupt_frames=t["corrupt"],
     )
 
 
@@ -126,8 +129,16 @@ def _count_frames(segment: Segment, start: int, stop: int) -> int:
 
 
 def _transient(result: SendResult) -> str:
-    """The reason records stay unsent after a transient failure (retried ``max_attempts`` times)."""
+    """The reason records stay unsent after a transient failure (retried ``max_attempts`` times), or after an
+    answer that was not the collector's (what answered)."""
+    if result.foreign_answer:
+        return result.message
     return f"HTTP {result.http_status}, transient" if result.http_status else "unreachable"
+
+
+FOREIGN_ADVICE = ("something other than the collector answered: check --url (GOODPUT_URL): it must be the "
+                  "collector's base URL (the address `goodput serve` prints), reached without a login page or a "
+                  "redirect; then run goodput sync again")
 
 
 def _sync_orphan(orphan: OrphanSpool, state: _Sync) -> None:
@@ -137,6 +148,10 @@ def _sync_orphan(orphan: OrphanSpool, state: _Sync) -> None:
             state.totals["already_acknowledged"] += _count_frames(segment, 0, segment.ack_offset)
             _sync_segment(orphan, segment, state)
             state.totals["torn"] += segment.torn_bytes
+            state.totals["corrupt"] += segment.corrupt_frames
+            if segment.corrupt_frames:
+                logger.warning("goodput sync: skipped %d corrupt frame(s) in %s; the records after them were read",
+                               segment.corrupt_frames, segment.path)
         for batch in quarantined:
             _sync_quarantined(batch, state)
     finally:
@@ -213,21 +228,33 @@ def _sync_quarantined(batch: QuarantinedBatch, state: _Sync) -> None:
 
 
 def sync_main(argv: list[str]) -> int:
-    """``goodput sync DIR [--url URL] [--token T]``; exit status 1 if anything is left unsent (kept on disk)."""
+    """``goodput sync DIR [--url URL] [--token-file F]``; exit status 1 if anything is left unsent (kept on disk)."""
     parser = argparse.ArgumentParser(prog="goodput sync", description="Send spooled events to the collector.")
     parser.add_argument("directory", help="spool directory (e.g. ~/.cache/goodput/spool or one run's folder)")
     parser.add_argument("--url", default=os.environ.get("GOODPUT_URL"), help="collector URL (GOODPUT_URL)")
-    parser.add_argument("--token", default=os.environ.get("GOODPUT_TOKEN"), help="bearer token (GOODPUT_TOKEN)")
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
+    tokens = parser.add_mutually_exclusive_group()
+    tokens.add_argument("--token-file", help="a file whose first line is the write token (default: GOODPUT_TOKEN, "
+                                             "else GOODPUT_TOKEN_FILE)")
+    tokens.add_argument("--token", help="the write token; readable by every user of the machine while sync runs "
+                                        "(ps): prefer --token-file or the variables")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per request (the whole request)")
     parser.add_argument("--attempts", type=int, default=MAX_ATTEMPTS, help="tries per batch before giving up")
     args = parser.parse_args(argv)
     if not args.url:
         print("goodput sync: no collector URL; pass --url or set GOODPUT_URL", file=sys.stderr)
         return 2
+    if args.token:
+        print(f"goodput sync: warning: {token_in_argv_warning('--token')}", file=sys.stderr)
+    try:
+        token = args.token or (read_token_file(args.token_file, "--token-file") if args.token_file
+                               else token_from_env(os.environ))
+    except ConfigError as exc:
+        print(f"goodput sync: {exc}", file=sys.stderr)
+        return 2
     if not Path(args.directory).is_dir():
         print(f"goodput sync: {args.directory} is not a directory", file=sys.stderr)
         return 2
-    result = sync_directory(args.directory, args.url, args.token, timeout_s=args.timeout,
+    result = sync_directory(args.directory, args.url, token, timeout_s=args.timeout,
                             max_attempts=max(1, args.attempts))
     print(
         f"sent {result.sent} records, {result.already_acknowledged} already acknowledged, "
@@ -235,11 +262,12 @@ def sync_main(argv: list[str]) -> int:
         f"skipped {result.live_processes} live process(es)"
         + (f"; {result.from_quarantine} of the sent records came from the quarantine" if result.from_quarantine
            else "")
-        + (f"; skipped {result.torn_bytes} bytes of torn frames" if result.torn_bytes else "")
+        + (f"; skipped {result.corrupt_frames} corrupt frame(s)" if result.corrupt_frames else "")
+        + (f"; skipped {result.torn_bytes} bytes of torn or corrupt frames" if result.torn_bytes else "")
     )
     for reason, n in sorted(result.not_sent.items()):
         transient = reason == "unreachable" or reason.endswith("transient")
         what = ("the collector was unreachable or busy: run goodput sync again later" if transient
-                else advice(result.statuses.get(reason)))
+                else FOREIGN_ADVICE if reason.endswith(FOREIGN_SUFFIX) else advice(result.statuses.get(reason)))
         print(f"not sent: {n} records ({reason}); kept in {args.directory}: {what}")
     return 0 if not result.not_sent else 1

@@ -229,7 +229,7 @@ class Tracker:
         self._started = False
         self._last_heartbeat_s = 0.0
         self._last_stats_s = 0.0
-        self._last_stats: tuple[int, int, int, int] = (0, 0, 0, 0)
+        self._last_stats: tuple[int, ...] = (0, 0, 0, 0, 0)
         self._force_stats = False
         self._pipeline: Pipeline | None = None
         self._poller: SignalPoller | None = None
@@ -643,7 +643,7 @@ class Tracker:
             assert self._pipeline is not None
             stats = self._pipeline.stats()
             if self._last_stats != (stats.dropped_events, stats.spool_dropped_events, stats.send_failures,
-                                    stats.rejected_events):
+                                    stats.rejected_events, stats.unspooled_events):
                 rows.append(self._stats_row(now))
         return rows
 
@@ -682,13 +682,15 @@ class Tracker:
         assert self._pipeline is not None
         stats = self._pipeline.stats()
         self._last_stats = (stats.dropped_events, stats.spool_dropped_events, stats.send_failures,
-                            stats.rejected_events)
+                            stats.rejected_events, stats.unspooled_events)
         fields: dict[str, object] = {
             "dropped_events": stats.dropped_events,
             "spool_dropped_events": stats.spool_dropped_events,
             "send_failures": stats.send_failures,
             "rejected_events": stats.rejected_events,
         }
+        if stats.unspooled_events:  # only then: a collector older than the field refuses it
+            fields["unspooled_events"] = stats.unspooled_events
         if self.step_clock is not None:
             fields["step_clock"] = self.step_clock
         if self._collective_clock in ("cpu", "cuda", "nccl", "off"):

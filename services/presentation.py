@@ -199,9 +199,11 @@ def iso(epoch_s: float | None) -> str:
 
 def pruned_note(detail_pruned_at: float, *, unanalysed_events: bool = False) -> str:
     """What the run page and the report say about a run whose raw rows retention deleted."""
-    note = (f"Raw detail pruned {timestamp(detail_pruned_at)} (steps and collectives are kept "
-            "GOODPUT_RAW_RETENTION_DAYS after a run's last event): these figures are the analysis stored then, "
-            "and are final.")
-    if unanalysed_events:
-        note += " Events received after that are stored but not analysed."
-    return note
+    when = timestamp(detail_pruned_at)
+    if unanalysed_events:  # pruned by a goodput before revision 0009, which kept no step summaries
+        return (f"Raw detail pruned {when} (steps and collectives are kept GOODPUT_RAW_RETENTION_DAYS after a run's "
+                "last event): these figures are the analysis stored then, and are final. Events received after "
+                "that are stored but not analysed.")
+    return (f"Raw detail pruned {when} (steps and collectives are kept GOODPUT_RAW_RETENTION_DAYS after a run's last "
+            "event): the ledger and these figures are built from the run's stored step summaries, events received "
+            f"since included; its straggler report, resume check and per-rank step detail are those of {when}.")

@@ -17,9 +17,10 @@ client commands `ClientSettings()`, `goodput db` and `goodput token` `ServerSett
 
 from __future__ import annotations
 
+import math
 import os
 
-from pydantic import AliasGenerator, BaseModel, ConfigDict, Field
+from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -57,11 +58,12 @@ class ServerSettings(_Section):
         "live run's next analysis reads only the blocks that changed; least recently used out first. A fleet's "
         "live runs fill it in proportion to their ranks x steps; 0 keeps none (every analysis decodes every "
         "block again)"))
-    raw_retention_days: float = Field(30.0, ge=0, description=(
+    raw_retention_days: float = Field(30.0, description=(
         "GOODPUT_RAW_RETENTION_DAYS: a run's raw rows (steps, collectives, step and heartbeat events) are deleted "
         "once it has received nothing for this many days; its ledger, views, straggler report and resume check "
-        "are stored first and kept for good. 0 keeps raw rows forever"))
-    prune_interval_s: float = Field(3600.0, ge=0, description=(
+        "are stored first and kept for good, with what its analysis is built from (step blocks). 0 keeps raw rows "
+        "forever"))
+    prune_interval_s: float = Field(3600.0, description=(
         "GOODPUT_PRUNE_INTERVAL_S: every this many seconds one collector process creates the coming days' "
         "partitions (PostgreSQL) and prunes raw rows past GOODPUT_RAW_RETENTION_DAYS (as `goodput db prune`); "
         "0 turns the background job off"))
@@ -69,6 +71,33 @@ class ServerSettings(_Section):
         "GOODPUT_OPENTELEMETRY: FastAPI's native OpenTelemetry (spans, metrics, logs to the process's global "
         "providers); off by default: it looks up the providers on every request, about a fifth of a small "
         "ingest request's cost, and the collector's own metrics are on /metrics"))
+
+    @field_validator("raw_retention_days")
+    @classmethod
+    def _retention_days(cls, days: float) -> float:
+        return check_retention_days(days, setting="GOODPUT_RAW_RETENTION_DAYS")
+
+    @field_validator("prune_interval_s")
+    @classmethod
+    def _prune_interval(cls, seconds: float) -> float:
+        return check_prune_interval_s(seconds, setting="GOODPUT_PRUNE_INTERVAL_S")
+
+
+def check_retention_days(days: float, *, setting: str) -> float:
+    """The rule for a raw retention in days, wherever it is set (the variable, `goodput db prune --days`, a caller
+    of retention): a finite number >= 0. NaN or infinity would make a cutoff that matches every run or none (a
+    NaN sorts above every number in PostgreSQL)."""
+    if not (math.isfinite(days) and days >= 0):
+        raise ValueError(f"{setting} must be a finite number of days >= 0 (0 keeps raw rows forever), got {days!r}")
+    return days
+
+
+def check_prune_interval_s(seconds: float, *, setting: str) -> float:
+    """The rule for the interval of the collector's retention job: a finite number of seconds >= 0."""
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"{setting} must be a finite number of seconds >= 0 (0 turns the collector's retention job "
+                         f"off), got {seconds!r}")
+    return seconds
 
 
 class IngestSettings(_Section):
@@ -201,6 +230,8 @@ class ClientSettings(_Section):
     url: str = Field("http://127.0.0.1:8000", description="GOODPUT_URL: the collector's base URL (`--url`)")
     token: str | None = Field(None, repr=False, description=(
         "GOODPUT_TOKEN: write token `goodput simulate` sends (`--token`)"))
+    token_file: str | None = Field(None, description=(
+        "GOODPUT_TOKEN_FILE: a file whose first line is that write token, instead of GOODPUT_TOKEN (`--token-file`)"))
     read_token: str | None = Field(None, repr=False, description=(
         "GOODPUT_READ_TOKEN: read token the CLI's read commands send"))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,3 +33,18 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (tmp_path / "site" / "reference" / "settings" / "index.html").exists()
+
+
+def _python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def test_the_readme_snippet_that_torchrun_runs_is_the_readmes_own() -> None:
+    """tests/torchrun/test_readme_snippet.py runs readme_snippet.py under torchrun; its marked part is the README's."""
+    readme = (REPO / "README.md").read_text()
+    snippet = (REPO / "tests" / "torchrun" / "readme_snippet.py").read_text()
+    marked = snippet.split("# -- the snippet, as the README writes it", 1)[1].split("\n", 1)[1]
+    marked = marked.split("# ----", 1)[0]
+    blocks = [b for b in _python_blocks(readme) if "tracker = goodput.init()" in b]
+    assert blocks, "the README has no torchrun snippet"
+    assert blocks[0].split("import ingest_client as goodput\n\n", 1)[-1].strip() == marked.strip()

@@ -266,8 +266,9 @@ def suspects_text(live: LiveRun | None) -> str | None:
 
 def freshness_note(view: RunView) -> html.Div | None:
     """Shown while the figures below describe an older version of the run than the collector has, or for good once
-    retention pruned the run's raw rows (the figures are the analysis stored then)."""
-    if view.detail_pruned_at is not None:
+    retention pruned the run's raw rows (what is built from its step summaries, what is as of then)."""
+    if view.detail_pruned_at is not None and not view.stale:
+        # older than the run and not stale: pruned by a goodput that kept no step summaries (never analysed again)
         return html.Div(className="freshness", id="run-pruned-note", children=fmt.pruned_note(
             view.detail_pruned_at, unanalysed_events=view.run_version > view.version))
     if not view.stale:

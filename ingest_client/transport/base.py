@@ -28,6 +28,8 @@ class SendResult:
     send_interval_s: float | None = None
     message: str = ""
     refused_connection: bool = False  # nothing listens at the address (RETRY): the receiver is gone, not busy
+    # RETRY: something answered that is not the collector (a web server's page, a login redirect): the URL is wrong
+    foreign_answer: bool = False
 
 
 class Transport(Protocol):

@@ -65,6 +65,14 @@ def block_clocks(attempt: int, block: int, ranks: np.ndarray, row: np.ndarray, s
                        end=np.where(np.isinf(last), np.nan, last), raw_first_start=raw_first, raw_last_end=raw_last)
 
 
+def one_clock(attempt: int, block: int, ranks: np.ndarray, steps: np.ndarray, start: np.ndarray, end: np.ndarray,
+              raw_first_start: float, raw_last_end: float) -> BlockClocks:
+    """A block whose ranks are taken to share one clock (no evidence otherwise): one group, the block's spans."""
+    return BlockClocks(attempt=int(attempt), block=int(block), ranks=ranks, group=np.zeros(len(ranks), dtype=np.int32),
+                       deviation=np.zeros(1), steps=steps, start=start[None, :], end=end[None, :],
+                       raw_first_start=np.array([raw_first_start]), raw_last_end=np.array([raw_last_end]))
+
+
 def _groups(n_ranks: int, row: np.ndarray, col: np.ndarray, end: np.ndarray,
             n_steps: int) -> tuple[np.ndarray, np.ndarray]:
     """(the clock group of each rank, each group's deviation from the anchor; NaN: the ranks without evidence)."""

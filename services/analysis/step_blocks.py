@@ -17,20 +17,22 @@ earliest (start, end) wins):
 `merge_blocks` puts the blocks of a run together as a `StepSummary`. A block's summary depends only on its rows, so
 a block is summarised again only when rows arrive for it (services.storage.step_blocks keeps them), and the merge
 of all blocks equals the summary of the whole run: the analysis built on it equals the one built on every row
-(tests/storage/test_incremental_analysis.py compares them).
+(tests/storage/test_incremental_analysis.py compares them). A block whose rows retention deleted keeps their
+summary, and rows received since are summarised onto it (`extend_block`: the summary of all of them, a repeat of a
+deleted (rank, step) counting as the deleted row).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from services.analysis.block_clocks import BlockClocks, block_clocks
+from services.analysis.block_clocks import BlockClocks, block_clocks, one_clock
 from services.analysis.medians import others_median_by_step
 
 if TYPE_CHECKING:
@@ -150,7 +152,16 @@ def summarize_block(attempt: int, block: int, rank: np.ndarray, step: np.ndarray
     last_end = np.full(len(steps), -np.inf)
     np.maximum.at(last_end, col, end)
     ranks_per_step = np.bincount(col, minlength=len(steps)).astype(np.int64)
+    clocks = block_clocks(attempt, block, ranks, row, steps, col, start, end, np.searchsorted(ranks, raw_rank),
+                          raw_start, raw_end, first_start, last_end)
+    return _block(attempt, block, steps, first_start, last_end, ranks_per_step, ranks, compute, known, raw_first,
+                  raw_last, clocks)
 
+
+def _block(attempt: int, block: int, steps: np.ndarray, start: np.ndarray, end: np.ndarray,
+           ranks_per_step: np.ndarray, ranks: np.ndarray, compute: np.ndarray, known: np.ndarray, raw_first: float,
+           raw_last: float, clocks: BlockClocks) -> StepBlock:
+    """The block of these per-step and per-(rank, step) figures, with the straggle statistics computed from them."""
     known_values = np.where(known, compute, np.nan)
     known_ranks = known.sum(axis=0).astype(np.int64)
     has = known_ranks > 0
@@ -162,12 +173,59 @@ def summarize_block(attempt: int, block: int, rank: np.ndarray, step: np.ndarray
         slowest[has] = np.nanmax(sub, axis=0)
         median[has] = np.nanmedian(sub, axis=0)
         slowest_rank[has] = ranks[np.nanargmax(sub, axis=0)]  # the first maximum: the lowest of equal ranks
-    clocks = block_clocks(attempt, block, ranks, row, steps, col, start, end, np.searchsorted(ranks, raw_rank),
-                          raw_start, raw_end, first_start, last_end)
-    return StepBlock(attempt=int(attempt), block=int(block), steps=steps, start=first_start, end=last_end,
+    return StepBlock(attempt=int(attempt), block=int(block), steps=steps, start=start, end=end,
                      ranks_per_step=ranks_per_step, slowest=slowest, median=median, slowest_rank=slowest_rank,
                      known_ranks=known_ranks, ranks=ranks, compute=compute, known=known,
                      raw_first_start=raw_first, raw_last_end=raw_last, clocks=clocks)
+
+
+def holds(block: StepBlock, rank: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Per (rank, step) pair: whether the block has a row of that rank for that step."""
+    rank, step = np.asarray(rank, dtype=np.int64), np.asarray(step, dtype=np.int64)
+    if not len(block.ranks) or not len(block.steps):
+        return np.zeros(len(rank), dtype=bool)
+    row = np.clip(np.searchsorted(block.ranks, rank), 0, len(block.ranks) - 1)
+    col = np.clip(np.searchsorted(block.steps, step), 0, len(block.steps) - 1)
+    held: np.ndarray = (block.ranks[row] == rank) & (block.steps[col] == step) & ~np.isnan(block.compute[row, col])
+    return held
+
+
+def extend_block(base: StepBlock | None, attempt: int, block: int, rank: np.ndarray, step: np.ndarray,
+                 start: np.ndarray, end: np.ndarray, comm: np.ndarray) -> StepBlock | None:
+    """A pruned block's summary with the rows received since its rows were deleted (`base`: their summary; the
+    arguments as `summarize_block`'s). A row of a (rank, step) the base holds repeats a deleted one, which counts
+    (as the earliest would: a resend carries the same times); the others are summarised as usual and join the
+    base's. Without repeats, equal to the summary of the deleted rows and these together."""
+    if not len(step):
+        return base
+    if base is None:
+        return summarize_block(attempt, block, rank, step, start, end, comm)
+    start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
+    raw_first, raw_last = min(base.raw_first_start, float(start.min())), max(base.raw_last_end, float(end.max()))
+    new = ~holds(base, rank, step)
+    if not new.any():
+        return replace(base, raw_first_start=raw_first, raw_last_end=raw_last)
+    added = summarize_block(attempt, block, np.asarray(rank)[new], np.asarray(step)[new], start[new], end[new],
+                            np.asarray(comm, dtype=np.float64)[new])
+    ranks, steps = np.union1d(base.ranks, added.ranks), np.union1d(base.steps, added.steps)
+    compute = np.full((len(ranks), len(steps)), np.nan)
+    known = np.zeros((len(ranks), len(steps)), dtype=bool)
+    first_start = np.full(len(steps), np.inf)
+    last_end = np.full(len(steps), -np.inf)
+    ranks_per_step = np.zeros(len(steps), dtype=np.int64)
+    for part in (base, added):  # their (rank, step) cells are disjoint: the added ones were not held
+        rows, cols = np.searchsorted(ranks, part.ranks), np.searchsorted(steps, part.steps)
+        cells = np.ix_(rows, cols)
+        has = ~np.isnan(part.compute)
+        compute[cells] = np.where(has, part.compute, compute[cells])
+        known[cells] = np.where(has, part.known, known[cells])
+        first_start[cols] = np.minimum(first_start[cols], part.start)
+        last_end[cols] = np.maximum(last_end[cols], part.end)
+        ranks_per_step[cols] += part.ranks_per_step
+    # The deleted rows' step ends are gone: the extended block is taken as one clock (docs/retention.md, "Limits")
+    clocks = one_clock(attempt, block, ranks, steps, first_start, last_end, raw_first, raw_last)
+    return _block(attempt, block, steps, first_start, last_end, ranks_per_step, ranks, compute, known, raw_first,
+                  raw_last, clocks)
 
 
 def summarize_steps(steps: pd.DataFrame, comm: pd.DataFrame | None = None) -> list[StepBlock]:

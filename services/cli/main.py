@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from services.api_client import ApiClient
+    from services.settings import ClientSettings
 
 DB_HELP = "database URL (default: GOODPUT_DATABASE_URL, else sqlite:///goodput.db in the current folder)"
 URL_HELP = "collector URL (default: GOODPUT_URL, else http://127.0.0.1:8000)"
@@ -63,9 +64,11 @@ def _parser() -> argparse.ArgumentParser:
     check.set_defaults(handler=_db_check)
     prune = db_sub.add_parser(
         "prune", help="delete the raw rows of runs quiet for GOODPUT_RAW_RETENTION_DAYS (their analyses are stored "
-                      "first and kept); exit 0 done, 2 another process is pruning, 3 some runs were left whole")
+                      "first and kept); exit 0 done, 1 the retention is not a finite number of days >= 0 (nothing "
+                      "touched), 2 another process is pruning, 3 some runs were left whole")
     prune.add_argument("--db", help=DB_HELP)
-    prune.add_argument("--days", type=float, help="retention in days (default: GOODPUT_RAW_RETENTION_DAYS, 30)")
+    prune.add_argument("--days", type=float, help=(
+        "retention in days, a finite number >= 0; 0 keeps raw rows (default: GOODPUT_RAW_RETENTION_DAYS, 30)"))
     prune.add_argument("--dry-run", action="store_true", help="print what would be deleted, change nothing")
     prune.set_defaults(handler=_db_prune)
 
@@ -75,7 +78,11 @@ def _parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("simulate", help="simulate a training job and send its events to a collector")
     sim.add_argument("--url", help=URL_HELP)
-    sim.add_argument("--token", help="write token (default GOODPUT_TOKEN)")
+    sim_tokens = sim.add_mutually_exclusive_group()
+    sim_tokens.add_argument("--token-file", help="a file whose first line is the write token (default: GOODPUT_TOKEN, "
+                                                 "else GOODPUT_TOKEN_FILE)")
+    sim_tokens.add_argument("--token", help="the write token; readable by every user of the machine while it runs "
+                                            "(ps): prefer --token-file or the variables")
     sim.add_argument("--run-id")
     sim.add_argument("--ranks", type=int, default=8)
     sim.add_argument("--gpus", type=int, help="allocated GPUs (default: ranks)")
@@ -151,7 +158,8 @@ def _parser() -> argparse.ArgumentParser:
     interval.set_defaults(handler=_simulate_interval)
 
     sub.add_parser("sync", help="send what a spool folder holds that the collector never acknowledged or refused "
-                                "(the quarantine, after fixing the cause): goodput sync DIR [--url URL] [--token T]")
+                                "(the quarantine, after fixing the cause): goodput sync DIR [--url URL] "
+                                "[--token-file F]")
 
     sub.add_parser("launch", help="run torchrun (or any launcher) and report submission/allocation/run end: "
                                   "goodput launch [--gpus N] -- torchrun ...")
@@ -179,13 +187,31 @@ def _calls_the_collector(handler: Handler, command: str, *, errors_to_stderr: bo
 
 def _api(ns: argparse.Namespace, *, write: bool = False) -> ApiClient:
     """The collector at --url (else GOODPUT_URL), with the read token (GOODPUT_READ_TOKEN), or with the write
-    token (--token, else GOODPUT_TOKEN) to send events."""
+    token (--token or --token-file, else GOODPUT_TOKEN or GOODPUT_TOKEN_FILE) to send events."""
     from services.api_client import ApiClient, bearer
     from services.settings import ClientSettings
 
     settings = ClientSettings()
-    token = (ns.token or settings.token) if write else settings.read_token
+    token = _write_token(ns, settings) if write else settings.read_token
     return ApiClient(ns.url or settings.url, credential=bearer(token))
+
+
+def _write_token(ns: argparse.Namespace, settings: ClientSettings) -> str | None:
+    """The write token of a command that sends events, as the training client resolves it; exits 2 when a token
+    file cannot be read."""
+    from ingest_client.config import read_token_file, token_from_env, token_in_argv_warning
+    from ingest_client.errors import ConfigError
+
+    if ns.token:
+        print(f"goodput: warning: {token_in_argv_warning('--token')}", file=sys.stderr)
+        return str(ns.token)
+    try:
+        if ns.token_file:
+            return read_token_file(ns.token_file, "--token-file")
+        return token_from_env({"GOODPUT_TOKEN": settings.token or "", "GOODPUT_TOKEN_FILE": settings.token_file or ""})
+    except ConfigError as exc:
+        print(f"goodput: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _database_url(ns: argparse.Namespace) -> str:
@@ -196,6 +222,7 @@ def _database_url(ns: argparse.Namespace) -> str:
 
 def _serve(ns: argparse.Namespace) -> int:
     import uvicorn
+    from pydantic import ValidationError
 
     from services.settings import ServerSettings, ServiceSettings, hand_to_worker_processes
     from services.storage.db import make_engine
@@ -205,7 +232,12 @@ def _serve(ns: argparse.Namespace) -> int:
                                                              ("port", ns.port)) if value}
     if ns.no_dashboard:
         server["serve_dashboard"] = False
-    settings = ServiceSettings(server=ServerSettings(**server))
+    try:
+        settings = ServiceSettings(server=ServerSettings(**server))
+    except ValidationError as exc:  # e.g. GOODPUT_RAW_RETENTION_DAYS=nan: said in one line each, nothing started
+        for error in exc.errors():
+            print(f"goodput serve: {_settings_problem(error['loc'], str(error['msg']))}", file=sys.stderr)
+        return 1
     hand_to_worker_processes(settings)
     url, host, port = settings.server.database_url, settings.server.host, settings.server.port
     engine = make_engine(url)
@@ -277,24 +309,42 @@ def _ensure_partitions(engine: Engine) -> None:
 
 
 def _db_prune(ns: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
     from services.cli.retention import prune_lines
     from services.derive.cache import AnalysisCache
     from services.derive.retention import PruneBusy, prune
-    from services.settings import ServerSettings
+    from services.settings import ServerSettings, check_retention_days
     from services.storage.db import make_engine
     from services.storage.migrate import upgrade
 
-    days = ns.days if ns.days is not None else ServerSettings().raw_retention_days
+    try:  # checked before the database is opened: a cutoff of NaN matched every run on PostgreSQL
+        days = (check_retention_days(ns.days, setting="--days") if ns.days is not None
+                else ServerSettings().raw_retention_days)
+    except (ValueError, ValidationError) as exc:
+        problems = ([_settings_problem(e["loc"], str(e["msg"])) for e in exc.errors()]
+                    if isinstance(exc, ValidationError) else [str(exc)])
+        for problem in problems:
+            print(f"goodput db prune: {problem}; nothing was pruned", file=sys.stderr)
+        return 1
     engine = make_engine(_database_url(ns))
     upgrade(engine)
     try:
-        result = prune(AnalysisCache(engine), retention_days=days, dry_run=ns.dry_run)
+        result = prune(AnalysisCache(engine), retention_days=days, dry_run=ns.dry_run,
+                       setting="--days" if ns.days is not None else "GOODPUT_RAW_RETENTION_DAYS")
     except PruneBusy as exc:
         print(f"goodput db prune: {exc}", file=sys.stderr)
         return 2
     for line in prune_lines(result, days=days, dry_run=ns.dry_run):
         print(line)
     return 3 if result.left_whole else 0
+
+
+def _settings_problem(loc: tuple[int | str, ...], message: str) -> str:
+    """A settings error as one line that names the variable."""
+    message = message.removeprefix("Value error, ")
+    variable = ".".join(str(part) for part in loc)
+    return message if message.startswith(variable) else f"{variable}: {message}"
 
 
 def _simulate(ns: argparse.Namespace) -> int:

@@ -26,9 +26,11 @@ A product whose build makes another one too says so in `includes` (a views build
 the stored one when it is current): a request for either waits for a build of the other in progress instead of
 starting its own beside it (for the views, then reusing the ledger it stored), and the pace counts it for both.
 
-A run whose raw rows retention deleted (`detail_pruned_at`, services.derive.retention) is never built again: its
-products are what was stored before the rows went (the ledger and views where they always are, the others in
-`run_products`), whatever its version; a product not stored is RunDetailPruned.
+A run whose raw rows retention deleted (`detail_pruned_at`, services.derive.retention) keeps its step blocks: its
+ledger and views are built from them as before, when it receives events again. The products that read raw rows
+(`reads_raw_rows`: the straggler report, the resume check) are never built again: they are what was stored before
+the rows went (`run_products`), whatever its version; a product not stored is RunDetailPruned. So is every product
+of a run pruned before its blocks were kept (RunRow.analysed_from_blocks).
 
 One instance per collector app (`app.state.analyses`); every process of `goodput serve --workers N` has its own.
 """
@@ -76,6 +78,12 @@ class Product(Generic[T]):
     model: type[BaseModel] | None = None
     # whether a build of the run now reads only what changed since the last one (Pace.incremental_factor)
     incremental: Callable[[AnalysisCache, RunRow], bool] | None = None
+    # built from the run's raw rows (not only its step blocks and events): final once retention deleted them
+    reads_raw_rows: bool = False
+
+    def is_final(self, run: RunRow) -> bool:
+        """Whether the run's product is the one stored when its raw rows went, never built again."""
+        return run.detail_pruned_at is not None and (self.reads_raw_rows or not run.analysed_from_blocks)
 
 
 class SingleFlight(Generic[T]):
@@ -167,7 +175,7 @@ class AnalysisCache:
 
     def current(self, product: Product[T], run: RunRow) -> T:
         """The product of at least the version `run` was read at: kept, or built now (joining a build in progress)."""
-        if run.detail_pruned_at is not None:
+        if product.is_final(run):
             return self.final(product, run)
         wanted = run.version
         while True:
@@ -188,7 +196,7 @@ class AnalysisCache:
         """(value, stale): the product of the run's version when it is kept or built within `budget_s`; else the
         last one kept, stale, while a build goes on (started now if the pace allows). None: nothing kept yet and
         nothing ready within the budget."""
-        if run.detail_pruned_at is not None:
+        if product.is_final(run):
             return self.final(product, run), False
         kept = self._kept(product, run)
         if kept is not None and kept.version >= run.version:
@@ -220,7 +228,7 @@ class AnalysisCache:
                 and self._pace.due(key, time.monotonic()))
 
     def final(self, product: Product[T], run: RunRow) -> T:
-        """A pruned run's product as stored when its raw rows went (never built again)."""
+        """A pruned run's product as stored when its raw rows went (never built again: `Product.is_final`)."""
         assert run.detail_pruned_at is not None
         problem = f"no {product.name} was stored for it"
         if product.stored is not None:
@@ -294,7 +302,7 @@ class AnalysisCache:
         started, cpu_started = time.monotonic(), time.thread_time()
         with self.engine.connect() as conn:
             run = get_run_by_pk(conn, run_pk)  # read again: the newest version when the build starts
-        if run.detail_pruned_at is not None:  # pruned since it was asked for: never built from what is left
+        if product.is_final(run):  # pruned since it was asked for: never built from what is left
             return Built(run.version, self.final(product, run))
         kept = self._kept(product, run)
         if kept is not None and kept.version >= run.version:

@@ -45,7 +45,7 @@ def _check(engine: Engine, run: RunRow, config: ResumeCheckConfig) -> ResumeChec
 
 
 RESUME_CHECK = Product(name="resume-check", build=lambda analyses, run: _check(analyses.engine, run, DEFAULT_CONFIG),
-                       model=ResumeCheck)
+                       model=ResumeCheck, reads_raw_rows=True)
 
 
 def resume_check(analyses: AnalysisCache, run: RunRow, config: ResumeCheckConfig = DEFAULT_CONFIG

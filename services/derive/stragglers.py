@@ -17,7 +17,7 @@ def _build(analyses: AnalysisCache, run: RunRow) -> StragglerReport:
     return build_straggler_report(data, ledger)
 
 
-STRAGGLERS = Product(name="stragglers", build=_build, model=StragglerReport)
+STRAGGLERS = Product(name="stragglers", build=_build, model=StragglerReport, reads_raw_rows=True)
 
 
 def straggler_report(analyses: AnalysisCache, run: RunRow) -> StragglerReport:

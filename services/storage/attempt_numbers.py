@@ -206,7 +206,7 @@ def _number_run(conn: Connection, run_pk: int, seen: dict[LaunchAttemptKey, Laun
              if numbers[key] != row.attempt]
     epoch = renumbering(conn, run_pk) + 1 if moves else 0
     if moves:
-        _renumber(conn, run_pk, moves)
+        _renumber(conn, run_pk, moves, [(row.attempt, numbers[key]) for key, row in stored.items()])
     for key, a in merged.items():
         old = stored.get(key)
         values = {"attempt": numbers[key], "start_time": a.start, "world_size": a.world_size, "rank_lo": a.rank_lo,
@@ -229,14 +229,17 @@ _TABLES: tuple[Table, ...] = (cast(Table, Event.__table__), steps, collectives, 
 _AWAY = -2  # a moved row's number, new n, is _AWAY - n during the move
 
 
-def _renumber(conn: Connection, run_pk: int, moves: list[tuple[LaunchAttempt, int, int]]) -> None:
+def _renumber(conn: Connection, run_pk: int, moves: list[tuple[LaunchAttempt, int, int]],
+              now: list[tuple[int, int]]) -> None:
     """Move the stored rows of each launch attempt (its attempt and ranks) from the old number to the new one.
 
     In two passes (through numbers below -1: -1 is a run-level row's), since one launch attempt may take the number
-    another leaves. The
-    ranks tell a launch attempt's rows from those of the others of its attempt (their ranks are disjoint). The
-    blocks of every number touched are summarised again, and their marks' counts moved past every count the run
-    had, so that no process reuses a block it kept (services.storage.summary_cache)."""
+    another leaves. The ranks tell a launch attempt's rows from those of the others of its attempt (their ranks are
+    disjoint). `now`: (old number, new number) of every stored launch attempt. The attempts that move whole (all
+    their launch attempts to one number that nothing else keeps) take their block summaries with them, which keeps
+    what retention kept of a pruned run's blocks; the other blocks of every number touched are summarised again from
+    their rows (a pruned block of an attempt split or joined cannot be kept). Marks' counts of every number touched
+    move past every count the run had, so that no process reuses a block it kept (services.storage.summary_cache)."""
     for table in _TABLES:
         for a, old, new in moves:
             where = [table.c.run_pk == run_pk, table.c.attempt == old]
@@ -246,9 +249,24 @@ def _renumber(conn: Connection, run_pk: int, moves: list[tuple[LaunchAttempt, in
         conn.execute(update(table).where(table.c.run_pk == run_pk, table.c.attempt <= _AWAY)
                      .values(attempt=_AWAY - table.c.attempt))
     touched = sorted({old for _, old, _ in moves} | {new for _, _, new in moves})
-    conn.execute(step_blocks.delete().where(step_blocks.c.run_pk == run_pk, step_blocks.c.attempt.in_(touched)))
+    whole = {old: new for old, new in now if old != new and _moves_whole(now, old, new)}
+    for old, new in whole.items():
+        conn.execute(update(step_blocks).where(step_blocks.c.run_pk == run_pk, step_blocks.c.attempt == old)
+                     .values(attempt=_AWAY - new))
+    conn.execute(step_blocks.delete().where(step_blocks.c.run_pk == run_pk, step_blocks.c.attempt.in_(touched),
+                                            step_blocks.c.pruned.is_(None)))
+    # (what is left where whole attempts arrive is a pruned block of an attempt split or joined: it cannot be kept)
+    conn.execute(step_blocks.delete().where(step_blocks.c.run_pk == run_pk,
+                                            step_blocks.c.attempt.in_(sorted(whole.values()))))
+    conn.execute(update(step_blocks).where(step_blocks.c.run_pk == run_pk, step_blocks.c.attempt <= _AWAY)
+                 .values(attempt=_AWAY - step_blocks.c.attempt))
     sums = (select(func.sum(step_marks.c.changes).label("changes")).where(step_marks.c.run_pk == run_pk)
             .group_by(step_marks.c.attempt, step_marks.c.block).subquery())
     past = int(conn.execute(select(func.coalesce(func.max(sums.c.changes), 0))).scalar_one()) + 1
     conn.execute(update(step_marks).where(and_(step_marks.c.run_pk == run_pk, step_marks.c.attempt.in_(touched)))
                  .values(changes=step_marks.c.changes + past))
+
+
+def _moves_whole(now: list[tuple[int, int]], old: int, new: int) -> bool:
+    """Whether every launch attempt numbered `old` goes to `new`, and none stays at `new` or comes from elsewhere."""
+    return all(n == new for o, n in now if o == old) and all(o == old for o, n in now if n == new)

@@ -10,6 +10,8 @@ Every time a rank reported is read on the collector's clock: taken back by the r
 collector's (services.storage.clock_readings), so that a host whose clock is off neither hides a hang nor makes
 one up. `LiveState.clock_offset_s` is the offset of the run's own time base (its reference clock) from the
 collector's, for the provisional hang.
+A pruned run's step rows are gone: what was read of them is stored when they go
+(services.analysis.live_tail) and read from there.
 """
 
 from __future__ import annotations
@@ -19,12 +21,17 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import Connection, bindparam, text
 
 from services.analysis.clocks import reference_offset
 from services.analysis.live import LiveState, RankState
+from services.analysis.live_tail import LiveTail, tail_of, with_tail
 from services.storage.clock_readings import collector_offsets
+from services.storage.run_products import load_product
 from services.storage.runs import RunRow
+
+LIVE_TAIL = "live-tail"  # the run_products row of a pruned run's LiveTail
 
 _ATTEMPT_SQL = text("SELECT max(attempt) FROM events WHERE run_pk = :pk AND kind = 'attempt_start'")
 _STARTS_SQL = text(
@@ -155,7 +162,7 @@ def load_live_state(conn: Connection, run: RunRow, *, now: float, lookback_s: fl
             heartbeat_collectives=beat[2] if beat else None, ended=ended.get(rank),
             start_time=info.start_time if info else None,
         ))
-    return LiveState(
+    state = LiveState(
         run_id=run.run_id, status=run.status, attempt=int(attempt), world_size=world or len(ranks),
         attempt_start=min((v.start_time for v in ranks.values()), default=None),
         resume_step=int(resume) if resume is not None else None, ranks=tuple(out),
@@ -166,6 +173,24 @@ def load_live_state(conn: Connection, run: RunRow, *, now: float, lookback_s: fl
         first_time=run.first_time, latest_time=run.last_time,
         clock_offset_s=reference_offset(offsets),
     )
+    return state if run.detail_pruned_at is None else _with_stored_tail(conn, run, state)
+
+
+def live_tail(conn: Connection, run: RunRow, *, now: float) -> LiveTail:
+    """What retention stores of the run before deleting its rows (services.analysis.live_tail)."""
+    return tail_of(load_live_state(conn, run, now=now))
+
+
+def _with_stored_tail(conn: Connection, run: RunRow, state: LiveState) -> LiveState:
+    """A pruned run's state with the live tail stored when its rows went, where they are gone."""
+    stored = load_product(conn, run.pk, LIVE_TAIL)
+    if stored is None:  # pruned before the tail was stored
+        return state
+    try:
+        tail = LiveTail.model_validate_json(stored[1])
+    except ValidationError:  # stored by another version of goodput: the rows left are what there is
+        return state
+    return with_tail(state, tail)
 
 
 def _float(value: Any) -> float | None:

@@ -81,6 +81,13 @@ def schema_drift(engine: Engine) -> list[object]:
         return list(compare_metadata(context, metadata))
 
 
+def head_revision() -> str:
+    """The newest revision in migrations/versions."""
+    from alembic.script import ScriptDirectory
+
+    return str(ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head())
+
+
 def current_revision(engine: Engine) -> str | None:
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()

@@ -2,21 +2,29 @@
 
 What is raw: a run's `steps` and `collectives` rows and its high-volume events (step and collective records,
 heartbeats). Everything else of a run is kept for good: its row in `runs` (with the stored ledger), its views
-(`run_views`), its frozen products (`run_products`: straggler report, resume check) and its other events
-(attempts, checkpoints, resumes, the run's end, client stats: a few per attempt).
+(`run_views`), its frozen products (`run_products`: straggler report, resume check, the live tail), its step blocks
+(`step_marks`, `step_blocks`: what the ledger and the views are built from), each rank's first and last heartbeat
+of each attempt (what the analysis reads of them) and its other events (attempts, checkpoints, resumes, the run's
+end, client stats: a few per attempt). So a pruned run that receives events again (its last steps, a relaunch)
+goes on being analysed from what was kept, and the rows received since go in turn.
 
 A run's raw rows go when the run has been quiet for the whole retention window (no event received, by the
-server's clock, since `cutoff`): a run that is still going keeps all of its rows, however long it runs, so its
-analysis is never built from part of them. Services.derive.retention stores the run's analyses and marks it
-`detail_pruned_at` first; this module only deletes.
+server's clock, since `cutoff`): a run that is still going keeps all of its rows. Services.derive.retention stores
+the run's analyses, then `mark_pruned` marks it `detail_pruned_at` with the version its step blocks were summarised
+at (`detail_pruned_version`), only if no event arrived since, and marks its blocks pruned (`step_blocks.pruned`);
+then `prune_raw_rows` deletes, never a row of a run that received events since it was marked (`version` larger).
 
 PostgreSQL: `steps` and `collectives` are partitioned by day of `end_time` (UTC days of the epoch seconds the
 client reports). `ensure_partitions` creates today's partition and `PARTITIONS_AHEAD_DAYS` more ahead, and a
 DEFAULT partition takes any row outside them (a clock far off, a day not created yet), so no write ever fails
 for its time. `prune_raw_rows` drops every day partition that ends before the cutoff, moving out first the rows
-of runs that are not pruned (still going) into the DEFAULT partition, then deletes the pruned runs' rows left
-elsewhere (DEFAULT, partitions of days after the cutoff when a clock was ahead) by index. Dropping a partition
-is a catalog change: no dead rows, no vacuum, the space is back at once. SQLite deletes the pruned runs' rows.
+of runs that are not pruned (still going, or received events since they were) into the DEFAULT partition, then
+deletes the pruned runs' rows left elsewhere (DEFAULT, partitions of days after the cutoff when a clock was ahead)
+by index. Dropping a partition is a catalog change: no dead rows, no vacuum, the space is back at once. SQLite
+deletes the pruned runs' rows.
+
+Runs pruned before revision 0009 lost their step blocks with their rows (`detail_pruned_version` NULL): their
+stored analyses are final, and rows they receive later are deleted at the next prune (`mark_pruned_again`).
 """
 
 from __future__ import annotations
@@ -25,18 +33,19 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, text, update
+from sqlalchemy import Connection, CursorResult, bindparam, select, text, update
 
-from services.storage.tables import Run
+from services.storage.tables import Run, step_blocks
 
 DAY_S = 86_400
 PARTITIONED_TABLES = ("steps", "collectives")
 PARTITIONS_AHEAD_DAYS = 3  # partitions exist for today and this many days ahead (the background job runs hourly)
-# Per-block summaries of the raw rows (services.storage.step_blocks): a pruned run is never built again, so they go
-# with its rows.
+# Per-block summaries of the raw rows (services.storage.step_blocks): deleted only with the rows of a run pruned
+# before revision 0009, whose blocks went with its first rows (a pruned run keeps them: it is built from them).
 DERIVED_FROM_RAW_TABLES = ("step_marks", "step_blocks")
-RAW_EVENT_KINDS = ("step", "steps", "collective", "collectives", "heartbeat")
+SERIES_EVENT_KINDS = ("step", "steps", "collective", "collectives")
 # The partitions of the partitioned tables: not in the models (services.storage.tables), never schema drift.
 PARTITION_NAME = re.compile(r"^(steps|collectives)_(p\d{8}|default)$")
 _DAY_PARTITION = re.compile(r"^(steps|collectives)_p(\d{8})$")
@@ -117,7 +126,7 @@ class RawRowsPlan:
     """What a prune removes (a dry run stops here)."""
 
     cutoff: float
-    runs: tuple[int, ...]  # runs whose raw rows go (quiet since before the cutoff), already marked pruned or not
+    runs: tuple[int, ...]  # runs whose raw rows go (quiet since before the cutoff), if marked pruned by then
     partitions: tuple[str, ...]  # day partitions ending at or before the cutoff (PostgreSQL)
 
 
@@ -131,9 +140,9 @@ class RawRowsPruned:
 def runs_to_prune(conn: Connection, cutoff: float, *, limit: int = 100_000) -> list[int]:
     """Runs that received nothing since `cutoff` and have raw rows not deleted yet: never pruned, or received
     events after they were pruned."""
-    query = (select(Run.id).where(Run.received_at < cutoff,
-                                  Run.detail_pruned_at.is_(None) | (Run.detail_pruned_at < Run.received_at))
-             .order_by(Run.received_at).limit(limit))
+    changed = Run.detail_pruned_at.is_(None) | (Run.version > Run.detail_pruned_version) | (
+        Run.detail_pruned_version.is_(None) & (Run.detail_pruned_at < Run.received_at))
+    query = select(Run.id).where(Run.received_at < cutoff, changed).order_by(Run.received_at).limit(limit)
     return list(conn.execute(query).scalars())
 
 
@@ -147,44 +156,76 @@ def plan_raw_rows(conn: Connection, cutoff: float) -> RawRowsPlan:
 
 
 def mark_pruned(conn: Connection, run_pk: int, *, version: int, now: float) -> bool:
-    """Mark the run pruned if it is still at `version` (its analyses were stored for that version); False when an
-    event arrived meanwhile (the run is going again: it is left alone)."""
-    done = conn.execute(update(Run).where(Run.id == run_pk, Run.version == version).values(detail_pruned_at=now))
-    return done.rowcount == 1
+    """Mark the run pruned at `version` (its analyses were stored and its step blocks summarised for that version)
+    and its step blocks as the summaries of rows deleted; False when an event arrived meanwhile (the run is going
+    again: it is left alone). The caller commits, after storing what else goes with the mark: until then the run's
+    row is locked, so no write of the run commits in between (PostgreSQL; SQLite writes one at a time)."""
+    done = conn.execute(update(Run).where(Run.id == run_pk, Run.version == version)
+                        .values(detail_pruned_at=now, detail_pruned_version=version))
+    if done.rowcount != 1:
+        return False
+    # empty: each block's summary is its deleted rows' own (a later fold keeps it as the base: step_blocks.py)
+    conn.execute(update(step_blocks).where(step_blocks.c.run_pk == run_pk).values(pruned=b""))
+    return True
 
 
 def mark_pruned_again(conn: Connection, run_pks: Sequence[int], *, now: float) -> None:
-    """Runs pruned before that received events since: their new raw rows go too (their analyses stay final)."""
+    """Runs pruned before revision 0009 that received events since: their new raw rows go too (their analyses stay
+    final: their step blocks are gone)."""
     if run_pks:
-        conn.execute(update(Run).where(Run.id.in_(list(run_pks)), Run.detail_pruned_at.is_not(None))
-                     .values(detail_pruned_at=now))
+        conn.execute(update(Run).where(Run.id.in_(list(run_pks)), Run.detail_pruned_at.is_not(None),
+                                       Run.detail_pruned_version.is_(None)).values(detail_pruned_at=now))
 
 
-_UNPRUNED_RUNS = "SELECT id FROM runs WHERE detail_pruned_at IS NULL"
+# Runs whose raw rows must stay: not pruned, or received events since (rows not in their step blocks' summaries yet).
+_KEPT_RUNS = "SELECT id FROM runs WHERE detail_pruned_at IS NULL OR version > detail_pruned_version"
+# Of the plan's runs, those whose rows go: pruned and unchanged since, read in the deleting statement itself, so a
+# run written meanwhile keeps every row (its new ones are not summarised yet).
+_PRUNED = "SELECT id FROM runs WHERE id IN :pks AND version = detail_pruned_version"
+_PRUNED_BEFORE_0009 = ("SELECT id FROM runs WHERE id IN :pks AND detail_pruned_at IS NOT NULL "
+                       "AND detail_pruned_version IS NULL")
+# Every heartbeat of the pruned runs but each (attempt, rank)'s earliest and latest, which the analysis reads
+# (services.storage.load: the same order) and live detection finds as the rank's latest.
+_HEARTBEATS_BETWEEN = (
+    "DELETE FROM events WHERE kind = 'heartbeat' AND run_pk IN ({runs}) AND (run_pk, event_id) NOT IN ("
+    "SELECT run_pk, event_id FROM (SELECT run_pk, event_id, "
+    "row_number() OVER (PARTITION BY run_pk, attempt, rank ORDER BY time, event_id) AS earliest, "
+    "row_number() OVER (PARTITION BY run_pk, attempt, rank ORDER BY time DESC, event_id DESC) AS latest "
+    "FROM events WHERE kind = 'heartbeat' AND run_pk IN ({runs})) AS beats WHERE earliest = 1 OR latest = 1)")
 
 
 def prune_raw_rows(conn: Connection, plan: RawRowsPlan) -> RawRowsPruned:
-    """Delete the raw rows of the plan's runs that are marked pruned and drop its partitions (keeping the rows of
-    runs that are not pruned). The caller commits."""
+    """Drop the plan's partitions (keeping the rows of runs not pruned or written since) and delete the raw rows
+    left of the plan's runs that are marked pruned and unchanged since. The caller commits."""
     out = RawRowsPruned()
     for name in plan.partitions:
         table = name.rsplit("_p", 1)[0]
         conn.execute(text(f'ALTER TABLE "{table}" DETACH PARTITION "{name}"'))
         # rows of runs still going: back into the parent, which routes them to the DEFAULT partition now
-        kept = conn.execute(text(f'INSERT INTO "{table}" SELECT * FROM "{name}" WHERE run_pk IN ({_UNPRUNED_RUNS})'))
+        kept = conn.execute(text(f'INSERT INTO "{table}" SELECT * FROM "{name}" WHERE run_pk IN ({_KEPT_RUNS})'))
         out.rows_kept += max(kept.rowcount, 0)
         conn.execute(text(f'DROP TABLE "{name}"'))
         out.partitions_dropped.append(name)
-    pruned = list(conn.execute(select(Run.id).where(Run.id.in_(list(plan.runs)), Run.detail_pruned_at.is_not(None)))
-                  .scalars()) if plan.runs else []
-    if not pruned:
+    if not plan.runs:
         return out
-    for table in (*PARTITIONED_TABLES, *DERIVED_FROM_RAW_TABLES):
-        deleted = conn.execute(text(f"DELETE FROM {table} WHERE run_pk IN :pks")
-                               .bindparams(bindparam("pks", expanding=True)), {"pks": pruned})
-        out.rows_deleted[table] = deleted.rowcount
-    deleted = conn.execute(text("DELETE FROM events WHERE run_pk IN :pks AND kind IN :kinds")
-                           .bindparams(bindparam("pks", expanding=True), bindparam("kinds", expanding=True)),
-                           {"pks": pruned, "kinds": list(RAW_EVENT_KINDS)})
-    out.rows_deleted["events"] = deleted.rowcount
+    pks = {"pks": list(plan.runs)}
+    pruned = f"{_PRUNED} UNION {_PRUNED_BEFORE_0009}"
+    statements = {table: f"DELETE FROM {table} WHERE run_pk IN ({pruned})" for table in PARTITIONED_TABLES}
+    statements |= {table: f"DELETE FROM {table} WHERE run_pk IN ({_PRUNED_BEFORE_0009})"
+                   for table in DERIVED_FROM_RAW_TABLES}
+    deleted: dict[str, int] = {}
+    for table, sql in statements.items():
+        deleted[table] = _execute(conn, sql, pks).rowcount
+    events = _execute(conn, f"DELETE FROM events WHERE run_pk IN ({pruned}) AND kind IN :kinds",
+                      {**pks, "kinds": list(SERIES_EVENT_KINDS)}).rowcount
+    events += _execute(conn, f"DELETE FROM events WHERE run_pk IN ({_PRUNED_BEFORE_0009}) AND kind = 'heartbeat'",
+                       pks).rowcount
+    events += _execute(conn, _HEARTBEATS_BETWEEN.format(runs=_PRUNED), pks).rowcount
+    deleted["events"] = events
+    out.rows_deleted = {table: n for table, n in deleted.items() if n}
     return out
+
+
+def _execute(conn: Connection, sql: str, params: dict[str, Any]) -> CursorResult[Any]:
+    statement = text(sql).bindparams(*(bindparam(name, expanding=True) for name in params))
+    return conn.execute(statement, params)

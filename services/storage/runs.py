@@ -40,21 +40,28 @@ class RunRow:
     version: int
     ledger_version: int
     ledger_json: str | None
-    detail_pruned_at: float | None = None  # retention deleted its raw rows then: its stored analyses are final
+    detail_pruned_at: float | None = None  # retention deleted its raw rows then
+    detail_pruned_version: int | None = None  # its version whose rows were all in its step blocks then
 
     @property
     def ref(self) -> RunRef:
         return RunRef(self.project, self.run_id)
 
+    @property
+    def analysed_from_blocks(self) -> bool:
+        """Whether its ledger and views can be built: never pruned, or pruned with its step blocks kept (from
+        revision 0009 on). A run pruned before lost its blocks: its stored analyses are final."""
+        return self.detail_pruned_at is None or self.detail_pruned_version is not None
+
 
 _RUN_COLUMNS = (Run.id, Run.run_id, Run.project, Run.status, Run.first_time, Run.last_time, Run.received_at,
-                Run.version, Run.ledger_version, Run.ledger_json, Run.detail_pruned_at)
+                Run.version, Run.ledger_version, Run.ledger_json, Run.detail_pruned_at, Run.detail_pruned_version)
 
 
 def _run_row(row: Any) -> RunRow:
     return RunRow(pk=row[0], run_id=row[1], project=row[2], status=row[3], first_time=row[4], last_time=row[5],
                   received_at=row[6], version=row[7], ledger_version=row[8], ledger_json=row[9],
-                  detail_pruned_at=row[10])
+                  detail_pruned_at=row[10], detail_pruned_version=row[11])
 
 
 def get_run(conn: Connection, run: RunRef | str) -> RunRow:
@@ -122,9 +129,11 @@ def store_ledger(conn: Connection, run_pk: int, version: int, ledger_json: str, 
 
 def runs_analysed_before_their_last_change(conn: Connection, *, received_since: float, limit: int) -> list[int]:
     """Keys of the runs that received events since `received_since` and whose stored views are older than the run
-    (or missing), the most recently active first; never a pruned run (its analyses are final)."""
+    (or missing), the most recently active first; never a run pruned before its step blocks were kept (its
+    analyses are final)."""
     query = (select(Run.id).select_from(Run).outerjoin(RunViews, RunViews.run_pk == Run.id)
-             .where(Run.received_at >= received_since, Run.detail_pruned_at.is_(None),
+             .where(Run.received_at >= received_since,
+                    Run.detail_pruned_at.is_(None) | Run.detail_pruned_version.is_not(None),
                     (RunViews.version.is_(None)) | (RunViews.version < Run.version))
              .order_by(Run.received_at.desc()).limit(limit))
     return [row[0] for row in conn.execute(query)]

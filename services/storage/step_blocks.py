@@ -7,6 +7,8 @@
   read before the rows, so a summary never claims rows it did not read (rows committed in between make it
   summarised again next time). Cost: the rows of the changed blocks, not the run's.
 - `load_step_summary`: the run's blocks merged, what the ledger and the views read instead of every row.
+- A block whose rows retention deleted keeps their summary (`step_blocks.pruned`, services.storage.retention): rows
+  received since are summarised onto it (`extend_block`), so a pruned run goes on being analysed.
 - With a `SummaryCache` (services.storage.summary_cache), a build of a live run reads the blocks that changed and
   the events that arrived since the last build, not the run.
 """
@@ -27,6 +29,7 @@ from services.analysis.step_blocks import (
     StepBlock,
     StepSummary,
     block_of,
+    extend_block,
     merge_blocks,
     summarize_block,
 )
@@ -124,14 +127,32 @@ def _fold_block(conn: Connection, run_pk: int, attempt: int, block: int) -> tupl
             at = np.clip(np.searchsorted(key, mine), 0, len(key) - 1)
             found = key[at] == mine
             comm = np.where(np.isnan(comm) & found, seconds[at], comm)
-    summary = summarize_block(attempt, block, rank, step, start, end, comm) if len(step) else None
+    pruned = _pruned_base(conn, run_pk, attempt, block)
+    if pruned is None:
+        summary = summarize_block(attempt, block, rank, step, start, end, comm) if len(step) else None
+    else:  # retention deleted the block's rows: the rows left were received since
+        summary = extend_block(block_from_bytes(pruned) if pruned else None, attempt, block, rank, step, start, end,
+                               comm)
     insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     statement = insert(step_blocks).values(run_pk=run_pk, attempt=attempt, block=block, changes=changes,
-                                           summary=block_to_bytes(summary) if summary is not None else b"")
+                                           summary=block_to_bytes(summary) if summary is not None else b"",
+                                           pruned=pruned or None)  # no deleted row had steps: none to keep
     conn.execute(statement.on_conflict_do_update(
         index_elements=["run_pk", "attempt", "block"],
-        set_={"changes": statement.excluded.changes, "summary": statement.excluded.summary}))
+        set_={"changes": statement.excluded.changes, "summary": statement.excluded.summary,
+              "pruned": statement.excluded.pruned}))
     return changes, summary
+
+
+def _pruned_base(conn: Connection, run_pk: int, attempt: int, block: int) -> bytes | None:
+    """The summary of the block's rows that retention deleted (`step_blocks.pruned`; b"": none had steps), or None
+    when it deleted none."""
+    row = conn.execute(select(step_blocks.c.summary, step_blocks.c.pruned).where(
+        step_blocks.c.run_pk == run_pk, step_blocks.c.attempt == attempt, step_blocks.c.block == block)).first()
+    if row is None or row[1] is None:
+        return None
+    # empty: the stored summary is the deleted rows' own (no row arrived since the prune)
+    return bytes(row[1]) if len(row[1]) else bytes(row[0])
 
 
 _STEP_SQL = ("SELECT rank, step, start_time, end_time, {comm} FROM steps WHERE run_pk = {p} AND attempt = {p} "

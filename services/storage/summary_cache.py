@@ -3,8 +3,7 @@
 
 A block is read and decoded again only when its summary changed (its `changes` differ from the ones it was decoded
 at; folding puts the new summary in directly). Control events are read again only when their count grew (they are
-only ever added while a run can be built: retention deletes some only of a pruned run, which is never built again),
-and then only the new ones.
+only ever added: retention deletes raw events only, never these), and then only the new ones.
 """
 
 from __future__ import annotations

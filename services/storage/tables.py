@@ -58,8 +58,12 @@ class Run(Base):
     ledger_version: Mapped[int] = mapped_column(BigInteger, default=-1)
     ledger_json: Mapped[str | None] = mapped_column(Text)
     # Server clock when the run's raw rows (steps, collectives, step and heartbeat events) were deleted by
-    # retention; from then on its stored analyses (ledger, views, run_products) are final and never rebuilt.
+    # retention (services/storage/retention.py).
     detail_pruned_at: Mapped[float | None] = mapped_column(Double)
+    # The run's version whose rows were all summarised in its step blocks when they went: the run is analysed from
+    # its blocks from then on, and has rows not pruned yet while `version` is larger. NULL on a pruned run: pruned
+    # before revision 0009, which deleted its blocks too; its stored analyses are final.
+    detail_pruned_version: Mapped[int | None] = mapped_column(BigInteger)
 
     __table_args__ = (UniqueConstraint("run_id", "project", name="uq_runs_run_id_project"),)
 
@@ -248,6 +252,9 @@ step_blocks = Table(
     Column("block", BigInteger, primary_key=True),
     Column("changes", BigInteger, nullable=False),
     Column("summary", LargeBinary, nullable=False),
+    # NULL: the summary is of rows that exist. Retention deleted the block's rows: empty, the summary is theirs;
+    # else the summary of the deleted rows, which rows received since are summarised onto (`summary` holds both).
+    Column("pruned", LargeBinary),
 )
 
 

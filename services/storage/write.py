@@ -9,7 +9,8 @@ Idempotency: `events` has the primary key (run_pk, event_id) and a digest of eac
 same content is a duplicate (a retry): not written again, counted in `duplicates`. The same id with other
 content is a conflict: the batch is refused whole (its result has `conflict`; nothing of it is stored), since
 one of the two must be wrong and the collector cannot tell which. Events stored before revision 0005 have no
-digest; a repeat of one is taken as a retry.
+digest; a repeat of one is taken as a retry. A pruned run's raw events are gone, ids included: a repeat of one is
+recognised from what retention kept (services.storage.pruned) and counted a duplicate too.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Engine, select, text
+from sqlalchemy import Connection, Engine, delete, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 
 from services.storage import pgcopy
 from services.storage.attempt_numbers import RunKey, StaleAttemptNumbers, number_records, with_run_attempt
 from services.storage.clock_readings import ClockReadings, RequestClock, readings_of, record_readings
 from services.storage.db import json_rows, psycopg_connection
+from services.storage.pruned import KeptOfPrunedRuns, kept_of_pruned_runs
 from services.storage.records import EventConflict, IngestRecord, IngestResult
 from services.storage.runs import DEFAULT_PROJECT
 from services.storage.step_blocks import mark_step_blocks
@@ -166,6 +168,8 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
             candidates.append((pk_key[0], with_run_attempt(record, numbers, pk_key[0]), data_json, digest))
             owner.append((b, index))
 
+    # read before the group's own records are in: a heartbeat of the group must not bound itself
+    kept_of_pruned = kept_of_pruned_runs(conn, [(run_pk, r) for run_pk, r, _, _ in candidates])
     inserted = _insert_events(conn, candidates, postgres)
     not_inserted = [(run_pk, r.event_id) for run_pk, r, _, _ in candidates if (run_pk, r.event_id) not in inserted]
     _check_kept_keys(conn, {pk: key_of[pk] for pk, _ in not_inserted if pk in kept})
@@ -180,12 +184,16 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
 
     accepted = [0] * len(batches)
     new_records: list[tuple[int, IngestRecord]] = []
+    new_owners: list[int] = []
     for (run_pk, record, _, _), (b, _) in zip(candidates, owner, strict=True):
         if (run_pk, record.event_id) in inserted:
             accepted[b] += 1
             new_records.append((run_pk, record))
+            new_owners.append(b)
         else:
             duplicates[b] += 1
+    if kept_of_pruned is not None:
+        new_records = _without_pruned_repeats(conn, kept_of_pruned, new_records, new_owners, accepted, duplicates)
 
     _insert_steps(conn, new_records, postgres)
     _insert_collectives(conn, new_records)
@@ -209,6 +217,31 @@ def _with_run_attempts(readings: ClockReadings, batch: Sequence[tuple[tuple[str,
     sent = next(iter(readings.offset.values())) + readings.received_at if readings.offset else None
     return readings_of([with_run_attempt(r, numbers, runs[key]) for key, r in batch],
                        RequestClock(received_at=readings.received_at, sent_at=sent))
+
+
+def _without_pruned_repeats(conn: Connection, kept_of_pruned: KeptOfPrunedRuns, records: list[tuple[int, IngestRecord]],
+                            owners: list[int], accepted: list[int], duplicates: list[int]
+                            ) -> list[tuple[int, IngestRecord]]:
+    """The new records without the raw records of pruned runs that repeat what retention deleted (their event rows
+    deleted again, counted in their batch's `duplicates` instead of `accepted`), and with only the rows not held of
+    those that repeat part of it (services.storage.pruned; their event rows keep the digest as sent)."""
+    checked = kept_of_pruned.without_repeats(records)
+    if all(new is old for new, (_, old) in zip(checked, records, strict=True)):
+        return records
+    kept: list[tuple[int, IngestRecord]] = []
+    repeats: list[tuple[int, str]] = []
+    for (run_pk, record), b, new in zip(records, owners, checked, strict=True):
+        if new is None:
+            accepted[b] -= 1
+            duplicates[b] += 1
+            repeats.append((run_pk, record.event_id))
+        else:
+            kept.append((run_pk, new))
+    for run_pk in sorted({pk for pk, _ in repeats}):
+        ids = [event_id for pk, event_id in repeats if pk == run_pk]
+        for at in range(0, len(ids), _INSERT_CHUNK):
+            conn.execute(delete(Event).where(Event.run_pk == run_pk, Event.event_id.in_(ids[at:at + _INSERT_CHUNK])))
+    return kept
 
 
 def _stored_form(r: IngestRecord) -> tuple[str | None, str]:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,9 @@ from ingest_client.tracker import Tracker
 from ingest_client.transport.base import Transport
 from tests.ingest_client.fake_collector import FakeCollector
 
+REPO = Path(__file__).resolve().parents[2]
+WORKER = REPO / "tests" / "faults" / "worker.py"  # a real client rank (tests/faults/worker.py's docstring)
+GOODPUT = [sys.executable, "-m", "services.cli"]  # `goodput launch` and `goodput sync` need only the client
 CLIENT_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID",
               "SLURM_JOB_ID", "SLURM_NODEID", "NODE_RANK", "SLURM_RESTART_COUNT")
 
@@ -74,3 +78,12 @@ def spooled_records(directory: Path) -> list[dict[str, Any]]:
         batch = read_frames(path, 0, max_events=10**9, max_bytes=10**12)
         records.extend(json.loads(p) for p in batch.payloads)
     return records
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment for a process of these tests: this one without GOODPUT_* variables, this tree first on the
+    path, and ``extra`` (tests.test_cli.env_with, without its third-party imports)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GOODPUT_")}
+    env["PYTHONPATH"] = str(REPO)
+    env.update(extra)
+    return env

@@ -4,6 +4,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from ingest_client.quarantine import Refusal, quarantined_in
 from ingest_client.spool import (
     FRAME_HEADER,
@@ -47,7 +49,7 @@ def test_torn_last_frame_is_skipped_and_earlier_frames_kept(tmp_path: Path) -> N
     assert batch.torn
 
 
-def test_crc_detects_a_corrupt_tail(tmp_path: Path) -> None:
+def test_crc_detects_a_corrupt_last_frame(tmp_path: Path) -> None:
     path = tmp_path / "a.000001.spool"
     _write(path, _payloads(3))
     data = bytearray(path.read_bytes())
@@ -55,7 +57,7 @@ def test_crc_detects_a_corrupt_tail(tmp_path: Path) -> None:
     path.write_bytes(bytes(data))
     batch = read_frames(path, 0, max_events=100, max_bytes=10**6)
     assert [json.loads(p)["n"] for p in batch.payloads] == [0, 1]
-    assert batch.torn
+    assert batch.corrupt_frames == 1 and batch.end_offset == len(data) and not batch.torn
 
 
 def test_garbage_header_length_is_treated_as_torn(tmp_path: Path) -> None:
@@ -65,6 +67,86 @@ def test_garbage_header_length_is_treated_as_torn(tmp_path: Path) -> None:
         f.write(FRAME_HEADER.pack(2**31, 0) + b"xx")
     batch = read_frames(path, 0, max_events=100, max_bytes=10**6)
     assert len(batch.payloads) == 2 and batch.torn
+
+
+def _frame_offsets(path: Path) -> list[int]:
+    data, offsets, pos = path.read_bytes(), [], 0
+    while pos < len(data):
+        offsets.append(pos)
+        pos += FRAME_HEADER.size + FRAME_HEADER.unpack_from(data, pos)[0]
+    return offsets
+
+
+def _records(n: int) -> list[bytes]:
+    return [json.dumps({"event_id": f"p-{i}", "kind": "heartbeat", "nested": {"x": [i]}},
+                       separators=(",", ":")).encode() for i in range(n)]
+
+
+def test_a_flipped_payload_byte_costs_its_frame_and_no_other(tmp_path: Path) -> None:
+    path = tmp_path / "a.000001.spool"
+    _write(path, _records(162))
+    data = bytearray(path.read_bytes())
+    data[_frame_offsets(path)[80] + FRAME_HEADER.size + 5] ^= 0x01  # frame 81 of 162
+    path.write_bytes(bytes(data))
+    batch = read_frames(path, 0, max_events=10**6, max_bytes=10**9)
+    assert [json.loads(p)["event_id"] for p in batch.payloads] == [f"p-{i}" for i in range(162) if i != 80]
+    assert batch.corrupt_frames == 1 and not batch.torn and batch.end_offset == len(data)
+    assert batch.skipped_bytes == _frame_offsets(tmp_path / "a.000001.spool")[81] - _frame_offsets(path)[80]
+
+
+@pytest.mark.parametrize("field", ["length", "crc and length", "two frames"])
+def test_a_corrupt_length_resynchronises_on_the_next_good_frame(field: str, tmp_path: Path) -> None:
+    path = tmp_path / "a.000001.spool"
+    _write(path, _records(162))
+    offsets = _frame_offsets(path)
+    data = bytearray(path.read_bytes())
+    at = offsets[80]
+    if field == "length":
+        data[at + 1] ^= 0x10  # 4 KiB more: the frame seems to swallow the next ones
+    elif field == "crc and length":
+        data[at:at + 8] = FRAME_HEADER.pack(3, 0)  # a length that lands inside the payload
+    else:  # frames 81 and 82 overwritten by bytes with many a record's start in them
+        data[at:offsets[82]] = ((bytes(range(256)) + b'{"') * 10)[:offsets[82] - at]
+    path.write_bytes(bytes(data))
+    batch = read_frames(path, 0, max_events=10**6, max_bytes=10**9)
+    lost = {80, 81} if field == "two frames" else {80}
+    assert [json.loads(p)["event_id"] for p in batch.payloads] == [f"p-{i}" for i in range(162) if i not in lost]
+    assert batch.corrupt_frames == 1 and not batch.torn and batch.end_offset == len(data)
+
+
+def test_garbage_between_frames_is_never_read_as_records(tmp_path: Path) -> None:
+    """After a bad length, bytes that look like a frame (a header, then a record's first bytes) but whose CRC or
+    JSON does not hold are skipped, and the frames around them kept."""
+    import random
+    import zlib
+
+    rng = random.Random(31)
+    good = _records(20)
+    fake = b'{"event_id":"fake","kind":"heartbeat"'  # no closing brace: not a JSON object
+    garbage = [FRAME_HEADER.pack(2**30, 0),  # a length past the end: the reader looks for the next good frame
+               FRAME_HEADER.pack(len(fake), zlib.crc32(fake)) + fake,  # its CRC holds, its JSON does not
+               FRAME_HEADER.pack(10, 12345) + b'{"a":"b"}x',  # wrong CRC
+               bytes(rng.randrange(256) for _ in range(5000)).replace(b"}", b"{\"")]
+    path = tmp_path / "a.000001.spool"
+    path.write_bytes(b"".join(encode_frame(p) for p in good[:10]) + b"".join(garbage)
+                     + b"".join(encode_frame(p) for p in good[10:]))
+    batch = read_frames(path, 0, max_events=10**6, max_bytes=10**9)
+    assert batch.payloads == good and batch.corrupt_frames == 1 and not batch.torn
+
+
+def test_a_segment_of_nothing_but_bad_frames_is_skipped_whole_and_done(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    path = run_dir / "deadproc.000001.spool"
+    _write(path, _records(3))
+    data = bytearray(path.read_bytes())
+    for offset in _frame_offsets(path):
+        data[offset + FRAME_HEADER.size + 3] ^= 0x01
+    path.write_bytes(bytes(data))
+    transport = InMemoryTransport()
+    result = sync_directory(tmp_path, transport=transport)
+    assert transport.events == [] and result.sent == 0 and result.torn_bytes == len(data)
+    assert not path.exists(), "a spool with nothing left to send is deleted"
 
 
 def test_ack_file_round_trips_and_a_torn_ack_means_replay_from_zero(tmp_path: Path) -> None:

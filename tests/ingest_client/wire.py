@@ -30,7 +30,7 @@ KINDS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "attempt_end": ({**AR, "reason": STR}, {"detail": STR}),
     "run_end": ({"status": STR}, {"detail": STR}),
     "client_stats": ({**AR, "dropped_events": INT, "spool_dropped_events": INT, "send_failures": INT},
-                     {"rejected_events": INT, "step_clock": STR, "collective_clock": STR}),
+                     {"rejected_events": INT, "unspooled_events": INT, "step_clock": STR, "collective_clock": STR}),
     "phase_start": ({**AR, "name": STR, "step": INT}, {}),
     "phase_end": ({**AR, "name": STR, "step": INT, "ok": BOOL}, {}),
 }

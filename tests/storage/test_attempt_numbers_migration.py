@@ -1,4 +1,4 @@
-"""Revision 0010: the attempts stored before launches existed keep their numbers, and a launch that arrives after the
+"""Revision 0011: the attempts stored before launches existed keep their numbers, and a launch that arrives after the
 upgrade is numbered after them."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tests.analysis.scenarios import T0
 
 def test_upgrade_records_the_stored_attempts_and_a_later_launch_continues_after_them(database_url: str) -> None:
     engine = make_engine(database_url)
-    upgrade(engine, "0009")
+    upgrade(engine, "0010")
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO runs (run_id, project, status, version, ledger_version) "
                           "VALUES ('old', 'default', 'running', 1, -1)"))
@@ -26,7 +26,7 @@ def test_upgrade_records_the_stored_attempts_and_a_later_launch_continues_after_
                               "VALUES (:pk, :id, 'heartbeat', :t, :a, 0)"), {"pk": pk, "id": event_id, "t": t,
                                                                            "a": attempt})
     upgrade(engine)
-    assert current_revision(engine) == "0010" and schema_drift(engine) == []
+    assert current_revision(engine) == "0011" and schema_drift(engine) == []
     with engine.connect() as conn:
         rows = conn.execute(text("SELECT launch, client_attempt, attempt, start_time FROM attempt_numbers "
                                  "ORDER BY client_attempt")).all()
@@ -39,6 +39,6 @@ def test_upgrade_records_the_stored_attempts_and_a_later_launch_continues_after_
     assert result.accepted == 1
     with engine.connect() as conn:
         assert conn.execute(text("SELECT attempt FROM events WHERE event_id = 'new-1'")).scalar_one() == 2
-    downgrade(engine, "0009")
-    assert current_revision(engine) == "0009"
+    downgrade(engine, "0010")
+    assert current_revision(engine) == "0010"
     engine.dispose()

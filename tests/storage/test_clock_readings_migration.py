@@ -9,7 +9,7 @@ from sqlalchemy import inspect, text
 from services.analysis.run_data import run_data_from_events
 from services.analysis.step_blocks import merge_blocks, summarize_steps
 from services.storage.db import make_engine
-from services.storage.migrate import current_revision, downgrade, schema_drift, upgrade
+from services.storage.migrate import current_revision, downgrade, head_revision, schema_drift, upgrade
 from services.storage.runs import get_run
 from services.storage.step_blocks import load_summarised_run_data
 from tests.analysis.test_clocks import two_hosts
@@ -41,8 +41,8 @@ def test_old_block_summaries_go_and_are_made_again_with_clock_groups(database_ur
                           "VALUES (1, 0, 0, 16, :b)"), {"b": b"a summary of revision 0008"})
     before = counts(engine)
 
-    upgrade(engine)
-    assert current_revision(engine) == "0010" and schema_drift(engine) == []
+    upgrade(engine)  # through 0009, which drops the stored summaries
+    assert current_revision(engine) == head_revision() and schema_drift(engine) == []
     assert "clock_readings" in inspect(engine).get_table_names()
     assert counts(engine) == {**before, "step_blocks": 0}
     with engine.connect() as conn:

@@ -7,7 +7,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.exc import IntegrityError
 
 from services.storage.db import make_engine
-from services.storage.migrate import current_revision, downgrade, schema_drift, upgrade
+from services.storage.migrate import current_revision, downgrade, head_revision, schema_drift, upgrade
 
 
 def _seed_at_0004(engine) -> None:
@@ -38,7 +38,7 @@ def test_upgrade_keeps_every_run_with_its_project_and_every_row_that_references_
     _seed_at_0004(engine)
     before = _counts(engine)
     upgrade(engine)
-    assert current_revision(engine) == "0010" and schema_drift(engine) == []
+    assert current_revision(engine) == head_revision() and schema_drift(engine) == []
     assert _counts(engine) == before == {"runs": 2, "events": 2, "steps": 2, "run_views": 2, "checkpoint_requests": 2}
     with engine.connect() as conn:
         runs = conn.execute(text("SELECT run_id, project, version FROM runs ORDER BY id")).all()
@@ -83,7 +83,7 @@ def test_downgrade_is_refused_while_two_projects_share_a_run_id(database_url: st
                               "VALUES ('shared', :p, 'running', 0, -1)"), {"p": project})
     with pytest.raises(RuntimeError, match="'shared'"):
         downgrade(engine, "0004")
-    assert current_revision(engine) == "0010" and _counts(engine)["runs"] == 2
+    assert current_revision(engine) == head_revision() and _counts(engine)["runs"] == 2
     engine.dispose()
 
 

@@ -3,6 +3,8 @@ a run that is still going or of a day after the cutoff."""
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 import pytest
@@ -83,8 +85,8 @@ def test_retention_drops_old_partitions_and_rows_without_touching_newer_rows_or_
     result = prune(analyses, retention_days=30, now=NOW)
     assert result.frozen == ["quiet"] and result.left_whole == []
     assert not analyses.summaries.holds(quiet)  # built to be frozen, then dropped from the process's cache
-    assert counts(engine, quiet) == {"steps": 0, "collectives": 0, "events": 1,  # attempt_start is kept
-                                     "step_marks": 0, "step_blocks": 0}
+    # attempt_start is kept, and the rank's first and last heartbeat (what the analysis reads of them)
+    assert counts(engine, quiet) == {"steps": 0, "collectives": 0, "events": 3, "step_marks": 0, "step_blocks": 0}
     assert {pk: counts(engine, pk) for pk in (going, newer)} == before
     with engine.connect() as conn:
         pruned_at = dict(conn.execute(select(Run.run_id, Run.detail_pruned_at)).all())
@@ -92,7 +94,7 @@ def test_retention_drops_old_partitions_and_rows_without_touching_newer_rows_or_
         ledger = conn.execute(select(Run.ledger_json).where(Run.id == quiet)).scalar()
         assert ledger is not None and '"run_id":"quiet"' in ledger  # analysed before its rows went
         products = conn.execute(text("SELECT product FROM run_products WHERE run_pk = :pk"), {"pk": quiet}).scalars()
-        assert sorted(products) == ["resume-check", "stragglers"]
+        assert sorted(products) == ["live-tail", "resume-check", "stragglers"]
         if postgres:
             kept_days = set(day_partitions(conn, "steps"))
             assert all(d >= day_of(NOW - 30 * DAY_S) - 1 for d in kept_days)  # every day before the cutoff dropped
@@ -111,3 +113,86 @@ def test_retention_zero_keeps_everything(engine: Engine) -> None:
     pk = add_run(engine, "quiet", received_at=NOW - 400 * DAY_S, step_ends=[NOW - 400 * DAY_S + 1])
     result: Any = prune(AnalysisCache(engine), retention_days=0, now=NOW)
     assert result.cutoff is None and counts(engine, pk)["steps"] == 1
+
+
+def test_rows_a_pruned_run_receives_later_are_kept_until_they_are_summarised_and_pruned_in_turn(
+        engine: Engine) -> None:
+    """A pruned run written again (its last steps after a quiet month, a late sync) has rows its step blocks do not
+    hold yet: a prune while it is going keeps them, also in a day partition it drops; the next one, once the run
+    is quiet again, summarises them onto the kept blocks and deletes them."""
+    from services.collector.batch import parse_batch
+    from services.storage.write import write_batches
+
+    day = day_of(NOW)
+    with engine.begin() as conn:
+        ensure_partitions(conn, now=NOW - 45 * DAY_S, days=range(day - 45, day + 1))
+    def write(event_id: str, steps: list[int], t0: float, received_at: float) -> int:
+        """Steps 0.5 s long, one a second from `t0`, through the collector's writer (step blocks marked), the run
+        received at `received_at`."""
+        event = {"event_id": event_id, "run_id": "late", "kind": "steps", "time": t0 + len(steps), "attempt": 0,
+                 "rank": 0, "step": steps, "start": [t0 + k + 0.5 for k in range(len(steps))],
+                 "end": [t0 + k + 1 for k in range(len(steps))]}
+        records = parse_batch(json.dumps({"events": [event]}).encode(), max_events=10, max_rows=100)
+        assert write_batches(engine, [records])[0].accepted == 1
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE runs SET received_at = :t WHERE run_id = 'late'"), {"t": received_at})
+            return int(conn.execute(text("SELECT id FROM runs WHERE run_id = 'late'")).scalar_one())
+
+    old_day = NOW - 40 * DAY_S
+    pk = write("first", [1, 2, 3, 4, 5], old_day, received_at=old_day)
+    assert prune(AnalysisCache(engine), retention_days=30, now=NOW).frozen == ["late"]
+    assert counts(engine, pk)["steps"] == 0
+
+    # steps 6-7, stamped 35 days ago (in a partition the next prune drops), received a minute before NOW
+    late_day = NOW - 35 * DAY_S
+    with engine.begin() as conn:
+        ensure_partitions(conn, now=NOW, days=[day_of(late_day)])
+    write("late-steps", [6, 7], late_day, received_at=NOW - 60)
+    result = prune(AnalysisCache(engine), retention_days=30, now=NOW)
+    assert result.candidates == [] and counts(engine, pk)["steps"] == 2
+    if engine.dialect.name == "postgresql":
+        assert partition_name("steps", day_of(late_day)) in result.pruned.partitions_dropped  # type: ignore[union-attr]
+
+    later = NOW + 31 * DAY_S
+    assert prune(AnalysisCache(engine), retention_days=30, now=later).frozen == ["late"]
+    assert counts(engine, pk)["steps"] == 0
+    with engine.connect() as conn:
+        stored = conn.execute(select(Run.ledger_json).where(Run.id == pk)).scalar_one()
+    assert stored is not None
+    ledger = json.loads(stored)
+    # steps 1-5 (pruned first) and 6-7 (received after), each 0.5 s on one GPU
+    assert ledger["productive_gpu_seconds"] == pytest.approx(7 * 0.5)
+
+
+@pytest.mark.parametrize("days", [math.nan, math.inf, -1.0])
+def test_a_retention_that_is_not_a_finite_number_of_days_touches_nothing(engine: Engine, days: float) -> None:
+    pk = add_run(engine, "quiet", received_at=NOW - 40 * DAY_S, step_ends=[NOW - 40 * DAY_S + k for k in range(3)])
+    with pytest.raises(ValueError, match=r"retention_days must be a finite number of days >= 0"):
+        prune(AnalysisCache(engine), retention_days=days, now=NOW)
+    assert counts(engine, pk)["steps"] == 3
+    with engine.connect() as conn:
+        assert conn.execute(select(Run.detail_pruned_at).where(Run.id == pk)).scalar_one() is None
+        if engine.dialect.name == "postgresql":  # not even the coming partitions
+            assert day_of(NOW) not in day_partitions(conn, "steps")
+
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("GOODPUT_RAW_RETENTION_DAYS", "nan"), ("GOODPUT_RAW_RETENTION_DAYS", "inf"),
+    ("GOODPUT_RAW_RETENTION_DAYS", "-1"), ("GOODPUT_PRUNE_INTERVAL_S", "nan"), ("GOODPUT_PRUNE_INTERVAL_S", "inf"),
+    ("GOODPUT_PRUNE_INTERVAL_S", "-5"),
+])
+def test_the_collector_refuses_a_retention_setting_that_is_not_a_finite_number(
+        monkeypatch: pytest.MonkeyPatch, engine: Engine, variable: str, value: str) -> None:
+    from pydantic import ValidationError
+
+    from services.derive.retention import PruneJob
+    from services.settings import ServerSettings
+
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValidationError, match=rf"{variable} must be a finite number of (days|seconds) >= 0"):
+        ServerSettings()
+    # the collector's job, made without the settings, holds the same rule
+    name = "retention_days" if variable == "GOODPUT_RAW_RETENTION_DAYS" else "interval_s"
+    kwargs = {"retention_days": 30.0, "interval_s": 3600.0, name: float(value)}
+    with pytest.raises(ValueError, match=rf"{variable} must be a finite number"):
+        PruneJob(AnalysisCache(engine), **kwargs)

@@ -293,6 +293,7 @@ class ClientStats(_RankEvent):
     spool_dropped_events: Count = 0
     send_failures: Count = 0
     rejected_events: Count = 0
+    unspooled_events: Count | None = None  # events the client's spool could not take (its disk full or failing)
     step_clock: Literal["cpu", "cuda"] | None = None  # what timed the process's steps (host clocks, CUDA events)
     collective_clock: Literal["cpu", "cuda", "nccl", "off"] | None = None  # what timed its collectives ("off": none,
     # NCCL's timers would have cost more than the client's budget)

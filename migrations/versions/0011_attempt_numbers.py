@@ -4,8 +4,8 @@ Clients name their launch on every record (`launch`) and number its rounds; the 
 attempts from every launch's (services/storage/attempt_numbers.py). Upgrading records every stored attempt as one
 of launch "" (records without a launch keep their numbers), starting at its earliest event.
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 Create Date: 2027-01-05 12:00:00
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010"
-down_revision = "0009"
+revision = "0011"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
