@@ -27,6 +27,7 @@ from typing import Any, cast
 from sqlalchemy import Connection, Engine, Table, and_, func, insert, select, tuple_, update
 
 from services.analysis.attempt_numbers import LEGACY, LaunchAttempt, LaunchAttemptKey, number_attempts
+from services.storage.block_codec import block_from_bytes, block_to_bytes
 from services.storage.db import json_rows, psycopg_connection
 from services.storage.records import IngestRecord
 from services.storage.tables import AttemptNumber, ClockReading, Event, collectives, step_blocks, step_marks, steps
@@ -250,16 +251,15 @@ def _renumber(conn: Connection, run_pk: int, moves: list[tuple[LaunchAttempt, in
                      .values(attempt=_AWAY - table.c.attempt))
     touched = sorted({old for _, old, _ in moves} | {new for _, _, new in moves})
     whole = {old: new for old, new in now if old != new and _moves_whole(now, old, new)}
-    for old, new in whole.items():
-        conn.execute(update(step_blocks).where(step_blocks.c.run_pk == run_pk, step_blocks.c.attempt == old)
-                     .values(attempt=_AWAY - new))
-    conn.execute(step_blocks.delete().where(step_blocks.c.run_pk == run_pk, step_blocks.c.attempt.in_(touched),
-                                            step_blocks.c.pruned.is_(None)))
-    # (what is left where whole attempts arrive is a pruned block of an attempt split or joined: it cannot be kept)
+    kept = [(whole[int(r.attempt)], r) for r in conn.execute(
+        select(step_blocks).where(step_blocks.c.run_pk == run_pk, step_blocks.c.attempt.in_(sorted(whole))))]
+    # The others are summarised again from their rows (a pruned block of an attempt split or joined cannot be kept).
     conn.execute(step_blocks.delete().where(step_blocks.c.run_pk == run_pk,
-                                            step_blocks.c.attempt.in_(sorted(whole.values()))))
-    conn.execute(update(step_blocks).where(step_blocks.c.run_pk == run_pk, step_blocks.c.attempt <= _AWAY)
-                 .values(attempt=_AWAY - step_blocks.c.attempt))
+                                            step_blocks.c.attempt.in_(sorted(set(touched) | set(whole.values())))))
+    for new, r in kept:  # a summary names its attempt: written again under the new number
+        conn.execute(insert(step_blocks).values(
+            run_pk=run_pk, attempt=new, block=r.block, changes=r.changes, summary=_renamed(r.summary, new),
+            pruned=_renamed(r.pruned, new) if r.pruned else r.pruned))
     sums = (select(func.sum(step_marks.c.changes).label("changes")).where(step_marks.c.run_pk == run_pk)
             .group_by(step_marks.c.attempt, step_marks.c.block).subquery())
     past = int(conn.execute(select(func.coalesce(func.max(sums.c.changes), 0))).scalar_one()) + 1
@@ -270,3 +270,11 @@ def _renumber(conn: Connection, run_pk: int, moves: list[tuple[LaunchAttempt, in
 def _moves_whole(now: list[tuple[int, int]], old: int, new: int) -> bool:
     """Whether every launch attempt numbered `old` goes to `new`, and none stays at `new` or comes from elsewhere."""
     return all(n == new for o, n in now if o == old) and all(o == old for o, n in now if n == new)
+
+
+def _renamed(summary: bytes, attempt: int) -> bytes:
+    """A block summary's bytes with another attempt number (b"": a block without rows)."""
+    if not summary:
+        return summary
+    block = block_from_bytes(summary)
+    return block_to_bytes(replace(block, attempt=attempt, clocks=replace(block.clocks, attempt=attempt)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from dataclasses import dataclass
 from itertools import count
 from typing import Any
@@ -201,3 +202,26 @@ def test_records_without_a_launch_keep_their_numbers_and_a_launch_after_them_con
     post_in_batches(client, run_events(new + old, "mixed", tagged=True, finished_at=100), random.Random(6))
     post_in_batches(client, run_events(old + new, "truth", tagged=False, finished_at=100), random.Random(7))
     assert assert_same_run(client, engine, "mixed", "truth")["restarts"] == 2
+
+
+def test_a_late_earlier_launch_of_a_pruned_run_moves_what_retention_kept(settings: Any, engine: Engine) -> None:
+    """The relaunch's records arrive, the run goes quiet and retention deletes its raw rows (keeping its step
+    blocks); then the first host's spool is replayed. The relaunch's attempt moves to 1 with its kept blocks."""
+    from fastapi.testclient import TestClient
+
+    from services.collector.app import create_app
+    from services.derive.cache import AnalysisCache
+    from services.derive.retention import prune
+
+    events = run_events(RELAUNCHED, "pruned", tagged=True, finished_at=120)
+    rng = random.Random(8)
+    with TestClient(create_app(settings, engine=engine)) as client:
+        post_in_batches(client, [e for e in events if e.get("launch") != "pod-a"], rng)
+        assert ledger(client, "pruned")["restarts"] == 0
+    assert prune(AnalysisCache(engine), retention_days=30, now=time.time() + 40 * 86_400).frozen == ["pruned"]
+    with TestClient(create_app(settings, engine=engine)) as client:
+        post_in_batches(client, [e for e in events if e.get("launch") == "pod-a"], rng)
+        post_in_batches(client, run_events(RELAUNCHED, "truth", tagged=False, finished_at=120), rng)
+        got, want = ledger(client, "pruned"), ledger(client, "truth")
+    assert json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)
+    assert got["restarts"] == 1 and got["steps"]["reworked"] == 10

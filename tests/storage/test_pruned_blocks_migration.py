@@ -24,7 +24,7 @@ def test_runs_pruned_before_0010_stay_final_and_downgrade_keeps_every_row(databa
         conn.execute(text("INSERT INTO step_blocks (run_pk, attempt, block, changes, summary) "
                           "VALUES (2, 0, 0, 4, :b)"), {"b": b"summary"})
 
-    upgrade(engine, "0010")
+    upgrade(engine)  # through 0010
     assert schema_drift(engine) == []
     with engine.connect() as conn:
         old, going = get_run(conn, "old"), get_run(conn, "going")
