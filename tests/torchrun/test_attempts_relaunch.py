@@ -161,7 +161,7 @@ def test_a_two_node_job_with_a_killed_worker_then_relaunched_on_two_other_hosts(
         assert max(generations[-1].step_spans) == STEPS
         assert sum(1 for g in generations if g.resume_step == 10) >= 1, "the restart after the kill resumed at 10"
         check_against_logs(collector, run_id, log_dir, generations, STEPS, 2, tails())
-        hosts_of = {}
+        hosts_of: dict[int, set[str]] = {}
         for s in stored_attempt_starts(collector, run_id):
             hosts_of.setdefault(s["attempt"], set()).add(s["host"])
         assert hosts_of[0] == {"a1", "b1"} and hosts_of[len(generations) - 1] == {"a2", "b2"}, hosts_of
