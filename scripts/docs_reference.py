@@ -155,7 +155,7 @@ def _json_type(schema: dict[str, Any], defs: dict[str, Any]) -> str:
 
 
 def events_page() -> str:
-    from services.collector.schemas.ingest import EVENT_KINDS, EventBatch
+    from services.schemas.events import EVENT_KINDS, EventBatch
 
     schema = EventBatch.model_json_schema()
     defs = schema.get("$defs", {})
@@ -165,7 +165,7 @@ def events_page() -> str:
         if kind:
             by_kind[kind] = definition
     parts = [HEADER, "# Event schema\n\n",
-             "The fields of each event kind as the collector validates them (`services/collector/schemas/ingest.py`; "
+             "The fields of each event kind as the collector validates them (`services/schemas/events.py`; "
              "what they mean: [the wire format](../events.md)). Every event also carries `event_id`, `run_id`, "
              "`kind` and `time`; unknown fields are refused.\n\n"]
     for kind in EVENT_KINDS:

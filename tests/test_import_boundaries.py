@@ -7,8 +7,10 @@ module, what it imports and the rule it breaks.
 
 The rules (docs/architecture.md draws the same picture in words):
 
-- services.analysis is pure: no I/O, no clock, no other layer. It imports only the computational part of the
-  standard library, numpy, pandas and pydantic (the typed Ledger is a pydantic model).
+- services.schemas, the documents the system serves and accepts, is a leaf: it imports pydantic and the standard
+  library only, so that reading a document never loads the analysis, numpy or pandas.
+- services.analysis is pure: no I/O, no clock, no other layer but the documents it builds. It imports only the
+  computational part of the standard library, numpy, pandas, pydantic and services.schemas.
 - Only services.storage speaks SQL: no other application module imports SQLAlchemy, Alembic or psycopg, except
   SQLAlchemy's `Engine` and `Connection`, handles that callers pass into storage functions and that carry no SQL.
   Outside the application, migrations/ (Alembic) and the tests and benchmarks (which set up and inspect
@@ -22,11 +24,16 @@ The rules (docs/architecture.md draws the same picture in words):
   no other part: each part imports only those `CLIENT_PARTS` lists for it.
 - The arrows between the packages of services (and the dashboards) point one way: each package imports only the
   ones listed for it in `MAY_IMPORT`.
+- What a module reaches through others counts too: importing services.api_client (what the CLI and the dashboard
+  load) reaches none of `API_CLIENT_NEVER_REACHES`, followed through the import graph and checked in a fresh
+  interpreter.
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -46,7 +53,11 @@ PURE_STDLIB = frozenset({
     "functools", "heapq", "itertools", "math", "numbers", "operator", "random", "re", "statistics", "string",
     "textwrap", "types", "typing",
 })
-ANALYSIS_MAY_IMPORT = (*PURE_STDLIB, "numpy", "pandas", "pydantic", "services.analysis")
+ANALYSIS_MAY_IMPORT = (*PURE_STDLIB, "numpy", "pandas", "pydantic", "services.analysis", "services.schemas")
+
+# --- services.schemas: a leaf ------------------------------------------------------------------------------------
+SCHEMAS = "services.schemas"
+SCHEMAS_MAY_IMPORT = (*PURE_STDLIB, "array", "pydantic", "pydantic_core", SCHEMAS)
 
 # --- SQL lives in services.storage -------------------------------------------------------------------------------
 SQL_LIBRARIES = ("sqlalchemy", "alembic", "psycopg")
@@ -59,6 +70,9 @@ SQL_HANDLES = frozenset({
 API_CLIENT = "services.api_client"
 API_CONSUMERS = ("dashboards", "services.cli", "services.simulate")
 HTTP_CLIENTS = ("httpx", "requests", "urllib3", "urllib.request", "http.client", "aiohttp", "socket")
+# A client of the API reads documents: it never loads the analysis, the server or their heavy libraries.
+API_CLIENT_NEVER_REACHES = ("numpy", "pandas", "sqlalchemy", "fastapi", "services.analysis", "services.storage",
+                            "services.derive", "services.collector", "dashboards")
 
 # --- the ingest client: standard library only --------------------------------------------------------------------
 CLIENT = "ingest_client"
@@ -89,26 +103,27 @@ CLIENT_PARTS: dict[str, tuple[str, ...]] = {
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "services.errors": (),
     "services.settings": (),
-    "services.analysis": (),
-    "services.presentation": ("services.analysis",),
-    "services.storage": ("services.analysis", "services.errors", "services.settings"),
-    "services.derive": ("services.analysis", "services.storage", "services.errors", "services.settings"),
-    "services.reports": ("services.analysis", "services.presentation"),
-    "services.metrics": ("services.analysis", "services.derive", "services.storage", "services.settings"),
+    SCHEMAS: (),
+    "services.analysis": (SCHEMAS,),
+    "services.presentation": (SCHEMAS,),
+    "services.storage": ("services.analysis", SCHEMAS, "services.errors", "services.settings"),
+    "services.derive": ("services.analysis", SCHEMAS, "services.storage", "services.errors", "services.settings"),
+    "services.reports": ("services.analysis", SCHEMAS, "services.presentation"),
+    "services.metrics": ("services.analysis", SCHEMAS, "services.derive", "services.storage", "services.settings"),
     "services.collector": (
-        "services.analysis", "services.storage", "services.derive", "services.reports", "services.metrics",
+        "services.analysis", SCHEMAS, "services.storage", "services.derive", "services.reports", "services.metrics",
         "services.presentation", "services.errors", "services.settings", "dashboards.mount",
     ),
-    API_CLIENT: ("services.analysis", "services.collector.schemas", "services.errors", "services.settings"),
-    "services.simulate": ("services.analysis", API_CLIENT, "services.settings"),
+    API_CLIENT: (SCHEMAS, "services.errors", "services.settings"),
+    "services.simulate": ("services.analysis", SCHEMAS, API_CLIENT, "services.settings"),
     # The CLI's admin commands (migrate, tokens) work on the database of the host they run on, and `serve`
     # prepares the metrics directory before it starts the collector.
     "services.cli": (  # derive: `goodput db prune` stores each run's analyses before deleting its raw rows
-        "services.analysis", "services.storage", "services.derive", "services.metrics", "services.simulate",
+        "services.analysis", SCHEMAS, "services.storage", "services.derive", "services.metrics", "services.simulate",
         "services.reports",
         "services.presentation", "services.errors", "services.settings", API_CLIENT, "ingest_client",
     ),
-    "dashboards": ("services.analysis", "services.presentation", "services.errors", "services.settings", API_CLIENT),
+    "dashboards": (SCHEMAS, "services.presentation", "services.errors", "services.settings", API_CLIENT),
 }
 
 
@@ -194,6 +209,13 @@ def layer_of(module: str) -> str | None:
 def assert_none(violations: list[str], rule: str) -> None:
     if violations:
         pytest.fail(f"{len(violations)} import(s) break the rule: {rule}\n" + "\n".join(violations), pytrace=False)
+
+
+def test_schemas_import_only_pydantic_and_the_standard_library() -> None:
+    rule = f"{SCHEMAS} is a leaf: it imports only " + ", ".join(sorted(SCHEMAS_MAY_IMPORT))
+    violations = [f"{imp}" for imp in IMPORTS
+                  if is_in(imp.importer, [SCHEMAS]) and not is_in(imp.target, SCHEMAS_MAY_IMPORT)]
+    assert_none(violations, rule)
 
 
 def test_analysis_imports_no_io_no_clock_and_no_other_layer() -> None:
@@ -297,6 +319,77 @@ def test_every_layer_rule_names_modules_that_exist() -> None:
     if stale:
         pytest.fail(f"rules name modules that do not exist (moved, renamed or not written yet): {', '.join(stale)}",
                     pytrace=False)
+
+
+# --- what a module reaches through others -------------------------------------------------------------------------
+
+MODULES = frozenset(module_name(p) for top in APPLICATION for p in (ROOT / top).rglob("*.py"))
+
+
+def module_of(target: str) -> str:
+    """The module an import loads: `a.b.c` is the module a.b.c, or a.b when c is a name in it; outside the
+    application, the top-level package (what the reach rules name)."""
+    parts = target.split(".")
+    for n in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:n])
+        if candidate in MODULES:
+            return candidate
+    return parts[0]
+
+
+def parents(module: str) -> list[str]:
+    """The packages Python imports before a module: a.b.c loads a and a.b first."""
+    parts = module.split(".")
+    return [".".join(parts[:n]) for n in range(1, len(parts))]
+
+
+def eager_graph() -> dict[str, set[str]]:
+    """Module -> the modules importing it loads at once (module level: not inside a function, not for type
+    checking), parent packages included."""
+    graph: dict[str, set[str]] = {m: {p for p in parents(m) if p in MODULES} for m in MODULES}
+    for imp in IMPORTS:
+        if imp.lazy or imp.type_only:
+            continue
+        target = module_of(imp.target)
+        if target != imp.importer:
+            graph[imp.importer].update(p for p in (*parents(target), target) if p in MODULES or p == target)
+    return graph
+
+
+def reach(graph: dict[str, set[str]], start: str) -> dict[str, str]:
+    """Every module that importing `start` loads, each with the module that first imported it."""
+    seen: dict[str, str] = {start: ""}
+    todo = [start]
+    while todo:
+        here = todo.pop()
+        for there in sorted(graph.get(here, ())):
+            if there not in seen:
+                seen[there] = here
+                todo.append(there)
+    return seen
+
+
+def path_to(seen: dict[str, str], module: str) -> str:
+    chain = [module]
+    while seen[chain[-1]]:
+        chain.append(seen[chain[-1]])
+    return " -> ".join(reversed(chain))
+
+
+def test_the_api_client_reaches_no_analysis_no_server_and_no_numpy_or_pandas() -> None:
+    seen = reach(eager_graph(), API_CLIENT)
+    violations = [path_to(seen, m) for m in sorted(seen) if is_in(m, API_CLIENT_NEVER_REACHES)]
+    assert_none(violations, f"importing {API_CLIENT} loads none of {', '.join(API_CLIENT_NEVER_REACHES)}")
+    assert SCHEMAS + ".ledger" in seen  # the walk follows the client's imports into the documents
+
+
+def test_importing_the_api_client_loads_no_analysis_no_server_and_no_numpy_or_pandas() -> None:
+    code = f"import sys, {API_CLIENT}; print('\\n'.join(sorted(sys.modules)))"
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.split()
+    assert API_CLIENT in loaded and "pydantic" in loaded
+    found = [m for m in loaded if is_in(m, API_CLIENT_NEVER_REACHES)]
+    assert not found, f"importing {API_CLIENT} loaded {', '.join(found)}"
 
 
 @pytest.mark.parametrize(("source", "expected"), [

@@ -7,9 +7,11 @@ docs/ledger.md ("Live hang detection") explains each figure. Times are epoch sec
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Annotated, Literal
 
-from services.analysis.preemption import PreemptionCost
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+RestartBasis = Literal["failures", "first_startup", "default"]
 
 
 class Suspect(BaseModel):
@@ -83,6 +85,19 @@ class LiveRuns(BaseModel):
     runs: list[LiveRun] = Field(description="running runs, hung first, then longest without progress first")
 
 
+class PreemptionCost(BaseModel):
+    run_id: str
+    gpus: int = Field(description="the GPUs a preemption frees")
+    cost_gpu_seconds: float = Field(description="at_risk_gpu_seconds + restart_gpu_seconds")
+    at_risk_gpu_seconds: float
+    restart_gpu_seconds: float = Field(description="expected restart seconds x GPUs")
+    restart_seconds: float
+    restart_basis: RestartBasis = Field(description="failures: measured over the run's failures; first_startup: "
+                                        "its first attempt's startup; default: none measured yet")
+    last_checkpoint_step: int | None
+    last_step: int | None
+
+
 class PreemptionCandidate(PreemptionCost):
     """What preempting a running run now would destroy (cost_gpu_seconds), with what the scheduler needs beside."""
 
@@ -118,3 +133,12 @@ class Signals(BaseModel):
     run_id: str
     server_time: float
     checkpoint_request: CheckpointRequestOut | None = Field(description="the oldest pending request, if any")
+
+
+class CheckpointRequestIn(BaseModel):
+    """The body of POST /v1/runs/{run_id}/checkpoint-request."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Annotated[str, StringConstraints(max_length=256)] | None = None
+    requested_by: Annotated[str, StringConstraints(max_length=128)] | None = None

@@ -1,5 +1,5 @@
 """Response models of the run page's views (GET /v1/runs/{run_id}/view and its parts: timeline, ranks,
-checkpoints, restarts). The views themselves are services.analysis.view_types' `RunViews` (built by
+checkpoints, restarts). The views themselves are services.schemas.views' `RunViews` (built by
 services.analysis.views, which documents their bounds); the GPU-second figures are the ledger's (`RunView.ledger`),
 the views say when and where."""
 
@@ -7,32 +7,17 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from services.analysis.ledger_types import Ledger
-from services.analysis.view_types import (
-    AllocationSpan,
-    AttemptSpan,
+from services.schemas.ledger import Ledger
+from services.schemas.live import LiveRun
+from services.schemas.views import (
     CheckpointRow,
-    Failure,
-    HangSpan,
-    Heatmap,
     NoRankCompute,
-    Progress,
     ProgressStats,
     RankCompute,
-    RankRow,
-    Restart,
     RestartRow,
     RunViews,
-    Segment,
     Timeline,
 )
-from services.collector.schemas.live import LiveRun
-
-__all__ = [  # the views' models are services.analysis.view_types'; re-exported for the API's users
-    "AllocationSpan", "AttemptSpan", "CheckpointRow", "Failure", "HangSpan", "Heatmap", "NoRankCompute", "Progress",
-    "ProgressStats", "RankCompute", "RankRow", "Restart", "RestartRow", "RunCheckpoints", "RunPart", "RunRanks",
-    "RunRestarts", "RunTimeline", "RunView", "RunViews", "Segment", "Timeline",
-]
 
 
 class RunView(RunViews):

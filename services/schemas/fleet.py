@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from services.analysis.ledger_types import WasteBreakdown
-from services.collector.schemas.runs import RunListItem
+from services.schemas.ledger import WasteBreakdown
+from services.schemas.runs import RunListItem
 
 
 class WindowFigures(BaseModel):

@@ -1,10 +1,10 @@
-"""Response models of the run list and one run's summary (its ledger itself: services.analysis.ledger_types)."""
+"""Response models of the run list and one run's summary (its ledger itself: services.schemas.ledger)."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from services.analysis.ledger_types import AttemptLedger, ProvisionalHang, WasteBreakdown
+from services.schemas.ledger import AttemptLedger, ProvisionalHang, WasteBreakdown
 
 
 class RunListItem(BaseModel):

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.analysis.categories import WASTE_KEYS
-from services.analysis.clock_types import HostClock
-from services.analysis.usage import Usage
+from services.schemas.categories import WASTE_KEYS
+from services.schemas.clocks import HostClock
+from services.schemas.usage import Usage
 
 
 class _Frozen(BaseModel):

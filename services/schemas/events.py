@@ -1,15 +1,14 @@
 """Wire models of `POST /v1/events` (docs/events.md), kept apart from the tables so that a column rename never
-changes them."""
+changes them; services.collector.records maps a validated event to what storage writes."""
 
 from __future__ import annotations
 
+import operator
+from array import array
 from typing import TYPE_CHECKING, Annotated, Literal
 
-import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, model_validator
 from pydantic_core import PydanticCustomError
-
-from services.storage.records import CollectiveRows, IngestRecord, StepRows
 
 SCHEMA_VERSION = 1
 MAX_WORLD = 1 << 20
@@ -47,27 +46,29 @@ Seconds = Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]
 Count = Annotated[int, Field(ge=0, le=2**62)]
 
 
-# A compact record's columns become NumPy arrays as soon as each is validated, so a large batch never holds
-# all of its values as Python objects at once (one list at a time): memory per request stays near the body's.
-def _int64_array(values: list[int]) -> np.ndarray:
-    return np.asarray(values, dtype=np.int64)
+# A compact record's columns become packed arrays of machine numbers (the standard library's `array`, which NumPy
+# reads without a copy) as soon as each is validated, so a large batch never holds all of its values as Python
+# objects at once (one list at a time): memory per request stays near the body's.
+def _int64_array(values: list[int]) -> array[int]:
+    return array("q", values)
 
 
-def _float64_array(values: list[float]) -> np.ndarray:
-    return np.asarray(values, dtype=np.float64)
+def _float64_array(values: list[float]) -> array[float]:
+    return array("d", values)
 
 
-def _float64_array_with_nans(values: list[float | None] | None) -> np.ndarray | None:
+def _float64_array_with_nans(values: list[float | None] | None) -> array[float] | None:
     if values is None:
         return None
-    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+    nan = float("nan")
+    return array("d", [nan if v is None else v for v in values])
 
 
 StepColumn = Annotated[list[StepNo], Field(min_length=1, max_length=MAX_SERIES), AfterValidator(_int64_array)]
 TimeColumn = Annotated[list[Time], AfterValidator(_float64_array)]
 
 
-class _Event(BaseModel):
+class Event(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
     event_id: EventId
@@ -76,42 +77,34 @@ class _Event(BaseModel):
     if TYPE_CHECKING:  # each kind's model declares its own `kind` (the discriminator of AnyEvent)
         kind: str
 
-    def to_record(self) -> IngestRecord:
-        fields = self.model_dump(
-            exclude={"event_id", "run_id", "kind", "time", "attempt", "rank", "step", "launch"}, exclude_none=True)
-        return IngestRecord(
-            run_id=self.run_id, event_id=self.event_id, kind=self.kind,
-            time=self.time, attempt=getattr(self, "attempt", None), rank=getattr(self, "rank", None),
-            step=getattr(self, "step", None), data=fields or None, launch=getattr(self, "launch", None),
-        )
 
 
-class _RankEvent(_Event):
+class RankEvent(Event):
     attempt: AttemptNo  # within `launch` when it is given (docs/events.md, "Attempt numbers")
     rank: RankNo
     launch: LaunchId | None = None  # the launch (torchrun agent, `goodput launch`, process) that numbered `attempt`
 
 
-class RunSubmitted(_Event):
+class RunSubmitted(Event):
     kind: Literal["run_submitted"]
     job_id: ShortText | None = None
     name: ShortText | None = None
     gpus: Gpus | None = None
 
 
-class AllocationStart(_Event):
+class AllocationStart(Event):
     kind: Literal["allocation_start"]
     gpus: Gpus
     job_id: ShortText | None = None
     hosts: Annotated[list[ShortText], Field(max_length=100_000)] | None = None
 
 
-class AllocationEnd(_Event):
+class AllocationEnd(Event):
     kind: Literal["allocation_end"]
     job_id: ShortText | None = None
 
 
-class AttemptStart(_RankEvent):
+class AttemptStart(RankEvent):
     kind: Literal["attempt_start"]
     world_size: Gpus
     host: ShortText
@@ -130,7 +123,7 @@ class AttemptStart(_RankEvent):
 DigestValue = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=_PRINTABLE)]
 
 
-class Resume(_RankEvent):
+class Resume(RankEvent):
     kind: Literal["resume"]
     step: StepNo
     checkpoint_step: StepNo | None = None  # the step of the checkpoint it loaded (it existed, whatever else arrived)
@@ -138,7 +131,7 @@ class Resume(_RankEvent):
     digest: DigestValue | None = None  # of the state it loaded: compared with the writer's digest of that step
 
 
-class Step(_RankEvent):
+class Step(RankEvent):
     kind: Literal["step"]
     step: StepNo
     start: Time
@@ -153,17 +146,9 @@ class Step(_RankEvent):
             raise _field_error("end", f"end ({self.end}) is before start ({self.start})")
         return self
 
-    def to_record(self) -> IngestRecord:
-        rows = StepRows(
-            step=np.array([self.step], dtype=np.int64), start=np.array([self.start]), end=np.array([self.end]),
-            loss=np.array([_nan(self.loss)]), lr=np.array([_nan(self.lr)]), comm=np.array([_nan(self.comm)]),
-        )
-        return IngestRecord(run_id=self.run_id, event_id=self.event_id, kind=self.kind, time=self.time,
-                            attempt=self.attempt, rank=self.rank, launch=self.launch, step=self.step,
-                            step_rows=rows)
 
 
-class Steps(_RankEvent):
+class Steps(RankEvent):
     kind: Literal["steps"]
     step: StepColumn
     start: TimeColumn
@@ -177,35 +162,25 @@ class Steps(_RankEvent):
         _check_columns(self, ("start", "end", "loss", "lr", "comm"))
         return self
 
-    def to_record(self) -> IngestRecord:
-        n = len(self.step)
-        rows = StepRows(
-            step=np.asarray(self.step, dtype=np.int64), start=np.asarray(self.start, dtype=np.float64),
-            end=np.asarray(self.end, dtype=np.float64), loss=_nans(self.loss, n), lr=_nans(self.lr, n),
-            comm=_nans(self.comm, n),
-        )
-        return IngestRecord(run_id=self.run_id, event_id=self.event_id, kind=self.kind, time=self.time,
-                            attempt=self.attempt, rank=self.rank, launch=self.launch, step=int(rows.step.max()),
-                            data={"n": n}, step_rows=rows)
 
 
 RequestId = Annotated[int, Field(ge=1, le=2**62)]
 
 
-class CheckpointStart(_RankEvent):
+class CheckpointStart(RankEvent):
     kind: Literal["checkpoint_start"]
     step: StepNo
     request_id: RequestId | None = None  # the checkpoint request (POST /v1/runs/{id}/checkpoint-request) it answers
 
 
-class CheckpointEnd(_RankEvent):
+class CheckpointEnd(RankEvent):
     kind: Literal["checkpoint_end"]
     step: StepNo
     ok: bool
     request_id: RequestId | None = None
 
 
-class Collective(_RankEvent):
+class Collective(RankEvent):
     kind: Literal["collective"]
     step: StepNo
     op: OpName
@@ -218,15 +193,9 @@ class Collective(_RankEvent):
             raise _field_error("end", f"end ({self.end}) is before start ({self.start})")
         return self
 
-    def to_record(self) -> IngestRecord:
-        rows = CollectiveRows(step=np.array([self.step], dtype=np.int64), op=[self.op],
-                              start=np.array([self.start]), end=np.array([self.end]))
-        return IngestRecord(run_id=self.run_id, event_id=self.event_id, kind=self.kind, time=self.time,
-                            attempt=self.attempt, rank=self.rank, launch=self.launch, step=self.step,
-                            collective_rows=rows)
 
 
-class Collectives(_RankEvent):
+class Collectives(RankEvent):
     kind: Literal["collectives"]
     step: StepColumn
     op: list[OpName]
@@ -238,34 +207,27 @@ class Collectives(_RankEvent):
         _check_columns(self, ("op", "start", "end"))
         return self
 
-    def to_record(self) -> IngestRecord:
-        rows = CollectiveRows(step=np.asarray(self.step, dtype=np.int64), op=list(self.op),
-                              start=np.asarray(self.start, dtype=np.float64),
-                              end=np.asarray(self.end, dtype=np.float64))
-        return IngestRecord(run_id=self.run_id, event_id=self.event_id, kind=self.kind, time=self.time,
-                            attempt=self.attempt, rank=self.rank, launch=self.launch, step=int(rows.step.max()),
-                            data={"n": len(self.step)}, collective_rows=rows)
 
 
-class Heartbeat(_RankEvent):
+class Heartbeat(RankEvent):
     kind: Literal["heartbeat"]
     step: StepNo | None = None  # the step in progress (last completed + 1)
     collectives: Count | None = None  # collectives started in that step so far
 
 
-class Digest(_RankEvent):
+class Digest(RankEvent):
     kind: Literal["digest"]
     step: StepNo  # the optimizer step after which the state was hashed
     value: DigestValue  # e.g. a hex sha256 prefix of the model / optimizer state; compared as a string
 
 
-class AttemptEnd(_RankEvent):
+class AttemptEnd(RankEvent):
     kind: Literal["attempt_end"]
     reason: Literal["completed", "failed", "preempted"]
     detail: Annotated[str, StringConstraints(max_length=2048)] | None = None
 
 
-class RunEnd(_Event):
+class RunEnd(Event):
     kind: Literal["run_end"]
     status: Literal["finished", "failed", "cancelled"]
     detail: Annotated[str, StringConstraints(max_length=2048)] | None = None  # e.g. the scheduler's reason
@@ -274,20 +236,20 @@ class RunEnd(_Event):
 PhaseName = Literal["eval", "init_process_group"]  # docs/events.md, "Phases"
 
 
-class PhaseStart(_RankEvent):
+class PhaseStart(RankEvent):
     kind: Literal["phase_start"]
     name: PhaseName
     step: StepNo  # the last step completed when the phase began
 
 
-class PhaseEnd(_RankEvent):
+class PhaseEnd(RankEvent):
     kind: Literal["phase_end"]
     name: PhaseName
     step: StepNo  # the step of its phase_start
     ok: bool
 
 
-class ClientStats(_RankEvent):
+class ClientStats(RankEvent):
     kind: Literal["client_stats"]
     dropped_events: Count = 0
     spool_dropped_events: Count = 0
@@ -313,7 +275,7 @@ EVENT_KINDS = (
 
 
 # One event alone, validated as EventBatch validates each of its events (services.collector.batch's sliced parse).
-EVENT_ADAPTER: TypeAdapter[_Event] = TypeAdapter(AnyEvent)
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(AnyEvent)
 
 
 class EventBatch(BaseModel):
@@ -328,24 +290,6 @@ class IngestAck(BaseModel):
     duplicates: int = Field(description="events already stored (client retries and replays); not stored again")
 
 
-def _nan(value: float | None) -> float:
-    return float("nan") if value is None else value
-
-
-def _nans(values: np.ndarray | list[float | None] | None, n: int) -> np.ndarray:
-    """A column the client did not send: a read-only view of one NaN, n long, that takes no memory. (A column it
-    sent is already an array, _float64_array_with_nans: asarray returns it as it is.) Views of the usual lengths are
-    made once: np.broadcast_to costs more than the rest of a small record's conversion."""
-    if values is not None:
-        return np.asarray(values, dtype=np.float64)
-    if n < len(_NAN_VIEWS):
-        return _NAN_VIEWS[n]
-    return np.broadcast_to(np.float64(np.nan), (n,))
-
-
-_NAN_VIEWS = [np.broadcast_to(np.float64(np.nan), (n,)) for n in range(1025)]  # read-only: safe to share
-
-
 def _check_columns(record: Steps | Collectives, names: tuple[str, ...]) -> None:
     """A compact record's arrays: as long as `step`, and no end before its start."""
     n = len(record.step)
@@ -355,9 +299,8 @@ def _check_columns(record: Steps | Collectives, names: tuple[str, ...]) -> None:
             raise _field_error(name, f"{name} has {len(values)} values but step has {n}: "
                                      "the arrays must be equal length")
     start, end = record.start, record.end
-    bad = np.flatnonzero(np.asarray(end) < np.asarray(start))
-    if len(bad):
-        i = int(bad[0])
+    if any(map(operator.lt, end, start)):
+        i = next(i for i, (s, e) in enumerate(zip(start, end, strict=True)) if e < s)
         raise _field_error(f"end.{i}", f"end[{i}] ({end[i]}) is before start[{i}] ({start[i]})")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from services.analysis.clock_types import HostClock
+from services.schemas.clocks import HostClock
 
 
 class CheckpointRow(BaseModel):
