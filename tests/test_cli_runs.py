@@ -52,7 +52,9 @@ def test_runs_are_listed_worst_first_with_their_waste(asked: list[httpx.Request]
     assert lines[0].split() == ["run", "project", "status", "GPU-h", "wasted", "goodput", "biggest", "waste"]
     assert [line.split()[0] for line in lines[1:]] == ["idle-32", "bert-16gpu-hang", "recent-healthy"]
     worst = lines[1].split()
-    assert worst[3:] == [fmt.gpu_hours(115_200.0, unit=False), fmt.gpu_hours(28_800.0, unit=False), "75.0%",
+    in_hours = fmt.GPU_HOURS
+    assert worst[3:] == [fmt.gpu_time(115_200.0, in_hours, with_unit=False),
+                         fmt.gpu_time(28_800.0, in_hours, with_unit=False), "75.0%",
                          "idle", "25.0%"]
     assert lines[2].split()[3:] == ["20.00", "5.78", "71.1%", "hang", "25.0%"]  # 20,808 GPU-s wasted
     assert max(map(len, lines)) <= 100  # fits a terminal

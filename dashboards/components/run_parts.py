@@ -208,7 +208,7 @@ def straggler_table(ranks: RankCompute | NoRankCompute, run_id: str, project: st
         body.append(html.Tr(className="straggler-row" if r.is_straggler else "", children=[
             html.Td(dcc.Link(str(r.rank), href=run_href(run_id, project, r.rank))), html.Td(r.host or fmt.DASH),
             html.Td(fmt.clock_offset(r.clock_offset_seconds)),
-            html.Td(fmt.seconds(r.median_compute_s)), html.Td(fmt.seconds(r.p90_compute_s)), html.Td(excess),
+            html.Td(fmt.duration(r.median_compute_s)), html.Td(fmt.duration(r.p90_compute_s)), html.Td(excess),
             html.Td(fmt.gpu_time(r.straggler_gpu_seconds, unit, with_unit=False)), html.Td(fmt.integer(r.steps)),
             html.Td("flagged straggler" if r.is_straggler else "", className="straggler-flag")]))
     more = len(ranks.rows) - len(rows)
@@ -239,7 +239,7 @@ def checkpoint_table(checkpoints: Sequence[CheckpointRow], total: int, ledger: L
         {"id": "blocking", "name": "Blocking (s)", "type": "numeric", "format": {"specifier": ",.2f"}},
         {"id": "ok", "name": "Result"}]
     note = (f"{summary.count:,} checkpoints: {summary.ok:,} ok, {summary.failed:,} failed, "
-            f"{summary.torn:,} torn; median blocking {fmt.seconds(summary.median_blocking_seconds)}, "
+            f"{summary.torn:,} torn; median blocking {fmt.duration(summary.median_blocking_seconds)}, "
             f"every {fmt.duration(summary.median_interval_seconds)}. Newest first.")
     if total > len(checkpoints):
         note += f" Showing the last {len(checkpoints):,} of {total:,}."
@@ -277,5 +277,5 @@ def freshness_note(view: RunView) -> html.Div | None:
     return html.Div(className="freshness", id="run-freshness-note", children=[
         html.B("Updating. "),
         f"The figures below are as of {fmt.timestamp(view.analysed_at)}: the run has received events "
-        f"since, and analysing all of it takes about {fmt.seconds(took) if took else 'a while'} here. They are "
+        f"since, and analysing all of it takes about {fmt.duration(took) if took else 'a while'} here. They are "
         "redrawn when the new analysis is ready; the status line above is current."])

@@ -79,12 +79,14 @@ def print_ledger(api: ApiClient, run_id: str, *, as_json: bool = False, project:
     print(f"run {ledger.run_id}  status {ledger.status}  restarts {ledger.restarts}  "
           f"queue {fmt.duration(ledger.queue_seconds)}")
     unit = fmt.gpu_time_unit(alloc)  # the unit the run's size calls for, as on its page
-    print(f"{'':<12} {'GPU-seconds':>14} {unit.title:>11} {'share':>7}")
+    in_unit = unit is not fmt.GPU_SECONDS  # a second column only when it says something the first does not
+    print(f"{'':<12} {'GPU-seconds':>14}" + (f" {unit.title:>13}" if in_unit else "") + f" {'share':>7}")
     rows = [("allocated", alloc), ("productive", ledger.productive_gpu_seconds), (EVAL, ledger.eval_gpu_seconds)]
     rows += [(c, ledger.waste_gpu_seconds[c]) for c in CATEGORIES]
     for name, value in rows:
-        print(f"{name:<12} {fmt.gpu_seconds(value):>14} {fmt.gpu_time(value, unit, with_unit=False):>11} "
-              f"{fmt.share(value, alloc):>7}")
+        print(f"{name:<12} {fmt.gpu_seconds(value):>14}"
+              + (f" {fmt.gpu_time(value, unit, with_unit=False):>13}" if in_unit else "")
+              + f" {fmt.share(value, alloc):>7}")
     if ledger.goodput is not None:
         print(f"goodput {fmt.percent(ledger.goodput)}")
     return 0

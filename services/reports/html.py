@@ -24,13 +24,14 @@ from services.presentation import (
     DESCRIPTIONS,
     STATUS_COLORS,
     GpuTimeUnit,
+    advice_stake,
     duration,
     gpu_seconds,
     gpu_time,
     gpu_time_unit,
+    no_advice,
     percent,
     pruned_note,
-    seconds,
     timestamp,
 )
 from services.reports.content import ALLOCATED, BreakdownRow, RunReport, StragglerRow
@@ -217,7 +218,7 @@ def _straggler_table(rows: Sequence[StragglerRow], unit: GpuTimeUnit) -> str:
     body = "".join(
         f"<tr><td>{_e(r.rank)}</td><td>{_e(r.host or DASH)}</td>"
         f"<td>{gpu_time(r.straggler_gpu_seconds, unit, with_unit=False)}</td><td>{percent(r.share_of_straggler)}</td>"
-        f"<td>{seconds(r.median_compute_seconds)}</td></tr>"
+        f"<td>{duration(r.median_compute_seconds)}</td></tr>"
         for r in rows[:10])
     return (f"<table><thead><tr><th>rank</th><th>host</th><th>straggler {_nb(unit.symbol)}</th>"
             f"<th>share of straggler</th><th>median compute / step</th></tr></thead><tbody>{body}</tbody></table>")
@@ -231,7 +232,7 @@ def _recommendation(r: Recommendation) -> str:
             f'<table class="evidence"><tbody>{evidence}</tbody></table>'
             f'<div class="model">Model ({_e(r.model.name)}): {_e(r.model.statement)}</div>'
             f'<div class="confidence">Confidence: {_e(r.confidence.text)}</div>'
-            f'<div class="stake">at stake: {_e(r.at_stake_text)} ({_e(r.category)})</div></li>')
+            f'<div class="stake">{_e(advice_stake(r))}</div></li>')
 
 
 def _recommendations(measured: MeasuredRun, recs: Sequence[Recommendation], notes: Sequence[str]) -> str:
@@ -239,7 +240,7 @@ def _recommendations(measured: MeasuredRun, recs: Sequence[Recommendation], note
     if recs:
         parts.append(f'<ol class="recs">{"".join(_recommendation(r) for r in recs)}</ol>')
     else:
-        parts.append('<p class="note">No waste category is above the thresholds the advice rests on.</p>')
+        parts.append(f'<p class="note">{_e(no_advice(measured))}</p>')
     if notes:
         parts.append('<p class="note">Weighed and not advised:</p><ul class="notes">'
                      + "".join(f'<li class="note">{_e(n)}</li>' for n in notes) + "</ul>")

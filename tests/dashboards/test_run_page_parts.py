@@ -11,7 +11,7 @@ import pytest
 
 from dashboards import figures
 from dashboards.components import run_parts
-from dashboards.components.advice_panel import NO_RECOMMENDATION, advice_panel
+from dashboards.components.advice_panel import advice_panel
 from dashboards.components.rank_panel import rank_panel
 from dashboards.figures.rank import rank_steps_figure, rank_timeline_figure
 from dashboards.figures.run import rank_of_heat_label
@@ -22,6 +22,7 @@ from services.analysis.rank_detail import RankDetail, build_rank_detail
 from services.analysis.run_data import comm_frame, run_data_from_events
 from services.analysis.view_types import RestartRow, RunViews
 from services.analysis.views import build_run_views
+from services.presentation import advice_stake, no_advice
 from services.reports.advice import run_advice
 from services.simulate import SimConfig, simulate
 from tests.dashboards.answers import live_run
@@ -123,11 +124,11 @@ def test_the_panel_shows_the_engines_text_as_served() -> None:
     text = flat_text(advice_panel(advice))
     assert advice.measured.text in text
     for rec in advice.recommendations:
-        for piece in (rec.title, rec.wording, rec.prediction, rec.at_stake_text, rec.confidence.text,
+        for piece in (rec.title, rec.wording, rec.prediction, advice_stake(rec), rec.confidence.text,
                       rec.model.statement, *(e.text for e in rec.evidence)):
             assert piece in text
     empty = advice.model_copy(update={"recommendations": [], "notes": ["a note"]})
-    assert NO_RECOMMENDATION in flat_text(advice_panel(empty)) and "a note" in flat_text(advice_panel(empty))
+    assert no_advice(advice.measured) in flat_text(advice_panel(empty)) and "a note" in flat_text(advice_panel(empty))
 
 
 def test_a_failure_before_any_step_says_it_was_during_startup() -> None:

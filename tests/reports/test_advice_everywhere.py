@@ -13,7 +13,7 @@ import pytest
 from services.analysis.advice_types import RunAdvice
 from services.api_client import ApiClient
 from services.cli.advice import MAX_WIDTH, print_advice
-from services.presentation import percent
+from services.presentation import advice_stake, percent
 from services.simulate import SimConfig, simulate
 
 pytestmark = pytest.mark.filterwarnings("ignore:You should not use the 'timeout' argument with the TestClient")
@@ -42,7 +42,7 @@ def texts_of(advice: RunAdvice) -> list[str]:
     """Every sentence and figure of the advice that a surface prints."""
     out = [advice.measured.text, *advice.notes]
     for rec in advice.recommendations:
-        out += [rec.title, rec.wording, rec.prediction, rec.confidence.text, rec.model.statement, rec.at_stake_text]
+        out += [rec.title, rec.wording, rec.prediction, rec.confidence.text, rec.model.statement, advice_stake(rec)]
         out += [e.text for e in rec.evidence]
     return out
 
