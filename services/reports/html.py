@@ -23,6 +23,7 @@ from services.presentation import (
     DASH,
     DESCRIPTIONS,
     STATUS_COLORS,
+    GPU_SECONDS,
     GpuTimeUnit,
     advice_stake,
     duration,
@@ -182,15 +183,18 @@ def _nb(text: str) -> str:
 
 def _breakdown_table(breakdown: Sequence[BreakdownRow], unit: GpuTimeUnit) -> str:
     body = []
+    second = unit is not GPU_SECONDS  # a column in the run's unit only when it is not the GPU-seconds beside it
     for row in breakdown:
         category = row.category
         swatch = f'<span class="swatch" style="background:{COLORS[category]}"></span>' if category in COLORS else ""
         css = ' class="total"' if category == ALLOCATED else ""
-        body.append(f"<tr{css}><td>{swatch}{_e(category)}</td><td>{gpu_seconds(row.gpu_seconds)}</td>"
-                    f"<td>{gpu_time(row.gpu_seconds, unit, with_unit=False)}</td><td>{percent(row.share)}</td>"
+        in_unit = f"<td>{gpu_time(row.gpu_seconds, unit, with_unit=False)}</td>" if second else ""
+        body.append(f"<tr{css}><td>{swatch}{_e(category)}</td><td>{gpu_seconds(row.gpu_seconds)}</td>{in_unit}"
+                    f"<td>{percent(row.share)}</td>"
                     f'<td class="desc">{_e(DESCRIPTIONS.get(category, ""))}</td></tr>')
+    header = f"<th>{_nb(unit.title)}</th>" if second else ""
     return ("<table><thead><tr><th>category</th><th>GPU&#8209;seconds</th>"
-            f"<th>{_nb(unit.title)}</th><th>share</th>"
+            f"{header}<th>share</th>"
             f"<th></th></tr></thead><tbody>{''.join(body)}</tbody></table>")
 
 
