@@ -75,7 +75,8 @@ def test_a_first_small_job_reads_the_same_on_every_surface(client: Any, capsys: 
 
 def test_runs_last_hour_is_the_dashboards_last_hour(client: Any, capsys: pytest.CaptureFixture[str]) -> None:
     # a 3-hour run on 8 GPUs that ended a minute ago: the last hour holds about a third of it
-    config = {"run_id": "long", "ranks": 8, "hours": 3.0, "mtbf_s": None, "checkpoint_every": 500, "seed": 9}
+    config: dict[str, Any] = {"run_id": "long", "ranks": 8, "hours": 3.0, "mtbf_s": None, "checkpoint_every": 500,
+                              "seed": 9}
     probe = simulate(SimConfig(**config))
     end = max(max(e["end"]) if isinstance(e.get("end"), list) else e.get("end") or e["time"] for e in probe.events)
     post(client, simulate(SimConfig(**config, start_time=probe.events[0]["time"] + time.time() - 60 - end)).events)
@@ -88,6 +89,7 @@ def test_runs_last_hour_is_the_dashboards_last_hour(client: Any, capsys: pytest.
     since, until = data.time_range("1h", None, None, api.live_runs().server_time)
     dashboard = data.window_frame(api.fleet_window(since=since, until=until)).iloc[0]
     elapsed = time.time() - started
+    assert since is not None and until is None  # the last hour ends now
 
     ends = max(a.end for a in api.ledger("long").allocations)  # the allocation ended about a minute ago
     truth = 8 * (ends - (since - elapsed / 2))  # 8 GPUs from the range's start to the allocation's end
