@@ -89,3 +89,13 @@ def test_a_small_runs_ledger_is_in_gpu_minutes_like_its_page(capsys: pytest.Capt
     rows = {line.split()[0]: line.split() for line in lines[2:-1]}
     assert rows["allocated"] == ["allocated", "600", "10.0", "100.0%"]
     assert rows["startup"] == ["startup", "60", "1.0", "10.0%"]  # not "<0.01" GPU-hours
+
+
+@pytest.mark.parametrize("typo", [["advice", "r"], ["advice"], ["ledgr", "r"]])
+def test_a_mistyped_command_exits_non_zero_naming_the_commands(typo: list[str],
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(typo)
+    assert exited.value.code == 2  # a script that runs `goodput advice` sees it fail
+    err = capsys.readouterr().err
+    assert f"invalid choice: '{typo[0]}'" in err and "'advise'" in err

@@ -154,7 +154,8 @@ def restart_table(restarts: Sequence[RestartRow]) -> Any:
     rows: list[TableRow] = [{
         "attempt": r.attempt, "when": fmt.timestamp(r.time),
         "outcome": _previous_attempt(r),
-        "resume": "" if r.resume_step is None else r.resume_step, "reworked": r.steps_reworked,
+        "resume": "" if r.resume_step is None else fmt.integer(r.resume_step),  # 3,000 beside "step 3,023"
+        "reworked": fmt.integer(r.steps_reworked),
         "rework": fmt.gpu_time(r.rework_gpu_seconds, unit), "hang": fmt.gpu_time(r.hang_gpu_seconds, unit),
         "startup": fmt.gpu_time(r.startup_gpu_seconds, unit),
     } for r in restarts]
@@ -239,8 +240,9 @@ def checkpoint_table(checkpoints: Sequence[CheckpointRow], total: int, ledger: L
         {"id": "blocking", "name": "Blocking (s)", "type": "numeric", "format": {"specifier": ",.2f"}},
         {"id": "ok", "name": "Result"}]
     note = (f"{summary.count:,} checkpoints: {summary.ok:,} ok, {summary.failed:,} failed, "
-            f"{summary.torn:,} torn; median blocking {fmt.duration(summary.median_blocking_seconds)}, "
-            f"every {fmt.duration(summary.median_interval_seconds)}. Newest first.")
+            f"{summary.torn:,} torn; median blocking {fmt.duration(summary.median_blocking_seconds)}"
+            + (f", every {fmt.duration(summary.median_interval_seconds)}"
+               if summary.median_interval_seconds is not None else "") + ". Newest first.")
     if total > len(checkpoints):
         note += f" Showing the last {len(checkpoints):,} of {total:,}."
     style = dict(_TABLE_STYLE)

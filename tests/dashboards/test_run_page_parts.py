@@ -139,6 +139,28 @@ def test_a_failure_before_any_step_says_it_was_during_startup() -> None:
     assert outcomes == ["failed during startup (no step completed)", "failed at step 1,234"]
 
 
+def test_a_resume_step_is_written_as_the_failure_step_is() -> None:
+    row = RestartRow(attempt=1, time=0.0, after="failed", failed_at_step=3023, resume_step=3000, steps_reworked=1023,
+                     rework_gpu_seconds=0.0, hang_gpu_seconds=0.0, startup_gpu_seconds=120.0)
+    (shown,) = run_parts.restart_table([row]).data
+    assert (shown["outcome"], shown["resume"], shown["reworked"]) == ("failed at step 3,023", "3,000", "1,023")
+
+
+def test_a_checkpoint_note_never_says_every_dash() -> None:
+    from services.analysis.ledger_types import CheckpointSummary
+    from services.analysis.view_types import CheckpointRow
+    from tests.reports import ledgers
+
+    one = CheckpointSummary(count=1, ok=1, failed=0, torn=0, median_blocking_seconds=2.0,
+                            median_interval_seconds=None, median_interval_steps=None, last_ok_step=100)
+    row = CheckpointRow.model_validate({"attempt": 0, "step": 100, "start": 0.0, "end": 2.0, "blocking_seconds": 2.0,
+                                        "ok": True, "torn": False})
+    note = flat_text(run_parts.checkpoint_table([row], 1, ledgers.ledger(checkpoints=one)))
+    assert "every" not in note and "median blocking 2.0 s. Newest first." in note
+    every = one.model_copy(update={"count": 2, "median_interval_seconds": 600.0})
+    assert "every 10 min 00 s." in flat_text(run_parts.checkpoint_table([row], 1, ledgers.ledger(checkpoints=every)))
+
+
 def test_unused_gpus_are_said_and_a_full_allocation_says_nothing() -> None:
     idle, _, _ = views_of(SimConfig(run_id="i", ranks=24, gpus=32, hours=0.05, mtbf_s=None, seed=2))
     note = flat_text(run_parts.unused_gpus_note(idle))
