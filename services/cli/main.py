@@ -138,6 +138,9 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--since", help="--fleet: runs with events at or after this time (epoch seconds or ISO 8601)")
     report.add_argument("--until", help="--fleet: runs with events at or before this time (epoch seconds or ISO 8601)")
     report.add_argument("--status", choices=["running", "finished", "failed", "cancelled"], help="--fleet: only these")
+    report.add_argument("--self-contained", action="store_true", help=(
+        "html: inline plotly.js, for a file opened away from the collector (4.9 MB); by default the charts load it "
+        "from the collector (tens of kB)"))
     report.add_argument("--url", help=URL_HELP)
     report.add_argument("--project", help=PROJECT_HELP + "; with --fleet: only this project's runs")
     report.set_defaults(handler=_calls_the_collector(_report, "report", errors_to_stderr=True))
@@ -448,7 +451,7 @@ def _report(ns: argparse.Namespace) -> int:
                                         status=ns.status, project=ns.project)
             what, default = "fleet report", FLEET_FILENAME
         else:
-            document = api.report(ns.run_id, format=format, project=ns.project)
+            document = api.report(ns.run_id, format=format, project=ns.project, self_contained=ns.self_contained)
             what, default = f"report of run {ns.run_id}", report_filename(ns.run_id, format)
     if ns.output == "-":
         sys.stdout.write(document.decode())

@@ -75,10 +75,25 @@ def test_csv_report_loads_in_pandas_with_one_row_per_category(client) -> None:
     assert by.loc["allocated", "share"] == 1.0
 
 
+def test_html_report_loads_plotly_from_the_collector_or_inlines_it_when_asked(client) -> None:
+    send(client, "rep-small", time.time() - 7200, straggler_rank=2, hang_at_step=30)
+    response = client.get("/v1/runs/rep-small/report", params={"format": "html"})
+    page = response.text
+    (src,) = re.findall(r'<script[^>]+src="([^"]+)"', page)  # one script, from the collector that served the page
+    assert src == "http://testserver/v1/assets/plotly.min.js" and "Plotly.newPlot" in page
+    assert "plotly.js v" not in page and len(response.content) < 200_000  # not the 4.9 MB of an inlined plotly.js
+    script = client.get(src)
+    assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+    assert script.text.startswith("/**") and "plotly.js v" in script.text[:200]
+    inlined = client.get("/v1/runs/rep-small/report", params={"format": "html", "self_contained": "true"})
+    assert re.search(r"<script[^>]+src=", inlined.text) is None and inlined.text.count("plotly.js v") >= 1
+    assert len(inlined.content) > len(response.content) + len(script.content) * 0.9
+
+
 def test_html_report_is_self_contained_and_shows_the_ledgers_numbers(client) -> None:
     send(client, "rep-html", time.time() - 7200, straggler_rank=2, hang_at_step=30)
     ledger = client.get("/v1/runs/rep-html/waste").json()
-    response = client.get("/v1/runs/rep-html/report", params={"format": "html"})
+    response = client.get("/v1/runs/rep-html/report", params={"format": "html", "self_contained": "true"})
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
     page = response.text
