@@ -17,17 +17,20 @@ import flask
 import numpy as np
 import pandas as pd
 
-from services.analysis.time_range import last
-from services.api_client import AccessDenied, ApiClient, ApiError, FleetWindow, LiveRun, RunListItem, bearer
-from services.presentation import CATEGORIES, CATEGORY_ORDER, EVAL
+from services.api_client import AccessDenied, ApiClient, ApiError, bearer
+from services.presentation import CATEGORIES, CATEGORY_ORDER, last_range
 from services.presentation import duration as fmt_duration
+from services.schemas.categories import EVAL
+from services.schemas.fleet import FleetWindow
+from services.schemas.live import LiveRun
+from services.schemas.runs import RunListItem
 from services.settings import DashboardSettings
 
 CONFIG_KEY = "goodput_dashboard_config"  # the Dash server's Flask config key
 _CLIENTS_KEY = "goodput_api_clients"
 _LOCK = threading.Lock()
 
-PRESET_RANGES = ("1h", "24h", "7d", "30d")  # the last DURATION (services.analysis.time_range); also "all", "custom"
+PRESET_RANGES = ("1h", "24h", "7d", "30d")  # the last DURATION (services.presentation.last_range); also "all", "custom"
 
 
 _TIME_FORMATS = ("%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d")  # UTC
@@ -40,7 +43,7 @@ def time_range(range_key: str | None, start: str | None, end: str | None, now: f
     if range_key == "custom":
         return _epoch(start), _epoch(end)
     if range_key in PRESET_RANGES:
-        return last(range_key, now)  # the rule `goodput runs --last` follows
+        return last_range(range_key, now)  # the rule `goodput runs --last` follows
     return None, None
 
 

@@ -8,10 +8,8 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from services.analysis.advice_types import MeasuredRun, Recommendation
-from services.analysis.categories import EVAL, PRODUCTIVE, WASTE_KEYS
-
-__all__ = ["EVAL"]  # re-exported: the surfaces name the eval figure through this module
+from services.schemas.advice import MeasuredRun, Recommendation
+from services.schemas.categories import EVAL, PRODUCTIVE, WASTE_KEYS
 
 DASH = "—"
 
@@ -190,6 +188,31 @@ def timestamp(epoch_s: float | None) -> str:
 def iso(epoch_s: float | None) -> str:
     """ISO 8601 in UTC for machine-read files (CSV); empty when unknown."""
     return "" if epoch_s is None else datetime.fromtimestamp(epoch_s, UTC).isoformat()
+
+
+# -- ranges: one rule for every surface ---------------------------------------------------------------------------
+# "The last DURATION" is [now - DURATION, now) on the collector's clock, and a run's figures in a range are those of
+# its GPU time inside it (GET /v1/fleet/window). The dashboard's presets (1h, 24h, 7d, 30d) and `goodput runs --last
+# 90m` both go through `last_range`, with the collector's `server_time`.
+
+RANGE_UNITS_S: dict[str, float] = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+
+
+def duration_seconds(text: str) -> float:
+    """`90m`, `24h`, `7d` -> seconds; a ValueError naming what is accepted otherwise."""
+    number, unit = text.strip()[:-1], text.strip()[-1:].lower()
+    try:
+        amount = float(number)
+    except ValueError:
+        amount = -1.0
+    if unit not in RANGE_UNITS_S or not 0 < amount < float("inf"):
+        raise ValueError(f"a duration is a positive number and a unit (s, m, h, d, w), such as 24h or 7d, got {text!r}")
+    return amount * RANGE_UNITS_S[unit]
+
+
+def last_range(text: str, now: float) -> tuple[float, None]:
+    """(since, until) of "the last `text`" at `now`: it ends now (None: the collector's now)."""
+    return now - duration_seconds(text), None
 
 
 # -- advice ------------------------------------------------------------------------------------------------------

@@ -9,11 +9,13 @@ import httpx
 import pytest
 
 from services import presentation as fmt
-from services.analysis.ledger_types import WasteBreakdown
-from services.api_client import ApiClient, FleetWindow, LiveRuns, RunList
+from services.api_client import ApiClient
 from services.cli import main
-from services.collector.schemas.fleet import RunInWindow, WindowFigures
 from services.presentation import CATEGORIES
+from services.schemas.fleet import FleetWindow, RunInWindow, WindowFigures
+from services.schemas.ledger import WasteBreakdown
+from services.schemas.live import LiveRuns
+from services.schemas.runs import RunList
 from tests.dashboards.answers import live_run, run_item
 
 WASTE = dict.fromkeys(CATEGORIES, 0.0)

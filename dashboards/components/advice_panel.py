@@ -13,8 +13,8 @@ from typing import Any
 
 from dash import html
 
-from services.analysis.advice_types import Recommendation, RunAdvice
 from services.presentation import COLORS, advice_stake, no_advice
+from services.schemas.advice import Recommendation, RunAdvice
 
 _OTHER_COLOR = "#6B7280"  # queue / correctness: not a waste category's colour
 

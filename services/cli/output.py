@@ -7,11 +7,12 @@ import json
 from dataclasses import dataclass
 
 from services import presentation as fmt
-from services.analysis.categories import EVAL
-from services.analysis.live_types import LiveRun
-from services.analysis.time_range import last
-from services.api_client import ApiClient, FleetWindow, RunListItem
+from services.api_client import ApiClient
 from services.presentation import CATEGORIES
+from services.schemas.categories import EVAL
+from services.schemas.fleet import FleetWindow
+from services.schemas.live import LiveRun
+from services.schemas.runs import RunListItem
 
 RUN_COLUMN_MAX = 40
 PROJECT_COLUMN_MAX = 16
@@ -60,10 +61,11 @@ LiveByRun = dict[tuple[str, str], LiveRun]  # (project, run id) -> live status
 
 def listed_runs(api: ApiClient, selection: RunFilter) -> tuple[list[RunListItem], LiveByRun, float]:
     """(the runs, worst first, each cut to the range when one is given; the running ones' live status; the
-    collector's clock). A range goes through the dashboard's rule and endpoint: `last` on the collector's clock,
+    collector's clock). A range goes through the dashboard's rule and endpoint: `last_range` on the collector's clock,
     then /v1/fleet/window, so `--last 1h` gives the figures of the fleet page's "Last hour"."""
     live = api.live_runs(project=selection.project)
-    since, until = last(selection.last, live.server_time) if selection.last else (selection.since, selection.until)
+    since, until = (fmt.last_range(selection.last, live.server_time) if selection.last
+                    else (selection.since, selection.until))
     if since is None and until is None:
         runs = api.runs(project=selection.project, status=selection.status, run_id=selection.run_id).runs
     else:

@@ -10,10 +10,10 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from services.analysis.categories import WASTE_KEYS
-from services.analysis.ledger_types import Ledger
 from services.presentation import iso
 from services.reports.content import RunReport
+from services.schemas.categories import WASTE_KEYS
+from services.schemas.ledger import Ledger
 
 # a run's CSV: one table, a `section` per kind of row (ledger, attempt, checkpoint, rank), each filling its columns
 RUN_CSV_COLUMNS = (

@@ -23,8 +23,8 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from services import presentation as fmt
-from services.analysis.advice_types import Recommendation, RunAdvice
 from services.presentation import advice_stake, no_advice
+from services.schemas.advice import Recommendation, RunAdvice
 from tests.dashboards.conftest import GOODPUT, SCREENSHOTS, Page, Server, _env, server_with_runs
 
 pytestmark = pytest.mark.browser

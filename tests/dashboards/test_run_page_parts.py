@@ -16,14 +16,15 @@ from dashboards.components.rank_panel import rank_panel
 from dashboards.figures.rank import rank_steps_figure, rank_timeline_figure
 from dashboards.figures.run import rank_of_heat_label
 from services.analysis.advice import AdviceInput
-from services.analysis.advice_types import RunAdvice
 from services.analysis.ledger import build_ledger
-from services.analysis.rank_detail import RankDetail, build_rank_detail
+from services.analysis.rank_detail import build_rank_detail
 from services.analysis.run_data import comm_frame, run_data_from_events
-from services.analysis.view_types import RestartRow, RunViews
 from services.analysis.views import build_run_views
 from services.presentation import advice_stake, no_advice
 from services.reports.advice import run_advice
+from services.schemas.advice import RunAdvice
+from services.schemas.ranks import RankDetail
+from services.schemas.views import RestartRow, RunViews
 from services.simulate import SimConfig, simulate
 from tests.dashboards.answers import live_run
 from tests.dashboards.test_resume_banner import flat_text as component_text
@@ -147,8 +148,8 @@ def test_a_resume_step_is_written_as_the_failure_step_is() -> None:
 
 
 def test_a_checkpoint_note_never_says_every_dash() -> None:
-    from services.analysis.ledger_types import CheckpointSummary
-    from services.analysis.view_types import CheckpointRow
+    from services.schemas.ledger import CheckpointSummary
+    from services.schemas.views import CheckpointRow
     from tests.reports import ledgers
 
     one = CheckpointSummary(count=1, ok=1, failed=0, torn=0, median_blocking_seconds=2.0,

@@ -14,10 +14,10 @@ import pytest
 from dashboards import data
 from dashboards.components import run_parts
 from services import presentation as fmt
-from services.analysis.advice_types import RunAdvice
 from services.api_client import ApiClient
 from services.cli.advice import print_advice
 from services.cli.output import RunFilter, print_ledger, print_runs
+from services.schemas.advice import RunAdvice
 from services.simulate import SimConfig, simulate
 from tests.collector.test_live_api import post
 from tests.dashboards.test_resume_banner import flat_text

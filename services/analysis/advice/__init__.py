@@ -2,7 +2,7 @@
 (`GET /v1/runs/{run_id}/advice`, `goodput advise`, the JSON and HTML reports, the run page).
 
     advice = build_advice(AdviceInput(ledger=ledger, views=views, resume_check=check, peers=project_ledgers),
-                          formats)  # -> RunAdvice (services.analysis.advice_types)
+                          formats)  # -> RunAdvice (services.schemas.advice)
 
 One module per kind of action (hang, stragglers, checkpoints, startup, idle, correctness, queue), the figures they
 rest on (figures), the run they read (context, config) and the ranking (ranking). Pure: no I/O, no clock. Numbers

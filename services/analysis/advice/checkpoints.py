@@ -8,9 +8,9 @@ from collections.abc import Iterable
 from services.analysis.advice.config import Formats
 from services.analysis.advice.context import RunContext, count
 from services.analysis.advice.figures import FailureRate, failure_rate, mean_step_seconds, restart_seconds, world_size
-from services.analysis.advice_types import Confidence, Recommendation
-from services.analysis.categories import WasteCategory
 from services.analysis.interval import daly_interval, young_interval
+from services.schemas.advice import Confidence, Recommendation
+from services.schemas.categories import WasteCategory
 
 CHECKPOINT = WasteCategory.CHECKPOINT.value
 REWORK = WasteCategory.REWORK.value

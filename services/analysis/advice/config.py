@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from services.analysis.clock_types import HostClock
-from services.analysis.ledger_types import Ledger
-from services.analysis.resume_types import ResumeCheck
-from services.analysis.view_types import RunViews
+from services.schemas.clocks import HostClock
+from services.schemas.ledger import Ledger
+from services.schemas.resume import ResumeCheck
+from services.schemas.views import RunViews
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from services.analysis.advice.config import AdviceConfig, AdviceInput, Formats
-from services.analysis.advice_types import (
+from services.schemas.advice import (
     AdviceCode,
     AdviceModel,
     Confidence,
@@ -16,8 +16,8 @@ from services.analysis.advice_types import (
     GainBound,
     Recommendation,
 )
-from services.analysis.categories import WASTE_KEYS
-from services.analysis.ledger_types import Ledger
+from services.schemas.categories import WASTE_KEYS
+from services.schemas.ledger import Ledger
 
 
 @dataclass(slots=True)

@@ -7,8 +7,8 @@ from collections.abc import Iterable
 
 from services.analysis.advice.config import Formats
 from services.analysis.advice.context import RunContext, count, sentence
-from services.analysis.advice_types import Confidence, Recommendation
-from services.analysis.resume_types import ResumeCheck
+from services.schemas.advice import Confidence, Recommendation
+from services.schemas.resume import ResumeCheck
 
 
 def resume_correctness(run: RunContext) -> Iterable[Recommendation]:

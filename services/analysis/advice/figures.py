@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from services.analysis.advice.config import DEFAULT_CONFIG
-from services.analysis.advice_types import FailureRateSource
-from services.analysis.categories import PRODUCTIVE, WasteCategory
-from services.analysis.ledger_types import AttemptLedger, Ledger
+from services.schemas.advice import FailureRateSource
+from services.schemas.categories import PRODUCTIVE, WasteCategory
+from services.schemas.ledger import AttemptLedger, Ledger
 
 HANG = WasteCategory.HANG.value
 STARTUP = WasteCategory.STARTUP.value

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from services.analysis.advice.context import RunContext, count
 from services.analysis.advice.figures import HANG, gpus_of, mean_step_seconds, world_size
-from services.analysis.advice_types import Confidence, Recommendation
+from services.schemas.advice import Confidence, Recommendation
 
 
 def hung_now(run: RunContext) -> Iterable[Recommendation]:

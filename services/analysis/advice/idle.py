@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from services.analysis.advice.context import RunContext
 from services.analysis.advice.figures import IDLE, unused_gpu_seconds
-from services.analysis.advice_types import Confidence, Recommendation
+from services.schemas.advice import Confidence, Recommendation
 
 
 def unused_gpus(run: RunContext) -> Iterable[Recommendation]:

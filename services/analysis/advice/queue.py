@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from itertools import pairwise
 
 from services.analysis.advice.context import RunContext, count
-from services.analysis.advice_types import Confidence, Recommendation
+from services.schemas.advice import Confidence, Recommendation
 
 
 def queue(run: RunContext) -> Iterable[Recommendation]:

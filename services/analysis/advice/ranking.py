@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from services.analysis.advice import checkpoints, correctness, hang, idle, queue, startup, stragglers
 from services.analysis.advice.config import DEFAULT_CONFIG, AdviceConfig, AdviceInput, Formats
 from services.analysis.advice.context import RunContext, count
-from services.analysis.advice_types import MeasuredRun, Recommendation, RunAdvice
+from services.schemas.advice import MeasuredRun, Recommendation, RunAdvice
 
 Rule = Callable[[RunContext], Iterable[Recommendation]]
 

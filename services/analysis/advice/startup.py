@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from services.analysis.advice.context import RunContext, count
 from services.analysis.advice.figures import STARTUP, gpus_of
-from services.analysis.advice_types import Confidence, Recommendation
+from services.schemas.advice import Confidence, Recommendation
 
 
 def startup(run: RunContext) -> Iterable[Recommendation]:

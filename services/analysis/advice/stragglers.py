@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from services.analysis.advice.context import RunContext, count, sentence
-from services.analysis.advice_types import Confidence, Recommendation
-from services.analysis.categories import WasteCategory
+from services.schemas.advice import Confidence, Recommendation
+from services.schemas.categories import WasteCategory
 
 STRAGGLER = WasteCategory.STRAGGLER.value
 
