@@ -33,6 +33,7 @@ from pydantic import ValidationError
 from services.analysis.ledger_types import Ledger
 from services.analysis.live_types import LiveRun, LiveRuns
 from services.analysis.rank_detail import RankDetail
+from services.analysis.view_types import CurveMark, CurveSeries, TrainingCurves
 from services.analysis.views import CheckpointRow, RestartRow
 from services.collector.schemas.advice import RunAdvice
 from services.collector.schemas.fleet import FleetWindow, RunInWindow, WindowFigures
@@ -56,9 +57,11 @@ from services.collector.schemas.views import (
 
 __all__ = [
     "AccessDenied", "AllocationSpan", "ApiClient", "ApiError", "ApiStatusError", "AttemptSpan", "CheckpointRow",
-    "CollectorUnreachable", "Failure", "FleetWindow", "HangSpan", "IngestAck", "Ledger", "LiveRun", "LiveRuns",
+    "CollectorUnreachable", "CurveMark", "CurveSeries", "Failure", "FleetWindow", "HangSpan", "IngestAck", "Ledger",
+    "LiveRun", "LiveRuns",
     "NoRankCompute", "NotFound", "Progress", "RankCompute", "RankDetail", "Restart", "RestartRow", "ResumeCheck",
-    "RunAdvice", "RunInWindow", "RunList", "RunListItem", "RunView", "RunViews", "Segment", "UnexpectedAnswer",
+    "RunAdvice", "RunInWindow", "RunList", "RunListItem", "RunView", "RunViews", "Segment", "TrainingCurves",
+    "UnexpectedAnswer",
     "WhoAmI", "WindowFigures", "bearer",
 ]
 
@@ -167,6 +170,10 @@ class ApiClient:
         """One rank of the run: host, attempts, steps' compute and collective time, failures it was part of."""
         return _parse(self._get(_run_path(run_id, f"ranks/{int(rank)}"), {"project": project}),
                       RankDetail.model_validate_json)
+
+    def curves(self, run_id: str, *, project: str | None = None) -> TrainingCurves:
+        """Loss, learning rate and step time over time, per attempt, downsampled; restarts and checkpoints marked."""
+        return _parse(self._get(_run_path(run_id, "curves"), {"project": project}), TrainingCurves.model_validate_json)
 
     def live(self, run_id: str, *, project: str | None = None) -> LiveRun:
         return _parse(self._get(_run_path(run_id, "live"), {"project": project}), LiveRun.model_validate_json)

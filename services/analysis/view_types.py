@@ -214,3 +214,36 @@ class RunViews(BaseModel):
     restarts_total: int
     restarts_truncated: bool
     version: int = Field(description="the run version these views describe")
+
+
+class CurveSeries(BaseModel):
+    """One metric of one attempt over time, downsampled (services.analysis.curves)."""
+
+    attempt: int
+    time: list[float] = Field(description="each point's step end (the last rank's), epoch seconds")
+    step: list[int]
+    value: list[float]
+    points_total: int = Field(description="steps of this attempt with a value, before downsampling")
+
+
+class CurveMark(BaseModel):
+    time: float
+    step: int | None
+    label: str
+
+
+class TrainingCurves(BaseModel):
+    """GET /v1/runs/{run_id}/curves: loss, learning rate and step time over time, one series per attempt (a restart
+    starts a new one), each metric at most `max_points` points over all of its attempts (every bucket of steps
+    keeps its lowest and highest value, so a spike survives); restarts and completed checkpoints marked."""
+
+    run_id: str
+    loss: list[CurveSeries] = Field(description="mean over the ranks that reported a loss for the step")
+    lr: list[CurveSeries] = Field(description="the learning rate the step reported (the highest of its ranks')")
+    step_seconds: list[CurveSeries] = Field(description="from the step's first rank start to its last rank end")
+    restarts: list[CurveMark]
+    checkpoints: list[CurveMark] = Field(description="completed checkpoints (their end), the latest 5,000")
+    max_points: int = Field(description="per metric, over all of its attempts")
+    downsampled: bool = Field(description="some metric had more steps than max_points")
+    throughput: None = Field(None, description=(
+        "not reported: the events carry no tokens or samples per step, so no throughput is drawn"))

@@ -17,9 +17,11 @@ from fastapi import APIRouter, Path, Query
 from services.analysis.provisional import provisional_ledger
 from services.analysis.rank_detail import RankDetail, build_rank_detail
 from services.analysis.run_data import comm_frame
+from services.analysis.view_types import TrainingCurves
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep
 from services.collector.schemas.errors import NOT_FOUND
 from services.collector.schemas.views import RunCheckpoints, RunRanks, RunRestarts, RunTimeline, RunView
+from services.derive.curves import training_curves
 from services.derive.live import LEDGER_BUDGET_S, live_for_row, live_hang_of
 from services.derive.views import current_views, recent_views
 from services.errors import RunDetailPruned
@@ -58,6 +60,13 @@ def get_rank(run: RunDep, analyses: AnalysesDep,
         collector = rank_collector_offset(conn, run.pk, rank)
     detail = build_rank_detail(views, rank, steps, comm, events)
     return detail.model_copy(update={"collector_clock_offset_seconds": collector})
+
+
+@router.get("/v1/runs/{run_id:path}/curves", response_model=TrainingCurves, responses=NOT_FOUND,
+            summary="Loss, learning rate and step time over time per attempt (at most 2,000 points a metric, each "
+                    "bucket's lowest and highest kept), restarts and checkpoints marked")
+def get_curves(run: RunDep, analyses: AnalysesDep) -> TrainingCurves:
+    return training_curves(analyses, run)
 
 
 @router.get("/v1/runs/{run_id:path}/checkpoints", response_model=RunCheckpoints, responses=NOT_FOUND,
