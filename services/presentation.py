@@ -8,10 +8,8 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from services.analysis.categories import EVAL, PRODUCTIVE, WASTE_KEYS
-from services.analysis.view_types import FailureCause
-
-__all__ = ["EVAL"]  # re-exported: the surfaces name the eval figure through this module
+from services.schemas.categories import EVAL, PRODUCTIVE, WASTE_KEYS
+from services.schemas.views import FailureCause
 
 DASH = "—"
 

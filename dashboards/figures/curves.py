@@ -10,8 +10,8 @@ from plotly.subplots import make_subplots
 
 from dashboards.figures.common import broken_at_changes, empty_figure, to_datetimes
 from dashboards.theme import INK, template
-from services.api_client import CurveSeries, TrainingCurves
 from services.presentation import COLORS, MARKER_COLORS
+from services.schemas.views import CurveSeries, TrainingCurves
 
 _ROWS = (("loss", "Loss", "loss"), ("lr", "Learning rate", "lr"), ("step_seconds", "Step time", "step time (s)"))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from services.analysis.view_types import CurveMark, CurveSeries, RunViews, TrainingCurves
+from services.schemas.views import CurveMark, CurveSeries, RunViews, TrainingCurves
 
 MAX_POINTS = 2000
 CURVE_COLUMNS = ("attempt", "step", "start", "end", "loss", "lr")

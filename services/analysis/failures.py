@@ -27,7 +27,7 @@ import pandas as pd
 
 from services.analysis.attempts import Attempt
 from services.analysis.run_data import ranks_own
-from services.analysis.view_types import FailureCause
+from services.schemas.views import FailureCause
 
 _NOT_AN_ERROR = frozenset({"SIGTERM"})  # what a survivor says when torchrun stops it: the failure was elsewhere
 # Linux's numbers (torchrun's workers run there), not the collector's own platform's

@@ -4,10 +4,10 @@ current views (services.derive.views), shaped by services.analysis.curves."""
 from __future__ import annotations
 
 from services.analysis.curves import build_training_curves
-from services.analysis.view_types import TrainingCurves
 from services.derive.cache import AnalysisCache
 from services.derive.views import current_views
 from services.errors import RunDetailPruned
+from services.schemas.views import TrainingCurves
 from services.storage.curves import load_curve_steps
 from services.storage.runs import RunRow
 

@@ -9,8 +9,8 @@ from typing import Any
 from services.analysis.failures import signal_name
 from services.analysis.ledger import build_ledger
 from services.analysis.run_data import run_data_from_events
-from services.analysis.view_types import FailureCause, RunViews
 from services.analysis.views import build_run_views
+from services.schemas.views import FailureCause, RunViews
 from tests.analysis.scenarios import ev, per_rank, steps
 from tests.ledger_checks import assert_partition
 

@@ -8,8 +8,8 @@ import itertools
 from dashboards import figures
 from dashboards.figures.common import label_rows
 from dashboards.figures.rank import rank_timeline_figure
-from services.analysis.view_types import Restart
 from services.presentation import CATEGORIES
+from services.schemas.views import Restart
 from services.simulate import SimConfig
 from tests.analysis.test_failure_causes import killed_rank_3, two_attempts
 from tests.analysis.test_failure_causes import views_of as views_of_events

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ingest_client.events import EventKind
-from ingest_client.generation import COUNTER_DIR, claim_launch_attempt
-from ingest_client.launch import _pass_on
-from ingest_client.worker_exits import WorkerExitReporter, parse_failure, worker_of
+from ingest_client.common.events import EventKind
+from ingest_client.launcher.launch import _pass_on
+from ingest_client.launcher.worker_exits import WorkerExitReporter, parse_failure, worker_of
+from ingest_client.worker.generation import COUNTER_DIR, claim_launch_attempt
 
 TORCHRUN_LINE = (b"E1204 17:40:01.123000 4100 torch/distributed/elastic/multiprocessing/api.py:1003] failed "
                  b"(exitcode: -9) local_rank: 1 (pid: 4242) of binary: /usr/bin/python3")
