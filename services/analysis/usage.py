@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -73,7 +74,21 @@ def usage_of_pieces(start: np.ndarray, end: np.ndarray, values: np.ndarray, *,
     return _usage(start, end, values, bin_s)
 
 
-def clip_usage(usage: Usage, since: float | None, until: float | None) -> dict[str, float]:
+@dataclass(frozen=True, slots=True)
+class UsagePieces:
+    """A Usage as arrays (what the fleet's pages cut, without building lists): piece i spans [start[i], end[i]) and
+    holds values[i, j] GPU-seconds of USAGE_KEYS[j]."""
+
+    start: np.ndarray
+    end: np.ndarray
+    values: np.ndarray
+
+
+def pieces_of(usage: Usage) -> UsagePieces:
+    return UsagePieces(np.asarray(usage.start, np.float64), np.asarray(usage.end, np.float64), usage.matrix())
+
+
+def clip_usage(usage: Usage | UsagePieces, since: float | None, until: float | None) -> dict[str, float]:
     """GPU-seconds per key of USAGE_KEYS inside [since, until) (None: unbounded on that side)."""
     lo = -np.inf if since is None else float(since)
     hi = np.inf if until is None else float(until)
@@ -83,15 +98,15 @@ def clip_usage(usage: Usage, since: float | None, until: float | None) -> dict[s
     return {key: float(v) for key, v in zip(USAGE_KEYS, sums, strict=True)}
 
 
-def usage_in_bins(usage: Usage, edges: np.ndarray) -> np.ndarray:
+def usage_in_bins(usage: Usage | UsagePieces, edges: np.ndarray) -> np.ndarray:
     """(len(edges) - 1) x USAGE_KEYS GPU-seconds of each bin [edges[i], edges[i + 1]): exact for the pieces, each
     piece's figures taken in proportion to its time inside the bin."""
+    pieces = pieces_of(usage) if isinstance(usage, Usage) else usage
     edges = np.asarray(edges, np.float64)
     n_bins = max(len(edges) - 1, 0)
-    if n_bins == 0 or not usage.start:
+    if n_bins == 0 or not len(pieces.start):
         return np.zeros((n_bins, len(USAGE_KEYS)))
-    start, end = np.asarray(usage.start), np.asarray(usage.end)
-    values = usage.matrix()
+    start, end, values = pieces.start, pieces.end, pieces.values
     # The cumulative GPU time F(t) is piecewise linear (even inside a piece, flat between pieces): a bin holds
     # F(right edge) - F(left edge).
     x = np.column_stack([start, end]).reshape(-1)

@@ -11,12 +11,21 @@ import numpy as np
 from fastapi import APIRouter, HTTPException, Query
 
 from services.analysis.categories import EVAL, WASTE_KEYS
-from services.analysis.ledger_types import Ledger, WasteBreakdown
-from services.analysis.usage import USAGE_KEYS, Usage, bucket_width, clip_usage, usage_in_bins, usage_of_pieces
+from services.analysis.ledger_types import WasteBreakdown
+from services.analysis.run_figures import ListedFigures
+from services.analysis.usage import (
+    USAGE_KEYS,
+    UsagePieces,
+    bucket_width,
+    clip_usage,
+    pieces_of,
+    usage_in_bins,
+    usage_of_pieces,
+)
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunScopeDep
 from services.collector.routes.runs import LIST_BUDGET_S, list_item
 from services.collector.schemas.fleet import FleetWindow, RunInWindow, WindowFigures
-from services.derive.runs import listed_runs, runs_in_scope
+from services.derive.runs import listed_runs
 
 router = APIRouter(tags=["runs"])
 
@@ -44,10 +53,9 @@ def get_fleet_window(
     if since is not None and hi < since:
         raise HTTPException(422, f"until ({hi:.0f}) is before since ({since:.0f}): give a range that ends after "
                                  "it starts")
-    rows = runs_in_scope(analyses, scope, since=since, until=until, limit=limit)
-    listed = listed_runs(analyses, rows, budget_s=LIST_BUDGET_S, now=now, config=live, run_id_part=run_id,
-                         status=status)
-    firsts = [r.ledger.first_time for r in listed if r.ledger.first_time is not None]
+    listed = listed_runs(analyses, scope, budget_s=LIST_BUDGET_S, now=now, config=live, since=since, until=until,
+                         limit=limit, run_id_part=run_id, status=status, with_usage=True)
+    firsts = [r.figures.first_time for r in listed if r.figures.first_time is not None]
     lo = since if since is not None else (min(firsts) if firsts else hi)
     width = bucket_width(max(hi - lo, 1.0), buckets)
     origin = math.floor(lo / width) * width
@@ -56,7 +64,7 @@ def get_fleet_window(
     edges[0], edges[-1] = max(edges[0], lo), min(edges[-1], hi)  # the range's own edges: nothing outside it
     out = []
     for run in listed:
-        usage, laid_out = usage_of(run.ledger)
+        usage, laid_out = usage_of(run.listed)
         clipped = clip_usage(usage, since, hi)
         per_bucket = usage_in_bins(usage, edges)
         out.append(RunInWindow(
@@ -67,16 +75,17 @@ def get_fleet_window(
                        server_time=now, runs=out)
 
 
-def usage_of(ledger: Ledger) -> tuple[Usage, bool]:
+def usage_of(listed: ListedFigures) -> tuple[UsagePieces, bool]:
     """The ledger's usage; for a ledger stored before there was one, its totals spread evenly over its life
     (flagged: `False`)."""
-    if ledger.usage is not None:
-        return ledger.usage, True
+    if listed.usage is not None:
+        return listed.usage, True
+    ledger = listed.figures
     totals = np.array([[ledger.productive_gpu_seconds, ledger.eval_gpu_seconds,
                         *(ledger.waste_gpu_seconds[k] for k in WASTE_KEYS)]])
     first = ledger.first_time or 0.0
     last = max(ledger.latest_time or first, first + 1e-6)
-    return usage_of_pieces(np.array([first]), np.array([last]), totals), False
+    return pieces_of(usage_of_pieces(np.array([first]), np.array([last]), totals)), False
 
 
 def window_figures(clipped: dict[str, float]) -> WindowFigures:
