@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 from services.analysis.ledger_types import Ledger
 from services.analysis.live import LiveConfig
+from services.analysis.provisional import LiveHang, provisional_ledger
 from services.analysis.run_figures import ListedFigures, RunFigures, listed_figures, usage_from_bytes
 from services.derive.cache import AnalysisCache
 from services.derive.ledger import LEDGER, current_ledger, last_checkpoint, parse_stored, recent_ledger
-from services.derive.live import live_hang_of, live_status, with_live_hang
+from services.derive.live import live_hangs, with_live_hang
 from services.storage.load import CompletedCheckpoint
 from services.storage.runs import RunRow, StoredFigures, get_run_by_pk, list_run_figures, list_runs
 
@@ -67,15 +68,17 @@ def listed_runs(analyses: AnalysisCache, scope: RunScope, *, budget_s: float, no
     with analyses.engine.connect() as conn:
         stored = list_run_figures(conn, since=since, until=until, limit=limit, project=scope.project,
                                   with_usage=with_usage)
+    current = [(run, _current_figures(run)) for run in stored if not run_id_part or run_id_part in run.row.run_id]
+    hangs = live_hangs(analyses.engine, [run.row for run, figures in current
+                                         if figures is not None and figures.status == "running"], now, config)
     deadline = time.monotonic() + budget_s
     out = []
-    for run in stored:
-        if run_id_part and run_id_part not in run.row.run_id:
-            continue
-        listed = _as_stored(analyses, run, now, config)
-        stale = False
-        if listed is None:
-            listed, stale = _from_ledger(analyses, run.row.pk, budget_s=max(deadline - time.monotonic(), 0.0),
+    for run, figures in current:
+        hang = hangs.get(run.row.pk)
+        if figures is not None and hang is None:
+            listed, stale = ListedFigures(figures, usage_from_bytes(figures, run.usage)), False
+        else:
+            listed, stale = _from_ledger(analyses, run.row.pk, hang, budget_s=max(deadline - time.monotonic(), 0.0),
                                          now=now, config=config)
         if status and listed.figures.status != status:
             continue
@@ -83,26 +86,23 @@ def listed_runs(analyses: AnalysisCache, scope: RunScope, *, budget_s: float, no
     return out
 
 
-def _as_stored(analyses: AnalysisCache, run: StoredFigures, now: float, config: LiveConfig) -> ListedFigures | None:
-    """The stored figures when they are the run's current ledger's, and the run is not hung; None: take the ledger."""
+def _current_figures(run: StoredFigures) -> RunFigures | None:
+    """The stored figures when they are the run's current ledger's; None: take the ledger."""
     row = run.row
-    current = row.ledger_version >= row.version or LEDGER.is_final(row)
-    if run.figures_json is None or not current:
+    if run.figures_json is None or not (row.ledger_version >= row.version or LEDGER.is_final(row)):
         return None
-    figures = parse_stored(RunFigures, run.figures_json, what="figures", run_id=row.run_id)
-    if figures is None:
-        return None
-    if figures.status == "running" and live_hang_of(live_status(analyses.engine, row, now, config)) is not None:
-        return None  # its hang so far is booked on the whole ledger (services.analysis.provisional)
-    return ListedFigures(figures, usage_from_bytes(figures, run.usage))
+    return parse_stored(RunFigures, run.figures_json, what="figures", run_id=row.run_id)
 
 
-def _from_ledger(analyses: AnalysisCache, run_pk: int, *, budget_s: float, now: float, config: LiveConfig
-                 ) -> tuple[ListedFigures, bool]:
+def _from_ledger(analyses: AnalysisCache, run_pk: int, hang: LiveHang | None, *, budget_s: float, now: float,
+                 config: LiveConfig) -> tuple[ListedFigures, bool]:
+    """The run's figures from its whole ledger: its hang so far booked (`hang`, judged already; else judged now)."""
     with analyses.engine.connect() as conn:
         row = get_run_by_pk(conn, run_pk)
     ledger, stale = recent_ledger(analyses, row, budget_s=budget_s)
-    return listed_figures(with_live_hang(analyses.engine, row, ledger, now, config)), stale
+    if hang is None:
+        return listed_figures(with_live_hang(analyses.engine, row, ledger, now, config)), stale
+    return listed_figures(provisional_ledger(ledger, hang if ledger.status == "running" else None, now)), stale
 
 
 def current_ledgers(analyses: AnalysisCache, rows: list[RunRow], *, now: float, config: LiveConfig
