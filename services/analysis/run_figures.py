@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import Field
 
-from services.analysis.ledger_types import Ledger, ProvisionalHang, WasteBreakdown, _Frozen
-from services.analysis.usage import USAGE_KEYS, UsagePieces, pieces_of
+from services.analysis.usage import UsagePieces, pieces_of
+from services.schemas.ledger import Ledger, ProvisionalHang, WasteBreakdown, _Frozen
+from services.schemas.usage import USAGE_KEYS
 
 _FLOAT = np.dtype("<f8")
 

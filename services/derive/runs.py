@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from services.analysis.ledger_types import Ledger
 from services.analysis.live import LiveConfig
 from services.analysis.provisional import LiveHang, provisional_ledger
 from services.analysis.run_figures import ListedFigures, RunFigures, listed_figures, usage_from_bytes
 from services.derive.cache import AnalysisCache
 from services.derive.ledger import LEDGER, current_ledger, last_checkpoint, parse_stored, recent_ledger
 from services.derive.live import live_hangs, with_live_hang
+from services.schemas.ledger import Ledger
 from services.storage.load import CompletedCheckpoint
 from services.storage.runs import RunRow, StoredFigures, get_run_by_pk, list_run_figures, list_runs
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from sqlalchemy import Connection, case, select, update
 
-from services.analysis.ledger_types import Ledger
 from services.analysis.run_figures import figures_of, usage_bytes
 from services.errors import RunInSeveralProjects, RunNotFound
+from services.schemas.ledger import Ledger
 from services.storage.tables import Run, RunViews
 
 DEFAULT_PROJECT = "default"  # the project of runs written without a token (local clients)

@@ -10,21 +10,15 @@ from typing import Annotated
 import numpy as np
 from fastapi import APIRouter, HTTPException, Query
 
-from services.analysis.categories import EVAL, WASTE_KEYS
-from services.analysis.ledger_types import WasteBreakdown
 from services.analysis.run_figures import ListedFigures
-from services.analysis.usage import (
-    USAGE_KEYS,
-    UsagePieces,
-    bucket_width,
-    pieces_of,
-    usage_of_pieces,
-    usage_window,
-)
+from services.analysis.usage import UsagePieces, bucket_width, pieces_of, usage_of_pieces, usage_window
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunScopeDep
 from services.collector.routes.runs import LIST_BUDGET_S, list_item
-from services.collector.schemas.fleet import FleetWindow, RunInWindow, WindowFigures
 from services.derive.runs import listed_runs
+from services.schemas.categories import EVAL, WASTE_KEYS
+from services.schemas.fleet import FleetWindow, RunInWindow, WindowFigures
+from services.schemas.ledger import WasteBreakdown
+from services.schemas.usage import USAGE_KEYS
 
 router = APIRouter(tags=["runs"])
 
