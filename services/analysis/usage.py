@@ -119,7 +119,7 @@ def _cumulative_at(pieces: UsagePieces, points: np.ndarray) -> np.ndarray:
     y = np.empty((len(x), values.shape[1]))
     y[0::2] = np.vstack([np.zeros((1, values.shape[1])), cum[:-1]])
     y[1::2] = cum
-    finite = np.clip(points, x[0], x[-1])
+    finite = np.minimum(np.maximum(points, x[0]), x[-1])  # np.clip, without its overhead per call
     out = np.zeros((len(points), values.shape[1]))
     for j in np.flatnonzero(values.any(axis=0)):
         out[:, j] = np.interp(finite, x, y[:, j])
