@@ -45,23 +45,21 @@ def _take(rows: StepRows, where: np.ndarray) -> StepRows:
 def per_block(records: Sequence[IngestRecord]) -> list[StepRows]:
     """Every (attempt, rank, block)'s rows, in the order they arrived."""
     parts: dict[tuple[int, int, int], list[StepRows]] = defaultdict(list)
-    for r in per_record(records, keyed=True):
-        assert isinstance(r, tuple)
-        parts[r[0]].append(r[1])
+    for key, rows in record_parts(records):
+        parts[key].append(rows)
     return [StepRows(*(np.concatenate([getattr(p, c) for p in group]) for c in _COLUMNS)) for group in parts.values()]
 
 
-def per_record(records: Sequence[IngestRecord], *, keyed: bool = False) -> list:
-    """Each record's rows, split by block."""
-    out: list = []
+def record_parts(records: Sequence[IngestRecord]) -> list[tuple[tuple[int, int, int], StepRows]]:
+    """Each record's rows split by block, keyed by (attempt, rank, block)."""
+    out: list[tuple[tuple[int, int, int], StepRows]] = []
     for r in records:
         rows = r.step_rows
         if rows is None or r.attempt is None or r.rank is None:
             continue
         blocks = rows.step // BLOCK_STEPS
         for block in np.unique(blocks):
-            part = _take(rows, blocks == block)
-            out.append(((r.attempt, r.rank, int(block)), part) if keyed else part)
+            out.append(((r.attempt, r.rank, int(block)), _take(rows, blocks == block)))
     return out
 
 
@@ -103,7 +101,8 @@ def main() -> None:
         records = parsed(config)
         print(title)
         measure(f"one block per (attempt, rank, {BLOCK_STEPS} steps)", per_block(records), args.repeats)
-        measure("one block per record and block (as received)", per_record(records), args.repeats)
+        measure("one block per record and block (as received)", [rows for _, rows in record_parts(records)],
+                args.repeats)
 
 
 if __name__ == "__main__":
