@@ -5,7 +5,7 @@ the client sends it: compact `steps` records with each step's collective seconds
 record at `--steps-per-record 1` (the client posts every 0.2 s, so at one step a second each record holds one
 step) or more. Heartbeats (one per rank every 5 s) are not simulated; each is one `events` row, counted
 separately below from the measured size of an events row. What is measured is the growth of every table and
-index a step touches (`steps` partitions, `events`), from an empty migrated database:
+index a step touches (`steps` and `step_columns` partitions, `events`), from an empty migrated database:
 PostgreSQL `pg_total_relation_size` summed over the tables (partitions included) after VACUUM; SQLite the file
 size after a WAL checkpoint. A GPU-day is 86,400 steps (one rank per GPU, one step a second). PostgreSQL also: the
 bytes of the run's step blocks, which a pruned run keeps.
@@ -31,6 +31,7 @@ from services.simulate import SimConfig, simulate
 from services.storage.db import make_engine
 from services.storage.migrate import upgrade
 from services.storage.step_blocks import fold_step_blocks
+from services.storage.step_columns import stored_step_count
 from services.storage.writer import BatchWriter
 
 GPU_DAY_STEPS = 86_400
@@ -56,7 +57,7 @@ def _postgres_bytes(url: str) -> dict[str, int]:
     with engine.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM ANALYZE")
         out = {}
-        for table in ("steps", "collectives", "events"):
+        for table in ("steps", "step_columns", "collectives", "events"):
             total = conn.execute(text(
                 "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c WHERE c.relname = :t "
                 "OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = CAST(:t AS regclass))"),
@@ -77,8 +78,8 @@ def _sqlite_bytes(path: Path) -> dict[str, int]:
 def _row_counts(url: str) -> dict[str, int]:
     engine = make_engine(url)
     with engine.connect() as conn:
-        out = {t: int(conn.execute(text(f"SELECT count(*) FROM {t}")).scalar() or 0)
-               for t in ("steps", "collectives", "events")}
+        out = {t: int(conn.execute(text(f"SELECT count(*) FROM {t}")).scalar() or 0) for t in ("collectives", "events")}
+        out["steps"] = stored_step_count(conn)  # in `steps` and in block rows
     engine.dispose()
     return out
 
