@@ -20,8 +20,8 @@ import time
 from typing import Any
 
 from services.analysis.ledger import build_ledger
-from services.analysis.ledger_types import Ledger
 from services.analysis.run_data import run_data_from_events
+from services.schemas.ledger import Ledger
 from services.simulate import START_TIME, SimConfig, SimResult, simulate
 
 YEAR_2000_JAN_2 = datetime.datetime(2000, 1, 2, tzinfo=datetime.UTC).timestamp()

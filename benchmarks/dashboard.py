@@ -51,7 +51,9 @@ from services.analysis.run_data import (
     steps_frame,
 )
 from services.analysis.views import build_run_views
-from services.api_client import Ledger, LiveRun, RunViews
+from services.schemas.ledger import Ledger
+from services.schemas.live import LiveRun
+from services.schemas.views import RunViews
 
 T0 = 1_767_225_600.0
 

@@ -17,9 +17,13 @@ import flask
 import numpy as np
 import pandas as pd
 
-from services.api_client import AccessDenied, ApiClient, ApiError, FleetWindow, LiveRun, RunListItem, bearer
-from services.presentation import CATEGORIES, CATEGORY_ORDER, EVAL
+from services.api_client import AccessDenied, ApiClient, ApiError, bearer
+from services.presentation import CATEGORIES, CATEGORY_ORDER
 from services.presentation import duration as fmt_duration
+from services.schemas.categories import EVAL
+from services.schemas.fleet import FleetWindow
+from services.schemas.live import LiveRun
+from services.schemas.runs import RunListItem
 from services.settings import DashboardSettings
 
 CONFIG_KEY = "goodput_dashboard_config"  # the Dash server's Flask config key

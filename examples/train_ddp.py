@@ -67,6 +67,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=32, help="per rank")
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where the model and data live; cuda: GPU <local rank> modulo the GPUs present (ranks share "
+                        "a GPU when there are fewer GPUs than ranks), collectives still over gloo")
     p.add_argument("--step-sleep", type=float, default=0.0, help="extra compute per step (seconds, every rank)")
     p.add_argument("--straggler-rank", type=int, help="this rank sleeps --straggler-sleep before every forward")
     p.add_argument("--straggler-sleep", type=float, default=0.0)
@@ -189,12 +192,27 @@ def lr_at(step: int, base: float, warmup: int = 10) -> float:
 
 
 def rng_state() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "python": random.getstate()}
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_initialized():  # dropout on a GPU draws from the device's generator
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
+    if "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def training_device(name: str) -> torch.device:
+    if name == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError("--device cuda: CUDA is not available (no GPU, or a CPU build of torch)")
+    index = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
 
 
 # -- checkpoints --------------------------------------------------------------------------------
@@ -310,6 +328,7 @@ def init_distributed(restart: int, timeout: timedelta) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
+    device = training_device(args.device)
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if args.die_before_init_after_kill and (args.log_dir / KILLED_MARKER).exists():
         EventLog(args.log_dir, int(os.environ.get("RANK", "0")), attempt).write("died_before_init", pid=os.getpid())
@@ -323,12 +342,12 @@ def main(argv: list[str] | None = None) -> int:
     tracker = goodput.init()  # goodput: run id and collector URL from GOODPUT_RUN_ID / GOODPUT_URL
 
     torch.manual_seed(args.seed)  # the same initial weights on every rank
-    x_all, y_all = make_dataset(args.seed)
-    model = nn.parallel.DistributedDataParallel(make_model(x_all.shape[1]))
+    x_all, y_all = (t.to(device) for t in make_dataset(args.seed))
+    model = nn.parallel.DistributedDataParallel(make_model(x_all.shape[1]).to(device))
     tracker.time_collectives(model)  # goodput: time spent in all-reduce (a comm hook on gloo, NCCL's timers on GPUs)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     sampler = ShardedSampler(len(x_all), rank, world, args.batch_size, args.seed)
-    torch.manual_seed(args.seed * 1000 + rank + 1)  # per-rank dropout masks
+    torch.manual_seed(args.seed * 1000 + rank + 1)  # per-rank dropout masks (seeds the GPU's generator too)
     random.seed(args.seed * 1000 + rank + 1)
 
     # Rank 0 picks the checkpoint, so every rank loads the same one.
@@ -340,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     start_step = 0
     loaded_step: int | None = None
     if choice[0] is not None:
-        state = torch.load(Path(choice[0]) / STATE_FILE, weights_only=False)
+        state = torch.load(Path(choice[0]) / STATE_FILE, weights_only=False, map_location="cpu")
         lose = args.lose_on_resume  # fault injection: a resume that restores only part of the state
         model.module.load_state_dict(state["model"])
         if lose != "optimizer":

@@ -2,10 +2,10 @@
 through it.
 
     with ApiClient("http://127.0.0.1:8000", credential=bearer(token)) as api:
-        ledger = api.ledger("run-1")  # services.analysis.ledger_types.Ledger
+        ledger = api.ledger("run-1")  # services.schemas.ledger.Ledger
 
-Answers are typed: the API's own response models (services.collector.schemas, and services.analysis's Ledger),
-re-exported here for the client's users; documents to save (reports) are bytes. Every failure is an ApiError,
+Answers are typed: the API's own response models, services.schemas' (import them from there; nothing is
+re-exported here); documents to save (reports) are bytes. Every failure is an ApiError,
 raised from the httpx or pydantic exception behind it; the collector's error envelope (`{"error": {"code",
 "message", ...}}`, services/collector/errors.py) is read here and nowhere else:
 
@@ -30,36 +30,20 @@ from urllib.parse import quote
 import httpx
 from pydantic import ValidationError
 
-from services.analysis.ledger_types import Ledger
-from services.analysis.live_types import LiveRun, LiveRuns
-from services.analysis.rank_detail import RankDetail
-from services.analysis.views import CheckpointRow, RestartRow
-from services.collector.schemas.advice import RunAdvice
-from services.collector.schemas.fleet import FleetWindow, RunInWindow, WindowFigures
-from services.collector.schemas.ingest import IngestAck
-from services.collector.schemas.resume import ResumeCheck
-from services.collector.schemas.runs import RunList, RunListItem
-from services.collector.schemas.status import WhoAmI
-from services.collector.schemas.views import (
-    AllocationSpan,
-    AttemptSpan,
-    Failure,
-    HangSpan,
-    NoRankCompute,
-    Progress,
-    RankCompute,
-    Restart,
-    RunView,
-    RunViews,
-    Segment,
-)
+from services.schemas.advice import RunAdvice
+from services.schemas.events import IngestAck
+from services.schemas.fleet import FleetWindow
+from services.schemas.ledger import Ledger
+from services.schemas.live import LiveRun, LiveRuns
+from services.schemas.ranks import RankDetail
+from services.schemas.resume import ResumeCheck
+from services.schemas.run_view import RunView
+from services.schemas.runs import RunList
+from services.schemas.status import WhoAmI
 
 __all__ = [
-    "AccessDenied", "AllocationSpan", "ApiClient", "ApiError", "ApiStatusError", "AttemptSpan", "CheckpointRow",
-    "CollectorUnreachable", "Failure", "FleetWindow", "HangSpan", "IngestAck", "Ledger", "LiveRun", "LiveRuns",
-    "NoRankCompute", "NotFound", "Progress", "RankCompute", "RankDetail", "Restart", "RestartRow", "ResumeCheck",
-    "RunAdvice", "RunInWindow", "RunList", "RunListItem", "RunView", "RunViews", "Segment", "UnexpectedAnswer",
-    "WhoAmI", "WindowFigures", "bearer",
+    "AccessDenied", "ApiClient", "ApiError", "ApiStatusError", "CollectorUnreachable", "NotFound", "UnexpectedAnswer",
+    "bearer",
 ]
 
 T = TypeVar("T")

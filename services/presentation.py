@@ -8,9 +8,7 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from services.analysis.categories import EVAL, PRODUCTIVE, WASTE_KEYS
-
-__all__ = ["EVAL"]  # re-exported: the surfaces name the eval figure through this module
+from services.schemas.categories import EVAL, PRODUCTIVE, WASTE_KEYS
 
 DASH = "—"
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from services.analysis.ledger_types import Ledger
+from services.schemas.ledger import Ledger
 
 WASTE_KEYS = {"startup", "checkpoint", "rework", "hang", "straggler", "idle"}
 

@@ -10,9 +10,10 @@ import httpx
 import pytest
 
 from services import presentation as fmt
-from services.api_client import ApiClient, RunList
+from services.api_client import ApiClient
 from services.cli import main
 from services.presentation import CATEGORIES
+from services.schemas.runs import RunList
 from tests.dashboards.answers import run_item
 
 WASTE = dict.fromkeys(CATEGORIES, 0.0)

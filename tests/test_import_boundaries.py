@@ -7,8 +7,10 @@ module, what it imports and the rule it breaks.
 
 The rules (docs/architecture.md draws the same picture in words):
 
-- services.analysis is pure: no I/O, no clock, no other layer. It imports only the computational part of the
-  standard library, numpy, pandas and pydantic (the typed Ledger is a pydantic model).
+- services.schemas, the documents the system serves and accepts, is a leaf: it imports pydantic and the standard
+  library only, so that reading a document never loads the analysis, numpy or pandas.
+- services.analysis is pure: no I/O, no clock, no other layer but the documents it builds. It imports only the
+  computational part of the standard library, numpy, pandas, pydantic and services.schemas.
 - Only services.storage speaks SQL: no other application module imports SQLAlchemy, Alembic or psycopg, except
   SQLAlchemy's `Engine` and `Connection`, handles that callers pass into storage functions and that carry no SQL.
   Outside the application, migrations/ (Alembic) and the tests and benchmarks (which set up and inspect
@@ -17,13 +19,21 @@ The rules (docs/architecture.md draws the same picture in words):
   modules imports an HTTP client.
 - ingest_client runs inside every training process: it imports the standard library, torch only lazily (inside a
   function, or for type checking), and nothing of the server. Its framework integrations import their framework.
+- ingest_client's parts are arranged by where they run: the worker's code (every training process) never imports
+  the launcher's (`goodput launch`) or the tools' (`goodput sync`), and the common wire format and settings import
+  no other part: each part imports only those `CLIENT_PARTS` lists for it.
 - The arrows between the packages of services (and the dashboards) point one way: each package imports only the
   ones listed for it in `MAY_IMPORT`.
+- What a module reaches through others counts too: importing services.api_client (what the CLI and the dashboard
+  load) reaches none of `API_CLIENT_NEVER_REACHES`, followed through the import graph and checked in a fresh
+  interpreter.
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -43,7 +53,11 @@ PURE_STDLIB = frozenset({
     "functools", "heapq", "itertools", "math", "numbers", "operator", "random", "re", "statistics", "string",
     "textwrap", "types", "typing",
 })
-ANALYSIS_MAY_IMPORT = (*PURE_STDLIB, "numpy", "pandas", "pydantic", "services.analysis")
+ANALYSIS_MAY_IMPORT = (*PURE_STDLIB, "numpy", "pandas", "pydantic", "services.analysis", "services.schemas")
+
+# --- services.schemas: a leaf ------------------------------------------------------------------------------------
+SCHEMAS = "services.schemas"
+SCHEMAS_MAY_IMPORT = (*PURE_STDLIB, "array", "pydantic", "pydantic_core", SCHEMAS)
 
 # --- SQL lives in services.storage -------------------------------------------------------------------------------
 SQL_LIBRARIES = ("sqlalchemy", "alembic", "psycopg")
@@ -56,6 +70,9 @@ SQL_HANDLES = frozenset({
 API_CLIENT = "services.api_client"
 API_CONSUMERS = ("dashboards", "services.cli", "services.simulate")
 HTTP_CLIENTS = ("httpx", "requests", "urllib3", "urllib.request", "http.client", "aiohttp", "socket")
+# A client of the API reads documents: it never loads the analysis, the server or their heavy libraries.
+API_CLIENT_NEVER_REACHES = ("numpy", "pandas", "sqlalchemy", "fastapi", "services.analysis", "services.storage",
+                            "services.derive", "services.collector", "dashboards")
 
 # --- the ingest client: standard library only --------------------------------------------------------------------
 CLIENT = "ingest_client"
@@ -67,6 +84,17 @@ CLIENT_INTEGRATIONS = {
     "ingest_client.integrations.lightning": ("lightning", "pytorch_lightning"),
 }
 CLIENT_MAY_NOT_IMPORT = ("services", "dashboards")
+# Each part of the client (by where it runs): what else of the client it may import besides itself. The package's
+# own __init__ (the public surface) may import any part.
+CLIENT_PARTS: dict[str, tuple[str, ...]] = {
+    "ingest_client.common": (),
+    "ingest_client.transport": ("ingest_client.common",),
+    "ingest_client.worker": ("ingest_client.common", "ingest_client.transport"),
+    "ingest_client.launcher": ("ingest_client.common", "ingest_client.transport", "ingest_client.worker"),
+    "ingest_client.tools": ("ingest_client.common", "ingest_client.transport", "ingest_client.worker"),
+    "ingest_client.integrations": ("ingest_client.common", "ingest_client.worker"),
+    "ingest_client._bootstrap": ("ingest_client.worker.bootstrap",),
+}
 
 # --- the arrows between layers -----------------------------------------------------------------------------------
 # Every package (or loose module) of services, and the dashboards: what of services and dashboards it may import
@@ -75,26 +103,27 @@ CLIENT_MAY_NOT_IMPORT = ("services", "dashboards")
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "services.errors": (),
     "services.settings": (),
-    "services.analysis": (),
-    "services.presentation": ("services.analysis",),
-    "services.storage": ("services.analysis", "services.errors", "services.settings"),
-    "services.derive": ("services.analysis", "services.storage", "services.errors", "services.settings"),
-    "services.reports": ("services.analysis", "services.presentation"),
-    "services.metrics": ("services.analysis", "services.derive", "services.storage", "services.settings"),
+    SCHEMAS: (),
+    "services.analysis": (SCHEMAS,),
+    "services.presentation": (SCHEMAS,),
+    "services.storage": ("services.analysis", SCHEMAS, "services.errors", "services.settings"),
+    "services.derive": ("services.analysis", SCHEMAS, "services.storage", "services.errors", "services.settings"),
+    "services.reports": ("services.analysis", SCHEMAS, "services.presentation"),
+    "services.metrics": ("services.analysis", SCHEMAS, "services.derive", "services.storage", "services.settings"),
     "services.collector": (
-        "services.analysis", "services.storage", "services.derive", "services.reports", "services.metrics",
+        "services.analysis", SCHEMAS, "services.storage", "services.derive", "services.reports", "services.metrics",
         "services.presentation", "services.errors", "services.settings", "dashboards.mount",
     ),
-    API_CLIENT: ("services.analysis", "services.collector.schemas", "services.errors", "services.settings"),
-    "services.simulate": ("services.analysis", API_CLIENT, "services.settings"),
+    API_CLIENT: (SCHEMAS, "services.errors", "services.settings"),
+    "services.simulate": ("services.analysis", SCHEMAS, API_CLIENT, "services.settings"),
     # The CLI's admin commands (migrate, tokens) work on the database of the host they run on, and `serve`
     # prepares the metrics directory before it starts the collector.
     "services.cli": (  # derive: `goodput db prune` stores each run's analyses before deleting its raw rows
-        "services.analysis", "services.storage", "services.derive", "services.metrics", "services.simulate",
+        "services.analysis", SCHEMAS, "services.storage", "services.derive", "services.metrics", "services.simulate",
         "services.reports",
         "services.presentation", "services.errors", "services.settings", API_CLIENT, "ingest_client",
     ),
-    "dashboards": ("services.analysis", "services.presentation", "services.errors", "services.settings", API_CLIENT),
+    "dashboards": (SCHEMAS, "services.presentation", "services.errors", "services.settings", API_CLIENT),
 }
 
 
@@ -182,6 +211,13 @@ def assert_none(violations: list[str], rule: str) -> None:
         pytest.fail(f"{len(violations)} import(s) break the rule: {rule}\n" + "\n".join(violations), pytrace=False)
 
 
+def test_schemas_import_only_pydantic_and_the_standard_library() -> None:
+    rule = f"{SCHEMAS} is a leaf: it imports only " + ", ".join(sorted(SCHEMAS_MAY_IMPORT))
+    violations = [f"{imp}" for imp in IMPORTS
+                  if is_in(imp.importer, [SCHEMAS]) and not is_in(imp.target, SCHEMAS_MAY_IMPORT)]
+    assert_none(violations, rule)
+
+
 def test_analysis_imports_no_io_no_clock_and_no_other_layer() -> None:
     rule = ("services.analysis is pure (no I/O, no clock, no other layer): it imports only "
             + ", ".join(sorted(ANALYSIS_MAY_IMPORT)))
@@ -228,6 +264,32 @@ def test_ingest_client_imports_only_the_standard_library() -> None:
     assert_none(violations, rule)
 
 
+def _client_part(module: str) -> str | None:
+    return next((part for part in CLIENT_PARTS if is_in(module, [part])), None)
+
+
+def test_each_part_of_ingest_client_imports_only_the_parts_listed_for_it() -> None:
+    violations: list[str] = []
+    for imp in IMPORTS:
+        part = _client_part(imp.importer)
+        if part is None or not is_in(imp.target, [CLIENT]) or is_in(imp.target, [part]):
+            continue
+        if imp.target == CLIENT and part == "ingest_client.integrations":
+            continue  # an integration starts the tracker through the public surface, as a user's script does
+        if not is_in(imp.target, CLIENT_PARTS[part]):
+            violations.append(f"{imp}: {part} may import only {', '.join(CLIENT_PARTS[part]) or 'itself'}")
+    assert_none(violations, "the worker never imports the launcher or the tools; each part of ingest_client imports "
+                            "only the ones CLIENT_PARTS lists for it")
+
+
+def test_every_part_of_ingest_client_has_a_rule() -> None:
+    children = [p for p in (ROOT / CLIENT).iterdir()
+                if (p.is_dir() and p.name != "__pycache__") or (p.suffix == ".py" and p.name != "__init__.py")]
+    missing = sorted(f"{CLIENT}.{p.stem}" for p in children if _client_part(f"{CLIENT}.{p.stem}") is None)
+    if missing:
+        pytest.fail(f"add these to CLIENT_PARTS with what they may import: {', '.join(missing)}", pytrace=False)
+
+
 def test_services_and_dashboards_import_only_the_layers_listed_for_them() -> None:
     violations: list[str] = []
     for imp in IMPORTS:
@@ -251,11 +313,83 @@ def test_every_package_of_services_has_a_layer_rule() -> None:
 
 def test_every_layer_rule_names_modules_that_exist() -> None:
     modules = {module_name(p) for top in APPLICATION for p in (ROOT / top).rglob("*.py")}
-    named = {*MAY_IMPORT, *(t for targets in MAY_IMPORT.values() for t in targets), *CLIENT_INTEGRATIONS}
+    named = {*MAY_IMPORT, *(t for targets in MAY_IMPORT.values() for t in targets), *CLIENT_INTEGRATIONS,
+             *CLIENT_PARTS, *(t for targets in CLIENT_PARTS.values() for t in targets)}
     stale = sorted(n for n in named if not any(is_in(m, [n]) for m in modules))
     if stale:
         pytest.fail(f"rules name modules that do not exist (moved, renamed or not written yet): {', '.join(stale)}",
                     pytrace=False)
+
+
+# --- what a module reaches through others -------------------------------------------------------------------------
+
+MODULES = frozenset(module_name(p) for top in APPLICATION for p in (ROOT / top).rglob("*.py"))
+
+
+def module_of(target: str) -> str:
+    """The module an import loads: `a.b.c` is the module a.b.c, or a.b when c is a name in it; outside the
+    application, the top-level package (what the reach rules name)."""
+    parts = target.split(".")
+    for n in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:n])
+        if candidate in MODULES:
+            return candidate
+    return parts[0]
+
+
+def parents(module: str) -> list[str]:
+    """The packages Python imports before a module: a.b.c loads a and a.b first."""
+    parts = module.split(".")
+    return [".".join(parts[:n]) for n in range(1, len(parts))]
+
+
+def eager_graph() -> dict[str, set[str]]:
+    """Module -> the modules importing it loads at once (module level: not inside a function, not for type
+    checking), parent packages included."""
+    graph: dict[str, set[str]] = {m: {p for p in parents(m) if p in MODULES} for m in MODULES}
+    for imp in IMPORTS:
+        if imp.lazy or imp.type_only:
+            continue
+        target = module_of(imp.target)
+        if target != imp.importer:
+            graph[imp.importer].update(p for p in (*parents(target), target) if p in MODULES or p == target)
+    return graph
+
+
+def reach(graph: dict[str, set[str]], start: str) -> dict[str, str]:
+    """Every module that importing `start` loads, each with the module that first imported it."""
+    seen: dict[str, str] = {start: ""}
+    todo = [start]
+    while todo:
+        here = todo.pop()
+        for there in sorted(graph.get(here, ())):
+            if there not in seen:
+                seen[there] = here
+                todo.append(there)
+    return seen
+
+
+def path_to(seen: dict[str, str], module: str) -> str:
+    chain = [module]
+    while seen[chain[-1]]:
+        chain.append(seen[chain[-1]])
+    return " -> ".join(reversed(chain))
+
+
+def test_the_api_client_reaches_no_analysis_no_server_and_no_numpy_or_pandas() -> None:
+    seen = reach(eager_graph(), API_CLIENT)
+    violations = [path_to(seen, m) for m in sorted(seen) if is_in(m, API_CLIENT_NEVER_REACHES)]
+    assert_none(violations, f"importing {API_CLIENT} loads none of {', '.join(API_CLIENT_NEVER_REACHES)}")
+    assert SCHEMAS + ".ledger" in seen  # the walk follows the client's imports into the documents
+
+
+def test_importing_the_api_client_loads_no_analysis_no_server_and_no_numpy_or_pandas() -> None:
+    code = f"import sys, {API_CLIENT}; print('\\n'.join(sorted(sys.modules)))"
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.split()
+    assert API_CLIENT in loaded and "pydantic" in loaded
+    found = [m for m in loaded if is_in(m, API_CLIENT_NEVER_REACHES)]
+    assert not found, f"importing {API_CLIENT} loaded {', '.join(found)}"
 
 
 @pytest.mark.parametrize(("source", "expected"), [

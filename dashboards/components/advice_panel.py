@@ -13,8 +13,8 @@ from typing import Any
 
 from dash import html
 
-from services.analysis.advice_types import Recommendation, RunAdvice
 from services.presentation import COLORS
+from services.schemas.advice import Recommendation, RunAdvice
 
 NO_RECOMMENDATION = "No recommendation: no waste category is above the thresholds the advice rests on."
 _OTHER_COLOR = "#6B7280"  # queue / correctness: not a waste category's colour

@@ -14,8 +14,9 @@ from dashboards import ids
 from dashboards.components.kpi import kpi_card, status_badge
 from dashboards.figures.fleet import compare_figure
 from services import presentation as fmt
-from services.api_client import FleetWindow
-from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, EVAL, LABELS, WASTED_COLOR, GpuTimeUnit
+from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, LABELS, WASTED_COLOR, GpuTimeUnit
+from services.schemas.categories import EVAL
+from services.schemas.fleet import FleetWindow
 
 PAGE_SIZES = (25, 50, 100, 250)
 # (sort key of dashboards.data.SORT_COLUMNS or None: not sortable, header, numeric)

@@ -12,8 +12,8 @@ from dashboards.components.kpi import kpi_card
 from dashboards.components.run_parts import rank_name, run_href
 from dashboards.figures.rank import rank_steps_figure, rank_timeline_figure
 from services import presentation as fmt
-from services.analysis.rank_detail import RankDetail
 from services.presentation import COLORS
+from services.schemas.ranks import RankDetail
 
 _GRAPH_CONFIG: dcc.Graph.Config = {"displaylogo": False}
 _MAX_HOST_LINKS = 32

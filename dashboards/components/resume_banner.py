@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dash import html
 
-from services.api_client import ResumeCheck
+from services.schemas.resume import ResumeCheck
 
 MAX_LISTED = 3
 

@@ -15,17 +15,12 @@ from dashboards import ids
 from dashboards.components.kpi import kpi_card, status_badge
 from dashboards.theme import FONT, GRID, INK
 from services import presentation as fmt
-from services.api_client import (
-    CheckpointRow,
-    Ledger,
-    LiveRun,
-    NoRankCompute,
-    RankCompute,
-    RestartRow,
-    RunView,
-    RunViews,
-)
-from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, EVAL, LABELS, MARKER_COLORS, WASTED_COLOR
+from services.presentation import CATEGORIES, COLORS, DESCRIPTIONS, LABELS, MARKER_COLORS, WASTED_COLOR
+from services.schemas.categories import EVAL
+from services.schemas.ledger import Ledger
+from services.schemas.live import LiveRun
+from services.schemas.run_view import RunView
+from services.schemas.views import CheckpointRow, NoRankCompute, RankCompute, RestartRow, RunViews
 
 REPORT_FORMATS = (("html", "Report (HTML)"), ("csv", "CSV"), ("json", "JSON"))
 

@@ -8,7 +8,8 @@ import plotly.graph_objects as go
 
 from dashboards.figures.common import base_figure, empty_figure, to_datetimes
 from services import presentation as fmt
-from services.presentation import CATEGORIES, CATEGORY_ORDER, COLORS, EVAL, LABELS
+from services.presentation import CATEGORIES, CATEGORY_ORDER, COLORS, LABELS
+from services.schemas.categories import EVAL
 
 _KEYS = CATEGORY_ORDER
 _COLUMN = {"productive": "productive_gpu_seconds", EVAL: "eval_gpu_seconds", **{c: f"waste_{c}" for c in CATEGORIES}}

@@ -11,8 +11,8 @@ from dashboards.figures.common import base_figure, empty_figure, to_datetimes
 from dashboards.figures.run import LABELLED_ATTEMPTS
 from dashboards.theme import INK, MUTED, RANK_BAR, template
 from services import presentation as fmt
-from services.analysis.rank_detail import RankDetail
 from services.presentation import MARKER_COLORS, STATUS_COLORS, STATUS_TEXT_COLORS
+from services.schemas.ranks import RankDetail
 
 _ROW = "Attempts"
 _COLLECTIVE_COLOR = "#CBD5E1"  # a lighter neutral above the compute's: no waste category's or status's colour

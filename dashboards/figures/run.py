@@ -12,30 +12,30 @@ from plotly.subplots import make_subplots
 from dashboards.figures.common import base_figure, empty_figure, to_datetimes
 from dashboards.theme import GRID, INK, MUTED, RANK_BAR, template
 from services import presentation as fmt
-from services.api_client import (
+from services.presentation import (
+    CATEGORIES,
+    CATEGORY_ORDER,
+    COLORS,
+    LABELS,
+    MARKER_COLORS,
+    STATUS_COLORS,
+    STATUS_TEXT_COLORS,
+)
+from services.schemas.categories import EVAL
+from services.schemas.ledger import Ledger
+from services.schemas.live import LiveRun
+from services.schemas.views import (
     AllocationSpan,
     AttemptSpan,
     CheckpointRow,
     Failure,
     HangSpan,
-    Ledger,
-    LiveRun,
     NoRankCompute,
     Progress,
     RankCompute,
     Restart,
     RunViews,
     Segment,
-)
-from services.presentation import (
-    CATEGORIES,
-    CATEGORY_ORDER,
-    COLORS,
-    EVAL,
-    LABELS,
-    MARKER_COLORS,
-    STATUS_COLORS,
-    STATUS_TEXT_COLORS,
 )
 
 _OUTCOMES = ("completed", "failed", "preempted", "running", "ended")  # an attempt's, in the statuses' colours

@@ -15,8 +15,10 @@ from dashboards.components import fleet_parts
 from dashboards.components.empty import no_runs_yet
 from dashboards.components.kpi import message
 from services import presentation as fmt
-from services.api_client import ApiError, FleetWindow, LiveRun
+from services.api_client import ApiError
 from services.presentation import CATEGORY_ORDER, COLORS, DESCRIPTIONS, LABELS
+from services.schemas.fleet import FleetWindow
+from services.schemas.live import LiveRun
 
 dash.register_page(__name__, path="/", name="Fleet", title="goodput: fleet")
 

@@ -30,7 +30,11 @@ from dashboards.components.rank_panel import rank_panel
 from dashboards.components.resume_banner import resume_banner
 from dashboards.figures.run import rank_of_heat_label
 from services import presentation as fmt
-from services.api_client import ApiError, Ledger, LiveRun, NotFound, ResumeCheck, RunViews
+from services.api_client import ApiError, NotFound
+from services.schemas.ledger import Ledger
+from services.schemas.live import LiveRun
+from services.schemas.resume import ResumeCheck
+from services.schemas.views import RunViews
 
 dash.register_page(__name__, path_template="/runs/<run_id>", name="Run",
                    title=lambda run_id=None: f"goodput: {unquote(run_id or '')}")

@@ -2,7 +2,7 @@
 (`GET /v1/runs/{run_id}/advice`, `goodput advise`, the JSON and HTML reports, the run page).
 
     advice = build_advice(AdviceInput(ledger=ledger, views=views, resume_check=check, peers=project_ledgers),
-                          formats)  # -> RunAdvice (services.analysis.advice_types)
+                          formats)  # -> RunAdvice (services.schemas.advice)
 
 Pure: no I/O, no clock. Numbers are written by the `Formats` the caller passes (services.reports.advice passes
 services.presentation's functions, the ones the dashboard and the CLI use), so the wording is made here, once.
@@ -37,7 +37,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from services.analysis.advice_types import (
+from services.analysis.interval import daly_interval, young_interval
+from services.schemas.advice import (
     AdviceCode,
     AdviceModel,
     Confidence,
@@ -50,12 +51,11 @@ from services.analysis.advice_types import (
     Recommendation,
     RunAdvice,
 )
-from services.analysis.categories import PRODUCTIVE, WasteCategory
-from services.analysis.clock_types import HostClock
-from services.analysis.interval import daly_interval, young_interval
-from services.analysis.ledger_types import AttemptLedger, Ledger
-from services.analysis.resume_types import ResumeCheck
-from services.analysis.view_types import RunViews
+from services.schemas.categories import PRODUCTIVE, WasteCategory
+from services.schemas.clocks import HostClock
+from services.schemas.ledger import AttemptLedger, Ledger
+from services.schemas.resume import ResumeCheck
+from services.schemas.views import RunViews
 
 __all__ = ["AdviceConfig", "AdviceInput", "FailureRate", "Formats", "build_advice", "failure_rate",
            "restart_seconds", "world_size"]

@@ -15,11 +15,11 @@ from typing import Any, TypedDict
 import numpy as np
 import pandas as pd
 
-from services.analysis.categories import RunStatus
-from services.analysis.clock_types import HostClock
 from services.analysis.clocks import on_one_clock
 from services.analysis.phases import eval_spans, init_waits
 from services.analysis.run_data import RunData
+from services.schemas.categories import RunStatus
+from services.schemas.clocks import HostClock
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

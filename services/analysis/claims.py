@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from services.analysis.attempts import RunStructure
-from services.analysis.categories import EVAL, PRODUCTIVE, RunStatus, WasteCategory
 from services.analysis.painting import paint
+from services.schemas.categories import EVAL, PRODUCTIVE, RunStatus, WasteCategory
 
 
 class Claim(IntEnum):

@@ -45,9 +45,9 @@ import numpy as np
 import pandas as pd
 
 from services.analysis.block_clocks import ABSURD_S, TOLERANCE_S, BlockClocks, block_clocks
-from services.analysis.clock_types import HostClock
 from services.analysis.run_data import RunData
 from services.analysis.step_blocks import StepSummary, block_of
+from services.schemas.clocks import HostClock
 
 # -- the run's decision ------------------------------------------------------------------------------------
 

@@ -22,9 +22,12 @@ import numpy as np
 import pandas as pd
 
 from services.analysis.attempts import Attempt, RunStructure, build_run_structure
-from services.analysis.categories import EVAL, PRODUCTIVE, WASTE_KEYS, RunStatus, WasteCategory
 from services.analysis.claims import CLAIM_CATEGORY, Claim, RunPainting, paint_run
-from services.analysis.ledger_types import (
+from services.analysis.run_data import RunData
+from services.analysis.stragglers import rank_compute, step_straggle, summary_straggle
+from services.analysis.usage import usage_of_painting
+from services.schemas.categories import EVAL, PRODUCTIVE, WASTE_KEYS, RunStatus, WasteCategory
+from services.schemas.ledger import (
     Allocation,
     AttemptLedger,
     CheckpointSummary,
@@ -33,9 +36,6 @@ from services.analysis.ledger_types import (
     StepSummary,
     WasteBreakdown,
 )
-from services.analysis.run_data import RunData
-from services.analysis.stragglers import rank_compute, step_straggle, summary_straggle
-from services.analysis.usage import usage_of_painting
 
 
 def build_ledger(data: RunData, painting: RunPainting | None = None) -> Ledger:

@@ -2,7 +2,7 @@
 
 Pure: a small `LiveState` (what storage reads with a few index lookups, or `live_state_from_run_data` builds
 from a RunData) and the server's clock reading `now` in, a `LiveStatus` out; `live_run` makes it the API's typed
-answer (services.analysis.live_types.LiveRun). Nothing here reads a clock.
+answer (services.schemas.live.LiveRun). Nothing here reads a clock.
 
 Rules (docs/ledger.md, "Live hang detection"):
 
@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from services.analysis.live_types import LiveRun, RankLive, Suspect
 from services.analysis.run_data import RunData
+from services.schemas.live import LiveRun, RankLive, Suspect
 
 RUNNING = "running"
 
@@ -82,7 +82,7 @@ class LiveConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RankState:
-    """What is known of one rank in the current attempt (its answer row: live_types.RankLive)."""
+    """What is known of one rank in the current attempt (its answer row: services.schemas.live.RankLive)."""
 
     rank: int
     host: str | None = None  # the host its attempt_start named

@@ -8,29 +8,15 @@ cost = at-risk GPU-seconds (kept work since its last good checkpoint: recomputed
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal, TypeVar
-
-from pydantic import BaseModel, Field
+from typing import Any, TypeVar
 
 from services.analysis.advice import restart_seconds, world_size
-from services.analysis.categories import RunStatus, WasteCategory
-from services.analysis.ledger_types import Ledger
+from services.schemas.categories import RunStatus, WasteCategory
+from services.schemas.ledger import Ledger
+from services.schemas.live import PreemptionCost, RestartBasis
 
-RestartBasis = Literal["failures", "first_startup", "default"]
 K = TypeVar("K", int, str, tuple[Any, ...])
 
-
-class PreemptionCost(BaseModel):
-    run_id: str
-    gpus: int = Field(description="the GPUs a preemption frees")
-    cost_gpu_seconds: float = Field(description="at_risk_gpu_seconds + restart_gpu_seconds")
-    at_risk_gpu_seconds: float
-    restart_gpu_seconds: float = Field(description="expected restart seconds x GPUs")
-    restart_seconds: float
-    restart_basis: RestartBasis = Field(description="failures: measured over the run's failures; first_startup: "
-                                        "its first attempt's startup; default: none measured yet")
-    last_checkpoint_step: int | None
-    last_step: int | None
 
 
 def expected_restart_seconds(ledger: Ledger) -> tuple[float, RestartBasis]:

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.analysis.ledger_types import Ledger, ProvisionalHang, RunningTail
-from services.analysis.usage import Usage, with_interval
+from services.analysis.usage import with_interval
+from services.schemas.ledger import Ledger, ProvisionalHang, RunningTail
+from services.schemas.usage import Usage
 
 RUNNING = "running"
 

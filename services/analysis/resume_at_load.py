@@ -20,7 +20,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from services.analysis.resume_types import EvidenceRow, Finding
+from services.schemas.resume import EvidenceRow, Finding
 
 PAIR_COLUMNS = ("rank", "step", "got", "expected", "expected_attempt")
 

@@ -38,7 +38,7 @@ loss mismatches (other batches); step counter lost -> a resume that is not a che
 losses differ from the fresh start's, skipped or repeated step numbers, or lr mismatches.
 
 Pure: RunData (steps with loss and lr: storage's `load_run_data(..., detail=True)`) in, the typed ResumeCheck
-(services.analysis.resume_types) out.
+(services.schemas.resume) out.
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ import pandas as pd
 
 from services.analysis.attempts import RunStructure, build_run_structure
 from services.analysis.resume_at_load import loaded_digests, mismatch_at_load, pairs_at_load
-from services.analysis.resume_types import (
+from services.analysis.run_data import RunData
+from services.schemas.resume import (
     EvidenceRow,
     Finding,
     FindingCode,
@@ -62,9 +63,8 @@ from services.analysis.resume_types import (
     Tolerances,
     Verdict,
 )
-from services.analysis.run_data import RunData
 
-__all__ = ["EvidenceRow", "Finding", "ResumeCheck", "ResumeCheckConfig", "ResumeSummary", "build_resume_check"]
+__all__ = ["ResumeCheckConfig", "build_resume_check"]
 
 FINDING_CODES: tuple[FindingCode, ...] = get_args(FindingCode)  # the order findings of one attempt are listed in
 _MISMATCH: dict[str, FindingCode] = {"loss": "loss_mismatch", "lr": "lr_mismatch", "digest": "digest_mismatch"}

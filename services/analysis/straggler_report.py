@@ -5,15 +5,7 @@ from __future__ import annotations
 from services.analysis.attempts import build_run_structure
 from services.analysis.claims import kept_job_steps
 from services.analysis.ledger import gpus_counted
-from services.analysis.ledger_types import Ledger
 from services.analysis.run_data import RunData
-from services.analysis.straggler_types import (
-    ScaleProjection,
-    StragglerHost,
-    StragglerRank,
-    StragglerReport,
-    StragglerThresholds,
-)
 from services.analysis.stragglers import (
     DEFAULT_FLAG_RULE,
     PERSISTENT_SHARE,
@@ -23,6 +15,14 @@ from services.analysis.stragglers import (
     rank_compute,
     rank_hosts,
     step_straggle,
+)
+from services.schemas.ledger import Ledger
+from services.schemas.stragglers import (
+    ScaleProjection,
+    StragglerHost,
+    StragglerRank,
+    StragglerReport,
+    StragglerThresholds,
 )
 
 

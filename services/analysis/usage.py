@@ -25,36 +25,24 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
 
-from services.analysis.categories import EVAL, PRODUCTIVE, WASTE_KEYS, WasteCategory
 from services.analysis.claims import CLAIM_CATEGORY, RunPainting
+from services.schemas.categories import PRODUCTIVE, WasteCategory
+from services.schemas.usage import USAGE_KEYS, Usage
 
-USAGE_KEYS: tuple[str, ...] = (PRODUCTIVE, EVAL, *WASTE_KEYS)
 MAX_PIECES = 720
 BIN_WIDTHS_S: tuple[float, ...] = (1, 5, 10, 30, 60, 300, 600, 900, 1800, 3600, 7200, 6 * 3600, 12 * 3600, 86400,
                                    7 * 86400)
 
 
-class Usage(BaseModel):
-    """A run's GPU time by category over wall time: piece i spans [start[i], end[i]) and holds
-    `gpu_seconds[key][i]` of each key (keys that are zero everywhere are left out)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    start: list[float]
-    end: list[float]
-    gpu_seconds: dict[str, list[float]] = Field(description="per key of productive, eval and the waste categories")
-    bin_s: float | None = Field(None, description="pieces are bins of this width (a long run); null: exact pieces")
-
-    def matrix(self) -> np.ndarray:
-        """(pieces x USAGE_KEYS) GPU-seconds."""
-        out = np.zeros((len(self.start), len(USAGE_KEYS)))
-        for j, key in enumerate(USAGE_KEYS):
-            values = self.gpu_seconds.get(key)
-            if values:
-                out[:, j] = values
-        return out
+def usage_matrix(usage: Usage) -> np.ndarray:
+    """(pieces x USAGE_KEYS) GPU-seconds."""
+    out = np.zeros((len(usage.start), len(USAGE_KEYS)))
+    for j, key in enumerate(USAGE_KEYS):
+        values = usage.gpu_seconds.get(key)
+        if values:
+            out[:, j] = values
+    return out
 
 
 def usage_of_pieces(start: np.ndarray, end: np.ndarray, values: np.ndarray, *,
@@ -91,7 +79,7 @@ def usage_in_bins(usage: Usage, edges: np.ndarray) -> np.ndarray:
     if n_bins == 0 or not usage.start:
         return np.zeros((n_bins, len(USAGE_KEYS)))
     start, end = np.asarray(usage.start), np.asarray(usage.end)
-    values = usage.matrix()
+    values = usage_matrix(usage)
     # The cumulative GPU time F(t) is piecewise linear (even inside a piece, flat between pieces): a bin holds
     # F(right edge) - F(left edge).
     x = np.column_stack([start, end]).reshape(-1)
@@ -112,7 +100,7 @@ def with_interval(usage: Usage, t0: float, t1: float, rates: Mapping[str, float]
     time not covered by a piece becomes a new piece."""
     if t1 <= t0 or not any(rates.values()):
         return usage
-    start, end, values = np.asarray(usage.start), np.asarray(usage.end), usage.matrix()
+    start, end, values = np.asarray(usage.start), np.asarray(usage.end), usage_matrix(usage)
     cuts = np.array([t0, t1])
     start, end, values = _cut(start, end, values, cuts)
     # the uncovered gaps inside [t0, t1)

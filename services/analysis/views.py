@@ -1,6 +1,6 @@
 """Read models for the dashboard: one run's timeline, step progress, per-rank compute, checkpoints, restarts.
 
-Pure functions: a RunData and the run's typed ledger in, the typed `RunViews` out (services.analysis.view_types). Every
+Pure functions: a RunData and the run's typed ledger in, the typed `RunViews` out (services.schemas.views). Every
 GPU-second figure shown next to these views comes from the ledger; the views only say *when* and *where*.
 Sizes are bounded so a run of any size sends the browser a few thousand points:
 
@@ -25,9 +25,7 @@ import numpy as np
 import pandas as pd
 
 from services.analysis.attempts import RunStructure, build_run_structure
-from services.analysis.categories import WasteCategory
 from services.analysis.claims import CLAIM_CATEGORY, Claim, RunPainting, paint_run
-from services.analysis.ledger_types import Ledger
 from services.analysis.medians import median_of_sorted_rows
 from services.analysis.rank_sketch import COMPUTE_ERROR
 from services.analysis.run_data import RunData
@@ -39,7 +37,9 @@ from services.analysis.stragglers import (
     rank_hosts,
     step_compute,
 )
-from services.analysis.view_types import (
+from services.schemas.categories import WasteCategory
+from services.schemas.ledger import Ledger
+from services.schemas.views import (
     AllocationSpan,
     AttemptSpan,
     CheckpointRow,
@@ -58,7 +58,7 @@ from services.analysis.view_types import (
     Timeline,
 )
 
-__all__ = ["CheckpointRow", "RestartRow", "build_restart_rows", "build_run_views"]  # the rows' home: view_types
+__all__ = ["build_restart_rows", "build_run_views"]
 
 MAX_POINTS_PER_ATTEMPT = 2000
 MAX_POINTS = 20_000

@@ -22,8 +22,8 @@ from services.analysis.interval import (
 )
 
 if TYPE_CHECKING:  # simulate-interval calls no collector: the client is imported by `advise` only
-    from services.analysis.advice_types import Recommendation, RunAdvice
     from services.api_client import ApiClient
+    from services.schemas.advice import Recommendation, RunAdvice
 
 MAX_WIDTH = 100
 

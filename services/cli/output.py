@@ -7,9 +7,10 @@ import json
 from dataclasses import dataclass
 
 from services import presentation as fmt
-from services.analysis.categories import EVAL
-from services.api_client import ApiClient, RunListItem
+from services.api_client import ApiClient
 from services.presentation import CATEGORIES
+from services.schemas.categories import EVAL
+from services.schemas.runs import RunListItem
 
 RUN_COLUMN_MAX = 40
 PROJECT_COLUMN_MAX = 16

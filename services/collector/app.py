@@ -34,11 +34,11 @@ from services.collector.routes import (
     views,
     whoami,
 )
-from services.collector.schemas.errors import ErrorResponse
-from services.collector.schemas.ingest import EventBatch, IngestAck
 from services.derive.analyst import WarmAnalyses
 from services.derive.cache import AnalysisCache
 from services.derive.retention import PruneJob
+from services.schemas.errors import ErrorResponse
+from services.schemas.events import EventBatch, IngestAck
 from services.settings import DashboardSettings, ServiceSettings
 from services.storage.db import make_engine
 from services.storage.summary_cache import SummaryCache

@@ -9,8 +9,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from services.collector.event_spans import find_event_spans
-from services.collector.schemas.ingest import EVENT_ADAPTER, EVENT_KINDS, SCHEMA_VERSION, EventBatch
+from services.collector.records import record_of
 from services.errors import InvalidBatch
+from services.schemas.events import EVENT_ADAPTER, EVENT_KINDS, SCHEMA_VERSION, EventBatch
 from services.storage.records import IngestRecord
 
 
@@ -64,7 +65,7 @@ def parse_batch(body: bytes | bytearray, *, max_events: int, max_rows: int) -> l
         except ValidationError as exc:
             raise _explain(exc, body) from None
         _check_count(len(batch.events), max_events)
-        records = [event.to_record() for event in batch.events]
+        records = [record_of(event) for event in batch.events]
     rows = sum(len(r.step_rows.step) if r.step_rows is not None else
                len(r.collective_rows.step) if r.collective_rows is not None else 0 for r in records)
     if rows > max_rows:
@@ -87,7 +88,7 @@ def _event_record(body: bytes | bytearray, index: int, start: int, end: int) -> 
         event = EVENT_ADAPTER.validate_json(raw, strict=True)
     except ValidationError as exc:
         raise _explain(exc, raw, at_index=index) from None
-    return event.to_record()
+    return record_of(event)
 
 
 def _explain(exc: ValidationError, body: bytes | bytearray, *, at_index: int | None = None) -> InvalidBatch:

@@ -1,6 +1,6 @@
 """Plausibility of a validated batch: what each of its events claims, against configurable limits.
 
-The wire models (services.collector.schemas.ingest) check each event alone against fixed bounds; this checks what
+The wire models (services.schemas.events) check each event alone against fixed bounds; this checks what
 depends on settings or the collector's clock (docs/events.md, "Plausibility limits"):
 
 - a world size, rank + 1 or GPU count above `max_world_size`;

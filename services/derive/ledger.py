@@ -16,8 +16,8 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from services.analysis.ledger import build_ledger
-from services.analysis.ledger_types import Ledger
 from services.derive.cache import AnalysisCache, Built, Product
+from services.schemas.ledger import Ledger
 from services.storage.load import CompletedCheckpoint, last_ok_checkpoint
 from services.storage.runs import RunRow, list_runs, store_ledger
 from services.storage.step_blocks import load_summarised_run_data

@@ -13,13 +13,13 @@ from dataclasses import replace
 
 from sqlalchemy import Engine
 
-from services.analysis.ledger_types import Ledger
 from services.analysis.live import LiveConfig, LiveStatus, detect_hang, live_run
-from services.analysis.live_types import CheckpointRequestOut, LiveRun, PreemptionCandidate
 from services.analysis.preemption import allocated_gpus, cheapest_to_preempt
 from services.analysis.provisional import LiveHang, provisional_ledger
 from services.derive.cache import AnalysisCache
 from services.derive.ledger import current_ledger, recent_ledger
+from services.schemas.ledger import Ledger
+from services.schemas.live import CheckpointRequestOut, LiveRun, PreemptionCandidate
 from services.settings import ServiceSettings
 from services.storage.checkpoint_requests import (
     CheckpointRequestRow,

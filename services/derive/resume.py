@@ -17,9 +17,9 @@ import time
 from sqlalchemy import Engine
 
 from services.analysis.resume_check import ResumeCheckConfig, build_resume_check
-from services.analysis.resume_types import ResumeCheck
 from services.derive.cache import AnalysisCache, Product
 from services.errors import RunDetailPruned
+from services.schemas.resume import ResumeCheck
 from services.storage.load import load_run_data
 from services.storage.runs import RunRow
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from services.analysis.ledger_types import Ledger
 from services.analysis.live import LiveConfig
 from services.derive.cache import AnalysisCache
 from services.derive.ledger import current_ledger, last_checkpoint, recent_ledger
 from services.derive.live import with_live_hang
+from services.schemas.ledger import Ledger
 from services.storage.load import CompletedCheckpoint
 from services.storage.runs import RunRow, list_runs
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from services.analysis.straggler_report import build_straggler_report
-from services.analysis.straggler_types import StragglerReport
 from services.derive.cache import AnalysisCache, Product
 from services.derive.ledger import current_ledger
+from services.schemas.stragglers import StragglerReport
 from services.storage.load import load_run_data
 from services.storage.runs import RunRow
 

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from services.analysis.attempts import build_run_structure
 from services.analysis.claims import paint_run
 from services.analysis.ledger import build_ledger
-from services.analysis.ledger_types import Ledger
-from services.analysis.view_types import RunViews
 from services.analysis.views import build_run_views
 from services.derive.cache import AnalysisCache, Built, Product
 from services.derive.ledger import LEDGER, incremental, parse_stored, stored_ledger
+from services.schemas.ledger import Ledger
+from services.schemas.views import RunViews
 from services.storage.run_views import load_views, store_views
 from services.storage.runs import RunRow, store_ledger
 from services.storage.step_blocks import load_summarised_run_data

@@ -29,9 +29,9 @@ from collections.abc import Callable, Iterable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from services.analysis.categories import WASTE_KEYS, RunStatus
-from services.analysis.ledger_types import Ledger
 from services.metrics.snapshot import CLIENT_COUNTERS, RunSample, Snapshot
+from services.schemas.categories import WASTE_KEYS, RunStatus
+from services.schemas.ledger import Ledger
 
 PREFIX = "goodput"
 

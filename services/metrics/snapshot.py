@@ -21,13 +21,13 @@ from dataclasses import dataclass, field, replace
 
 from sqlalchemy import Connection
 
-from services.analysis.categories import RunStatus
-from services.analysis.ledger_types import Ledger
 from services.analysis.live import LiveConfig, detect_hang
 from services.analysis.provisional import LiveHang, provisional_ledger
 from services.derive.cache import AnalysisCache
 from services.derive.ledger import current_ledger, parse_stored_ledger
 from services.derive.live import live_hang_of
+from services.schemas.categories import RunStatus
+from services.schemas.ledger import Ledger
 from services.settings import MetricsSettings
 from services.storage.live import load_live_state
 from services.storage.run_activity import last_step_times, latest_client_stats

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from services import presentation
 from services.analysis.advice import AdviceConfig, AdviceInput, Formats, build_advice
-from services.analysis.advice_types import RunAdvice
-from services.analysis.ledger_types import Ledger
+from services.schemas.advice import RunAdvice
+from services.schemas.ledger import Ledger
 
 DEFAULT_CONFIG = AdviceConfig()
 

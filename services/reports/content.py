@@ -11,16 +11,16 @@ from typing import Any
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from services.analysis.advice import AdviceInput
-from services.analysis.advice_types import MeasuredRun, Recommendation, RunAdvice
-from services.analysis.categories import EVAL, PRODUCTIVE
-from services.analysis.ledger_types import CheckpointSummary, Ledger
-from services.analysis.resume_types import ResumeCheck
-from services.analysis.view_types import CheckpointRow, RankCompute, RestartRow, RunViews
 from services.analysis.views import build_restart_rows
 from services.presentation import CATEGORY_ORDER
 from services.reports.advice import run_advice
+from services.schemas.advice import MeasuredRun, Recommendation, RunAdvice
+from services.schemas.categories import EVAL, PRODUCTIVE
+from services.schemas.ledger import CheckpointSummary, Ledger
+from services.schemas.resume import ResumeCheck
+from services.schemas.views import CheckpointRow, RankCompute, RestartRow, RunViews
 
-REPORT_VERSION = 2  # 2: recommendations are the advice engine's (services.analysis.advice_types), with its notes
+REPORT_VERSION = 2  # 2: recommendations are the advice engine's (services.schemas.advice), with its notes
 MAX_STRAGGLER_ROWS = 32
 ALLOCATED = "allocated"  # the breakdown's last row: the whole the categories partition
 

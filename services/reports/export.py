@@ -10,10 +10,10 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from services.analysis.categories import WASTE_KEYS
-from services.analysis.ledger_types import Ledger
 from services.presentation import iso
 from services.reports.content import RunReport
+from services.schemas.categories import WASTE_KEYS
+from services.schemas.ledger import Ledger
 
 BREAKDOWN_COLUMNS = ("run_id", "category", "gpu_seconds", "gpu_hours", "share")
 FLEET_COLUMNS = (

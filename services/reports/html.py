@@ -13,10 +13,6 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from services.analysis.advice_types import MeasuredRun, Recommendation
-from services.analysis.categories import WasteCategory
-from services.analysis.ledger_types import AttemptLedger, ProvisionalHang
-from services.analysis.view_types import CheckpointRow, RestartRow
 from services.presentation import (
     CATEGORY_ORDER,
     COLORS,
@@ -34,6 +30,10 @@ from services.presentation import (
     timestamp,
 )
 from services.reports.content import ALLOCATED, BreakdownRow, RunReport, StragglerRow
+from services.schemas.advice import MeasuredRun, Recommendation
+from services.schemas.categories import WasteCategory
+from services.schemas.ledger import AttemptLedger, ProvisionalHang
+from services.schemas.views import CheckpointRow, RestartRow
 
 FIG_WIDTH = 700
 _FONT = "Inter, -apple-system, BlinkMacSystemFont, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.analysis.categories import WASTE_KEYS
+from services.schemas.categories import WASTE_KEYS
 
 START_TIME = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 RESUME_FAULTS = ("loss", "lr", "digest", "resume_step", "skip", "repeat")

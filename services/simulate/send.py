@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from services.api_client import ApiClient, IngestAck
+from services.api_client import ApiClient
+from services.schemas.events import IngestAck
 
 
 def send_events(api: ApiClient, events: Sequence[Mapping[str, Any]], *, batch_size: int = 500) -> IngestAck:

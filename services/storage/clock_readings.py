@@ -32,7 +32,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
-from services.analysis.clock_types import HostClock
+from services.schemas.clocks import HostClock
 from services.storage.db import json_rows, psycopg_connection
 from services.storage.records import IngestRecord
 

@@ -11,15 +11,15 @@ import pytest
 
 from services import presentation as fmt
 from services.analysis.advice import AdviceConfig, AdviceInput, build_advice, failure_rate
-from services.analysis.advice_types import Recommendation, RunAdvice
 from services.analysis.ledger import build_ledger
-from services.analysis.ledger_types import Allocation, AttemptLedger, CheckpointSummary, Ledger, ProvisionalHang
 from services.analysis.resume_check import ResumeCheckConfig
-from services.analysis.resume_types import Finding, ResumeCheck, ResumeSummary, Tolerances
 from services.analysis.run_data import run_data_from_events
-from services.analysis.view_types import Heatmap, RankCompute, RankRow, RunViews
 from services.analysis.views import build_run_views
 from services.reports.advice import formats_for
+from services.schemas.advice import Recommendation, RunAdvice
+from services.schemas.ledger import Allocation, AttemptLedger, CheckpointSummary, Ledger, ProvisionalHang
+from services.schemas.resume import Finding, ResumeCheck, ResumeSummary, Tolerances
+from services.schemas.views import Heatmap, RankCompute, RankRow, RunViews
 from services.simulate import SimConfig, simulate
 from tests.analysis.scenarios import ev, per_rank, steps
 from tests.reports import ledgers

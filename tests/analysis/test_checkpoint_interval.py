@@ -13,9 +13,9 @@ from services.analysis.interval import (
     young_interval,
 )
 from services.analysis.ledger import build_ledger
-from services.analysis.ledger_types import Ledger
 from services.analysis.run_data import run_data_from_events
 from services.reports.advice import formats_for
+from services.schemas.ledger import Ledger
 from services.simulate import SimConfig, simulate
 
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from services.analysis.ledger import build_ledger
-from services.analysis.ledger_types import Ledger
 from services.analysis.run_data import RunData, run_data_from_events, steps_frame
 from services.analysis.step_blocks import merge_blocks, summarize_block, summarize_steps
+from services.schemas.ledger import Ledger
 from services.simulate import START_TIME, SimConfig, SimResult, simulate
 from services.storage.block_codec import block_from_bytes, block_to_bytes
 from tests.analysis.test_ledger_matches_simulated_truth import assert_matches_truth
@@ -189,8 +189,8 @@ def test_a_block_of_two_clocks_reads_back_from_its_bytes() -> None:
 
 def test_a_host_off_by_a_second_or_more_is_a_finding_naming_it_and_its_ntp() -> None:
     from services.analysis.advice import AdviceInput
-    from services.analysis.clock_types import HostClock
     from services.reports.advice import run_advice
+    from services.schemas.clocks import HostClock
 
     def clock_advice(ledger: Ledger, collector: tuple[HostClock, ...] = ()) -> list[str]:
         advice = run_advice(AdviceInput(ledger=ledger, collector_clocks=collector))

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.analysis.ledger import build_ledger
-from services.analysis.ledger_types import Ledger
 from services.analysis.run_data import run_data_from_events
+from services.schemas.ledger import Ledger
 from services.simulate import START_TIME, SimConfig, Truth, simulate
 from tests.ledger_checks import assert_partition
 

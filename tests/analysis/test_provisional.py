@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from services.analysis.ledger import build_ledger
-from services.analysis.ledger_types import Ledger
 from services.analysis.live import detect_hang, live_state_from_run_data
 from services.analysis.provisional import LiveHang, provisional_ledger
 from services.analysis.run_data import run_data_from_events
+from services.schemas.ledger import Ledger
 from tests.analysis.scenarios import T0, ev, per_rank, steps
 from tests.ledger_checks import assert_partition
 

@@ -8,12 +8,9 @@ from typing import Any
 
 import pytest
 
-from services.analysis.resume_check import (
-    ResumeCheck,
-    ResumeCheckConfig,
-    build_resume_check,
-)
+from services.analysis.resume_check import ResumeCheckConfig, build_resume_check
 from services.analysis.run_data import EVENT_COLUMNS, run_data_from_events
+from services.schemas.resume import ResumeCheck
 from services.simulate import RESUME_FAULTS, SimConfig, simulate
 from tests.analysis.scenarios import ev, per_rank
 
@@ -312,12 +309,13 @@ def test_a_resume_whose_step_is_not_the_checkpoint_it_loaded_is_flagged() -> Non
 def test_the_wire_schema_takes_resumes_with_and_without_the_checkpoint_they_loaded() -> None:
     from pydantic import TypeAdapter, ValidationError
 
-    from services.collector.schemas.ingest import AnyEvent
+    from services.collector.records import record_of
+    from services.schemas.events import AnyEvent
 
     adapter = TypeAdapter(AnyEvent)
     base = {"event_id": "e1", "run_id": "r", "kind": "resume", "time": 1.7e9, "attempt": 1, "rank": 0, "step": 250}
-    assert adapter.validate_python(base).to_record().data is None  # an old client's resume
-    record = adapter.validate_python({**base, "checkpoint_step": 250, "checkpoint": "/ckpt/step-250"}).to_record()
+    assert record_of(adapter.validate_python(base)).data is None  # an old client's resume
+    record = record_of(adapter.validate_python({**base, "checkpoint_step": 250, "checkpoint": "/ckpt/step-250"}))
     assert record.data == {"checkpoint_step": 250, "checkpoint": "/ckpt/step-250"}
     for bad in ({"checkpoint_step": -1}, {"checkpoint": ""}, {"checkpoint_step": "250"}):
         with pytest.raises(ValidationError):
@@ -427,13 +425,14 @@ def test_a_fresh_restart_or_a_run_without_restarts_needs_no_comparison() -> None
 def test_the_resume_digest_reaches_the_events_frame_and_the_wire_schema_takes_it() -> None:
     from pydantic import TypeAdapter, ValidationError
 
-    from services.collector.schemas.ingest import AnyEvent
+    from services.collector.records import record_of
+    from services.schemas.events import AnyEvent
 
     data = run_data_from_events("s1", [ev("resume", 1, attempt=1, rank=0, step=5, digest="abc")])
     assert data.events.loc[0, "digest"] == "abc" and data.events.loc[0, "value"] is None
     adapter = TypeAdapter(AnyEvent)
     base = {"event_id": "e1", "run_id": "r", "kind": "resume", "time": 1.7e9, "attempt": 1, "rank": 0, "step": 250}
-    assert adapter.validate_python({**base, "digest": "a" * 128}).to_record().data == {"digest": "a" * 128}
+    assert record_of(adapter.validate_python({**base, "digest": "a" * 128})).data == {"digest": "a" * 128}
     for bad in ({"digest": ""}, {"digest": "a" * 129}, {"digest": "a\nb"}, {"digest": 5}):
         with pytest.raises(ValidationError):
             adapter.validate_python({**base, **bad})

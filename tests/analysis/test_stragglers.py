@@ -9,11 +9,9 @@ import pandas as pd
 import pytest
 
 from services.analysis.ledger import build_ledger
-from services.analysis.ledger_types import Ledger
 from services.analysis.medians import median_of_sorted_rows, others_median_by_step
 from services.analysis.run_data import run_data_from_events
 from services.analysis.straggler_report import build_straggler_report
-from services.analysis.straggler_types import StragglerReport
 from services.analysis.stragglers import (
     FlagRule,
     binomial_tail_half,
@@ -23,6 +21,8 @@ from services.analysis.stragglers import (
     projected_step_factor,
     step_straggle,
 )
+from services.schemas.ledger import Ledger
+from services.schemas.stragglers import StragglerReport
 from services.simulate import SimConfig, simulate
 
 

@@ -7,18 +7,18 @@ import numpy as np
 import pytest
 
 from services.analysis.ledger import build_ledger
-from services.analysis.ledger_types import Ledger
 from services.analysis.provisional import LiveHang, provisional_ledger
 from services.analysis.run_data import run_data_from_events
 from services.analysis.usage import (
-    USAGE_KEYS,
-    Usage,
     bucket_width,
     clip_usage,
     usage_in_bins,
+    usage_matrix,
     usage_of_pieces,
     with_interval,
 )
+from services.schemas.ledger import Ledger
+from services.schemas.usage import USAGE_KEYS, Usage
 from services.simulate import SimConfig, simulate
 from tests.analysis.scenarios import T0, ev, per_rank, steps
 from tests.ledger_checks import ledger_of_events
@@ -110,7 +110,7 @@ def test_straggler_time_stays_inside_the_steps_that_waited() -> None:
     whole = clip_usage(ledger.usage, None, None)
     assert whole["straggler"] == pytest.approx(ledger.waste_gpu_seconds.straggler, rel=1e-9)
     assert whole["productive"] == pytest.approx(ledger.productive_gpu_seconds, rel=1e-9)
-    matrix = ledger.usage.matrix()
+    matrix = usage_matrix(ledger.usage)
     straggle, kept = matrix[:, USAGE_KEYS.index("straggler")], matrix[:, USAGE_KEYS.index("productive")]
     assert (matrix >= -1e-9).all()
     assert (straggle[(kept + straggle) <= 0] == 0).all()  # only carved out of kept-step time

@@ -1,10 +1,10 @@
 from __future__ import annotations
 
 from services.analysis.advice import AdviceInput
-from services.analysis.advice_types import RunAdvice
-from services.analysis.ledger_types import Ledger
-from services.analysis.view_types import RunViews
 from services.reports.advice import run_advice
+from services.schemas.advice import RunAdvice
+from services.schemas.ledger import Ledger
+from services.schemas.views import RunViews
 from services.simulate import SimConfig, simulate
 
 

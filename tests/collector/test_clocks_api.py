@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from services.analysis.ledger_types import Ledger
+from services.schemas.ledger import Ledger
 from services.simulate import START_TIME, SimConfig, simulate
 from services.storage.clock_readings import RequestClock, collector_offsets, readings_of
 from services.storage.records import IngestRecord

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from services.analysis.ledger_types import Ledger
 from services.analysis.preemption import preemption_cost
+from services.schemas.ledger import Ledger
 from tests.collector.test_live_api import post, running_sim
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dashboards.data import runs_frame
-from services.api_client import RunList
+from services.schemas.runs import RunList
 from tests.collector.test_live_api import post, running_sim
 from tests.ledger_checks import assert_partition
 

@@ -12,9 +12,9 @@ from sqlalchemy import text
 
 from dashboards.components import run_parts
 from services.collector.app import create_app
-from services.collector.schemas.views import RunView
 from services.derive.cache import AnalysisCache
 from services.derive.retention import prune
+from services.schemas.run_view import RunView
 from services.simulate import SimConfig, simulate
 from services.storage.retention import ensure_partitions
 

@@ -115,8 +115,8 @@ def test_the_digest_at_load_is_stored_and_compared_and_nothing_compared_is_unver
 
 
 def test_an_unverified_run_s_advice_report_and_cli_say_so(client: Any) -> None:
-    from services.analysis.advice_types import RunAdvice
     from services.cli.advice import advice_lines
+    from services.schemas.advice import RunAdvice
 
     post(client, killed_after_checkpoint("load-unchecked", None))
     check = client.get("/v1/runs/load-unchecked/resume-check").json()

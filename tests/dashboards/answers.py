@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.api_client import Ledger, LiveRun, ResumeCheck, RunListItem, RunView
 from services.presentation import CATEGORIES
+from services.schemas.ledger import Ledger
+from services.schemas.live import LiveRun
+from services.schemas.resume import ResumeCheck
+from services.schemas.run_view import RunView
+from services.schemas.runs import RunListItem
 
 
 def run_item(**fields: Any) -> RunListItem:

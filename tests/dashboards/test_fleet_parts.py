@@ -14,8 +14,8 @@ from dashboards.components import fleet_parts
 from services.analysis.ledger import build_ledger
 from services.analysis.run_data import run_data_from_events
 from services.analysis.views import build_run_views
-from services.api_client import FleetWindow
 from services.presentation import CATEGORIES, COLORS, MARKER_COLORS, STATUS_COLORS
+from services.schemas.fleet import FleetWindow
 from services.simulate import SimConfig, simulate
 from tests.dashboards.answers import run_item
 

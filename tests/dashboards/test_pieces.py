@@ -7,8 +7,9 @@ import pytest
 from dashboards import data, figures
 from dashboards.components import fleet_parts, run_parts
 from services import presentation as fmt
-from services.api_client import NoRankCompute, RunListItem
 from services.presentation import CATEGORIES
+from services.schemas.runs import RunListItem
+from services.schemas.views import NoRankCompute
 from tests.dashboards.answers import ledger, live_run, run_item, run_view
 
 

@@ -16,13 +16,14 @@ from dashboards.components.rank_panel import rank_panel
 from dashboards.figures.rank import rank_steps_figure, rank_timeline_figure
 from dashboards.figures.run import rank_of_heat_label
 from services.analysis.advice import AdviceInput
-from services.analysis.advice_types import RunAdvice
 from services.analysis.ledger import build_ledger
-from services.analysis.rank_detail import RankDetail, build_rank_detail
+from services.analysis.rank_detail import build_rank_detail
 from services.analysis.run_data import comm_frame, run_data_from_events
-from services.analysis.view_types import RestartRow, RunViews
 from services.analysis.views import build_run_views
 from services.reports.advice import run_advice
+from services.schemas.advice import RunAdvice
+from services.schemas.ranks import RankDetail
+from services.schemas.views import RestartRow, RunViews
 from services.simulate import SimConfig, simulate
 from tests.dashboards.answers import live_run
 from tests.dashboards.test_resume_banner import flat_text as component_text

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from ingest_client.transport import InMemoryTransport
-from services.collector.schemas.ingest import EVENT_ADAPTER
+from services.schemas.events import EVENT_ADAPTER
 from tests.ingest_client.conftest import spooled_records
 from tests.ingest_client.wire import validate_event
 from tests.test_cli import free_port

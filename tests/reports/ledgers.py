@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.analysis.categories import WASTE_KEYS
-from services.analysis.ledger_types import CheckpointSummary, Ledger, StepSummary, WasteBreakdown
+from services.schemas.categories import WASTE_KEYS
+from services.schemas.ledger import CheckpointSummary, Ledger, StepSummary, WasteBreakdown
 
 NO_CHECKPOINTS = CheckpointSummary(count=0, ok=0, failed=0, torn=0, median_blocking_seconds=None,
                                    median_interval_seconds=None, median_interval_steps=None, last_ok_step=None)

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from services.analysis.advice_types import RunAdvice
 from services.api_client import ApiClient
 from services.cli.advice import MAX_WIDTH, print_advice
 from services.presentation import percent
+from services.schemas.advice import RunAdvice
 from services.simulate import SimConfig, simulate
 
 pytestmark = pytest.mark.filterwarnings("ignore:You should not use the 'timeout' argument with the TestClient")

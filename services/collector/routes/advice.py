@@ -8,11 +8,12 @@ import time
 from fastapi import APIRouter
 
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep
-from services.collector.schemas.advice import RunAdvice, StragglerReport
-from services.collector.schemas.errors import NOT_FOUND
 from services.derive.advice import advice_input
 from services.derive.stragglers import straggler_report
 from services.reports.advice import run_advice
+from services.schemas.advice import RunAdvice
+from services.schemas.errors import NOT_FOUND
+from services.schemas.stragglers import StragglerReport
 
 router = APIRouter(tags=["advice"])
 

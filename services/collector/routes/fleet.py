@@ -10,13 +10,14 @@ from typing import Annotated
 import numpy as np
 from fastapi import APIRouter, HTTPException, Query
 
-from services.analysis.categories import EVAL, WASTE_KEYS
-from services.analysis.ledger_types import Ledger, WasteBreakdown
-from services.analysis.usage import USAGE_KEYS, Usage, bucket_width, clip_usage, usage_in_bins, usage_of_pieces
+from services.analysis.usage import bucket_width, clip_usage, usage_in_bins, usage_of_pieces
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunScopeDep
 from services.collector.routes.runs import LIST_BUDGET_S, list_item
-from services.collector.schemas.fleet import FleetWindow, RunInWindow, WindowFigures
 from services.derive.runs import listed_runs, runs_in_scope
+from services.schemas.categories import EVAL, WASTE_KEYS
+from services.schemas.fleet import FleetWindow, RunInWindow, WindowFigures
+from services.schemas.ledger import Ledger, WasteBreakdown
+from services.schemas.usage import USAGE_KEYS, Usage
 
 router = APIRouter(tags=["runs"])
 

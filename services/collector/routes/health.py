@@ -4,7 +4,7 @@ from fastapi import APIRouter
 
 from services.collector.auth import NETWORK
 from services.collector.deps import EngineDep, WriterDep
-from services.collector.schemas.status import Health
+from services.schemas.status import Health
 from services.storage.db import database_status
 
 router = APIRouter(tags=["health"])

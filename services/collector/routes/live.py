@@ -11,9 +11,9 @@ import time
 from fastapi import APIRouter
 
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep, RunScopeDep
-from services.collector.schemas.errors import NOT_FOUND
-from services.collector.schemas.live import LiveRun, LiveRuns, PreemptionCandidates
 from services.derive.live import live_for_row, live_for_running_runs, preemption_candidates
+from services.schemas.errors import NOT_FOUND
+from services.schemas.live import LiveRun, LiveRuns, PreemptionCandidates
 
 router = APIRouter(tags=["live"])
 

@@ -13,12 +13,12 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Response
 
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep, RunScopeDep
-from services.collector.schemas.errors import NOT_FOUND
 from services.derive.advice import advice_input
 from services.derive.runs import current_ledgers, runs_in_scope
 from services.reports import breakdown_csv, build_report, fleet_csv, report_filename, report_html, report_json
 from services.reports.advice import run_advice
 from services.reports.export import FLEET_FILENAME
+from services.schemas.errors import NOT_FOUND
 
 router = APIRouter(tags=["reports"])
 _MEDIA = {"json": "application/json", "csv": "text/csv; charset=utf-8", "html": "text/html; charset=utf-8"}

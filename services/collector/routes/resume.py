@@ -13,9 +13,9 @@ from fastapi.responses import JSONResponse
 
 from services.analysis.resume_check import ResumeCheckConfig
 from services.collector.deps import AnalysesDep, RunDep
-from services.collector.schemas.errors import ErrorResponse
-from services.collector.schemas.resume import ResumeCheck
 from services.derive.resume import DEFAULT_CONFIG, ResumeCheckPending, recent_resume_check, resume_check
+from services.schemas.errors import ErrorResponse
+from services.schemas.resume import ResumeCheck
 
 router = APIRouter(tags=["advice"])
 

@@ -7,12 +7,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from services.analysis.ledger_types import Ledger
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep, RunScopeDep
-from services.collector.schemas.errors import NOT_FOUND
-from services.collector.schemas.runs import LastCheckpoint, RunDetail, RunList, RunListItem
 from services.derive.live import ledger_now
 from services.derive.runs import ListedRun, RunSummary, listed_runs, run_summary, runs_in_scope
+from services.schemas.errors import NOT_FOUND
+from services.schemas.ledger import Ledger
+from services.schemas.runs import LastCheckpoint, RunDetail, RunList, RunListItem
 
 router = APIRouter(tags=["runs"])
 

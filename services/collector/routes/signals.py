@@ -12,9 +12,9 @@ import time
 from fastapi import APIRouter
 
 from services.collector.deps import ClientRunDep, EngineDep, RunDep, WriteRunDep
-from services.collector.schemas.errors import NOT_FOUND
-from services.collector.schemas.live import CheckpointRequestIn, CheckpointRequestOut, CheckpointRequests, Signals
 from services.derive.live import checkpoint_requests_for_run, request_checkpoint, signals_for_run
+from services.schemas.errors import NOT_FOUND
+from services.schemas.live import CheckpointRequestIn, CheckpointRequestOut, CheckpointRequests, Signals
 
 router = APIRouter(tags=["signals"])
 

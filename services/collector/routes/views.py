@@ -15,14 +15,15 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 
 from services.analysis.provisional import provisional_ledger
-from services.analysis.rank_detail import RankDetail, build_rank_detail
+from services.analysis.rank_detail import build_rank_detail
 from services.analysis.run_data import comm_frame
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep
-from services.collector.schemas.errors import NOT_FOUND
-from services.collector.schemas.views import RunCheckpoints, RunRanks, RunRestarts, RunTimeline, RunView
 from services.derive.live import LEDGER_BUDGET_S, live_for_row, live_hang_of
 from services.derive.views import current_views, recent_views
 from services.errors import RunDetailPruned
+from services.schemas.errors import NOT_FOUND
+from services.schemas.ranks import RankDetail
+from services.schemas.run_view import RunCheckpoints, RunRanks, RunRestarts, RunTimeline, RunView
 from services.storage.clock_readings import rank_collector_offset
 from services.storage.rank_rows import load_rank_comm, load_rank_events, load_rank_steps
 

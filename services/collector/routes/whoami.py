@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from services.collector.deps import PrincipalDep
-from services.collector.schemas.status import WhoAmI
+from services.schemas.status import WhoAmI
 
 router = APIRouter(tags=["access"])
 
