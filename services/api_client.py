@@ -40,6 +40,7 @@ from services.schemas.resume import ResumeCheck
 from services.schemas.run_view import RunView
 from services.schemas.runs import RunList
 from services.schemas.status import WhoAmI
+from services.schemas.views import TrainingCurves
 
 __all__ = [
     "AccessDenied", "ApiClient", "ApiError", "ApiStatusError", "CollectorUnreachable", "NotFound", "UnexpectedAnswer",
@@ -151,6 +152,10 @@ class ApiClient:
         """One rank of the run: host, attempts, steps' compute and collective time, failures it was part of."""
         return _parse(self._get(_run_path(run_id, f"ranks/{int(rank)}"), {"project": project}),
                       RankDetail.model_validate_json)
+
+    def curves(self, run_id: str, *, project: str | None = None) -> TrainingCurves:
+        """Loss, learning rate and step time over time, per attempt, downsampled; restarts and checkpoints marked."""
+        return _parse(self._get(_run_path(run_id, "curves"), {"project": project}), TrainingCurves.model_validate_json)
 
     def live(self, run_id: str, *, project: str | None = None) -> LiveRun:
         return _parse(self._get(_run_path(run_id, "live"), {"project": project}), LiveRun.model_validate_json)

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from services.schemas.advice import MeasuredRun, Recommendation
 from services.schemas.categories import EVAL, PRODUCTIVE, WASTE_KEYS
+from services.schemas.views import FailureCause
 
 DASH = "—"
 
@@ -242,3 +243,24 @@ def pruned_note(detail_pruned_at: float, *, unanalysed_events: bool = False) -> 
     return (f"Raw detail pruned {when} (steps and collectives are kept GOODPUT_RAW_RETENTION_DAYS after a run's last "
             "event): the ledger and these figures are built from the run's stored step summaries, events received "
             f"since included; its straggler report, resume check and per-rank step detail are those of {when}.")
+
+
+def failure_cause(cause: FailureCause | None) -> str:
+    """Why an attempt failed in one line, the same on the run page, in the report and the CLI: `rank 3 on node1
+    killed by SIGKILL (exit code -9); error (rank 0): RuntimeError: ...; hung: rank 5`."""
+    if cause is None:
+        return DASH
+    parts = []
+    who = f"rank {cause.rank}" + (f" on {cause.host}" if cause.host else "") if cause.rank is not None else None
+    if who is not None and cause.exit_code is not None:
+        how = f"killed by {cause.signal}" if cause.signal else "exited"
+        parts.append(f"{who} {how} (exit code {cause.exit_code})")
+    elif who is not None:
+        parts.append(f"{who} {'went silent' if cause.basis == 'silent' else 'failed'} first")
+    if cause.error:
+        by = f" (rank {cause.error_rank})" if cause.error_rank is not None and cause.error_rank != cause.rank else ""
+        parts.append(f"error{by}: {cause.error}")
+    if cause.hung_ranks:
+        listed = ", ".join(str(r) for r in cause.hung_ranks[:8]) + (", ..." if len(cause.hung_ranks) > 8 else "")
+        parts.append(f"hung: rank{'s' if len(cause.hung_ranks) > 1 else ''} {listed}")
+    return "; ".join(parts) if parts else "not in the events"

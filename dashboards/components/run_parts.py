@@ -134,7 +134,9 @@ _TABLE_STYLE: dict[str, Any] = {
     "style_cell": {"fontFamily": FONT, "fontSize": "13px", "padding": "6px 10px", "color": INK,
                    "border": "none", "borderBottom": f"1px solid {GRID}", "textAlign": "right"},
     "style_cell_conditional": [{"if": {"column_id": "when"}, "textAlign": "left"},
-                               {"if": {"column_id": "outcome"}, "textAlign": "left"}],
+                               {"if": {"column_id": "outcome"}, "textAlign": "left"},
+                               {"if": {"column_id": "cause"}, "textAlign": "left", "whiteSpace": "normal",
+                                "minWidth": "240px", "maxWidth": "520px"}],
     "style_table": {"overflowX": "auto"},
     "page_size": 10,
     "sort_action": "native",
@@ -153,12 +155,13 @@ def restart_table(restarts: Sequence[RestartRow]) -> Any:
         "reworked": fmt.integer(r.steps_reworked),
         "rework": fmt.gpu_time(r.rework_gpu_seconds, unit), "hang": fmt.gpu_time(r.hang_gpu_seconds, unit),
         "startup": fmt.gpu_time(r.startup_gpu_seconds, unit),
+        "cause": fmt.failure_cause(r.cause) if r.cause is not None else "",
     } for r in restarts]
     columns: list[DataTable.Columns] = [
         {"id": k, "name": v} for k, v in (("attempt", "Attempt"), ("when", "Restarted (UTC)"),
                                           ("outcome", "Previous attempt"), ("resume", "Resume step"),
                                           ("reworked", "Steps redone"), ("rework", "Rework"), ("hang", "Hang"),
-                                          ("startup", "Startup"))]
+                                          ("startup", "Startup"), ("cause", "Why it failed"))]
     return DataTable(id=ids.RUN_RESTART_TABLE + "-data", data=rows, columns=columns, **_TABLE_STYLE)
 
 

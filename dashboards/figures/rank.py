@@ -7,7 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboards.figures.common import base_figure, empty_figure, to_datetimes
+from dashboards.figures.common import base_figure, broken_at_changes, empty_figure, to_datetimes
 from dashboards.figures.run import LABELLED_ATTEMPTS
 from dashboards.theme import INK, MUTED, RANK_BAR, template
 from services import presentation as fmt
@@ -44,10 +44,11 @@ def rank_timeline_figure(detail: RankDetail) -> go.Figure:
             hovertemplate="%{hovertext}<extra></extra>", name="Attempts"), row=1, col=1)
     fig.update_layout(uniformtext={"minsize": 9, "mode": "hide"})
     s = detail.steps
-    if s.step:
+    if s.step:  # one line per attempt: a restart's steps start again from its resume step
+        ends, steps, attempts = broken_at_changes(s.attempt, list(to_datetimes(s.end)), s.step, s.attempt)
         fig.add_trace(go.Scatter(
-            x=to_datetimes(s.end), y=s.step, mode="lines", line={"color": INK, "width": 2}, name="Step reached",
-            customdata=s.attempt, hovertemplate="attempt %{customdata}<br>step %{y:,}<br>%{x|%H:%M:%S} UTC"
+            x=ends, y=steps, mode="lines", line={"color": INK, "width": 2}, name="Step reached", connectgaps=False,
+            customdata=attempts, hovertemplate="attempt %{customdata}<br>step %{y:,}<br>%{x|%H:%M:%S} UTC"
                                                 "<extra></extra>"), row=2, col=1)
     marked = [f for f in detail.failures if f.step is not None]
     if marked:

@@ -127,6 +127,15 @@ def _parser() -> argparse.ArgumentParser:
     ledger.add_argument("--project", help=PROJECT_HELP)
     ledger.set_defaults(handler=_calls_the_collector(_ledger, "ledger"))
 
+    failures = sub.add_parser("failures", help="why each failed attempt of a run failed: rank, host, exit signal, "
+                                                "error text, hung ranks")
+    failures.add_argument("run_id")
+    failures.add_argument("--url", help=URL_HELP)
+    failures.add_argument("--json", action="store_true", help="the failures as GET /v1/runs/{id}/view serves them "
+                                                              "(timeline.failures)")
+    failures.add_argument("--project", help=PROJECT_HELP)
+    failures.set_defaults(handler=_calls_the_collector(_failures, "failures"))
+
     report = sub.add_parser("report", help="save a run's waste report (json, csv, html), or the fleet CSV, to a file",
                             description="goodput report RUN_ID [--format html] [-o run.html | -o -]; "
                                         "goodput report --fleet [--since T] [--until T] [-o fleet.csv]")
@@ -415,6 +424,13 @@ def _ledger(ns: argparse.Namespace) -> int:
 
     with _api(ns) as api:
         return print_ledger(api, ns.run_id, as_json=ns.json, project=ns.project)
+
+
+def _failures(ns: argparse.Namespace) -> int:
+    from services.cli.output import print_failures
+
+    with _api(ns) as api:
+        return print_failures(api, ns.run_id, as_json=ns.json, project=ns.project)
 
 
 def _epoch(value: str | None, option: str, command: str = "report") -> float | None:

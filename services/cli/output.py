@@ -132,3 +132,21 @@ def print_ledger(api: ApiClient, run_id: str, *, as_json: bool = False, project:
     if ledger.goodput is not None:
         print(f"goodput {fmt.percent(ledger.goodput)}")
     return 0
+
+
+def print_failures(api: ApiClient, run_id: str, *, as_json: bool = False, project: str | None = None) -> int:
+    """One line per failed attempt: when, at which step, and why (services.presentation.failure_cause)."""
+    timeline = api.view(run_id, project=project).timeline
+    if as_json:
+        print(json.dumps([f.model_dump(mode="json") for f in timeline.failures], indent=2))
+        return 0
+    if not timeline.failures:
+        print(f"run {run_id}: no failed attempt")
+        return 0
+    shown = len(timeline.failures)
+    more = f" (the latest {shown} of {timeline.failures_total})" if timeline.failures_truncated else ""
+    print(f"run {run_id}: {timeline.failures_total} failed attempt{'s' if timeline.failures_total != 1 else ''}{more}")
+    for f in timeline.failures:
+        where = "during startup" if f.step is None else f"at step {fmt.integer(f.step)}"
+        print(f"attempt {f.attempt}  {fmt.timestamp(f.time)}  {f.reason} {where}: {fmt.failure_cause(f.cause)}")
+    return 0

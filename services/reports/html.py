@@ -29,6 +29,7 @@ from services.presentation import (
     GpuTimeUnit,
     advice_stake,
     duration,
+    failure_cause,
     gpu_seconds,
     gpu_time,
     gpu_time_unit,
@@ -216,11 +217,12 @@ def _restarts_table(rows: Sequence[RestartRow], unit: GpuTimeUnit) -> str:
         f"<td>{_e(_or_dash(r.failed_at_step))}</td><td>{_e(_or_dash(r.resume_step))}</td>"
         f"<td>{gpu_time(r.rework_gpu_seconds, unit, with_unit=False)}</td>"
         f"<td>{gpu_time(r.hang_gpu_seconds, unit, with_unit=False)}</td>"
-        f"<td>{gpu_time(r.startup_gpu_seconds, unit, with_unit=False)}</td></tr>"
+        f"<td>{gpu_time(r.startup_gpu_seconds, unit, with_unit=False)}</td>"
+        f'<td class="desc">{_e(failure_cause(r.cause) if r.cause is not None else "")}</td></tr>'
         for r in rows)
     return ("<table><thead><tr><th>attempt</th><th>restarted (UTC)</th><th>after</th><th>failed at</th>"
             f"<th>resumed at</th><th>rework {_nb(unit.symbol)}</th><th>hang {_nb(unit.symbol)}</th>"
-            f"<th>startup {_nb(unit.symbol)}</th>"
+            f"<th>startup {_nb(unit.symbol)}</th><th>why it failed</th>"
             f"</tr></thead><tbody>{body}</tbody></table>")
 
 
