@@ -126,6 +126,17 @@ def test_a_run_that_did_not_fail_may_be_told_to_checkpoint_less_often_and_is_tol
     assert rec.confidence.failure_rate_source == "project" and rec.confidence.runs == 4
 
 
+def test_a_small_saving_from_other_runs_failures_is_a_note_not_an_action() -> None:
+    # 300 s of compute between writes of 30 s, Daly's about 370 s at the pooled MTBF of 2,400 s: w(300) - w(370)
+    # = 0.1625 - 0.158 of 70,000 productive GPU-s is about 315 GPU-s, 0.3% of the allocation
+    calm = finished(checkpoints=checkpoints(30.0, 330.0, steps=300.0), failures=0, allocated_wall_seconds=3600.0,
+                    attempts=[attempt()], checkpoint=30_000.0)
+    advice = advise(calm, peers=peers_that_failed(failures=2))
+    assert "checkpoint_interval" not in codes(advice)
+    assert any(n.startswith("Checkpoint interval: every ") and "less than 1.0% of the allocation" in n
+               for n in advice.notes)
+
+
 def test_other_teams_runs_of_another_size_do_not_count() -> None:
     run = finished(failures=1, allocated_wall_seconds=3600.0, attempts=[attempt(world=8)])
     big = [finished(run_id="big", failures=50, allocated_wall_seconds=3600.0, attempts=[attempt(world=64)])]
