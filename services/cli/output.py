@@ -86,6 +86,10 @@ def print_ledger(api: ApiClient, run_id: str, *, as_json: bool = False, project:
     for name, value in rows:
         print(f"{name:<12} {fmt.gpu_seconds(value):>14} {fmt.gpu_time(value, unit, with_unit=False):>11} "
               f"{fmt.share(value, alloc):>7}")
+        if name == "startup":
+            for label, part in fmt.startup_split(ledger.startup_parts):
+                print(f"  {label:<10} {fmt.gpu_seconds(part):>14} {fmt.gpu_time(part, unit, with_unit=False):>11} "
+                      f"{fmt.share(part, alloc):>7}")
     if ledger.goodput is not None:
         print(f"goodput {fmt.percent(ledger.goodput)}")
     return 0
