@@ -173,9 +173,10 @@ class ApiClient:
         return _parse(response, RunAdvice.model_validate_json)
 
     def report(self, run_id: str, *, format: Literal["json", "csv", "html"] = "html",
-               project: str | None = None) -> bytes:
-        """The run's waste report, as the file to write."""
-        params = {"format": format, "project": project}
+               project: str | None = None, self_contained: bool = False) -> bytes:
+        """The run's waste report, as the file to write (html: plotly.js inlined when `self_contained`, else
+        loaded from the collector)."""
+        params = {"format": format, "project": project, "self_contained": "true" if self_contained else None}
         return self._get(_run_path(run_id, "report"), params, timeout_s=REPORT_TIMEOUT_S).content
 
     def fleet_report(self, *, since: float | None = None, until: float | None = None, status: str | None = None,

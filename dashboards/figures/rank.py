@@ -87,7 +87,7 @@ def rank_steps_figure(detail: RankDetail) -> go.Figure:
             hovertemplate="collectives %{y:.3f} s<extra></extra>"))
     if detail.run_median_compute_s:
         fig.add_hline(y=detail.run_median_compute_s, line={"color": MUTED, "dash": "dash", "width": 1},
-                      annotation_text=f"median of all ranks' compute {fmt.seconds(detail.run_median_compute_s)}",
+                      annotation_text=f"median of all ranks' compute {fmt.duration(detail.run_median_compute_s)}",
                       annotation_position="top left")
     ticks = np.unique(np.linspace(0, len(x) - 1, num=min(len(x), 8)).round().astype(int))
     fig.update_xaxes(title_text="step", tickvals=ticks.tolist(), ticktext=[f"{s.step[i]:,}" for i in ticks])

@@ -204,7 +204,7 @@ def _checkpoint_marks(fig: go.Figure, checkpoints: Sequence[CheckpointRow]) -> N
             x=to_datetimes([c.end for c in mine]), y=[c.step for c in mine], mode="markers", name=name,
             legendgroup=group, showlegend=not ok,
             marker={"symbol": symbol, "size": 7, "color": color, "line": {"width": 2, "color": color}},
-            customdata=[[fmt.seconds(c.blocking_seconds), "torn" if c.torn else ("ok" if c.ok else "failed")]
+            customdata=[[fmt.duration(c.blocking_seconds), "torn" if c.torn else ("ok" if c.ok else "failed")]
                         for c in mine],
             hovertemplate="checkpoint at step %{y:,} (%{customdata[1]})<br>blocked %{customdata[0]}<extra></extra>",
         ), row=2, col=1)
@@ -298,8 +298,8 @@ def rank_compute_figure(ranks: RankCompute | NoRankCompute) -> go.Figure:
     colors = [COLORS["straggler"] if s else RANK_BAR for s in slow]
     fig = base_figure(height=340, showlegend=False, uirevision="ranks", bargap=0.15)
     hover = [f"rank {r.rank}" + (f" on {r.host}" if r.host else "") +
-             f"<br>median {fmt.seconds(r.median_compute_s)}, p90 {fmt.seconds(r.p90_compute_s)}, "
-             f"mean {fmt.seconds(r.mean_compute_s)}<br>{r.steps:,} steps; straggler cost "
+             f"<br>median {fmt.duration(r.median_compute_s)}, p90 {fmt.duration(r.p90_compute_s)}, "
+             f"mean {fmt.duration(r.mean_compute_s)}<br>{r.steps:,} steps; straggler cost "
              f"{fmt.gpu_time(r.straggler_gpu_seconds)}" for r in rows]
     trace_cls = go.Bar if len(rows) <= 256 else go.Scattergl
     kwargs: dict[str, Any] = {"marker": {"color": colors}} if trace_cls is go.Bar else {
@@ -310,7 +310,7 @@ def rank_compute_figure(ranks: RankCompute | NoRankCompute) -> go.Figure:
     overall = ranks.median_compute_s
     if overall:
         fig.add_hline(y=overall, line={"color": MUTED, "dash": "dash", "width": 1},
-                      annotation_text=f"median of ranks {fmt.seconds(overall)}", annotation_position="top left",
+                      annotation_text=f"median of ranks {fmt.duration(overall)}", annotation_position="top left",
                       annotation_font={"size": 11, "color": MUTED})
     for r in [r for r in rows if r.is_straggler][:5]:
         excess = (r.median_compute_s / overall - 1) if overall else 0.0

@@ -321,7 +321,7 @@ def _draw_live(store: dict[str, Any] | None) -> Any:
         return None
     since = live.seconds_since_progress
     at_risk = fmt.gpu_time(live.at_risk_gpu_seconds)
-    usual = fmt.seconds(live.median_step_seconds)
+    usual = fmt.duration(live.median_step_seconds)
     if since is None:
         text = "Running: no step completed yet."
         return html.Div(className="live live-ok", id="run-live-banner", children=text)

@@ -316,8 +316,8 @@ def launch_main(argv: list[str]) -> int:
         if preempted_marker is not None:
             preempted_marker.unlink(missing_ok=True)
         if relay is not None and not relay.close(args.timeout):
-            print(f"goodput launch: the node relay could not send everything in {args.timeout:g} s; the rest is in "
-                  f"the spool ({relay.pipeline.settings.spool_run_dir}): the next process of the run or "
+            print(f"goodput launch: the node relay could not forward every post in {args.timeout:g} s; the ranks' "
+                  "spools keep what the collector has not acknowledged: the next process of the run or "
                   "`goodput sync` sends it", file=sys.stderr)
 
     if sender is not None:
