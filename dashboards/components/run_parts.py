@@ -151,6 +151,17 @@ _TABLE_STYLE: dict[str, Any] = {
 }
 
 
+def final_failure_note(view: RunViews) -> html.P | None:
+    """Why the run's last attempt failed, when no restart followed it (the restarts table says the others')."""
+    failures = view.timeline.failures
+    last = failures[-1] if failures else None
+    if last is None or any(r.attempt > last.attempt for r in view.timeline.restarts):
+        return None
+    where = "during startup" if last.step is None else f"at step {fmt.integer(last.step)}"
+    return html.P(id="run-final-failure", className="muted", children=[
+        html.B(f"Attempt {last.attempt} failed {where}, and no restart followed: "), fmt.failure_cause(last.cause)])
+
+
 def restart_table(restarts: Sequence[RestartRow]) -> Any:
     if not restarts:
         return html.P("No restarts: the run kept its first attempt.", className="muted")
