@@ -48,7 +48,7 @@ def load_rank_comm(conn: Connection, run_pk: int, rank: int) -> pd.DataFrame:
 
 
 def load_rank_events(conn: Connection, run_pk: int, rank: int) -> pd.DataFrame:
-    """The rank's attempt events: kind, time, attempt, host, reason, world_size."""
+    """The rank's attempt events: kind, time, attempt, host, reason, world_size, exit_code."""
     rows = conn.execute(
         select(Event.kind, Event.time, Event.attempt, Event.data)
         .where(Event.run_pk == run_pk, Event.rank == rank, Event.kind.in_(RANK_EVENT_KINDS))
@@ -57,8 +57,10 @@ def load_rank_events(conn: Connection, run_pk: int, rank: int) -> pd.DataFrame:
     for kind, time, attempt, data in rows:
         fields = (json.loads(data) if isinstance(data, str) else data) or {}
         records.append({"kind": kind, "time": float(time), "attempt": attempt, "host": fields.get("host"),
-                        "reason": fields.get("reason"), "world_size": fields.get("world_size")})
-    frame = pd.DataFrame(records, columns=["kind", "time", "attempt", "host", "reason", "world_size"])
+                        "reason": fields.get("reason"), "world_size": fields.get("world_size"),
+                        "exit_code": fields.get("exit_code")})
+    frame = pd.DataFrame(records, columns=["kind", "time", "attempt", "host", "reason", "world_size", "exit_code"])
     frame["attempt"] = frame["attempt"].astype("float64")
-    frame["world_size"] = pd.to_numeric(frame["world_size"], errors="coerce")
+    for column in ("world_size", "exit_code"):
+        frame[column] = pd.to_numeric(frame[column], errors="coerce")
     return frame

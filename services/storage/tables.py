@@ -59,6 +59,10 @@ class Run(Base):
     version: Mapped[int] = mapped_column(BigInteger, default=0)
     ledger_version: Mapped[int] = mapped_column(BigInteger, default=-1)
     ledger_json: Mapped[str | None] = mapped_column(Text)
+    # What the run lists show of that ledger, stored with it (services.analysis.run_figures): its totals as JSON and
+    # its usage pieces as float64 columns, read by the lists instead of parsing every run's whole ledger.
+    figures_json: Mapped[str | None] = mapped_column(Text)
+    usage_bytes: Mapped[bytes | None] = mapped_column(LargeBinary)
     # Server clock when the run's raw rows (steps, collectives, step and heartbeat events) were deleted by
     # retention (services/storage/retention.py).
     detail_pruned_at: Mapped[float | None] = mapped_column(Double)

@@ -1,4 +1,5 @@
-"""Waste reports: one run as JSON, CSV or self-contained HTML, and a CSV of every run (the fleet).
+"""Waste reports: one run as JSON, CSV or HTML (its charts load plotly.js from here, or inline), and a CSV of every
+run (the fleet).
 
 Thin: the ledger and views come from services.derive (kept per run version); services.reports renders them.
 The report's `ledger` is the same model `GET /v1/runs/{run_id}/waste` serves, so the two documents agree to the
@@ -10,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep, RunScopeDep
 from services.derive.advice import advice_input
@@ -23,7 +24,7 @@ from services.schemas.errors import NOT_FOUND
 router = APIRouter(tags=["reports"])
 _MEDIA = {"json": "application/json", "csv": "text/csv; charset=utf-8", "html": "text/html; charset=utf-8"}
 ReportFormat = Literal["json", "csv", "html"]
-_RENDER = {"json": report_json, "csv": breakdown_csv, "html": report_html}
+_RENDER = {"json": report_json, "csv": breakdown_csv}
 
 
 @router.get(
@@ -31,15 +32,21 @@ _RENDER = {"json": report_json, "csv": breakdown_csv, "html": report_html}
     response_class=Response,
     summary="The run's waste report: ledger, restarts, checkpoints, stragglers, recommendations",
 )
-def get_report(run: RunDep, analyses: AnalysesDep, live: LiveConfigDep,
+def get_report(request: Request, run: RunDep, analyses: AnalysesDep, live: LiveConfigDep,
                format: Annotated[ReportFormat, Query(description="json, csv (one row per category) "
-                                                     "or html (self-contained, prints well)")] = "json",
+                                                     "or html (prints well)")] = "json",
+               self_contained: Annotated[bool, Query(description=(
+                   "html: inline plotly.js (a 4.9 MB file to send elsewhere); by default the page loads it from "
+                   "this collector (GET /v1/assets/plotly.min.js)"))] = False,
                ) -> Response:
     now = time.time()
     inp = advice_input(analyses, run, now, live)  # the ledger (a hung run's hang so far), views, resume check, peers
     report = build_report(inp.ledger, inp.views, generated_at=now, advice=run_advice(inp),
                           detail_pruned_at=run.detail_pruned_at)
-    body = _RENDER[format](report)
+    if format == "html":
+        body = report_html(report, plotly_src=None if self_contained else str(request.url_for("get_plotly_js")))
+    else:
+        body = _RENDER[format](report)
     disposition = "inline" if format == "html" else "attachment"
     return Response(body, media_type=_MEDIA[format], headers={
         "Content-Disposition": f'{disposition}; filename="{report_filename(run.run_id, format)}"'})

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep, RunScopeDep
 from services.derive.live import ledger_now
-from services.derive.runs import ListedRun, RunSummary, listed_runs, run_summary, runs_in_scope
+from services.derive.runs import ListedRun, RunSummary, listed_runs, run_summary
 from services.schemas.errors import NOT_FOUND
 from services.schemas.ledger import Ledger
 from services.schemas.runs import LastCheckpoint, RunDetail, RunList, RunListItem
@@ -32,9 +32,8 @@ def get_runs(
     run_id: Annotated[str | None, Query(max_length=256, description="substring of the run id")] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> RunList:
-    rows = runs_in_scope(analyses, scope, since=since, until=until, limit=limit)
-    listed = listed_runs(analyses, rows, budget_s=LIST_BUDGET_S, now=time.time(), config=live, run_id_part=run_id,
-                         status=status)
+    listed = listed_runs(analyses, scope, budget_s=LIST_BUDGET_S, now=time.time(), config=live, since=since,
+                         until=until, limit=limit, run_id_part=run_id, status=status)
     return RunList(runs=[list_item(run) for run in listed], count=len(listed))
 
 
@@ -51,7 +50,7 @@ def get_run(run: RunDep, analyses: AnalysesDep, live: LiveConfigDep) -> RunDetai
 
 
 def list_item(listed: ListedRun) -> RunListItem:
-    ledger = listed.ledger
+    ledger = listed.figures
     return RunListItem(run_id=listed.row.run_id, project=listed.row.project, status=ledger.status,
                        first_time=ledger.first_time, last_time=ledger.latest_time,
                        allocated_gpu_seconds=ledger.allocated_gpu_seconds,

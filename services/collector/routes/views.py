@@ -18,12 +18,14 @@ from services.analysis.provisional import provisional_ledger
 from services.analysis.rank_detail import build_rank_detail
 from services.analysis.run_data import comm_frame
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep
+from services.derive.curves import training_curves
 from services.derive.live import LEDGER_BUDGET_S, live_for_row, live_hang_of
 from services.derive.views import current_views, recent_views
 from services.errors import RunDetailPruned
 from services.schemas.errors import NOT_FOUND
 from services.schemas.ranks import RankDetail
 from services.schemas.run_view import RunCheckpoints, RunRanks, RunRestarts, RunTimeline, RunView
+from services.schemas.views import TrainingCurves
 from services.storage.clock_readings import rank_collector_offset
 from services.storage.rank_rows import load_rank_comm, load_rank_events, load_rank_steps
 
@@ -59,6 +61,13 @@ def get_rank(run: RunDep, analyses: AnalysesDep,
         collector = rank_collector_offset(conn, run.pk, rank)
     detail = build_rank_detail(views, rank, steps, comm, events)
     return detail.model_copy(update={"collector_clock_offset_seconds": collector})
+
+
+@router.get("/v1/runs/{run_id:path}/curves", response_model=TrainingCurves, responses=NOT_FOUND,
+            summary="Loss, learning rate and step time over time per attempt (at most 2,000 points a metric, each "
+                    "bucket's lowest and highest kept), restarts and checkpoints marked")
+def get_curves(run: RunDep, analyses: AnalysesDep) -> TrainingCurves:
+    return training_curves(analyses, run)
 
 
 @router.get("/v1/runs/{run_id:path}/checkpoints", response_model=RunCheckpoints, responses=NOT_FOUND,
