@@ -21,6 +21,9 @@ The rules (docs/architecture.md draws the same picture in words):
   function, or for type checking), and nothing of the server. Its framework integrations import their framework.
 - The arrows between the packages of services (and the dashboards) point one way: each package imports only the
   ones listed for it in `MAY_IMPORT`.
+- The collector's read routes are thin: they import of services only services.derive (a run as served) and
+  services.schemas (the documents they answer with), besides the collector's own deps, auth and errors. The write
+  path (ingest), the metrics exposition and the health probe are the exceptions `ROUTES_EXCEPTIONS` names.
 - What a module reaches through others counts too: importing services.api_client (what the CLI and the dashboard
   load) reaches none of `API_CLIENT_NEVER_REACHES`, followed through the import graph and checked in a fresh
   interpreter.
@@ -82,6 +85,16 @@ CLIENT_INTEGRATIONS = {
 }
 CLIENT_MAY_NOT_IMPORT = ("services", "dashboards")
 
+# --- thin routes --------------------------------------------------------------------------------------------------
+ROUTES = "services.collector.routes"
+ROUTES_MAY_IMPORT = ("services.derive", SCHEMAS, "services.collector.deps", "services.collector.auth",
+                     "services.collector.errors", ROUTES)
+ROUTES_EXCEPTIONS: dict[str, str] = {
+    f"{ROUTES}.ingest": "the write path: parses, checks and hands events to storage's writer; derives nothing",
+    f"{ROUTES}.metrics": "the Prometheus exposition of services.metrics, which reads runs through services.derive",
+    f"{ROUTES}.health": "the probe asks the database and the writer themselves whether they answer",
+}
+
 # --- the arrows between layers -----------------------------------------------------------------------------------
 # Every package (or loose module) of services, and the dashboards: what of services and dashboards it may import
 # besides itself. Lower layers first; nothing imports a layer listed after it, except the collector, which mounts
@@ -93,7 +106,9 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "services.analysis": (SCHEMAS,),
     "services.presentation": (SCHEMAS,),
     "services.storage": ("services.analysis", SCHEMAS, "services.errors", "services.settings"),
-    "services.derive": ("services.analysis", SCHEMAS, "services.storage", "services.errors", "services.settings"),
+    # reports: a run's report and the fleet CSV are rendered from the run as served (derive.reports)
+    "services.derive": ("services.analysis", SCHEMAS, "services.storage", "services.reports", "services.errors",
+                        "services.settings"),
     "services.reports": ("services.analysis", SCHEMAS, "services.presentation"),
     "services.metrics": ("services.analysis", SCHEMAS, "services.derive", "services.storage", "services.settings"),
     "services.collector": (
@@ -202,6 +217,16 @@ def test_schemas_import_only_pydantic_and_the_standard_library() -> None:
     violations = [f"{imp}" for imp in IMPORTS
                   if is_in(imp.importer, [SCHEMAS]) and not is_in(imp.target, SCHEMAS_MAY_IMPORT)]
     assert_none(violations, rule)
+
+
+def test_read_routes_import_only_derive_and_the_documents() -> None:
+    rule = (f"{ROUTES} (but {', '.join(ROUTES_EXCEPTIONS)}) import of services and dashboards only "
+            + ", ".join(ROUTES_MAY_IMPORT))
+    violations = [f"{imp}" for imp in IMPORTS
+                  if is_in(imp.importer, [ROUTES]) and imp.importer not in ROUTES_EXCEPTIONS
+                  and is_in(imp.target, ["services", "dashboards"]) and not is_in(imp.target, ROUTES_MAY_IMPORT)]
+    assert_none(violations, rule)
+    assert all(module in MODULES for module in ROUTES_EXCEPTIONS)
 
 
 def test_analysis_imports_no_io_no_clock_and_no_other_layer() -> None:

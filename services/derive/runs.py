@@ -1,5 +1,5 @@
-"""Runs as the read API lists and describes them: each with its ledger, a hung run's hang so far booked
-provisionally (services.analysis.provisional), read under the caller's scope."""
+"""Runs as the read API lists and describes them: each with its ledger as served (services.derive.served: a hung
+run's hang so far booked provisionally), read under the caller's scope."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 from services.analysis.live import LiveConfig
 from services.derive.cache import AnalysisCache
-from services.derive.ledger import current_ledger, last_checkpoint, recent_ledger
-from services.derive.live import with_live_hang
+from services.derive.ledger import last_checkpoint, recent_ledger
+from services.derive.served import served_ledger
 from services.schemas.ledger import Ledger
+from services.schemas.runs import RunListItem
 from services.storage.load import CompletedCheckpoint
 from services.storage.runs import RunRow, list_runs
 
@@ -59,18 +60,29 @@ def listed_runs(analyses: AnalysisCache, rows: list[RunRow], *, budget_s: float,
         ledger, stale = recent_ledger(analyses, row, budget_s=max(deadline - time.monotonic(), 0.0))
         if status and ledger.status != status:
             continue
-        out.append(ListedRun(row, with_live_hang(analyses.engine, row, ledger, now, config), stale))
+        out.append(ListedRun(row, served_ledger(analyses, row, now, config, ledger=ledger), stale))
     return out
+
+
+def list_item(listed: ListedRun) -> RunListItem:
+    ledger = listed.ledger
+    return RunListItem(run_id=listed.row.run_id, project=listed.row.project, status=ledger.status,
+                       first_time=ledger.first_time, last_time=ledger.latest_time,
+                       allocated_gpu_seconds=ledger.allocated_gpu_seconds,
+                       productive_gpu_seconds=ledger.productive_gpu_seconds,
+                       eval_gpu_seconds=ledger.eval_gpu_seconds, goodput=ledger.goodput,
+                       waste_gpu_seconds=ledger.waste_gpu_seconds, restarts=ledger.restarts, stale=listed.stale,
+                       provisional=ledger.provisional)
 
 
 def current_ledgers(analyses: AnalysisCache, rows: list[RunRow], *, now: float, config: LiveConfig
                     ) -> list[tuple[RunRow, Ledger]]:
     """Each run's ledger of its current version, a hung run's hang so far included."""
-    return [(row, with_live_hang(analyses.engine, row, current_ledger(analyses, row), now, config)) for row in rows]
+    return [(row, served_ledger(analyses, row, now, config)) for row in rows]
 
 
 def run_summary(analyses: AnalysisCache, row: RunRow, *, now: float, config: LiveConfig) -> RunSummary:
     """GET /v1/runs/{run_id}: the run's ledger of its current version (a hung run's hang included) and its last
     completed checkpoint."""
-    ledger = with_live_hang(analyses.engine, row, current_ledger(analyses, row), now, config)
+    ledger = served_ledger(analyses, row, now, config)
     return RunSummary(row, ledger, last_checkpoint(analyses, row, ledger))

@@ -1,6 +1,6 @@
 """Waste reports: one run as JSON, CSV or self-contained HTML, and a CSV of every run (the fleet).
 
-Thin: the ledger and views come from services.derive (kept per run version); services.reports renders them.
+Thin: services.derive.reports renders the run as served (its ledger and views kept per run version).
 The report's `ledger` is the same model `GET /v1/runs/{run_id}/waste` serves, so the two documents agree to the
 last digit.
 """
@@ -8,22 +8,17 @@ last digit.
 from __future__ import annotations
 
 import time
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep, RunScopeDep
-from services.derive.advice import advice_input
-from services.derive.runs import current_ledgers, runs_in_scope
-from services.reports import breakdown_csv, build_report, fleet_csv, report_filename, report_html, report_json
-from services.reports.advice import run_advice
-from services.reports.export import FLEET_FILENAME
+from services.derive.reports import ReportFormat, fleet_report, run_report
+from services.derive.runs import runs_in_scope
 from services.schemas.errors import NOT_FOUND
 
 router = APIRouter(tags=["reports"])
 _MEDIA = {"json": "application/json", "csv": "text/csv; charset=utf-8", "html": "text/html; charset=utf-8"}
-ReportFormat = Literal["json", "csv", "html"]
-_RENDER = {"json": report_json, "csv": breakdown_csv, "html": report_html}
 
 
 @router.get(
@@ -35,14 +30,10 @@ def get_report(run: RunDep, analyses: AnalysesDep, live: LiveConfigDep,
                format: Annotated[ReportFormat, Query(description="json, csv (one row per category) "
                                                      "or html (self-contained, prints well)")] = "json",
                ) -> Response:
-    now = time.time()
-    inp = advice_input(analyses, run, now, live)  # the ledger (a hung run's hang so far), views, resume check, peers
-    report = build_report(inp.ledger, inp.views, generated_at=now, advice=run_advice(inp),
-                          detail_pruned_at=run.detail_pruned_at)
-    body = _RENDER[format](report)
+    report = run_report(analyses, run, time.time(), live, format)
     disposition = "inline" if format == "html" else "attachment"
-    return Response(body, media_type=_MEDIA[format], headers={
-        "Content-Disposition": f'{disposition}; filename="{report_filename(run.run_id, format)}"'})
+    return Response(report.body, media_type=_MEDIA[format], headers={
+        "Content-Disposition": f'{disposition}; filename="{report.filename}"'})
 
 
 @router.get("/v1/reports/fleet.csv", response_class=Response, responses={200: {"content": {_MEDIA["csv"]: {}}}},
@@ -57,7 +48,6 @@ def get_fleet_csv(
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
 ) -> Response:
     rows = runs_in_scope(analyses, scope, since=since, until=until, limit=limit)
-    ledgers = current_ledgers(analyses, rows, now=time.time(), config=live)
-    body = fleet_csv((row.project, ledger) for row, ledger in ledgers if status is None or ledger.status == status)
-    return Response(body, media_type=_MEDIA["csv"], headers={
-        "Content-Disposition": f'attachment; filename="{FLEET_FILENAME}"'})
+    report = fleet_report(analyses, rows, time.time(), live, status=status)
+    return Response(report.body, media_type=_MEDIA["csv"], headers={
+        "Content-Disposition": f'attachment; filename="{report.filename}"'})
