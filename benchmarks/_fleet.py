@@ -3,11 +3,11 @@
 Each rank is one coroutine standing for one rank's flusher thread. Rows are made lazily, from the clock: step k
 of a rank ends at `base + k` (one step a second, steps of one run a few ms apart, as DDP keeps them), a
 `heartbeat` every 5 s carries the step in progress. At a send round every row made since the last round becomes
-a wire record exactly as ingest_client.events.RecordBuilder builds it at a 0.2 s flush interval (one `steps`
+a wire record exactly as ingest_client.common.events.RecordBuilder builds it at a 0.2 s flush interval (one `steps`
 record per step, ids `<process id>-<seq>`), and ONE request carries every record not acknowledged yet, oldest
 first, up to 500 (max_batch_events), gzip-compressed above 1 KiB, with `Goodput-Sender: <process id>`.
 
-Pace and failures as in ingest_client.flusher: a round at most every 0.2 s and only with rows to send; after a
+Pace and failures as in ingest_client.worker.flusher: a round at most every 0.2 s and only with rows to send; after a
 200, none before `Goodput-Send-Interval` seconds since the round began; 429/503 wait Retry-After x U(1, 1.1);
 a connection error or a request slower than 2 s (GOODPUT_HTTP_TIMEOUT_S) backs off U(c/2, c),
 c = 0.5 s x 2^(failures-1) up to 30 s. Records are resent with their ids; the collector absorbs duplicates.
@@ -217,8 +217,8 @@ class _Sender:
         relay = cfg.ranks_per_sender > 1
         self.proc_id = f"relay{rng.getrandbits(64):016x}" if relay else self.ranks[0].proc_id
         self.start_at = min(r.start_at for r in self.ranks)
-        # a relay flushes every 0.5 s (ingest_client.relay.MIN_SEND_INTERVAL_S) and takes up to 5,000 records a batch;
-        # a rank's record reaches it up to one rank flush interval (0.2 s) after it was made
+        # a relay flushes every 0.5 s (ingest_client.launcher.relay.MIN_SEND_INTERVAL_S) and takes up to 5,000 records
+        # a batch; a rank's record reaches it up to one rank flush interval (0.2 s) after it was made
         self.interval_s = RELAY_INTERVAL_S if relay else FLUSH_INTERVAL_S
         self.lag_s = FLUSH_INTERVAL_S if relay else 0.0
         self.max_batch = RELAY_MAX_BATCH_EVENTS if relay else MAX_BATCH_EVENTS

@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ingest_client.config import ClientConfig, Mode
-from ingest_client.context import RunContext
-from ingest_client.tracker import Tracker
+from ingest_client.common.config import ClientConfig, Mode
+from ingest_client.worker.context import RunContext
+from ingest_client.worker.tracker import Tracker
 from tests.ingest_client.fake_collector import FakeCollector, closed_port_url
 
 GOAL_MEDIAN_US = 5.0

@@ -136,7 +136,7 @@ def _compare(tracker: Any, kind: str, rounds: int, steps: int) -> dict[str, floa
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    from ingest_client.hooks import build_ddp_comm_hook
+    from ingest_client.worker.hooks import build_ddp_comm_hook
 
     variants: dict[str, Callable[[Any], None]] = {}
     builtin = _model(kind)[2]

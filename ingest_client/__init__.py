@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import logging
 
-from ingest_client.api import get_tracker, init
-from ingest_client.config import ClientConfig, Mode
-from ingest_client.context import RunContext
-from ingest_client.digest import state_digest
-from ingest_client.errors import ConfigError, GoodputClientError, TransportError
-from ingest_client.events import SCHEMA_VERSION, AttemptEndReason, EventKind, RunStatus
-from ingest_client.flusher import ClientStats
-from ingest_client.sync import SyncResult, sync_directory
-from ingest_client.tracker import Tracker
+from ingest_client.common.config import ClientConfig, Mode
+from ingest_client.common.errors import ConfigError, GoodputClientError, TransportError
+from ingest_client.common.events import SCHEMA_VERSION, AttemptEndReason, EventKind, RunStatus
+from ingest_client.tools.sync import SyncResult, sync_directory
+from ingest_client.worker.api import get_tracker, init
+from ingest_client.worker.context import RunContext
+from ingest_client.worker.digest import state_digest
+from ingest_client.worker.flusher import ClientStats
+from ingest_client.worker.tracker import Tracker
 
 logging.getLogger("ingest_client").addHandler(logging.NullHandler())
 

@@ -57,8 +57,9 @@ def _rst_to_markdown(text: str) -> str:
 
 
 def _client_settings() -> list[tuple[str, str, str]]:
-    """(variable, default, meaning) of every variable the client declares (ingest_client/config.py's docstring)."""
-    from ingest_client import config
+    """(variable, default, meaning) of every variable the client declares (ingest_client/common/config.py's
+    docstring)."""
+    from ingest_client.common import config
 
     defaults = {env: getattr(config.ClientConfig(), name) for name, env in config.ENV_VARS.items()}
     defaults["GOODPUT_MODE"] = "online with a URL, else offline"
@@ -90,7 +91,7 @@ def _service_settings() -> list[tuple[str, str, str, str]]:
 
 def _launcher_settings() -> list[tuple[str, str]]:
     """(variable, meaning) of the variables ``goodput launch`` and the client set for each other."""
-    from ingest_client import config
+    from ingest_client.common import config
 
     return [(f"`{name}`", meaning) for name, meaning in config.INTERNAL_ENV_VARS.items()]
 
@@ -101,7 +102,7 @@ def settings_page() -> str:
     internal = _launcher_settings()
     return (HEADER + "# Settings\n\n"
             "Every `GOODPUT_*` variable: the client's (read by `ingest_client` inside each training process, from "
-            "`ingest_client/config.py`), the services' (the collector, the CLI and the dashboard, from "
+            "`ingest_client/common/config.py`), the services' (the collector, the CLI and the dashboard, from "
             "`services/settings.py`), and the ones the launcher and the client set for each other. An argument "
             "given in code or on the command line wins over the variable; an empty variable counts as unset.\n\n"
             "## Client (training processes)\n\n"
@@ -244,8 +245,8 @@ def _help(path: list[str]) -> str:
 
 def cli_page() -> str:
     parts = [HEADER, "# Command line\n\n",
-             "`goodput` and its commands, as `--help` prints them (`services/cli/`, `ingest_client/launch.py`, "
-             "`ingest_client/sync.py`).\n\n"]
+             "`goodput` and its commands, as `--help` prints them (`services/cli/`, "
+             "`ingest_client/launcher/launch.py`, `ingest_client/tools/sync.py`).\n\n"]
     for path in _commands():
         parts.append(f"## `{' '.join(['goodput', *path])}`\n\n```text\n{_help(path)}\n```\n\n")
     return "".join(parts).rstrip() + "\n"

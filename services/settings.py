@@ -222,7 +222,7 @@ class DashboardSettings(_Section):
 
 class ClientSettings(_Section):
     """The CLI's commands that call a collector (`goodput runs`, `ledger`, `report`, `advise`, `simulate`).
-    GOODPUT_URL and GOODPUT_TOKEN are the training client's variables too (ingest_client.config reads them
+    GOODPUT_URL and GOODPUT_TOKEN are the training client's variables too (ingest_client.common.config reads them
     itself: it runs where only the standard library is)."""
 
     model_config = _read_from("GOODPUT_")

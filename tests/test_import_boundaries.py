@@ -19,6 +19,9 @@ The rules (docs/architecture.md draws the same picture in words):
   modules imports an HTTP client.
 - ingest_client runs inside every training process: it imports the standard library, torch only lazily (inside a
   function, or for type checking), and nothing of the server. Its framework integrations import their framework.
+- ingest_client's parts are arranged by where they run: the worker's code (every training process) never imports
+  the launcher's (`goodput launch`) or the tools' (`goodput sync`), and the common wire format and settings import
+  no other part: each part imports only those `CLIENT_PARTS` lists for it.
 - The arrows between the packages of services (and the dashboards) point one way: each package imports only the
   ones listed for it in `MAY_IMPORT`.
 - The collector's read routes are thin: they import of services only services.derive (a run as served) and
@@ -84,6 +87,17 @@ CLIENT_INTEGRATIONS = {
     "ingest_client.integrations.lightning": ("lightning", "pytorch_lightning"),
 }
 CLIENT_MAY_NOT_IMPORT = ("services", "dashboards")
+# Each part of the client (by where it runs): what else of the client it may import besides itself. The package's
+# own __init__ (the public surface) may import any part.
+CLIENT_PARTS: dict[str, tuple[str, ...]] = {
+    "ingest_client.common": (),
+    "ingest_client.transport": ("ingest_client.common",),
+    "ingest_client.worker": ("ingest_client.common", "ingest_client.transport"),
+    "ingest_client.launcher": ("ingest_client.common", "ingest_client.transport", "ingest_client.worker"),
+    "ingest_client.tools": ("ingest_client.common", "ingest_client.transport", "ingest_client.worker"),
+    "ingest_client.integrations": ("ingest_client.common", "ingest_client.worker"),
+    "ingest_client._bootstrap": ("ingest_client.worker.bootstrap",),
+}
 
 # --- thin routes --------------------------------------------------------------------------------------------------
 ROUTES = "services.collector.routes"
@@ -275,6 +289,32 @@ def test_ingest_client_imports_only_the_standard_library() -> None:
     assert_none(violations, rule)
 
 
+def _client_part(module: str) -> str | None:
+    return next((part for part in CLIENT_PARTS if is_in(module, [part])), None)
+
+
+def test_each_part_of_ingest_client_imports_only_the_parts_listed_for_it() -> None:
+    violations: list[str] = []
+    for imp in IMPORTS:
+        part = _client_part(imp.importer)
+        if part is None or not is_in(imp.target, [CLIENT]) or is_in(imp.target, [part]):
+            continue
+        if imp.target == CLIENT and part == "ingest_client.integrations":
+            continue  # an integration starts the tracker through the public surface, as a user's script does
+        if not is_in(imp.target, CLIENT_PARTS[part]):
+            violations.append(f"{imp}: {part} may import only {', '.join(CLIENT_PARTS[part]) or 'itself'}")
+    assert_none(violations, "the worker never imports the launcher or the tools; each part of ingest_client imports "
+                            "only the ones CLIENT_PARTS lists for it")
+
+
+def test_every_part_of_ingest_client_has_a_rule() -> None:
+    children = [p for p in (ROOT / CLIENT).iterdir()
+                if (p.is_dir() and p.name != "__pycache__") or (p.suffix == ".py" and p.name != "__init__.py")]
+    missing = sorted(f"{CLIENT}.{p.stem}" for p in children if _client_part(f"{CLIENT}.{p.stem}") is None)
+    if missing:
+        pytest.fail(f"add these to CLIENT_PARTS with what they may import: {', '.join(missing)}", pytrace=False)
+
+
 def test_services_and_dashboards_import_only_the_layers_listed_for_them() -> None:
     violations: list[str] = []
     for imp in IMPORTS:
@@ -298,7 +338,8 @@ def test_every_package_of_services_has_a_layer_rule() -> None:
 
 def test_every_layer_rule_names_modules_that_exist() -> None:
     modules = {module_name(p) for top in APPLICATION for p in (ROOT / top).rglob("*.py")}
-    named = {*MAY_IMPORT, *(t for targets in MAY_IMPORT.values() for t in targets), *CLIENT_INTEGRATIONS}
+    named = {*MAY_IMPORT, *(t for targets in MAY_IMPORT.values() for t in targets), *CLIENT_INTEGRATIONS,
+             *CLIENT_PARTS, *(t for targets in CLIENT_PARTS.values() for t in targets)}
     stale = sorted(n for n in named if not any(is_in(m, [n]) for m in modules))
     if stale:
         pytest.fail(f"rules name modules that do not exist (moved, renamed or not written yet): {', '.join(stale)}",

@@ -2,7 +2,7 @@
 
 Python imports the first ``sitecustomize`` module on ``sys.path`` as it starts. This one runs any other
 ``sitecustomize`` further on the path first (the user's or the distribution's; its errors behave as without
-goodput), then, in a torchrun worker only, ``ingest_client.bootstrap``: the worker's ``attempt_start`` is
+goodput), then, in a torchrun worker only, ``ingest_client.worker.bootstrap``: the worker's ``attempt_start`` is
 recorded before the script runs, so an attempt that dies in rendezvous, ``init_process_group`` or an import is
 still seen. Every other process that inherits the path (the torchrun agent, the launcher, subprocesses of a
 worker) returns after a few dictionary lookups. ``GOODPUT_BOOTSTRAP=0`` turns it off.
@@ -42,7 +42,7 @@ def _bootstrap() -> None:
     if not _is_worker(os.environ):
         return
     try:
-        from ingest_client.bootstrap import start_worker
+        from ingest_client.worker.bootstrap import start_worker
     except Exception as exc:  # ingest_client not importable by this interpreter: say so once, never break it
         print(f"goodput: bootstrap skipped, cannot import ingest_client ({type(exc).__name__}: {exc})",
               file=sys.stderr)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ingest_client.tracker import Tracker
+from ingest_client.worker.tracker import Tracker
 
 logger = logging.getLogger("ingest_client")
 _MARK = "_goodput_comm_hook"

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import ingest_client
-from ingest_client.generation import LAUNCH_ID_ENV, is_torchrun_worker
-from ingest_client.tracker import Tracker
+from ingest_client.worker.generation import LAUNCH_ID_ENV, is_torchrun_worker
+from ingest_client.worker.tracker import Tracker
 
 
 def name_this_launch() -> None:
@@ -25,7 +25,7 @@ def name_this_launch() -> None:
 
     Called when the callback is built, in the process that later spawns the other ranks (Lightning's own launcher
     re-runs the script with this environment): all ranks of the launch then count as one launch, and a second
-    ``python train.py`` of the run id as the next (:mod:`ingest_client.generation`). A torchrun worker is named
+    ``python train.py`` of the run id as the next (:mod:`ingest_client.worker.generation`). A torchrun worker is named
     by its agent instead, so it never sets one (each rank would get its own).
     """
     if not os.environ.get(LAUNCH_ID_ENV, "").strip() and not is_torchrun_worker(os.environ):

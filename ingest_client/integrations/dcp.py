@@ -34,7 +34,7 @@ from typing import Any
 import torch.distributed.checkpoint as dcp
 
 import ingest_client
-from ingest_client.tracker import Tracker
+from ingest_client.worker.tracker import Tracker
 
 
 class AsyncCheckpointer:

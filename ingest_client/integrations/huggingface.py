@@ -39,8 +39,8 @@ from transformers import TrainerCallback
 
 from ingest_client.integrations._collectives import time_collectives
 from ingest_client.integrations._common import StateDigests, name_this_launch, start_tracker
-from ingest_client.phases import PhaseSpan
-from ingest_client.tracker import CheckpointSpan, Tracker
+from ingest_client.worker.phases import PhaseSpan
+from ingest_client.worker.tracker import CheckpointSpan, Tracker
 
 
 class GoodputCallback(TrainerCallback):

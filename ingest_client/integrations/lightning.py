@@ -41,8 +41,8 @@ except ImportError:  # the older package name
 
 from ingest_client.integrations._collectives import time_collectives
 from ingest_client.integrations._common import StateDigests, name_this_launch, start_tracker
-from ingest_client.phases import PhaseSpan
-from ingest_client.tracker import Tracker
+from ingest_client.worker.phases import PhaseSpan
+from ingest_client.worker.tracker import Tracker
 
 
 class GoodputCallback(Callback):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from ingest_client.events import SCHEMA_VERSION
+from ingest_client.common.events import SCHEMA_VERSION
 
 
 class SendStatus(str, Enum):

@@ -1,7 +1,7 @@
 """A worker's records through its node's relay, or straight to the collector once the relay is gone.
 
-The relay lives in `goodput launch` (ingest_client.relay). Should the launcher die (killed, out of memory) while
-its workers train on, nothing listens at the relay's address any more and every post of theirs is refused: their
+The relay lives in `goodput launch` (ingest_client.launcher.relay). Should the launcher die (killed, out of memory)
+while its workers train on, nothing listens at the relay's address any more and every post of theirs is refused: their
 records would wait in their spools until the run's next process replays them, and the run would look silent at
 the very moment someone looks at it. So a refused connection sends the batch to the collector instead, and every
 later one too. A record the relay had already taken is then a duplicate at the collector, absorbed by its event

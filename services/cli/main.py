@@ -24,11 +24,11 @@ PROJECT_HELP = ("the run's project: needed with a read token of every project ('
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "launch":  # everything after `launch` belongs to the launcher
-        from ingest_client.launch import launch_main
+        from ingest_client.launcher.launch import launch_main
 
         return launch_main(args[1:])
     if args and args[0] == "sync":
-        from ingest_client.sync import sync_main
+        from ingest_client.tools.sync import sync_main
 
         return sync_main(args[1:])
     parser = _parser()
@@ -199,8 +199,8 @@ def _api(ns: argparse.Namespace, *, write: bool = False) -> ApiClient:
 def _write_token(ns: argparse.Namespace, settings: ClientSettings) -> str | None:
     """The write token of a command that sends events, as the training client resolves it; exits 2 when a token
     file cannot be read."""
-    from ingest_client.config import read_token_file, token_from_env, token_in_argv_warning
-    from ingest_client.errors import ConfigError
+    from ingest_client.common.config import read_token_file, token_from_env, token_in_argv_warning
+    from ingest_client.common.errors import ConfigError
 
     if ns.token:
         print(f"goodput: warning: {token_in_argv_warning('--token')}", file=sys.stderr)

@@ -3,7 +3,7 @@
 Every client posts its records every flush interval (0.2 s by default): a fleet of thousands of ranks would send
 more requests than one collector process can take, each nearly empty. So every ingest answer carries
 `Goodput-Send-Interval: <seconds>`: senders seen in the last `WINDOW_S` / the process's target request rate,
-capped at `max_interval_s`. A client leaves at least that long between two sends (ingest_client.flusher); its
+capped at `max_interval_s`. A client leaves at least that long between two sends (ingest_client.worker.flusher); its
 records wait in its spool meanwhile, and its next request carries them all. With few senders the interval is
 below any client's own flush interval and changes nothing.
 

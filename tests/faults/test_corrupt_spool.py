@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ingest_client.frames import FRAME_HEADER
+from ingest_client.worker.frames import FRAME_HEADER
 from tests.faults.conftest import Collector, stored_steps
 from tests.test_cli import GOODPUT, env_with
 

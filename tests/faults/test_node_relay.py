@@ -1,4 +1,5 @@
-"""`goodput launch`'s node relay (the default): the node's ranks send through the launcher (ingest_client/relay.py).
+"""`goodput launch`'s node relay (the default): the node's ranks send through the launcher
+(ingest_client/launcher/relay.py).
 
 Real processes: a `goodput serve` on PostgreSQL, a real launcher, four real client ranks under it. The collector
 sees one sender and a fraction of the requests, every step arrives exactly once, one rank's refused event does not
@@ -18,8 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ingest_client.config import ClientConfig
-from ingest_client.relay import NodeRelay
+from ingest_client.common.config import ClientConfig
+from ingest_client.launcher.relay import NodeRelay
 from tests.faults.conftest import WORKER, Collector, stored_steps, sync_spool
 from tests.ingest_client.conftest import spooled_records
 from tests.test_cli import GOODPUT, env_with

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest_client.spool import SpoolWriter
+from ingest_client.worker.spool import SpoolWriter
 
 
 def test_a_write_cut_short_by_a_full_disk_leaves_no_torn_frame_behind(tmp_path: Path,
@@ -24,10 +24,10 @@ def test_a_write_cut_short_by_a_full_disk_leaves_no_torn_frame_behind(tmp_path: 
             return real_write(fd, data[: len(data) // 2])
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("ingest_client.spool.os.write", half_then_enospc)
+    monkeypatch.setattr("ingest_client.worker.spool.os.write", half_then_enospc)
     with pytest.raises(OSError):
         writer.append([b'{"n":2}', b'{"n":3}'])
-    monkeypatch.setattr("ingest_client.spool.os.write", real_write)
+    monkeypatch.setattr("ingest_client.worker.spool.os.write", real_write)
     writer.append([b'{"n":4}'])
     segment = writer.segments[-1]
     batch = segment.read_batch(max_events=100, max_bytes=1 << 20)

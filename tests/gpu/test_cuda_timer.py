@@ -26,7 +26,7 @@ def _cycles_per_second() -> float:
 def test_cuda_timer_measures_a_kernel_of_known_duration_without_blocking_the_host() -> None:
     import torch
 
-    from ingest_client.timing import CudaTimer
+    from ingest_client.worker.timing import CudaTimer
 
     duration_s = 0.2
     cycles = int(duration_s * _cycles_per_second())
@@ -50,7 +50,7 @@ def test_cuda_timer_measures_a_kernel_of_known_duration_without_blocking_the_hos
 def test_cuda_timer_resolves_on_its_own_thread_once_the_gpu_is_done() -> None:
     import torch
 
-    from ingest_client.timing import CudaTimer
+    from ingest_client.worker.timing import CudaTimer
 
     cycles = int(0.05 * _cycles_per_second())
     timer = CudaTimer()

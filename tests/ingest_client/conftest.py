@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from ingest_client import api, errors
-from ingest_client.config import ClientConfig, Mode
-from ingest_client.context import RunContext
-from ingest_client.spool import read_frames
-from ingest_client.tracker import Tracker
+from ingest_client.common import errors
+from ingest_client.common.config import ClientConfig, Mode
 from ingest_client.transport.base import Transport
+from ingest_client.worker import api
+from ingest_client.worker.context import RunContext
+from ingest_client.worker.spool import read_frames
+from ingest_client.worker.tracker import Tracker
 from tests.ingest_client.fake_collector import FakeCollector
 
 REPO = Path(__file__).resolve().parents[2]

@@ -30,7 +30,7 @@ class SimulatedEvent:
 
 
 class SimulatedGpu:
-    """The ``CudaDevice`` interface of ``ingest_client.timing`` over one simulated stream."""
+    """The ``CudaDevice`` interface of ``ingest_client.worker.timing`` over one simulated stream."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

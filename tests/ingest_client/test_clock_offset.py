@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-import ingest_client.tracker as tracker_module
+import ingest_client.worker.tracker as tracker_module
 from tests.ingest_client.fake_collector import FakeCollector
 from tests.test_cli import GOODPUT, env_with, free_port, wait_healthy
 

@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 
 import ingest_client as goodput
-from ingest_client.config import ClientConfig, Mode
-from ingest_client.context import context_from_env
-from ingest_client.spool import run_dir_name
+from ingest_client.common.config import ClientConfig, Mode
+from ingest_client.worker.context import context_from_env
+from ingest_client.worker.spool import run_dir_name
 
 
 def test_argument_beats_environment_beats_default(tmp_path: Path) -> None:
@@ -98,7 +98,7 @@ def _worker_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, restart_count: 
 def test_each_worker_process_claims_the_next_generation_once_and_passes_it_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ingest_client import api
+    from ingest_client.worker import api
 
     seen = []
     for _ in range(3):  # three worker processes of one local rank, one per round, on a node whose count stays 0

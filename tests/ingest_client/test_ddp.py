@@ -58,7 +58,7 @@ def test_ddp_comm_hook_records_allreduce_rows_per_rank(tmp_path: Path) -> None:
 def test_cpu_timer_reports_at_once_with_the_wall_start_and_the_perf_counter_duration() -> None:
     import time
 
-    from ingest_client.timing import CpuTimer, timer_for
+    from ingest_client.worker.timing import CpuTimer, timer_for
 
     timer = timer_for(torch.zeros(1))
     assert isinstance(timer, CpuTimer) and timer.kind == "cpu"
@@ -78,7 +78,7 @@ def test_cuda_timer_resolves_in_order_once_complete_and_anchors_gpu_times_to_wal
     """The resolver's bookkeeping without a GPU: a simulated stream stands in for torch.cuda."""
     import time
 
-    from ingest_client.timing import PREFILLED_EVENTS, CudaTimer
+    from ingest_client.worker.timing import PREFILLED_EVENTS, CudaTimer
     from tests.ingest_client.simulated_gpu import SimulatedGpu
 
     gpu = SimulatedGpu()

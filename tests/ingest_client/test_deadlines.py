@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from ingest_client.launch import _checkpoint_requester
-from ingest_client.poller import SignalPoller
+from ingest_client.launcher.launch import _checkpoint_requester
 from ingest_client.transport.base import SendStatus
 from ingest_client.transport.http import HttpTransport
+from ingest_client.worker.poller import SignalPoller
 from tests.ingest_client.conftest import WORKER, child_env
 from tests.ingest_client.web_servers import Trickle
 
@@ -53,7 +53,7 @@ def test_a_signal_poll_to_a_trickling_server_gives_up_at_its_deadline(trickle: T
 def test_a_checkpoint_request_to_a_trickling_server_gives_up_at_its_deadline(
     trickle: Trickle, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr("ingest_client.launch.CHECKPOINT_REQUEST_TIMEOUT_S", TIMEOUT_S)
+    monkeypatch.setattr("ingest_client.launcher.launch.CHECKPOINT_REQUEST_TIMEOUT_S", TIMEOUT_S)
     started = time.monotonic()
     _checkpoint_requester({"GOODPUT_URL": trickle.url}, "run-1")("preemption warning")
     (asking,) = [t for t in threading.enumerate() if t.name == "goodput-checkpoint-request"]

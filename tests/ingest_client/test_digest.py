@@ -257,6 +257,6 @@ def test_rng_states_and_plain_objects_are_digested_by_their_state() -> None:
 
 
 def test_digest_module_imports_only_the_standard_library() -> None:
-    code = ("import sys, ingest_client.digest as d; d.state_digest({'a': [1, 2.0]}); "
+    code = ("import sys, ingest_client.worker.digest as d; d.state_digest({'a': [1, 2.0]}); "
             "assert 'numpy' not in sys.modules and 'torch' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from ingest_client.poller import SignalPoller
-from ingest_client.sync import sync_directory
+from ingest_client.tools.sync import sync_directory
 from ingest_client.transport.base import SendStatus
 from ingest_client.transport.http import HttpTransport
+from ingest_client.worker.poller import SignalPoller
 from tests.ingest_client.conftest import spooled_records
 from tests.ingest_client.fake_collector import FakeCollector, Reply
 from tests.ingest_client.web_servers import error_page, login_redirect, web_page

@@ -33,7 +33,7 @@ def test_a_spool_that_cannot_be_written_is_said_once_and_counted_in_client_stats
     def disk_full(fd: int, data: bytes) -> int:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("ingest_client.spool.os.write", disk_full)
+    monkeypatch.setattr("ingest_client.worker.spool.os.write", disk_full)
     for step in range(2, 51):
         tracker.record_step(step, time.time(), time.time())
         tracker.flush(1.0)

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from ingest_client.spool import read_frames
 from ingest_client.transport import HttpTransport, SendStatus
 from ingest_client.transport.http import parse_retry_after
+from ingest_client.worker.spool import read_frames
 from tests.ingest_client.conftest import spooled_records
 from tests.ingest_client.fake_collector import FakeCollector, Reply, closed_port_url
 
@@ -95,8 +95,8 @@ def test_503_with_retry_after_is_honoured_then_delivered_once(make_tracker: Any,
 def test_connection_errors_back_off_exponentially_with_jitter(
     make_tracker: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ingest_client import flusher
     from ingest_client.transport import InMemoryTransport, SendResult
+    from ingest_client.worker import flusher
 
     monkeypatch.setattr(flusher, "BACKOFF_BASE_S", 0.05)
     sent_at: list[float] = []

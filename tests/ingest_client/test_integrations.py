@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from ingest_client.generation import LAUNCH_ID_ENV
 from ingest_client.transport import InMemoryTransport
+from ingest_client.worker.generation import LAUNCH_ID_ENV
 
 
 def _pairs(transport: InMemoryTransport) -> dict[int, tuple[float, float]]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest_client.launch import (
+from ingest_client.launcher.launch import (
     BOOTSTRAP_DIR,
     gpus_from_torchrun_args,
     launch_main,
@@ -179,7 +179,7 @@ def test_an_exception_before_the_script_calls_init_ends_the_attempt_failed(tmp_p
 def test_a_disabled_worker_still_marks_its_subprocesses_as_not_workers(tmp_path: Path) -> None:
     code = ("import os, subprocess, sys; "
             "sys.exit(subprocess.run([sys.executable, '-X', 'importtime', '-c', 'pass'], "
-            "capture_output=True, text=True).stderr.count('ingest_client.api'))")
+            "capture_output=True, text=True).stderr.count('ingest_client.worker.api'))")
     done = _python(_launched_env(tmp_path, GOODPUT_MODE="disabled"), code)
     assert done.returncode == 0, "the worker's subprocess imported the client"
 
@@ -210,7 +210,7 @@ if [ "$2" = hostnames ]; then echo gpu01; echo gpu02; else cat "$FAKE_SCONTROL_J
 
 
 def test_scontrol_records_parse_with_spaces_in_values_and_local_times() -> None:
-    from ingest_client.slurm import SlurmJob, parse_scontrol_job, slurm_time
+    from ingest_client.launcher.slurm import SlurmJob, parse_scontrol_job, slurm_time
 
     fields = parse_scontrol_job(RUNNING + "\n")
     assert fields["Command"] == "/tmp/my job.sh" and fields["TRES"] == "cpu=2,node=2,billing=2"
@@ -223,7 +223,7 @@ def test_scontrol_records_parse_with_spaces_in_values_and_local_times() -> None:
 
 
 def test_gpus_come_from_the_slurm_allocation() -> None:
-    from ingest_client.slurm import gpus_of_allocation
+    from ingest_client.launcher.slurm import gpus_of_allocation
 
     assert gpus_of_allocation({"SLURM_GPUS": "16", "SLURM_JOB_NUM_NODES": "2"}) == 16
     assert gpus_of_allocation({"SLURM_GPUS_PER_NODE": "a100:8", "SLURM_JOB_NUM_NODES": "4"}) == 32
@@ -246,7 +246,7 @@ def test_gpus_come_from_the_slurm_allocation() -> None:
 def test_the_runs_status_comes_from_slurms_final_state_then_the_exit_code(
     record: str, code: int, status: str | None, detail: str | None
 ) -> None:
-    from ingest_client.slurm import SlurmJob, outcome, parse_scontrol_job
+    from ingest_client.launcher.slurm import SlurmJob, outcome, parse_scontrol_job
 
     ended = outcome(SlurmJob.from_fields("7", parse_scontrol_job(record)), code, restarts_at_start=0)
     assert (ended.status.value if ended.status else None, ended.detail) == (status, detail)
@@ -270,7 +270,7 @@ def _slurm_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record: str, **e
 def test_under_slurm_the_allocation_starts_at_slurms_start_time_with_its_gpus_and_hosts(
     tmp_path: Path, collector: FakeCollector, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ingest_client.slurm import slurm_time
+    from ingest_client.launcher.slurm import slurm_time
 
     _slurm_env(tmp_path, monkeypatch, RUNNING)
     code = launch_main(["--url", collector.url, "--spool-dir", str(tmp_path / "spool"), "--", sys.executable, "-c",

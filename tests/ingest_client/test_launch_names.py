@@ -1,5 +1,5 @@
-"""Every record of a rank names its launch (ingest_client.generation.launch_name): the same name for every process and
-round of one launch, another for any other launch, made without any file (docs/events.md, "Launches")."""
+"""Every record of a rank names its launch (ingest_client.worker.generation.launch_name): the same name for every
+process and round of one launch, another for any other launch, made without any file (docs/events.md, "Launches")."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ingest_client.generation import LAUNCH_ID_ENV, LAUNCH_NAME_ENV, launch_name
-from ingest_client.launch import worker_environment
+from ingest_client.launcher.launch import worker_environment
+from ingest_client.worker.generation import LAUNCH_ID_ENV, LAUNCH_NAME_ENV, launch_name
 from tests.ingest_client.conftest import spooled_records
 
 REPO = Path(__file__).resolve().parents[2]
@@ -18,7 +18,7 @@ WORKER = {"RANK": "0", "TORCHELASTIC_RESTART_COUNT": "0"}
 
 
 def _name_in_child(env: dict[str, str], *, worker: bool) -> str:
-    code = ("import os; from ingest_client.generation import launch_name; "
+    code = ("import os; from ingest_client.worker.generation import launch_name; "
             f"print(launch_name(dict(os.environ), torchrun_worker={worker}))")
     return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
                           check=True, cwd=REPO).stdout.strip()

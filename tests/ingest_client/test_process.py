@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ingest_client.spool import run_dir_name
+from ingest_client.worker.spool import run_dir_name
 from tests.ingest_client.conftest import spooled_records
 from tests.ingest_client.fake_collector import FakeCollector, closed_port_url
 

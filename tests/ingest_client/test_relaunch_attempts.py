@@ -1,4 +1,5 @@
-"""A relaunch of a run id is a new attempt: launches counted in the run's spool directory (ingest_client.generation)."""
+"""A relaunch of a run id is a new attempt: launches counted in the run's spool directory
+(ingest_client.worker.generation)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ingest_client.generation import LAUNCH_BASE_ENV, LAUNCH_ID_ENV, claim_launch_attempt
+from ingest_client.worker.generation import LAUNCH_BASE_ENV, LAUNCH_ID_ENV, claim_launch_attempt
 
 
 def _claim(run_dir: Path, env: dict[str, str], *, offset: int = 0, base: int = 0, worker: bool = False) -> int:
@@ -40,7 +41,8 @@ def test_a_launch_concurrent_with_a_live_one_on_this_host_joins_its_round(tmp_pa
 
 
 def test_goodput_attempt_base_is_the_lowest_base_and_a_relaunch_still_moves_past_it(tmp_path: Path) -> None:
-    code = ("import sys; from pathlib import Path; from ingest_client.generation import claim_launch_attempt as c; "
+    code = ("import sys; from pathlib import Path; "
+            "from ingest_client.worker.generation import claim_launch_attempt as c; "
             "print(c(Path(sys.argv[1]), {}, torchrun_worker=False, attempt_base=int(sys.argv[2]), offset=0))")
     runs = [subprocess.run([sys.executable, "-c", code, str(tmp_path), "5"], capture_output=True, text=True,
                            check=True, cwd=Path(__file__).resolve().parents[2]).stdout.strip() for _ in range(3)]

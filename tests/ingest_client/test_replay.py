@@ -5,9 +5,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ingest_client.sync import sync_directory, sync_main
-from ingest_client.tracker import Tracker
+from ingest_client.tools.sync import sync_directory, sync_main
 from ingest_client.transport import InMemoryTransport
+from ingest_client.worker.tracker import Tracker
 from tests.ingest_client.fake_collector import FakeCollector, Reply, closed_port_url
 
 

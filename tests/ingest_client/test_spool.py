@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ingest_client.quarantine import Refusal, quarantined_in
-from ingest_client.spool import (
+from ingest_client.tools.sync import sync_directory
+from ingest_client.transport import InMemoryTransport
+from ingest_client.worker.quarantine import Refusal, quarantined_in
+from ingest_client.worker.spool import (
     FRAME_HEADER,
     SpoolWriter,
     claim_orphans,
@@ -16,8 +18,6 @@ from ingest_client.spool import (
     read_frames,
     write_ack,
 )
-from ingest_client.sync import sync_directory
-from ingest_client.transport import InMemoryTransport
 
 
 def _payloads(n: int) -> list[bytes]:

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from ingest_client import timing
-from ingest_client import tracker as tracker_module
-from ingest_client.timing import PREFILLED_EVENTS, CudaStepTimer
+from ingest_client.worker import timing
+from ingest_client.worker import tracker as tracker_module
+from ingest_client.worker.timing import PREFILLED_EVENTS, CudaStepTimer
 from tests.ingest_client.conftest import spooled_records
 from tests.ingest_client.simulated_gpu import SimulatedGpu
 
@@ -228,7 +228,7 @@ def test_nccls_enqueue_times_on_the_steady_clock_or_the_system_clock_become_wall
     import datetime
     import types
 
-    from ingest_client.timing import NcclCollectiveTimer
+    from ingest_client.worker.timing import NcclCollectiveTimer
 
     timer = object.__new__(NcclCollectiveTimer)
     timer._done, timer.failed = __import__("collections").deque(), 0

@@ -1,12 +1,12 @@
-"""The Tracker surface for code that times collectives itself (the DDP comm hook, ingest_client/hooks.py)."""
+"""The Tracker surface for code that times collectives itself (the DDP comm hook, ingest_client/worker/hooks.py)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from ingest_client.timing import Emit
 from ingest_client.transport import InMemoryTransport
+from ingest_client.worker.timing import Emit
 
 
 def wait_for_heartbeat(transport: InMemoryTransport, step: int, collectives: int) -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ingest_client.config import ClientConfig
-from ingest_client.errors import ConfigError
+from ingest_client.common.config import ClientConfig
+from ingest_client.common.errors import ConfigError
 from tests.ingest_client.conftest import GOODPUT, child_env
 from tests.ingest_client.fake_collector import FakeCollector
 

@@ -1,6 +1,6 @@
 """An independent reading of docs/events.md (schema v1), used by the fake collector.
 
-Deliberately not built from ingest_client.events, so that a mistake there shows up here.
+Deliberately not built from ingest_client.common.events, so that a mistake there shows up here.
 """
 
 from __future__ import annotations

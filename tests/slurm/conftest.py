@@ -52,7 +52,7 @@ class SlurmCluster:
 
     def job(self, job_id: str) -> dict[str, str]:
         """``scontrol show job -o``'s fields."""
-        from ingest_client.slurm import parse_scontrol_job
+        from ingest_client.launcher.slurm import parse_scontrol_job
 
         return parse_scontrol_job(self.run("scontrol", "show", "job", "-o", job_id))
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ingest_client.slurm import slurm_time
+from ingest_client.launcher.slurm import slurm_time
 from tests.slurm.conftest import SlurmCluster
 from tests.test_cli import REPO, free_port
 from tests.torchrun.conftest import Collector, fetch_ledger, start_collector, wait_for

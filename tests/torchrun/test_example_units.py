@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from ingest_client.launch import launch_main
+from ingest_client.launcher.launch import launch_main
 from tests.torchrun.conftest import EXAMPLE
 
 torch = pytest.importorskip("torch")

@@ -19,8 +19,8 @@ import time
 from types import FrameType, TracebackType
 from typing import Any
 
-from ingest_client.errors import report_internal_error
-from ingest_client.tracker import Tracker
+from ingest_client.common.errors import report_internal_error
+from ingest_client.worker.tracker import Tracker
 
 SIGTERM_FLUSH_TIMEOUT_S = 2.0
 

@@ -23,13 +23,13 @@ Every environment variable the client reads is declared here, once:
     ``goodput launch`` for requeued jobs). The collector keeps a launch's numbers where they increase with time.
 ``GOODPUT_NODE_RELAY``
     ``0``: every rank under ``goodput launch`` sends its own records to the collector (``--no-node-relay``);
-    by default the launcher relays its node's ranks' records as one sender (:mod:`ingest_client.relay`).
+    by default the launcher relays its node's ranks' records as one sender (:mod:`ingest_client.launcher.relay`).
 ``GOODPUT_BOOTSTRAP``
     ``0``: ``goodput launch`` does not start the workers' trackers as their interpreters start
-    (:mod:`ingest_client.bootstrap`); same as ``goodput launch --no-bootstrap``. Default on.
+    (:mod:`ingest_client.worker.bootstrap`); same as ``goodput launch --no-bootstrap``. Default on.
 ``GOODPUT_LAUNCH_ID``
     Set by ``goodput launch``, one per launch: names the node's torchrun agent in the count of worker
-    generations and in the launch every record names (:mod:`ingest_client.generation`).
+    generations and in the launch every record names (:mod:`ingest_client.worker.generation`).
 ``GOODPUT_GENERATION``, ``GOODPUT_WORKER_PID``
     Set by the client in a worker process when it claims its generation, so that the worker's subprocesses
     and a second ``init()`` reuse it; not for users to set.
@@ -46,7 +46,7 @@ Every environment variable the client reads is declared here, once:
     Deadline of one whole HTTP request, every request the client makes (connecting, sending, and the answer's
     headers and body: a server that answers a byte at a time cannot hold the sender longer). Default 2.
 ``GOODPUT_EVENTS_VIA``
-    Set by ``goodput launch --node-relay``: the node relay's address (:mod:`ingest_client.relay`); records go
+    Set by ``goodput launch --node-relay``: the node relay's address (:mod:`ingest_client.launcher.relay`); records go
     there, durably spooled on the node, and the relay sends them on. Checkpoint requests are still asked of
     ``GOODPUT_URL``.
 ``GOODPUT_SIGTERM_REASON``
@@ -63,7 +63,7 @@ Every environment variable the client reads is declared here, once:
     interval on the GPU's timeline; else the host's clocks), ``cpu`` or ``cuda``.
 
 torchrun's own variables (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``TORCHELASTIC_RESTART_COUNT``,
-``TORCHELASTIC_RUN_ID``) are read by :mod:`ingest_client.context`.
+``TORCHELASTIC_RUN_ID``) are read by :mod:`ingest_client.worker.context`.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, SupportsFloat, SupportsIndex, SupportsInt
 
-from ingest_client.errors import ConfigError
+from ingest_client.common.errors import ConfigError
 
 
 class Mode(str, Enum):

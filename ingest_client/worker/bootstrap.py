@@ -3,8 +3,8 @@
 ``goodput launch`` prepends ``ingest_client/_bootstrap`` to the command's ``PYTHONPATH``; the ``sitecustomize``
 there calls :func:`start_worker` in torchrun workers only (``RANK`` and ``TORCHELASTIC_RESTART_COUNT`` set, and
 not a process that inherited a worker's environment). It runs the normal ``init()`` path: the worker claims its
-generation (:mod:`ingest_client.generation`), ``attempt_start`` is recorded and the exit hooks are installed, so an
-attempt that dies in rendezvous, ``init_process_group`` or an import is counted and ends ``failed`` on an
+generation (:mod:`ingest_client.worker.generation`), ``attempt_start`` is recorded and the exit hooks are installed, so
+an attempt that dies in rendezvous, ``init_process_group`` or an import is counted and ends ``failed`` on an
 exception or SIGTERM. The script's own ``goodput.init()`` later joins this tracker.
 
 It never breaks the worker: an error is swallowed and reported once on stderr (logging is not configured yet at
@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ingest_client.generation import WORKER_PID_ENV
+from ingest_client.worker.generation import WORKER_PID_ENV
 
 
 def start_worker() -> None:
@@ -24,7 +24,7 @@ def start_worker() -> None:
     # Subprocesses of this worker skip the bootstrap even if no generation gets claimed (GOODPUT_MODE=disabled).
     os.environ.setdefault(WORKER_PID_ENV, str(os.getpid()))
     try:
-        from ingest_client.api import init_from_bootstrap
+        from ingest_client.worker.api import init_from_bootstrap
 
         init_from_bootstrap()
     except Exception as exc:

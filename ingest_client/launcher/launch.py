@@ -8,20 +8,21 @@ the launcher, which alone sees torchrun's exit code. Node rank 0 (or a node whos
 
 Every attempt is seen: the launcher prepends ``ingest_client/_bootstrap`` to the command's ``PYTHONPATH`` (the
 user's entries stay after it), whose ``sitecustomize`` starts each torchrun worker's tracker as its interpreter
-starts (:mod:`ingest_client.bootstrap`), and exports ``GOODPUT_LAUNCH_ID`` (new for every launch), which names
-this node's agent in the count of worker generations (:mod:`ingest_client.generation`). ``--no-bootstrap`` or
+starts (:mod:`ingest_client.worker.bootstrap`), and exports ``GOODPUT_LAUNCH_ID`` (new for every launch), which names
+this node's agent in the count of worker generations (:mod:`ingest_client.worker.generation`). ``--no-bootstrap`` or
 ``GOODPUT_BOOTSTRAP=0`` leaves ``PYTHONPATH`` alone.
 
-The node's ranks send their records through the launcher (:mod:`ingest_client.relay`): one sender per node, not
+The node's ranks send their records through the launcher (:mod:`ingest_client.launcher.relay`): one sender per node, not
 one per rank, so a fleet sends the collector fewer, fuller requests. A rank whose launcher is gone sends directly
 (:mod:`ingest_client.transport.relayed`). ``--no-node-relay`` or ``GOODPUT_NODE_RELAY=0``: every rank sends its own.
 
-Under Slurm (``SLURM_JOB_ID``) the run-level events come from Slurm's record of the job (:mod:`ingest_client.slurm`):
-``run_submitted`` at ``SubmitTime``, ``allocation_start`` at ``StartTime`` with the allocation's GPUs and hosts,
-ids named by the job id and restart count, sent by the first task only; a requeue ends the allocation, not the run;
-``run_end``'s status and ``detail`` follow Slurm's state (scancel, time limit, node failure). The warning signal
-(``--warning-signal``, default USR1: ``sbatch --signal=B:USR1@N``) posts a checkpoint request for the run, and
-the command starts with it ignored; under Slurm workers end their attempt ``preempted`` on SIGTERM.
+Under Slurm (``SLURM_JOB_ID``) the run-level events come from Slurm's record of the job
+(:mod:`ingest_client.launcher.slurm`): ``run_submitted`` at ``SubmitTime``, ``allocation_start`` at ``StartTime``
+with the allocation's GPUs and hosts, ids named by the job id and restart count, sent by the first task only; a
+requeue ends the allocation, not the run; ``run_end``'s status and ``detail`` follow Slurm's state (scancel, time
+limit, node failure). The warning signal (``--warning-signal``, default USR1: ``sbatch --signal=B:USR1@N``) posts a
+checkpoint request for the run, and the command starts with it ignored; under Slurm workers end their attempt
+``preempted`` on SIGTERM.
 
 The token reaches the command through its environment only (``GOODPUT_TOKEN``, or ``GOODPUT_TOKEN_FILE`` with
 ``--token-file``: the file's path), never its command line, which every user of the machine can read; ``--token``
@@ -52,17 +53,30 @@ from types import FrameType
 from typing import Any
 from urllib.parse import quote
 
-from ingest_client.config import ENV_VARS, ClientConfig, Mode, read_token_file, token_from_env, token_in_argv_warning
-from ingest_client.errors import ConfigError
-from ingest_client.events import ROW_EVENT, EventKind, RecordBuilder, RecordContext, RunStatus
-from ingest_client.flusher import Pipeline, PipelineSettings
-from ingest_client.generation import GENERATION_ENV, LAUNCH_BASE_ENV, LAUNCH_ID_ENV, LAUNCH_NAME_ENV, WORKER_PID_ENV
-from ingest_client.relay import EVENTS_VIA_ENV, NodeRelay
-from ingest_client.signals import PREEMPTED_MARKER_ENV
-from ingest_client.slurm import SlurmJob, gpus_of_allocation, hostnames, outcome, read_job
-from ingest_client.spool import run_dir_name
+from ingest_client.common.config import (
+    ENV_VARS,
+    ClientConfig,
+    Mode,
+    read_token_file,
+    token_from_env,
+    token_in_argv_warning,
+)
+from ingest_client.common.errors import ConfigError
+from ingest_client.common.events import ROW_EVENT, EventKind, RecordBuilder, RecordContext, RunStatus
+from ingest_client.launcher.relay import EVENTS_VIA_ENV, NodeRelay
+from ingest_client.launcher.slurm import SlurmJob, gpus_of_allocation, hostnames, outcome, read_job
 from ingest_client.transport.http import HttpTransport
 from ingest_client.transport.request import Answer, exchange
+from ingest_client.worker.flusher import Pipeline, PipelineSettings
+from ingest_client.worker.generation import (
+    GENERATION_ENV,
+    LAUNCH_BASE_ENV,
+    LAUNCH_ID_ENV,
+    LAUNCH_NAME_ENV,
+    WORKER_PID_ENV,
+)
+from ingest_client.worker.signals import PREEMPTED_MARKER_ENV
+from ingest_client.worker.spool import run_dir_name
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +138,7 @@ def attempt_base_for(args: Sequence[str], env: Mapping[str, str]) -> int | None:
 # (a scancel --batch reaches only the launcher, and still reaches the command).
 SLURM_TERM_FORWARD_DELAY_S = 1.0
 
-BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
+BOOTSTRAP_DIR = Path(__file__).resolve().parents[1] / "_bootstrap"
 
 
 def worker_environment(env: Mapping[str, str], *, run_id: str, bootstrap: bool) -> dict[str, str]:
@@ -212,7 +226,7 @@ def launch_main(argv: list[str]) -> int:
     relay_choice.add_argument("--node-relay", dest="node_relay", action="store_true", default=None,
                        help="the default: the node's ranks send through this launcher: their records are spooled "
                             "here and sent as one stream at the collector's pace, one sender per node instead of one "
-                            "per rank (ingest_client.relay); a rank whose launcher is gone sends directly")
+                            "per rank (ingest_client.launcher.relay); a rank whose launcher is gone sends directly")
     relay_choice.add_argument("--no-node-relay", dest="node_relay", action="store_false",
                        help="every rank sends its own records to the collector (GOODPUT_NODE_RELAY=0)")
     parser.add_argument("--no-bootstrap", action="store_true",
@@ -238,7 +252,7 @@ def launch_main(argv: list[str]) -> int:
         # Under Slurm a worker's SIGTERM is either Slurm ending the job (preemption, requeue, scancel, time limit)
         # or torchrun stopping the survivors of a crashed worker. This launcher tells them apart for the workers:
         # it creates the marker when Slurm signals it (the warning, SIGTERM), and a worker's SIGTERM ends its
-        # attempt `preempted` only when the marker exists (ingest_client.signals); the run's status still comes
+        # attempt `preempted` only when the marker exists (ingest_client.worker.signals); the run's status still comes
         # from Slurm's state (run_end).
         preempted_marker = Path(tempfile.gettempdir()) / f"goodput-preempted-{child_env[LAUNCH_ID_ENV]}"
         child_env[PREEMPTED_MARKER_ENV] = str(preempted_marker)

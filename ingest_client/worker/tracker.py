@@ -1,13 +1,13 @@
 """The per-process Tracker: the hot-path API used inside the training loop.
 
 Every hot-path call (steps, collectives, digests) reads the clock, builds one small tuple and appends it to a
-bounded deque (:class:`ingest_client.buffer.RowBuffer`). No locks, no logging, no I/O, no formatting: the
-``goodput-flusher`` thread does the rest (:mod:`ingest_client.flusher`), every ``flush_interval_s``; a process
+bounded deque (:class:`ingest_client.worker.buffer.RowBuffer`). No locks, no logging, no I/O, no formatting: the
+``goodput-flusher`` thread does the rest (:mod:`ingest_client.worker.flusher`), every ``flush_interval_s``; a process
 killed meanwhile loses what it recorded in its last interval.
 
 The calls that define what state exists (``start``'s ``attempt_start``, ``resumed``, ``checkpoint`` start and end,
 ``end_attempt``, ``finish``'s ``run_end``) are durable: they are written and fsynced to the spool, with every row
-recorded before them, before they return (:meth:`ingest_client.flusher.Pipeline.write_durable`). They happen a
+recorded before them, before they return (:meth:`ingest_client.worker.flusher.Pipeline.write_durable`). They happen a
 few times per attempt and cost a write and an fsync (``benchmarks/client_overhead.py``).
 """
 
@@ -25,10 +25,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, SupportsFloat
 
-from ingest_client.buffer import RowBuffer
-from ingest_client.config import ClientConfig, Mode
-from ingest_client.context import RunContext
-from ingest_client.events import (
+from ingest_client.common.config import ClientConfig, Mode
+from ingest_client.common.events import (
     MAX_CHECKPOINT_CHARS,
     MAX_DETAIL_CHARS,
     ROW_COLLECTIVE,
@@ -40,11 +38,17 @@ from ingest_client.events import (
     RecordContext,
     RunStatus,
 )
-from ingest_client.flusher import ClientStats, Pipeline, PipelineSettings, Rows
-from ingest_client.phases import PhaseSpan
-from ingest_client.poller import SignalPoller
-from ingest_client.spool import run_dir_name
-from ingest_client.timing import (
+from ingest_client.transport.base import Transport
+from ingest_client.transport.http import HttpTransport
+from ingest_client.transport.relayed import RelayedTransport
+from ingest_client.worker.buffer import RowBuffer
+from ingest_client.worker.context import RunContext
+from ingest_client.worker.flusher import ClientStats, Pipeline, PipelineSettings, Rows
+from ingest_client.worker.hooks import build_ddp_comm_hook
+from ingest_client.worker.phases import PhaseSpan
+from ingest_client.worker.poller import SignalPoller
+from ingest_client.worker.spool import run_dir_name
+from ingest_client.worker.timing import (
     CudaStepTimer,
     Emit,
     IntervalTimer,
@@ -52,9 +56,6 @@ from ingest_client.timing import (
     cuda_in_use,
     enqueued_collectives,
 )
-from ingest_client.transport.base import Transport
-from ingest_client.transport.http import HttpTransport
-from ingest_client.transport.relayed import RelayedTransport
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ _perf = time.perf_counter
 # a few times per attempt and a checkpoint takes seconds), so a machine crash cannot lose the end of a checkpoint
 # whose files the trainer fsynced.
 DURABLE_FSYNC = True
-LAUNCHED_ENV = "GOODPUT_LAUNCHED"  # "1" in processes started by `goodput launch` (ingest_client/launch.py)
+LAUNCHED_ENV = "GOODPUT_LAUNCHED"  # "1" in processes started by `goodput launch` (ingest_client/launcher/launch.py)
 _UNDECIDED: Any = object()  # the step clock before the first step (Tracker._step_timer)
 STEP_LOG_LENGTH = 8192  # host step boundaries kept to place NCCL's collectives in their steps
 NCCL_PROBE_STEPS = 20  # steps watched before NCCL's timers are switched on: their cost, against the step's
@@ -413,14 +414,14 @@ class Tracker:
         """``with tracker.phase("eval"):`` around validation or evaluation between steps: the ledger books its time
         as ``eval``, apart from idle and from waste (docs/ledger.md). Durable at both ends (a process killed inside
         it still left its start); the phase's ``step`` is the last completed step. Known names: ``eval``,
-        ``init_process_group`` (recorded by goodput itself, see :mod:`ingest_client.process_group`)."""
+        ``init_process_group`` (recorded by goodput itself, see :mod:`ingest_client.worker.process_group`)."""
         return PhaseSpan(self, name)
 
     def collective_started(self, op: str) -> Emit:
         """Count a collective as started in the in-progress step; return ``emit(start, end)``, which records it.
 
         For code that times collectives itself and learns their end later, maybe on another thread (the DDP comm
-        hook, :mod:`ingest_client.hooks`). Heartbeats report how many collectives of the in-progress step were
+        hook, :mod:`ingest_client.worker.hooks`). Heartbeats report how many collectives of the in-progress step were
         started (live hang detection compares ranks by it); ``emit`` (``time.time()`` seconds, from any thread)
         records the collective with the step it started in.
         """
@@ -442,7 +443,7 @@ class Tracker:
 
     def drain_on_flush(self, timer: IntervalTimer) -> None:
         """Make ``flush()`` and ``shutdown()`` first resolve what ``timer`` still holds (CUDA events the GPU has not
-        run yet, :mod:`ingest_client.timing`), each waiting up to its ``timeout_s``."""
+        run yet, :mod:`ingest_client.worker.timing`), each waiting up to its ``timeout_s``."""
         self._timers_to_drain.append(timer)
 
     def ddp_comm_hook(self, op: str = "all_reduce") -> Callable[..., Any]:
@@ -450,8 +451,6 @@ class Tracker:
 
         A Python comm hook runs once per bucket on the gradient path: on NCCL prefer :meth:`time_collectives`,
         which costs nothing there."""
-        from ingest_client.hooks import build_ddp_comm_hook
-
         return build_ddp_comm_hook(self, op)
 
     def time_collectives(self, model: Any = None, *, process_group: Any = None, op: str = "all_reduce",

@@ -2,10 +2,10 @@
 
 torchrun sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``TORCHELASTIC_RESTART_COUNT`` and
 ``TORCHELASTIC_RUN_ID`` in every worker. The run id given to ``init()`` or ``GOODPUT_RUN_ID``
-(see :mod:`ingest_client.config`) wins over ``TORCHELASTIC_RUN_ID``.
+(see :mod:`ingest_client.common.config`) wins over ``TORCHELASTIC_RUN_ID``.
 
-Attempt number: ``base + max(TORCHELASTIC_RESTART_COUNT, generation)``, where the generation is this worker's
-round as counted on its node and the base is the launch's first attempt (:mod:`ingest_client.generation`): at least
+Attempt number: ``base + max(TORCHELASTIC_RESTART_COUNT, generation)``, where the generation is this worker's round
+as counted on its node and the base is the launch's first attempt (:mod:`ingest_client.worker.generation`): at least
 ``GOODPUT_ATTEMPT_BASE``, and one more than the largest attempt an earlier launch of the run took on this host. The
 restart count alone is per node: a node restarted for another node's failure keeps its count. Every record also
 names its launch (``launch``); the collector numbers the run's attempts from every launch's, so a relaunch on
@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ingest_client.errors import ConfigError
+from ingest_client.common.errors import ConfigError
 
 # torchrun uses "none" as its default rendezvous id; it is shared by unrelated runs.
 _PLACEHOLDER_RUN_IDS = frozenset({"", "none"})

@@ -10,10 +10,10 @@ Layout, one directory per run (``<spool_dir>/<run dir>/``) and per process ``<pi
 
 Records before the ack offset were acknowledged by the collector, or moved to the quarantine (written and
 fsynced there first); the rest is replayed, by the next process of the same run or by ``goodput sync``.
-Quarantined batches (:mod:`ingest_client.quarantine`) are resent by ``goodput sync`` and deleted once the
+Quarantined batches (:mod:`ingest_client.worker.quarantine`) are resent by ``goodput sync`` and deleted once the
 collector accepts them; the next process of the run tries them once (until one is refused again), its own
 process never (the cause, a token or a version, does not change while it runs). A corrupt frame is skipped and
-counted, and the frames after it are read (:mod:`ingest_client.frames`); a torn tail (a write cut short) ends the
+counted, and the frames after it are read (:mod:`ingest_client.worker.frames`); a torn tail (a write cut short) ends the
 segment. Segments rotate at a quarter of the
 per-process bound; the bound counts the process's segments and quarantine together: past it, the oldest
 quarantined batch is deleted first (it is the oldest data, already refused once), then the oldest segment, and
@@ -36,9 +36,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ingest_client.events import Record
-from ingest_client.frames import FRAME_HEADER, MAX_FRAME_BYTES, FrameBatch, encode_frame, read_frames
-from ingest_client.quarantine import QuarantinedBatch, Refusal, proc_of, quarantine_batch, quarantined_in
+from ingest_client.common.events import Record
+from ingest_client.worker.frames import FRAME_HEADER, MAX_FRAME_BYTES, FrameBatch, encode_frame, read_frames
+from ingest_client.worker.quarantine import QuarantinedBatch, Refusal, proc_of, quarantine_batch, quarantined_in
 
 __all__ = ["FRAME_HEADER", "MAX_FRAME_BYTES", "FrameBatch", "encode_frame", "read_frames"]  # re-exported
 

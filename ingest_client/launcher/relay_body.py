@@ -1,4 +1,4 @@
-"""What a rank posts to its node relay (:mod:`ingest_client.relay`), read within the collector's limits.
+"""What a rank posts to its node relay (:mod:`ingest_client.launcher.relay`), read within the collector's limits.
 
 The relay listens on 127.0.0.1, where any local process can post to it. It checks the token before it reads a
 body (the caller's job), and it reads a body as the collector does (services/collector/batch.py): at most
@@ -18,7 +18,7 @@ import re
 import zlib
 from collections.abc import Callable
 
-from ingest_client.events import SCHEMA_VERSION
+from ingest_client.common.events import SCHEMA_VERSION
 
 MAX_BODY_BYTES = 32 << 20  # the collector's GOODPUT_MAX_BODY_BYTES: a body, compressed or inflated
 MAX_EVENTS = 20_000  # the collector's GOODPUT_MAX_EVENTS_PER_BATCH

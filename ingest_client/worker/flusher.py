@@ -5,22 +5,21 @@ spool every ``flush_interval_s`` with one write(2), and does nothing else: what 
 that interval whatever the other thread is waiting for (a collector that takes its HTTP timeout to answer, a disk
 that takes seconds to fsync).
 
-The ``goodput-flusher`` daemon thread wakes every ``flush_interval_s`` (or when the buffer
-passes its threshold), packs the rows into wire records, appends them to the spool *first*, fsyncs the spool
-(outside the spool lock), and then sends what the collector has not acknowledged yet, oldest first: the spools of dead
-processes of the same run (claimed at start), then this process's own. Transient failures back
-off exponentially with jitter (``Retry-After`` wins). Regular send rounds follow the collector's pace: at
-most one per ``Goodput-Send-Interval`` it answers with (services/collector/pace.py; explicit flushes and
-durable events are not held back), so a big fleet sends fewer, fuller batches. A batch the collector refuses
-for good is never acknowledged away: it moves to the quarantine next to the spool (:mod:`ingest_client.quarantine`) for
-``goodput sync``, is counted (``rejected_events``) and logged once per reason with what to do. A 413 halves
-the batch size (for the rest of the process) and sends again; a single record still refused is quarantined.
-A batch refused for what it holds (400, 422) is halved until the refused record is alone: only that record is
-quarantined, the records sent with it arrive (a batch holds whatever was pending: one misjudged checkpoint event
-must not cost the steps around it); the batch size then doubles back with each accepted batch.
-A 401 or 403 means the whole client is misconfigured: after one refusal the flusher stops sending for a
-while (AUTH_BACKOFF_*; flushes included), so later records wait in the spool for the next process or sync.
-The next process of the run resends the dead processes' quarantined batches once, stopping at the first one
+The ``goodput-flusher`` daemon thread wakes every ``flush_interval_s`` (or when the buffer passes its threshold),
+packs the rows into wire records, appends them to the spool *first*, fsyncs the spool (outside the spool lock), and
+then sends what the collector has not acknowledged yet, oldest first: the spools of dead processes of the same run
+(claimed at start), then this process's own. Transient failures back off exponentially with jitter (``Retry-After``
+wins). Regular send rounds follow the collector's pace: at most one per ``Goodput-Send-Interval`` it answers with
+(services/collector/pace.py; explicit flushes and durable events are not held back), so a big fleet sends fewer,
+fuller batches. A batch the collector refuses for good is never acknowledged away: it moves to the quarantine next
+to the spool (:mod:`ingest_client.worker.quarantine`) for ``goodput sync``, is counted (``rejected_events``) and
+logged once per reason with what to do. A 413 halves the batch size (for the rest of the process) and sends again; a
+single record still refused is quarantined. A batch refused for what it holds (400, 422) is halved until the refused
+record is alone: only that record is quarantined, the records sent with it arrive (a batch holds whatever was
+pending: one misjudged checkpoint event must not cost the steps around it); the batch size then doubles back with
+each accepted batch. A 401 or 403 means the whole client is misconfigured: after one refusal the flusher stops
+sending for a while (AUTH_BACKOFF_*; flushes included), so later records wait in the spool for the next process or
+sync. The next process of the run resends the dead processes' quarantined batches once, stopping at the first one
 refused again; its own quarantine it leaves to ``goodput sync``.
 
 State-defining events (attempt start and end, resume, checkpoint start and end, run end) do not wait for the
@@ -42,13 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ingest_client.buffer import RowBuffer
-from ingest_client.errors import report_internal_error
-from ingest_client.events import Record, RecordBuilder, rows_in_record
-from ingest_client.quarantine import AUTH_STATUSES, QuarantinedBatch, Refusal, advice
-from ingest_client.ratelimit import RateLimitedLogger
-from ingest_client.spool import OrphanSpool, Segment, SpoolWriter, claim_orphans, encode_record, fsync_and_close
+from ingest_client.common.errors import report_internal_error
+from ingest_client.common.events import Record, RecordBuilder, rows_in_record
 from ingest_client.transport.base import SendResult, SendStatus, Transport
+from ingest_client.worker.buffer import RowBuffer
+from ingest_client.worker.quarantine import AUTH_STATUSES, QuarantinedBatch, Refusal, advice
+from ingest_client.worker.ratelimit import RateLimitedLogger
+from ingest_client.worker.spool import OrphanSpool, Segment, SpoolWriter, claim_orphans, encode_record, fsync_and_close
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ claims one number once, under a file lock, and passes it on in ``GOODPUT_GENERAT
 The agent is named by ``GOODPUT_LAUNCH_ID`` (one per ``goodput launch``), else by the parent process's pid and
 start time from ``/proc`` (the torchrun agent, when the worker is its direct child): never by the host alone,
 since two agents may run on one host. Counting is exact when every worker process claims as it starts (the
-bootstrap of ``goodput launch``, :mod:`ingest_client.bootstrap`); without it a worker claims in ``init()``, and
+bootstrap of ``goodput launch``, :mod:`ingest_client.worker.bootstrap`); without it a worker claims in ``init()``, and
 a generation that died before ``init()`` is not counted (best effort).
 
 Launch names (:func:`launch_name`): every record names the launch that numbered its attempt (``launch`` on the wire),

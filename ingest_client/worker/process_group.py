@@ -8,8 +8,9 @@ durable, so a worker killed while waiting still left it.
 :func:`install` wraps ``init_process_group`` in ``torch.distributed.distributed_c10d`` (and its re-export in
 ``torch.distributed``), now if torch.distributed is imported, else as soon as it is: a finder on ``sys.meta_path``
 patches the module right after it has run, before ``torch.distributed`` copies its names. Nothing else of torch is
-imported or changed. The wrapper records through the process's running tracker at the time of the call (none: it
-only calls through) and never changes what ``init_process_group`` does or raises.
+imported or changed. The wrapper records through the process's running tracker at the time of the call (asked of
+the ``current_tracker`` that :func:`install` was given; none: it only calls through) and never changes what
+``init_process_group`` does or raises.
 
 ``init()`` installs it (the bootstrap of ``goodput launch`` calls ``init()`` as a worker's interpreter starts, so
 the wait is seen even before the script's own ``init()``).
@@ -23,16 +24,29 @@ import importlib.machinery
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ingest_client.events import Phase
+from ingest_client.common.events import Phase
+
+if TYPE_CHECKING:
+    from ingest_client.worker.tracker import Tracker
 
 MODULE = "torch.distributed.distributed_c10d"
 _MARK = "_goodput_phase"
 
 
-def install() -> None:
-    """Wrap ``init_process_group``, now or when ``torch.distributed`` is imported; idempotent."""
+def _no_tracker() -> Tracker | None:
+    return None
+
+
+_current_tracker: Callable[[], Tracker | None] = _no_tracker
+
+
+def install(current_tracker: Callable[[], Tracker | None]) -> None:
+    """Wrap ``init_process_group``, now or when ``torch.distributed`` is imported; idempotent. The wrapper records
+    through ``current_tracker()`` at each call."""
+    global _current_tracker
+    _current_tracker = current_tracker
     module = sys.modules.get(MODULE)
     if module is not None:
         _patch(module)
@@ -54,9 +68,7 @@ def _patch(module: ModuleType) -> None:
 def _wrapped(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
-        from ingest_client.api import get_tracker
-
-        tracker = get_tracker()
+        tracker = _current_tracker()
         if tracker is None or not tracker.records_in_this_process:
             return original(*args, **kwargs)
         with tracker.phase(Phase.INIT_PROCESS_GROUP):

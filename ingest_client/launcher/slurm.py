@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from ingest_client.events import RunStatus
+from ingest_client.common.events import RunStatus
 
 _KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_:/.]*=")
 

@@ -16,7 +16,7 @@ and sends the rest, so one rank's bad event never holds back another's.
 
 Only local processes that present the node's token (when there is one) may post: the token is checked before the
 body is read, and a body is read within the collector's limits, inflated by a bounded inflater
-(:mod:`ingest_client.relay_body`). Standard library only.
+(:mod:`ingest_client.launcher.relay_body`). Standard library only.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ import threading
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from ingest_client.config import ClientConfig
-from ingest_client.events import RecordBuilder, RecordContext
-from ingest_client.flusher import Pipeline, PipelineSettings
-from ingest_client.relay_body import MAX_BODY_BYTES, READ_CHUNK_BYTES, RefusedBody, read_body, split_events
-from ingest_client.spool import run_dir_name
+from ingest_client.common.config import ClientConfig
+from ingest_client.common.events import RecordBuilder, RecordContext
+from ingest_client.launcher.relay_body import MAX_BODY_BYTES, READ_CHUNK_BYTES, RefusedBody, read_body, split_events
 from ingest_client.transport.http import HttpTransport
+from ingest_client.worker.flusher import Pipeline, PipelineSettings
+from ingest_client.worker.spool import run_dir_name
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ingest_client.frames import encode_frame, read_frames
+from ingest_client.worker.frames import encode_frame, read_frames
 
 QUARANTINE_SUFFIX = ".quarantine"
 REASON_SUFFIX = ".quarantine.json"

@@ -12,12 +12,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ingest_client.config import read_token_file, token_from_env, token_in_argv_warning
-from ingest_client.errors import ConfigError
-from ingest_client.quarantine import AUTH_STATUSES, QuarantinedBatch, Refusal, advice
-from ingest_client.spool import OrphanSpool, Segment, claim_orphans, read_frames
+from ingest_client.common.config import read_token_file, token_from_env, token_in_argv_warning
+from ingest_client.common.errors import ConfigError
 from ingest_client.transport.base import SendResult, SendStatus, Transport
 from ingest_client.transport.http import FOREIGN_SUFFIX, HttpTransport
+from ingest_client.worker.quarantine import AUTH_STATUSES, QuarantinedBatch, Refusal, advice
+from ingest_client.worker.spool import OrphanSpool, Segment, claim_orphans, read_frames
 
 logger = logging.getLogger(__name__)
 

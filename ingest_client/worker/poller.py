@@ -15,9 +15,9 @@ import threading
 from typing import Any
 from urllib.parse import quote
 
-from ingest_client.errors import report_internal_error
-from ingest_client.ratelimit import RateLimitedLogger
+from ingest_client.common.errors import report_internal_error
 from ingest_client.transport.request import Answer, exchange
+from ingest_client.worker.ratelimit import RateLimitedLogger
 
 logger = logging.getLogger(__name__)
 

@@ -9,20 +9,20 @@ from collections.abc import Callable
 from dataclasses import fields, replace
 from pathlib import Path
 
-from ingest_client import process_group
-from ingest_client.config import ClientConfig, Mode
-from ingest_client.context import context_from_env
-from ingest_client.generation import (
+from ingest_client.common.config import ClientConfig, Mode
+from ingest_client.transport.base import Transport
+from ingest_client.worker import process_group
+from ingest_client.worker.context import context_from_env
+from ingest_client.worker.generation import (
     claim_generation,
     claim_launch_attempt,
     inherited_generation,
     is_torchrun_worker,
     launch_name,
 )
-from ingest_client.signals import ExitHooks
-from ingest_client.spool import run_dir_name
-from ingest_client.tracker import Tracker
-from ingest_client.transport.base import Transport
+from ingest_client.worker.signals import ExitHooks
+from ingest_client.worker.spool import run_dir_name
+from ingest_client.worker.tracker import Tracker
 
 logger = logging.getLogger("ingest_client")
 
@@ -45,10 +45,10 @@ def init(
     """Create, start and return this process's Tracker; raises ConfigError on bad configuration.
 
     Each argument falls back to its ``GOODPUT_*`` variable, then to its default (see
-    :mod:`ingest_client.config`); ``options`` are the other ClientConfig fields
+    :mod:`ingest_client.common.config`); ``options`` are the other ClientConfig fields
     (``queue_capacity``, ``spool_max_bytes``, ``sigterm_reason``, ``install_handlers``, ...).
     A second call in the same process returns the running tracker. Under ``goodput launch`` the bootstrap
-    started the tracker as the interpreter started (:mod:`ingest_client.bootstrap`): the script's first call
+    started the tracker as the interpreter started (:mod:`ingest_client.worker.bootstrap`): the script's first call
     joins it without a warning, unless its arguments contradict the running configuration.
     """
     global _joinable
@@ -71,7 +71,8 @@ def init(
 
 
 def init_from_bootstrap() -> Tracker:
-    """``init()`` as the interpreter starts (:mod:`ingest_client.bootstrap`); the script's ``init()`` joins it."""
+    """``init()`` as the interpreter starts (:mod:`ingest_client.worker.bootstrap`); the script's ``init()`` joins
+    it."""
     global _joinable
     with _lock:
         if _tracker is not None and _tracker.records_in_this_process:
@@ -93,13 +94,13 @@ def _start(config: ClientConfig, transport: Transport | None) -> Tracker:
         _hooks = ExitHooks(tracker)
         _hooks.install()
     if tracker.enabled:
-        process_group.install()
+        process_group.install(get_tracker)
     _tracker = tracker
     return tracker
 
 
 def _generation_counter(config: ClientConfig) -> Callable[[str], int | None]:
-    """This worker's generation (ingest_client.generation): inherited, else claimed once per worker process."""
+    """This worker's generation (ingest_client.worker.generation): inherited, else claimed once per worker process."""
 
     def generation_of(run_id: str) -> int | None:
         inherited = inherited_generation(os.environ)

@@ -1,9 +1,10 @@
 """Phases of a training process outside its steps: ``with tracker.phase("eval"):``.
 
-A phase is a ``phase_start`` / ``phase_end`` pair naming one of :class:`ingest_client.events.Phase` (docs/events.md,
-"Phases"). Both are durable: the start is on disk before the phase runs, so a process killed inside it still left
-it; the end says whether the block raised (``ok``). Each carries ``step``, the last step completed when the phase
-began, so the collector pairs the ranks' starts and ends of one phase as it pairs their checkpoint writes.
+A phase is a ``phase_start`` / ``phase_end`` pair naming one of :class:`ingest_client.common.events.Phase`
+(docs/events.md, "Phases"). Both are durable: the start is on disk before the phase runs, so a process killed inside
+it still left it; the end says whether the block raised (``ok``). Each carries ``step``, the last step completed
+when the phase began, so the collector pairs the ranks' starts and ends of one phase as it pairs their checkpoint
+writes.
 
 Phases happen a few times per attempt or every N steps (evaluation), never inside a step: two durable writes each.
 On a CUDA job (steps on the GPU's timeline) an ``eval`` phase waits for the GPU at both ends, as a checkpoint does
@@ -16,15 +17,22 @@ from __future__ import annotations
 import logging
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from ingest_client.events import PHASE_NAMES, ROW_EVENT, EventKind, Phase
-
-if TYPE_CHECKING:
-    from ingest_client.tracker import Tracker
+from ingest_client.common.events import PHASE_NAMES, ROW_EVENT, EventKind, Phase
 
 logger = logging.getLogger("ingest_client")
 _warned: set[str] = set()
+
+
+class PhaseRecorder(Protocol):
+    """What a phase needs of its tracker (:class:`ingest_client.worker.tracker.Tracker` is one)."""
+
+    _next_step: int
+
+    def _wait_for_device(self) -> None: ...
+
+    def _durable(self, row: tuple[Any, ...]) -> None: ...
 
 
 class PhaseSpan:
@@ -33,7 +41,7 @@ class PhaseSpan:
 
     __slots__ = ("_tracker", "name", "step", "_open")
 
-    def __init__(self, tracker: Tracker, name: str | Phase) -> None:
+    def __init__(self, tracker: PhaseRecorder, name: str | Phase) -> None:
         self._tracker = tracker
         self.name = name.value if isinstance(name, Phase) else str(name)
         self.step = 0

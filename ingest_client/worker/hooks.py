@@ -1,22 +1,28 @@
 """A DDP communication hook that times each bucket's allreduce (torch imported lazily).
 
-Timing goes through ``ingest_client.timing``: CPU clocks for CPU buckets (gloo), CUDA events for CUDA buckets
+Timing goes through ``ingest_client.worker.timing``: CPU clocks for CPU buckets (gloo), CUDA events for CUDA buckets
 (NCCL), where a CPU clock would stamp the end before the collective has run on the GPU.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from ingest_client.timing import IntervalTimer, timer_for
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from ingest_client.tracker import Tracker
+from ingest_client.worker.timing import Emit, IntervalTimer, timer_for
 
 
-def build_ddp_comm_hook(tracker: Tracker, op: str = "all_reduce", clock: str = "auto"
+class CollectiveRecorder(Protocol):
+    """What the hook needs of a tracker (:class:`ingest_client.worker.tracker.Tracker` is one)."""
+
+    def collective_started(self, op: str) -> Emit: ...
+
+    def drain_on_flush(self, timer: IntervalTimer) -> None: ...
+
+    def note_collective_clock(self, kind: str) -> None: ...
+
+
+def build_ddp_comm_hook(tracker: CollectiveRecorder, op: str = "all_reduce", clock: str = "auto"
                         ) -> Callable[[Any, Any], Any]:
     """Wrap torch's default ``allreduce_hook``; record a collective row per bucket, timed by ``clock``.
 
