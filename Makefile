@@ -1,5 +1,6 @@
 # Two commands on a fresh machine:
 #   make demo   installs everything, starts the collector + dashboard on SQLite and feeds it a real torchrun job
+#               (PORT=8123 for another port; FRESH=1 to delete the previous demo's database first)
 #   make test   installs everything and runs the whole test suite (SQLite and the local PostgreSQL)
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -24,7 +25,7 @@ system-deps:
 	@bash scripts/system-deps.sh
 
 demo: install
-	$(PY) scripts/demo.py --port $(PORT)
+	$(PY) scripts/demo.py --port $(PORT) $(if $(FRESH),--fresh)
 
 # Static checks, configured in pyproject.toml: ruff (lint) and mypy (types) over the whole tree. The import
 # boundaries are a test (tests/test_import_boundaries.py), run by pytest with the rest.

@@ -47,6 +47,7 @@ from sqlalchemy import text
 from benchmarks._common import REPO, free_port, machine, postgres_database
 from benchmarks._fleet import ShardConfig, ShardResult, drive_shard, run_id_of
 from services.storage.db import make_engine
+from services.storage.step_columns import stored_step_keys
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SAMPLE_EVERY_S = 5.0
@@ -260,17 +261,18 @@ def _verify(db_url: str, made: dict[int, int], ranks_per_run: int, empty_bytes: 
     """Every (run, rank, step) made stored exactly once; database bytes beyond `empty_bytes` (after migrations)."""
     engine = make_engine(db_url)
     with engine.connect() as conn:
-        rows = conn.execute(text(
-            "SELECT r.run_id, s.rank, count(*), count(DISTINCT s.step), min(s.step), max(s.step) FROM steps s "
-            "JOIN runs r ON r.id = s.run_pk GROUP BY r.run_id, s.rank")).all()
+        run_ids = {int(pk): str(run_id) for pk, run_id in conn.execute(text("SELECT id, run_id FROM runs"))}
+        keys = stored_step_keys(conn)  # in `steps` and in block rows
         sizes = {
             name: int(conn.execute(text(
                 "SELECT pg_total_relation_size(CAST(:t AS regclass)) + coalesce((SELECT sum(pg_total_relation_size("
                 "inhrelid)) FROM pg_inherits WHERE inhparent = CAST(:t AS regclass)), 0)"), {"t": name}).scalar_one())
-            for name in ("steps", "events")}
+            for name in ("steps", "step_columns", "events")}
         database_bytes = int(conn.execute(text("SELECT pg_database_size(current_database())")).scalar_one())
     engine.dispose()
-    stored = {(str(r[0]), int(r[1])): (int(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in rows}
+    per_rank = keys.groupby(["run_pk", "rank"])["step"].agg(["count", "nunique", "min", "max"])
+    stored = {(str(run_ids[pk]), int(rank)): (int(v[0]), int(v[1]), int(v[2]), int(v[3]))
+              for (pk, rank), v in zip(per_rank.index, per_rank.to_numpy(), strict=True)}
     wrong = []
     for g, n in made.items():
         run, rank = divmod(g, ranks_per_run)
@@ -278,7 +280,8 @@ def _verify(db_url: str, made: dict[int, int], ranks_per_run: int, empty_bytes: 
         if (n and got != (n, n, 1, n)) or (not n and got is not None):
             wrong.append((run_id_of(run), rank, n, got))
     return {"steps_made": sum(made.values()), "rows_stored": sum(v[0] for v in stored.values()),
-            "ranks_wrong": wrong[:20], "ranks_wrong_total": len(wrong), "steps_table_bytes": sizes["steps"],
+            "ranks_wrong": wrong[:20], "ranks_wrong_total": len(wrong),
+            "steps_table_bytes": sizes["steps"] + sizes["step_columns"],
             "events_table_bytes": sizes["events"], "database_bytes": database_bytes - empty_bytes}
 
 
@@ -619,7 +622,8 @@ def _markdown(r: dict[str, Any]) -> str:
         ("database", f"{r['database_bytes']:,} bytes beyond the empty schema, {r['database_bytes_per_step']} per "
                      f"step row (steps + events tables: {r['steps_and_events_bytes_per_step']})"),
         ("live hang detection", hang_line),
-        ("exactly once", f"{r['steps_made']:,} steps made, {r['rows_stored']:,} rows in `steps`, ranks wrong: "
+        ("exactly once", f"{r['steps_made']:,} steps made, {r['rows_stored']:,} rows stored (`steps` and block "
+                         "rows), ranks wrong: "
                          f"{r['ranks_wrong_total']}; every run's ledger counts every step: "
                          f"{not r['ledger']['runs_wrong']} ({r['ledger']['runs']} runs, ledger p50 "
                          f"{r['ledger']['ledger_s_median']} s); unacknowledged at give-up: "

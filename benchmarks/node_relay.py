@@ -1,11 +1,13 @@
 """What `goodput launch`'s node relay costs and saves: one node's ranks sending straight to the collector
 (the baseline) against the same ranks sending through the relay, in one run.
 
-    python -m benchmarks.node_relay [--ranks 8] [--steps 300] [--period 0.02] [--rounds 2]
+    python -m benchmarks.node_relay [--ranks 8] [--steps 300] [--period 0.02] [--rounds 2] [--paces 0,3]
 
 Each rank is a real client process (tests/faults/worker.py: a step every PERIOD seconds, then a flush until
 everything is acknowledged); the relay is a real `NodeRelay` in a process of its own, as in `goodput launch`; the
-collector is the in-process fake of the client tests (it counts requests and records, and answers at once).
+collector is the in-process fake of the client tests (it counts requests and records, and answers at once,
+asking each sender for the pace given: 0 is a small fleet's, 3 s about what a collector process asks of 1,280
+senders at its default 400 requests/s).
 Every process reports its own CPU time (user + system, all threads) and how many fsync(2) calls it made; the
 variants alternate round by round so that a busy machine hits both alike. Printed per variant: collector
 requests per 100 rank-steps, node CPU per rank-step (ranks, relay and both together), fsyncs and bytes written to
@@ -30,7 +32,11 @@ from typing import TYPE_CHECKING
 from benchmarks._common import REPO, machine
 
 if TYPE_CHECKING:
+    from http.server import BaseHTTPRequestHandler
+
     from _typeshed import HasFileno
+
+    from tests.ingest_client.fake_collector import FakeCollector
 
 WORKER = REPO / "tests" / "faults" / "worker.py"
 
@@ -104,10 +110,21 @@ class Figures:
         return [a + b for a, b in zip(self.rank_cpu_us, self.relay_cpu_us, strict=True)]
 
 
-def one_round(relayed: bool, args: argparse.Namespace, root: Path, figures: Figures) -> None:
-    from tests.ingest_client.fake_collector import FakeCollector
+def paced_collector(pace_s: float) -> FakeCollector:
+    """The fake collector, whose acknowledgements ask for ``pace_s`` between two sends of a sender."""
+    from tests.ingest_client.fake_collector import FakeCollector, Reply
 
-    collector = FakeCollector()
+    class Paced(FakeCollector):
+        def _reply(self, h: BaseHTTPRequestHandler, reply: Reply) -> None:
+            if reply.status == 200 and pace_s:
+                reply = Reply(200, reply.body, {**reply.headers, "Goodput-Send-Interval": f"{pace_s:g}"})
+            super()._reply(h, reply)
+
+    return Paced()
+
+
+def one_round(relayed: bool, pace_s: float, args: argparse.Namespace, root: Path, figures: Figures) -> None:
+    collector = paced_collector(pace_s)
     run_id = f"bench-{'relay' if relayed else 'direct'}-{time.monotonic_ns()}"
     spool = root / run_id
     env = {**os.environ, "GOODPUT_URL": collector.url, "GOODPUT_SPOOL_DIR": str(spool), "GOODPUT_RUN_ID": run_id,
@@ -170,15 +187,24 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--period", type=float, default=0.02, help="seconds per step")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--paces", default="0,3",
+                        help="the collector's Goodput-Send-Interval (seconds), comma-separated")
     parser.add_argument("--spool-root", type=Path, default=None, help="where the spools go (default: a temp dir)")
     args = parser.parse_args()
-    direct, relayed = Figures(), Figures()
-    with tempfile.TemporaryDirectory(dir=args.spool_root) as tmp:
-        for i in range(args.rounds):
-            for is_relayed in ((False, True) if i % 2 == 0 else (True, False)):
-                one_round(is_relayed, args, Path(tmp), relayed if is_relayed else direct)
     print(f"# node relay: {args.ranks} ranks x {args.steps} steps of {args.period * 1000:.0f} ms, "
-          f"{args.rounds} rounds (medians); {machine()}\n")
+          f"{args.rounds} rounds (medians); {machine()}")
+    for pace_s in (float(p) for p in args.paces.split(",")):
+        direct, relayed = Figures(), Figures()
+        with tempfile.TemporaryDirectory(dir=args.spool_root) as tmp:
+            for i in range(args.rounds):
+                for is_relayed in ((False, True) if i % 2 == 0 else (True, False)):
+                    one_round(is_relayed, pace_s, args, Path(tmp), relayed if is_relayed else direct)
+        _table(pace_s, direct, relayed)
+    return 0
+
+
+def _table(pace_s: float, direct: Figures, relayed: Figures) -> None:
+    print(f"\n## the collector's pace: {pace_s:g} s\n")
     print("| per rank-step | direct (baseline) | through the relay | ratio | unit |")
     print("|---|---|---|---|---|")
     print(_row("collector requests", relayed.requests, direct.requests, "per 100 rank-steps"))
@@ -187,7 +213,6 @@ def main() -> int:
     print(_row("node CPU (ranks + relay)", relayed.node_cpu_us, direct.node_cpu_us, "µs"))
     print(_row("fsyncs on the node", relayed.fsyncs, direct.fsyncs, "per rank-step"))
     print(_row("bytes written to disk on the node", relayed.disk_bytes, direct.disk_bytes, "bytes"))
-    return 0
 
 
 if __name__ == "__main__":

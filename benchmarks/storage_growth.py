@@ -1,14 +1,16 @@
 """Bytes the database keeps per stored step, on PostgreSQL and SQLite, and the growth per GPU-day.
 
-A simulated run (8 ranks, one step a second per rank, no failures) is written through the collector's writer, as
-the client sends it: compact `steps` records with each step's collective seconds inline (`comm`), one step per
-record at `--steps-per-record 1` (the client posts every 0.2 s, so at one step a second each record holds one
-step) or more. Heartbeats (one per rank every 5 s) are not simulated; each is one `events` row, counted
-separately below from the measured size of an events row. What is measured is the growth of every table and
-index a step touches (`steps` partitions, `events`), from an empty migrated database:
-PostgreSQL `pg_total_relation_size` summed over the tables (partitions included) after VACUUM; SQLite the file
-size after a WAL checkpoint. A GPU-day is 86,400 steps (one rank per GPU, one step a second). PostgreSQL also: the
-bytes of the run's step blocks, which a pruned run keeps.
+A simulated run (8 ranks, one step a second per rank, no failures) is written through the collector's writer, as the
+client sends it: compact `steps` records with each step's collective seconds inline (`comm`), one step per record at
+`--steps-per-record 1` (the client posts every 0.2 s, so at one step a second each record holds one step) or more.
+Heartbeats (one per rank every 5 s) are not simulated; each is one `events` row, counted separately below from the
+measured size of an events row. What is measured is the growth of every table and index a step touches (`steps` and
+`step_columns` partitions, `events`), from an empty migrated database: PostgreSQL `pg_total_relation_size` summed
+over the tables (partitions included) after VACUUM FULL: the bytes the rows take, not the tables' high-water mark
+(`steps` keeps each rank's current block only; the space of the rows moved out into block rows is reused by later
+inserts once autovacuum has passed, which a short benchmark does not wait for). SQLite the file size after a WAL
+checkpoint (its free pages are reused by later inserts too). A GPU-day is 86,400 steps (one rank per GPU, one step a
+second). PostgreSQL also: the bytes of the run's step blocks, which a pruned run keeps.
 
     python -m benchmarks.storage_growth [--hours 1] [--steps-per-record 1]
 """
@@ -31,6 +33,7 @@ from services.simulate import SimConfig, simulate
 from services.storage.db import make_engine
 from services.storage.migrate import upgrade
 from services.storage.step_blocks import fold_step_blocks
+from services.storage.step_columns import stored_step_count
 from services.storage.writer import BatchWriter
 
 GPU_DAY_STEPS = 86_400
@@ -54,9 +57,9 @@ def _store(url: str, events: list[dict[str, Any]]) -> None:
 def _postgres_bytes(url: str) -> dict[str, int]:
     engine = make_engine(url)
     with engine.connect() as conn:
-        conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM ANALYZE")
+        conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM FULL ANALYZE")
         out = {}
-        for table in ("steps", "collectives", "events"):
+        for table in ("steps", "step_columns", "collectives", "events"):
             total = conn.execute(text(
                 "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c WHERE c.relname = :t "
                 "OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = CAST(:t AS regclass))"),
@@ -77,8 +80,8 @@ def _sqlite_bytes(path: Path) -> dict[str, int]:
 def _row_counts(url: str) -> dict[str, int]:
     engine = make_engine(url)
     with engine.connect() as conn:
-        out = {t: int(conn.execute(text(f"SELECT count(*) FROM {t}")).scalar() or 0)
-               for t in ("steps", "collectives", "events")}
+        out = {t: int(conn.execute(text(f"SELECT count(*) FROM {t}")).scalar() or 0) for t in ("collectives", "events")}
+        out["steps"] = stored_step_count(conn)  # in `steps` and in block rows
     engine.dispose()
     return out
 
@@ -131,7 +134,7 @@ def main() -> None:
         per_event = grown.get("events", 0) / max(rows["events"], 1) if "events" in grown else None
         heartbeat = (per_event or per_step) * HEARTBEATS_PER_STEP
         print(f"{name}: {steps:,} steps, {rows['events']:,} event rows; {total / 1e6:.1f} MB "
-              f"({', '.join(f'{k} {v / 1e6:.1f} MB' for k, v in grown.items())})")
+              f"({', '.join(f'{k} {v / 1e6:.1f} MB = {v / steps:.1f} B/step' for k, v in grown.items())})")
         print(f"  {per_step:.0f} bytes per stored step -> {per_step * GPU_DAY_STEPS / 1e6:.1f} MB per GPU-day; "
               f"with heartbeats (~{heartbeat:.0f} bytes per step) "
               f"{(per_step + heartbeat) * GPU_DAY_STEPS / 1e6:.1f} MB per GPU-day")

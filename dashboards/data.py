@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from services.api_client import AccessDenied, ApiClient, ApiError, bearer
-from services.presentation import CATEGORIES, CATEGORY_ORDER
+from services.presentation import CATEGORIES, CATEGORY_ORDER, last_range
 from services.presentation import duration as fmt_duration
 from services.schemas.categories import EVAL
 from services.schemas.fleet import FleetWindow
@@ -30,8 +30,7 @@ CONFIG_KEY = "goodput_dashboard_config"  # the Dash server's Flask config key
 _CLIENTS_KEY = "goodput_api_clients"
 _LOCK = threading.Lock()
 
-RANGES_S: dict[str, float | None] = {"1h": 3600.0, "24h": 86400.0, "7d": 7 * 86400.0, "30d": 30 * 86400.0,
-                                     "all": None}  # "custom": the page's own from / to
+PRESET_RANGES = ("1h", "24h", "7d", "30d")  # the last DURATION (services.presentation.last_range); also "all", "custom"
 
 
 _TIME_FORMATS = ("%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d")  # UTC
@@ -43,8 +42,9 @@ def time_range(range_key: str | None, start: str | None, end: str | None, now: f
     open); "all" is (None, None)."""
     if range_key == "custom":
         return _epoch(start), _epoch(end)
-    window = RANGES_S.get(range_key or "all")
-    return (now - window, None) if window else (None, None)
+    if range_key in PRESET_RANGES:
+        return last_range(range_key, now)  # the rule `goodput runs --last` follows
+    return None, None
 
 
 def _epoch(text: str | None) -> float | None:

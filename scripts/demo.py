@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--dir", type=Path, default=REPO / ".demo", help="demo folder (database, jobs, spool)")
     p.add_argument("--exit-after-seed", action="store_true", help="stop the collector once the runs are in")
+    p.add_argument("--fresh", action="store_true", help="delete the previous demo's database first (make demo FRESH=1)")
     args = p.parse_args(argv)
     url = f"http://127.0.0.1:{args.port}"
     if _port_in_use(args.port):
@@ -51,11 +52,7 @@ def main(argv: list[str] | None = None) -> int:
               f"(or scripts/demo.py --port 8001)", file=sys.stderr)
         return 1
 
-    demo_dir = args.dir.resolve()
-    if demo_dir.exists():
-        print(f"demo: clearing the previous demo in {demo_dir}")
-        shutil.rmtree(demo_dir)
-    demo_dir.mkdir(parents=True)
+    demo_dir = keep_or_clear(args.dir.resolve(), fresh=args.fresh)
     env = dict(os.environ, PYTHONPATH=str(REPO), GOODPUT_URL=url, GOODPUT_SPOOL_DIR=str(demo_dir / "spool"),
                OMP_NUM_THREADS="1")
     env.pop("GOODPUT_RUN_ID", None)
@@ -95,6 +92,23 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 server.kill()
         server_log.close()
+
+
+def keep_or_clear(demo_dir: Path, *, fresh: bool) -> Path:
+    """The demo folder, ready: the previous demo's database kept (its runs stay listed beside the new ones) unless
+    `fresh`, saying which; the previous jobs' folders and client spool always cleared (their logs and unsent
+    records belong to runs that are over)."""
+    database = demo_dir / "goodput.db"
+    if fresh and demo_dir.exists():
+        print(f"demo: --fresh: deleting the previous demo in {demo_dir}")
+        shutil.rmtree(demo_dir)
+    elif database.exists():
+        print(f"demo: keeping the previous demo's runs in {database}; this demo adds its own beside them "
+              "(`make demo FRESH=1` or scripts/demo.py --fresh starts from an empty database)")
+    for scratch in ("jobs", "spool"):
+        shutil.rmtree(demo_dir / scratch, ignore_errors=True)
+    demo_dir.mkdir(parents=True, exist_ok=True)
+    return demo_dir
 
 
 def seed(demo_dir: Path, env: dict[str, str], url: str, stamp: str) -> list[str]:

@@ -40,6 +40,7 @@ from services.schemas.resume import ResumeCheck
 from services.schemas.run_view import RunView
 from services.schemas.runs import RunList
 from services.schemas.status import WhoAmI
+from services.schemas.views import TrainingCurves
 
 __all__ = [
     "AccessDenied", "ApiClient", "ApiError", "ApiStatusError", "CollectorUnreachable", "NotFound", "UnexpectedAnswer",
@@ -152,6 +153,10 @@ class ApiClient:
         return _parse(self._get(_run_path(run_id, f"ranks/{int(rank)}"), {"project": project}),
                       RankDetail.model_validate_json)
 
+    def curves(self, run_id: str, *, project: str | None = None) -> TrainingCurves:
+        """Loss, learning rate and step time over time, per attempt, downsampled; restarts and checkpoints marked."""
+        return _parse(self._get(_run_path(run_id, "curves"), {"project": project}), TrainingCurves.model_validate_json)
+
     def live(self, run_id: str, *, project: str | None = None) -> LiveRun:
         return _parse(self._get(_run_path(run_id, "live"), {"project": project}), LiveRun.model_validate_json)
 
@@ -168,9 +173,10 @@ class ApiClient:
         return _parse(response, RunAdvice.model_validate_json)
 
     def report(self, run_id: str, *, format: Literal["json", "csv", "html"] = "html",
-               project: str | None = None) -> bytes:
-        """The run's waste report, as the file to write."""
-        params = {"format": format, "project": project}
+               project: str | None = None, self_contained: bool = False) -> bytes:
+        """The run's waste report, as the file to write (html: plotly.js inlined when `self_contained`, else
+        loaded from the collector)."""
+        params = {"format": format, "project": project, "self_contained": "true" if self_contained else None}
         return self._get(_run_path(run_id, "report"), params, timeout_s=REPORT_TIMEOUT_S).content
 
     def fleet_report(self, *, since: float | None = None, until: float | None = None, status: str | None = None,

@@ -8,7 +8,9 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from services.schemas.advice import MeasuredRun, Recommendation
 from services.schemas.categories import EVAL, PRODUCTIVE, WASTE_KEYS
+from services.schemas.views import FailureCause
 
 DASH = "—"
 
@@ -80,17 +82,6 @@ def share(part: float, whole: float) -> str:
     return percent(part / whole) if whole else DASH
 
 
-def gpu_hours(gpu_seconds: float | None, *, unit: bool = True) -> str:
-    """GPU-seconds as GPU-hours with two decimals: `1,234.56 GPU-h`, `<0.01 GPU-h` for a sliver, `0.00 GPU-h`;
-    without the unit (`unit=False`) where a column header carries it."""
-    if gpu_seconds is None or not math.isfinite(gpu_seconds):
-        return DASH
-    hours = gpu_seconds / 3600.0
-    text = "<0.01" if 0 < abs(hours) < 0.005 else f"{hours:,.2f}"
-    return f"{text} GPU-h" if unit else text
-
-
-
 @dataclass(frozen=True, slots=True)
 class GpuTimeUnit:
     """A unit of GPU time: its symbol (`GPU-min`), axis title (`GPU-minutes`), size in GPU-seconds and decimals."""
@@ -129,35 +120,40 @@ def gpu_time_unit(*gpu_seconds: float | None) -> GpuTimeUnit:
 
 def gpu_time(gpu_seconds: float | None, unit: GpuTimeUnit | None = None, *, with_unit: bool = True) -> str:
     """GPU time in `unit` (by default the unit its own size calls for, `gpu_time_unit`): `1,234.56 GPU-h`,
-    `12.5 GPU-min`, `40.0 GPU-s`; a sliver that rounds to zero reads `<0.01 GPU-h`; `—` when unknown. Without the
-    unit (`with_unit=False`) where a column header carries it (`unit.symbol`)."""
+    `12.5 GPU-min`, `40.0 GPU-s`; `—` when unknown. Without the unit (`with_unit=False`) where a column header
+    carries it (`unit.symbol`).
+
+    Units by size: a figure too small to show two significant digits in the shared unit (under 0.1 GPU-h, under
+    1 GPU-min) is written in its own unit, with its symbol (`1.7 GPU-min` in a table of GPU-hours): never `0.01
+    GPU-h` nor `<0.01`."""
     if gpu_seconds is None or not math.isfinite(gpu_seconds):
         return DASH
-    unit = unit or gpu_time_unit(gpu_seconds)
-    value = unit.value(gpu_seconds)
-    smallest = 10.0 ** -unit.decimals
-    text = f"<{smallest:.{unit.decimals}f}" if 0 < abs(value) < smallest / 2 else f"{value:,.{unit.decimals}f}"
+    own = gpu_time_unit(gpu_seconds)
+    unit = unit or own
+    if gpu_seconds != 0 and own.seconds < unit.seconds and abs(unit.value(gpu_seconds)) < 10.0 ** (1 - unit.decimals):
+        unit, with_unit = own, True
+    text = f"{unit.value(gpu_seconds):,.{unit.decimals}f}"
     return f"{text} {unit.symbol}" if with_unit else text
+
 
 def gpu_seconds(value: float | None) -> str:
     """GPU-seconds, whole: `12,345`."""
     return DASH if value is None or not math.isfinite(value) else f"{value:,.0f}"
 
 
-def seconds(value: float | None) -> str:
-    """A short duration: `1.5 s`, `250 ms`."""
-    if value is None or not math.isfinite(value):
-        return DASH
-    return f"{value:,.1f} s" if value >= 1 else f"{value * 1000:,.0f} ms"
-
-
 def duration(value: float | None) -> str:
-    """Human wall time: `45 s`, `12 min 05 s`, `3 h 20 min`, `2 d 4 h`."""
+    """Wall time, the one format of every duration on every surface: `73 ms`, `4.5 ms`, `1.5 s`, `45 s`,
+    `12 min 05 s`, `3 h 20 min`, `2 d 4 h`."""
     if value is None or not math.isfinite(value):
         return DASH
     s = max(value, 0.0)
+    if s == 0:
+        return "0 s"
+    if s < 1:
+        ms = s * 1000.0
+        return f"{ms:.0f} ms" if round(ms, 1) >= 10 else f"{ms:.1f} ms"
     if s < 60:
-        return f"{s:.0f} s" if s >= 10 else f"{s:.1f} s"
+        return f"{s:.0f} s" if round(s, 1) >= 10 else f"{s:.1f} s"
     if s < 3600:
         return f"{int(s // 60)} min {int(s % 60):02d} s"
     if s < 86400:
@@ -195,6 +191,48 @@ def iso(epoch_s: float | None) -> str:
     return "" if epoch_s is None else datetime.fromtimestamp(epoch_s, UTC).isoformat()
 
 
+# -- ranges: one rule for every surface ---------------------------------------------------------------------------
+# "The last DURATION" is [now - DURATION, now) on the collector's clock, and a run's figures in a range are those of
+# its GPU time inside it (GET /v1/fleet/window). The dashboard's presets (1h, 24h, 7d, 30d) and `goodput runs --last
+# 90m` both go through `last_range`, with the collector's `server_time`.
+
+RANGE_UNITS_S: dict[str, float] = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+
+
+def duration_seconds(text: str) -> float:
+    """`90m`, `24h`, `7d` -> seconds; a ValueError naming what is accepted otherwise."""
+    number, unit = text.strip()[:-1], text.strip()[-1:].lower()
+    try:
+        amount = float(number)
+    except ValueError:
+        amount = -1.0
+    if unit not in RANGE_UNITS_S or not 0 < amount < float("inf"):
+        raise ValueError(f"a duration is a positive number and a unit (s, m, h, d, w), such as 24h or 7d, got {text!r}")
+    return amount * RANGE_UNITS_S[unit]
+
+
+def last_range(text: str, now: float) -> tuple[float, None]:
+    """(since, until) of "the last `text`" at `now`: it ends now (None: the collector's now)."""
+    return now - duration_seconds(text), None
+
+
+# -- advice ------------------------------------------------------------------------------------------------------
+
+
+def advice_stake(rec: Recommendation) -> str:
+    """What a recommendation acts on, as every surface prints it under its title: `at stake 6.84 GPU-h (startup)`,
+    then the engine's sentence when the saving is small."""
+    return f"at stake {rec.at_stake_text} ({rec.category})" + (f". {rec.small}" if rec.small else "")
+
+
+def no_advice(measured: MeasuredRun) -> str:
+    """What every surface says of a run with no recommendation (the engine lists the largest actions of any run
+    that wasted GPU time, so this is a run that wasted none, or whose waste no rule acts on: the notes say)."""
+    if measured.waste_gpu_seconds <= 0:
+        return "Nothing to act on: the run wasted no GPU time."
+    return "No action to advise on this run's waste; the notes below say what was weighed."
+
+
 def pruned_note(detail_pruned_at: float, *, unanalysed_events: bool = False) -> str:
     """What the run page and the report say about a run whose raw rows retention deleted."""
     when = timestamp(detail_pruned_at)
@@ -205,3 +243,24 @@ def pruned_note(detail_pruned_at: float, *, unanalysed_events: bool = False) -> 
     return (f"Raw detail pruned {when} (steps and collectives are kept GOODPUT_RAW_RETENTION_DAYS after a run's last "
             "event): the ledger and these figures are built from the run's stored step summaries, events received "
             f"since included; its straggler report, resume check and per-rank step detail are those of {when}.")
+
+
+def failure_cause(cause: FailureCause | None) -> str:
+    """Why an attempt failed in one line, the same on the run page, in the report and the CLI: `rank 3 on node1
+    killed by SIGKILL (exit code -9); error (rank 0): RuntimeError: ...; hung: rank 5`."""
+    if cause is None:
+        return DASH
+    parts = []
+    who = f"rank {cause.rank}" + (f" on {cause.host}" if cause.host else "") if cause.rank is not None else None
+    if who is not None and cause.exit_code is not None:
+        how = f"killed by {cause.signal}" if cause.signal else "exited"
+        parts.append(f"{who} {how} (exit code {cause.exit_code})")
+    elif who is not None:
+        parts.append(f"{who} {'went silent' if cause.basis == 'silent' else 'failed'} first")
+    if cause.error:
+        by = f" (rank {cause.error_rank})" if cause.error_rank is not None and cause.error_rank != cause.rank else ""
+        parts.append(f"error{by}: {cause.error}")
+    if cause.hung_ranks:
+        listed = ", ".join(str(r) for r in cause.hung_ranks[:8]) + (", ..." if len(cause.hung_ranks) > 8 else "")
+        parts.append(f"hung: rank{'s' if len(cause.hung_ranks) > 1 else ''} {listed}")
+    return "; ".join(parts) if parts else "not in the events"

@@ -27,10 +27,23 @@ def test_the_ledger_table_writes_gpu_hours_and_shares_as_the_dashboard_does(caps
     assert lines[0] == "run r  status finished  restarts 1  queue 2 min 05 s"
     assert lines[1].split() == ["GPU-seconds", "GPU-hours", "share"]
     rows = {line.split()[0]: line for line in lines[2:-1]}
-    assert rows["startup"].split() == ["startup", fmt.gpu_seconds(12.0), "<0.01", fmt.share(12.0, 7_212_012.0)]
+    # a sliver is written in its own unit, never "<0.01"
+    assert rows["startup"].split() == ["startup", fmt.gpu_seconds(12.0), "12.0", "GPU-s", fmt.share(12.0, 7_212_012.0)]
     assert rows["rework"].split() == ["rework", "7,200,000", "2,000.00", "99.8%"]
     assert len(rows["rework"]) == len(lines[1])  # the columns line up under their headers
     assert lines[-1] == f"goodput {fmt.percent(served.goodput)}"
+
+
+def test_a_small_runs_ledger_table_has_one_gpu_seconds_column(capsys: pytest.CaptureFixture[str]) -> None:
+    waste = dict.fromkeys(CATEGORIES, 0.0) | {"startup": 4.0}
+    served = ledger(run_id="r", status="finished", allocated_gpu_seconds=34.0, productive_gpu_seconds=30.0,
+                    waste_gpu_seconds=waste, goodput=30.0 / 34.0, restarts=0, queue_seconds=0.0)
+    api = ApiClient("http://c", http=httpx.Client(transport=httpx.MockTransport(
+        lambda request: httpx.Response(200, json=served.model_dump(mode="json")))))
+    assert print_ledger(api, "r") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["GPU-seconds", "share"]  # not "GPU-seconds GPU-seconds share"
+    assert {line.split()[0]: line.split()[1:] for line in lines[2:-1]}["startup"] == ["4", "11.8%"]
 
 
 def test_a_command_the_collector_cannot_answer_says_why_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -76,3 +89,13 @@ def test_a_small_runs_ledger_is_in_gpu_minutes_like_its_page(capsys: pytest.Capt
     rows = {line.split()[0]: line.split() for line in lines[2:-1]}
     assert rows["allocated"] == ["allocated", "600", "10.0", "100.0%"]
     assert rows["startup"] == ["startup", "60", "1.0", "10.0%"]  # not "<0.01" GPU-hours
+
+
+@pytest.mark.parametrize("typo", [["advice", "r"], ["advice"], ["ledgr", "r"]])
+def test_a_mistyped_command_exits_non_zero_naming_the_commands(typo: list[str],
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(typo)
+    assert exited.value.code == 2  # a script that runs `goodput advice` sees it fail
+    err = capsys.readouterr().err
+    assert f"invalid choice: '{typo[0]}'" in err and "'advise'" in err

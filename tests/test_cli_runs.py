@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import httpx
@@ -13,8 +12,11 @@ from services import presentation as fmt
 from services.api_client import ApiClient
 from services.cli import main
 from services.presentation import CATEGORIES
+from services.schemas.fleet import FleetWindow, RunInWindow, WindowFigures
+from services.schemas.ledger import WasteBreakdown
+from services.schemas.live import LiveRuns
 from services.schemas.runs import RunList
-from tests.dashboards.answers import run_item
+from tests.dashboards.answers import live_run, run_item
 
 WASTE = dict.fromkeys(CATEGORIES, 0.0)
 RUNS = [  # (run, allocated, waste by category): listed by the API most recent first
@@ -26,6 +28,20 @@ RUNS = [  # (run, allocated, waste by category): listed by the API most recent f
     run_item(run_id="idle-32", allocated_gpu_seconds=115_200.0, productive_gpu_seconds=86_400.0,
              goodput=0.75, waste_gpu_seconds=WASTE | {"idle": 28_800.0}, last_time=100.0),
 ]
+SERVER_TIME = 1_000.0
+# recent-healthy is running and hung: 400 s without progress
+LIVE = LiveRuns(server_time=SERVER_TIME, hung=1, runs=[live_run(run_id="recent-healthy", hung=True, possibly_hung=True,
+                                                               seconds_since_progress=400.0)])
+
+
+def window_of(runs: list[Any]) -> FleetWindow:
+    """/v1/fleet/window's answer: each run with a quarter of its figures inside the range."""
+    cut = [RunInWindow(run=r, laid_out=True, buckets={}, window=WindowFigures(
+        allocated_gpu_seconds=r.allocated_gpu_seconds / 4, productive_gpu_seconds=r.productive_gpu_seconds / 4,
+        waste_gpu_seconds=WasteBreakdown(**{k: v / 4 for k, v in r.waste_gpu_seconds.items()}),
+        goodput=r.goodput)) for r in runs]
+    return FleetWindow(since=None, until=SERVER_TIME, bucket_start=0.0, bucket_s=1.0, bucket_count=1,
+                       server_time=SERVER_TIME, runs=cut)
 
 
 @pytest.fixture
@@ -35,7 +51,9 @@ def asked(monkeypatch: pytest.MonkeyPatch) -> list[httpx.Request]:
 
     def answer(request: httpx.Request) -> httpx.Response:
         requests.append(request)
-        return httpx.Response(200, json=RunList(runs=RUNS, count=len(RUNS)).model_dump(mode="json"))
+        document = {"/v1/live": LIVE, "/v1/fleet/window": window_of(RUNS)}.get(
+            request.url.path, RunList(runs=RUNS, count=len(RUNS)))
+        return httpx.Response(200, json=document.model_dump(mode="json"))
 
     real = ApiClient.__init__
 
@@ -50,26 +68,32 @@ def test_runs_are_listed_worst_first_with_their_waste(asked: list[httpx.Request]
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["runs", "--url", "http://c"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["run", "project", "status", "GPU-h", "wasted", "goodput", "biggest", "waste"]
+    assert lines[0].split() == ["run", "project", "status", "GPU-h", "wasted", "goodput", "biggest", "waste", "last",
+                                "progress"]
     assert [line.split()[0] for line in lines[1:]] == ["idle-32", "bert-16gpu-hang", "recent-healthy"]
     worst = lines[1].split()
-    assert worst[3:] == [fmt.gpu_hours(115_200.0, unit=False), fmt.gpu_hours(28_800.0, unit=False), "75.0%",
-                         "idle", "25.0%"]
-    assert lines[2].split()[3:] == ["20.00", "5.78", "71.1%", "hang", "25.0%"]  # 20,808 GPU-s wasted
-    assert max(map(len, lines)) <= 100  # fits a terminal
+    in_hours = fmt.GPU_HOURS
+    assert worst[3:] == [fmt.gpu_time(115_200.0, in_hours, with_unit=False),
+                         fmt.gpu_time(28_800.0, in_hours, with_unit=False), "75.0%",
+                         "idle", "25.0%", "15", "min", "00", "s", "ago"]  # its last event: 900 s before now
+    assert lines[2].split()[3:8] == ["20.00", "5.78", "71.1%", "hang", "25.0%"]  # 20,808 GPU-s wasted
+    assert lines[3].endswith("6 min 40 s ago, hung")  # the live status: 400 s without progress, hung
+    assert max(map(len, lines)) <= 120
 
 
 def test_runs_filters_go_to_the_api(asked: list[httpx.Request], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["runs", "--url", "http://c", "--project", "nlp", "--status", "failed", "--since", "2026-01-31",
                  "--until", "1800000000", "--run-id", "bert"]) == 0
+    assert asked[-1].url.path == "/v1/fleet/window"  # a range: the dashboard's endpoint, figures cut to it
     params = dict(asked[-1].url.params)
     assert params == {"project": "nlp", "status": "failed", "since": "1769817600.0", "until": "1800000000.0",
-                      "run_id": "bert"}
-    before = time.time()
+                      "run_id": "bert", "buckets": "1"}
     assert main(["runs", "--url", "http://c", "--last", "24h", "--limit", "1"]) == 0
-    assert float(asked[-1].url.params["since"]) == pytest.approx(before - 86_400, abs=5)
-    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()[-1:]] == ["idle-32"]
-    with pytest.raises(SystemExit, match="--last must be a positive number and a unit"):
+    assert float(asked[-1].url.params["since"]) == SERVER_TIME - 86_400  # on the collector's clock
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in out[-1:]] == ["idle-32"]
+    assert out[-1].split()[3:5] == ["8.00", "2.00"]  # a quarter of 32.00 and 8.00 GPU-h: inside the range only
+    with pytest.raises(SystemExit, match="--last: a duration is a positive number and a unit"):
         main(["runs", "--url", "http://c", "--last", "yesterday"])
 
 

@@ -18,6 +18,7 @@ from sqlalchemy import Engine, text
 
 from services.collector.app import create_app
 from services.settings import MetricsSettings, ServiceSettings
+from services.storage.step_columns import stored_step_keys
 from tests.analysis.scenarios import T0, ev, reference_s1
 from tests.ledger_checks import assert_partition
 from tests.test_cli import GOODPUT, env_with, free_port
@@ -85,10 +86,10 @@ def post(client: TestClient, events: list[dict[str, Any]]) -> dict[str, Any]:
 def run_rows(engine: Engine, run_id: str) -> dict[str, Any]:
     with engine.connect() as conn:
         pk = conn.execute(text("SELECT id FROM runs WHERE run_id = :r"), {"r": run_id}).scalar_one()
-        out: dict[str, Any] = {t: conn.execute(text(f"SELECT count(*) FROM {t} WHERE run_pk = :pk"), {"pk": pk})
-                               .scalar_one() for t in ("steps", "collectives")}
-        out["attempts"] = sorted(conn.execute(text("SELECT DISTINCT attempt FROM steps WHERE run_pk = :pk"),
-                                              {"pk": pk}).scalars())
+        keys = stored_step_keys(conn, run_id)
+        out: dict[str, Any] = {"steps": len(keys), "collectives": conn.execute(
+            text("SELECT count(*) FROM collectives WHERE run_pk = :pk"), {"pk": pk}).scalar_one()}
+        out["attempts"] = sorted(set(keys["attempt"].tolist()))
         out["pruned_at"] = conn.execute(text("SELECT detail_pruned_at FROM runs WHERE id = :pk"),
                                         {"pk": pk}).scalar_one()
     return out

@@ -13,10 +13,9 @@ from typing import Any
 
 from dash import html
 
-from services.presentation import COLORS
+from services.presentation import COLORS, advice_stake, no_advice
 from services.schemas.advice import Recommendation, RunAdvice
 
-NO_RECOMMENDATION = "No recommendation: no waste category is above the thresholds the advice rests on."
 _OTHER_COLOR = "#6B7280"  # queue / correctness: not a waste category's colour
 
 
@@ -29,7 +28,7 @@ def advice_panel(advice: RunAdvice | None, *, error: str | None = None) -> list[
         html.H3("What to do"),
         html.P(advice.measured.text, className="advice-measured", id="run-advice-measured"),
         html.Ol(items, className="advice-list", id="run-advice-list") if items
-        else html.P(NO_RECOMMENDATION, className="advice-none", id="run-advice-none"),
+        else html.P(no_advice(advice.measured), className="advice-none", id="run-advice-none"),
     ]
     if advice.notes:
         body.append(html.Div(className="advice-notes", id="run-advice-notes", children=[
@@ -43,7 +42,7 @@ def _recommendation(n: int, rec: Recommendation) -> html.Li:
     return html.Li(id=f"run-advice-{rec.code}", className="advice", style={"borderLeftColor": color}, children=[
         html.Div(className="advice-head", children=[
             html.Span(rec.title, className="advice-title"),
-            html.Span(f"at stake {rec.at_stake_text} ({rec.category})", className="advice-stake")]),
+            html.Span(advice_stake(rec), className="advice-stake")]),
         html.P(rec.wording, className="advice-wording"),
         html.P(rec.prediction, className="advice-prediction"),
         html.Details(className="advice-why", open=n == 1, children=[

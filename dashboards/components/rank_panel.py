@@ -45,8 +45,8 @@ def _cards(detail: RankDetail) -> list[html.Div]:
     return [
         kpi_card("Host", detail.host or fmt.DASH, value_id="run-rank-host",
                  note=f"{len(detail.host_ranks):,} rank{'s' if len(detail.host_ranks) != 1 else ''} seen on it"),
-        kpi_card("Median compute", fmt.seconds(row.median_compute_s if row else None), value_id="run-rank-median",
-                 note=(f"{excess:+.0%} vs the median of all ranks ({fmt.seconds(overall)})" if excess is not None
+        kpi_card("Median compute", fmt.duration(row.median_compute_s if row else None), value_id="run-rank-median",
+                 note=(f"{excess:+.0%} vs the median of all ranks ({fmt.duration(overall)})" if excess is not None
                        else "per step")),
         kpi_card("Straggler cost", fmt.gpu_time(row.straggler_gpu_seconds if row else None),
                  value_id="run-rank-straggler", color=COLORS["straggler"],

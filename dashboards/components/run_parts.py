@@ -134,7 +134,9 @@ _TABLE_STYLE: dict[str, Any] = {
     "style_cell": {"fontFamily": FONT, "fontSize": "13px", "padding": "6px 10px", "color": INK,
                    "border": "none", "borderBottom": f"1px solid {GRID}", "textAlign": "right"},
     "style_cell_conditional": [{"if": {"column_id": "when"}, "textAlign": "left"},
-                               {"if": {"column_id": "outcome"}, "textAlign": "left"}],
+                               {"if": {"column_id": "outcome"}, "textAlign": "left"},
+                               {"if": {"column_id": "cause"}, "textAlign": "left", "whiteSpace": "normal",
+                                "minWidth": "240px", "maxWidth": "520px"}],
     "style_table": {"overflowX": "auto"},
     "page_size": 10,
     "sort_action": "native",
@@ -149,15 +151,17 @@ def restart_table(restarts: Sequence[RestartRow]) -> Any:
     rows: list[TableRow] = [{
         "attempt": r.attempt, "when": fmt.timestamp(r.time),
         "outcome": _previous_attempt(r),
-        "resume": "" if r.resume_step is None else r.resume_step, "reworked": r.steps_reworked,
+        "resume": "" if r.resume_step is None else fmt.integer(r.resume_step),  # 3,000 beside "step 3,023"
+        "reworked": fmt.integer(r.steps_reworked),
         "rework": fmt.gpu_time(r.rework_gpu_seconds, unit), "hang": fmt.gpu_time(r.hang_gpu_seconds, unit),
         "startup": fmt.gpu_time(r.startup_gpu_seconds, unit),
+        "cause": fmt.failure_cause(r.cause) if r.cause is not None else "",
     } for r in restarts]
     columns: list[DataTable.Columns] = [
         {"id": k, "name": v} for k, v in (("attempt", "Attempt"), ("when", "Restarted (UTC)"),
                                           ("outcome", "Previous attempt"), ("resume", "Resume step"),
                                           ("reworked", "Steps redone"), ("rework", "Rework"), ("hang", "Hang"),
-                                          ("startup", "Startup"))]
+                                          ("startup", "Startup"), ("cause", "Why it failed"))]
     return DataTable(id=ids.RUN_RESTART_TABLE + "-data", data=rows, columns=columns, **_TABLE_STYLE)
 
 
@@ -203,7 +207,7 @@ def straggler_table(ranks: RankCompute | NoRankCompute, run_id: str, project: st
         body.append(html.Tr(className="straggler-row" if r.is_straggler else "", children=[
             html.Td(dcc.Link(str(r.rank), href=run_href(run_id, project, r.rank))), html.Td(r.host or fmt.DASH),
             html.Td(fmt.clock_offset(r.clock_offset_seconds)),
-            html.Td(fmt.seconds(r.median_compute_s)), html.Td(fmt.seconds(r.p90_compute_s)), html.Td(excess),
+            html.Td(fmt.duration(r.median_compute_s)), html.Td(fmt.duration(r.p90_compute_s)), html.Td(excess),
             html.Td(fmt.gpu_time(r.straggler_gpu_seconds, unit, with_unit=False)), html.Td(fmt.integer(r.steps)),
             html.Td("flagged straggler" if r.is_straggler else "", className="straggler-flag")]))
     more = len(ranks.rows) - len(rows)
@@ -234,8 +238,9 @@ def checkpoint_table(checkpoints: Sequence[CheckpointRow], total: int, ledger: L
         {"id": "blocking", "name": "Blocking (s)", "type": "numeric", "format": {"specifier": ",.2f"}},
         {"id": "ok", "name": "Result"}]
     note = (f"{summary.count:,} checkpoints: {summary.ok:,} ok, {summary.failed:,} failed, "
-            f"{summary.torn:,} torn; median blocking {fmt.seconds(summary.median_blocking_seconds)}, "
-            f"every {fmt.duration(summary.median_interval_seconds)}. Newest first.")
+            f"{summary.torn:,} torn; median blocking {fmt.duration(summary.median_blocking_seconds)}"
+            + (f", every {fmt.duration(summary.median_interval_seconds)}"
+               if summary.median_interval_seconds is not None else "") + ". Newest first.")
     if total > len(checkpoints):
         note += f" Showing the last {len(checkpoints):,} of {total:,}."
     style = dict(_TABLE_STYLE)
@@ -272,5 +277,5 @@ def freshness_note(view: RunView) -> html.Div | None:
     return html.Div(className="freshness", id="run-freshness-note", children=[
         html.B("Updating. "),
         f"The figures below are as of {fmt.timestamp(view.analysed_at)}: the run has received events "
-        f"since, and analysing all of it takes about {fmt.seconds(took) if took else 'a while'} here. They are "
+        f"since, and analysing all of it takes about {fmt.duration(took) if took else 'a while'} here. They are "
         "redrawn when the new analysis is ready; the status line above is current."])

@@ -7,7 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboards.figures.common import base_figure, empty_figure, to_datetimes
+from dashboards.figures.common import base_figure, broken_at_changes, empty_figure, to_datetimes
 from dashboards.figures.run import LABELLED_ATTEMPTS
 from dashboards.theme import INK, MUTED, RANK_BAR, template
 from services import presentation as fmt
@@ -44,10 +44,11 @@ def rank_timeline_figure(detail: RankDetail) -> go.Figure:
             hovertemplate="%{hovertext}<extra></extra>", name="Attempts"), row=1, col=1)
     fig.update_layout(uniformtext={"minsize": 9, "mode": "hide"})
     s = detail.steps
-    if s.step:
+    if s.step:  # one line per attempt: a restart's steps start again from its resume step
+        ends, steps, attempts = broken_at_changes(s.attempt, list(to_datetimes(s.end)), s.step, s.attempt)
         fig.add_trace(go.Scatter(
-            x=to_datetimes(s.end), y=s.step, mode="lines", line={"color": INK, "width": 2}, name="Step reached",
-            customdata=s.attempt, hovertemplate="attempt %{customdata}<br>step %{y:,}<br>%{x|%H:%M:%S} UTC"
+            x=ends, y=steps, mode="lines", line={"color": INK, "width": 2}, name="Step reached", connectgaps=False,
+            customdata=attempts, hovertemplate="attempt %{customdata}<br>step %{y:,}<br>%{x|%H:%M:%S} UTC"
                                                 "<extra></extra>"), row=2, col=1)
     marked = [f for f in detail.failures if f.step is not None]
     if marked:
@@ -86,7 +87,7 @@ def rank_steps_figure(detail: RankDetail) -> go.Figure:
             hovertemplate="collectives %{y:.3f} s<extra></extra>"))
     if detail.run_median_compute_s:
         fig.add_hline(y=detail.run_median_compute_s, line={"color": MUTED, "dash": "dash", "width": 1},
-                      annotation_text=f"median of all ranks' compute {fmt.seconds(detail.run_median_compute_s)}",
+                      annotation_text=f"median of all ranks' compute {fmt.duration(detail.run_median_compute_s)}",
                       annotation_position="top left")
     ticks = np.unique(np.linspace(0, len(x) - 1, num=min(len(x), 8)).round().astype(int))
     fig.update_xaxes(title_text="step", tickvals=ticks.tolist(), ticktext=[f"{s.step[i]:,}" for i in ticks])

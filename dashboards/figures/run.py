@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboards.figures.common import base_figure, empty_figure, to_datetimes
+from dashboards.figures.common import base_figure, empty_figure, label_rows, to_datetimes
 from dashboards.theme import GRID, INK, MUTED, RANK_BAR, template
 from services import presentation as fmt
 from services.presentation import (
@@ -74,7 +74,8 @@ def timeline_figure(view: RunViews, live: LiveRun | None = None) -> go.Figure:
     _segment_bars(fig, tl.segments)
     _progress_lines(fig, tl.progress)
     _checkpoint_marks(fig, view.checkpoints)
-    _failure_marks(fig, tl.failures, tl.hangs, tl.restarts)
+    _failure_marks(fig, tl.failures, tl.hangs)
+    _restart_marks(fig, tl.restarts, _span_s(view))
     fig.update_yaxes(row=1, col=1, categoryorder="array", categoryarray=[_ROW_BAND, _ROW_ATTEMPTS, _ROW_ALLOC],
                      showgrid=False, fixedrange=True)
     fig.update_yaxes(row=2, col=1, title_text="step", rangemode="tozero", tickformat=",d")
@@ -203,34 +204,55 @@ def _checkpoint_marks(fig: go.Figure, checkpoints: Sequence[CheckpointRow]) -> N
             x=to_datetimes([c.end for c in mine]), y=[c.step for c in mine], mode="markers", name=name,
             legendgroup=group, showlegend=not ok,
             marker={"symbol": symbol, "size": 7, "color": color, "line": {"width": 2, "color": color}},
-            customdata=[[fmt.seconds(c.blocking_seconds), "torn" if c.torn else ("ok" if c.ok else "failed")]
+            customdata=[[fmt.duration(c.blocking_seconds), "torn" if c.torn else ("ok" if c.ok else "failed")]
                         for c in mine],
             hovertemplate="checkpoint at step %{y:,} (%{customdata[1]})<br>blocked %{customdata[0]}<extra></extra>",
         ), row=2, col=1)
 
 
-def _failure_marks(fig: go.Figure, failures: Sequence[Failure], hangs: Sequence[HangSpan],
-                   restarts: Sequence[Restart]) -> None:
+def _span_s(view: RunViews) -> float:
+    """The seconds the timeline's axis spans (its allocations and attempts)."""
+    tl = view.timeline
+    times = [t for a in tl.allocations for t in (a.start, a.end)] + [t for a in tl.attempts for t in (a.start, a.end)]
+    return max(times) - min(times) if times else 0.0
+
+
+def _failure_marks(fig: go.Figure, failures: Sequence[Failure], hangs: Sequence[HangSpan]) -> None:
     marked = [f for f in failures if f.step is not None]
     if marked:
         fig.add_trace(go.Scatter(
             x=to_datetimes([f.time for f in marked]), y=[f.step for f in marked], mode="markers",
             name="Failure", marker={"symbol": "x", "size": 12, "color": MARKER_COLORS["failure"],
                                     "line": {"width": 1, "color": "white"}},
-            customdata=[[f.attempt, f.reason] for f in marked],
+            customdata=[[f.attempt, f.reason, fmt.failure_cause(f.cause) if f.cause is not None else ""]
+                        for f in marked],
             hovertemplate="attempt %{customdata[0]} %{customdata[1]} at step %{y:,}<br>%{x|%H:%M:%S} UTC"
-                          "<extra></extra>",
+                          "<br>%{customdata[2]}<extra></extra>",
         ), row=2, col=1)
     for h in hangs[:_MAX_MARKED]:
         fig.add_vrect(x0=to_datetimes([h.start])[0], x1=to_datetimes([h.end])[0], row=2, col=1,
                       fillcolor=COLORS["hang"], opacity=0.12, line_width=0, layer="below")
+
+
+def _restart_marks(fig: go.Figure, restarts: Sequence[Restart], span_s: float) -> None:
+    """A dotted line per restart (the first `_MAX_MARKED`), a hover mark for each at its resume step, and a label
+    where one fits: labels are staggered in rows so that none overlaps another; a restart with no room for its
+    label keeps its line and hover."""
+    if not restarts:
+        return
+    fig.add_trace(go.Scatter(
+        x=to_datetimes([r.time for r in restarts]), y=[r.resume_step or 0 for r in restarts], mode="markers",
+        name="Restart", marker={"symbol": "triangle-right", "size": 9, "color": MARKER_COLORS["restart"]},
+        customdata=[[r.attempt, fmt.integer(r.resume_step)] for r in restarts],
+        hovertemplate="restart: attempt %{customdata[0]} resumes from step %{customdata[1]}<br>%{x|%H:%M:%S} UTC"
+                      "<extra></extra>"), row=2, col=1)
     for r in restarts[:_MAX_MARKED]:
         fig.add_vline(x=to_datetimes([r.time])[0], line={"color": MARKER_COLORS["restart"], "width": 1, "dash": "dot"})
-    if len(restarts) <= LABELLED_ATTEMPTS:  # more would overlap: the dotted lines and the table say them
-        for r in restarts:
-            fig.add_annotation(x=to_datetimes([r.time])[0], y=1, yref="y2 domain", xanchor="left",
+    for r, row in zip(restarts, label_rows([r.time for r in restarts], span_s), strict=True):
+        if row is not None:
+            fig.add_annotation(x=to_datetimes([r.time])[0], y=1 - 0.09 * row, yref="y2 domain", xanchor="left",
                                yanchor="top", showarrow=False, text=f" restart → step {fmt.integer(r.resume_step)}",
-                               font={"size": 10, "color": MUTED})
+                               font={"size": 10, "color": MUTED}, name="restart-label")
 
 
 def ledger_figure(ledger: Ledger) -> go.Figure:
@@ -252,7 +274,8 @@ def ledger_figure(ledger: Ledger) -> go.Figure:
     fig = base_figure(height=340, showlegend=False, bargap=0.3, uirevision="ledger")
     fig.add_trace(go.Bar(
         x=names, y=[unit.value(v) for v in values], base=[unit.value(b) for b in bases], marker={"color": colors},
-        text=[f"{fmt.gpu_time(v, unit)}<br>{fmt.share(v, allocated)}" if v > 0 else "0" for v in values],
+        text=[f"{fmt.gpu_time(v, unit)}<br>{fmt.share(v, allocated)}" if v > 0 else "" for v in values],  # none: no
+        # bar and no label (the hover says 0)
         textposition="outside",
         textfont={"size": 11},
         cliponaxis=False, customdata=[fmt.gpu_time(v, unit) for v in values],
@@ -275,8 +298,8 @@ def rank_compute_figure(ranks: RankCompute | NoRankCompute) -> go.Figure:
     colors = [COLORS["straggler"] if s else RANK_BAR for s in slow]
     fig = base_figure(height=340, showlegend=False, uirevision="ranks", bargap=0.15)
     hover = [f"rank {r.rank}" + (f" on {r.host}" if r.host else "") +
-             f"<br>median {fmt.seconds(r.median_compute_s)}, p90 {fmt.seconds(r.p90_compute_s)}, "
-             f"mean {fmt.seconds(r.mean_compute_s)}<br>{r.steps:,} steps; straggler cost "
+             f"<br>median {fmt.duration(r.median_compute_s)}, p90 {fmt.duration(r.p90_compute_s)}, "
+             f"mean {fmt.duration(r.mean_compute_s)}<br>{r.steps:,} steps; straggler cost "
              f"{fmt.gpu_time(r.straggler_gpu_seconds)}" for r in rows]
     trace_cls = go.Bar if len(rows) <= 256 else go.Scattergl
     kwargs: dict[str, Any] = {"marker": {"color": colors}} if trace_cls is go.Bar else {
@@ -287,7 +310,7 @@ def rank_compute_figure(ranks: RankCompute | NoRankCompute) -> go.Figure:
     overall = ranks.median_compute_s
     if overall:
         fig.add_hline(y=overall, line={"color": MUTED, "dash": "dash", "width": 1},
-                      annotation_text=f"median of ranks {fmt.seconds(overall)}", annotation_position="top left",
+                      annotation_text=f"median of ranks {fmt.duration(overall)}", annotation_position="top left",
                       annotation_font={"size": 11, "color": MUTED})
     for r in [r for r in rows if r.is_straggler][:5]:
         excess = (r.median_compute_s / overall - 1) if overall else 0.0

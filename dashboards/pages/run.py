@@ -28,6 +28,7 @@ from dashboards.components.advice_panel import advice_panel
 from dashboards.components.kpi import message
 from dashboards.components.rank_panel import rank_panel
 from dashboards.components.resume_banner import resume_banner
+from dashboards.figures.curves import training_curves_figure
 from dashboards.figures.run import rank_of_heat_label
 from services import presentation as fmt
 from services.api_client import ApiError, NotFound
@@ -75,6 +76,13 @@ def layout(run_id: str | None = None, project: str | None = None, rank: str | No
                        "step reached over time, with checkpoints, failures (✕), hangs (shaded) and restarts "
                        "(dotted). Drag to zoom (the step axis follows), double-click to reset.", className="muted"),
                 dcc.Graph(id=ids.RUN_TIMELINE_GRAPH, config=_GRAPH_CONFIG),
+            ]),
+            html.Div(className="card", children=[
+                html.H3("Training curves"),
+                html.P(id=ids.RUN_CURVES_NOTE, className="muted", children=(
+                    "Loss, learning rate and step time as the steps reported them, one line per attempt; restarts "
+                    "dotted, completed checkpoints as diamonds.")),
+                dcc.Graph(id=ids.RUN_CURVES_GRAPH, config=_GRAPH_CONFIG, figure=figures.empty_figure("Loading…")),
             ]),
             html.Div(className="grid-2", children=[
                 html.Div(className="card", children=[
@@ -240,6 +248,19 @@ def _draw_advice(fetched: dict[str, Any] | None, run: dict[str, Any] | str | Non
         return advice_panel(None, error=f"No advice: {data.explain(exc)}")
 
 
+@callback(Output(ids.RUN_CURVES_GRAPH, "figure"), Input(ids.RUN_VERSION_STORE, "data"),
+          State(ids.RUN_ID_STORE, "data"))
+def _draw_curves(fetched: dict[str, Any] | None, run: dict[str, Any] | str | None) -> Any:
+    """GET /v1/runs/{id}/curves of the version drawn."""
+    run_id, project = _run_of(run)
+    if not fetched or not run_id:
+        return no_update
+    try:
+        return training_curves_figure(data.api().curves(run_id, project=project))
+    except ApiError as exc:
+        return figures.empty_figure(f"No training curves: {data.explain(exc)}", height=300)
+
+
 @callback(
     Output(ids.RUN_RANK_PANEL, "children"),
     Input(ids.RUN_VERSION_STORE, "data"),
@@ -300,7 +321,7 @@ def _draw_live(store: dict[str, Any] | None) -> Any:
         return None
     since = live.seconds_since_progress
     at_risk = fmt.gpu_time(live.at_risk_gpu_seconds)
-    usual = fmt.seconds(live.median_step_seconds)
+    usual = fmt.duration(live.median_step_seconds)
     if since is None:
         text = "Running: no step completed yet."
         return html.Div(className="live live-ok", id="run-live-banner", children=text)

@@ -47,8 +47,8 @@ Every environment variable the client reads is declared here, once:
     headers and body: a server that answers a byte at a time cannot hold the sender longer). Default 2.
 ``GOODPUT_EVENTS_VIA``
     Set by ``goodput launch --node-relay``: the node relay's address (:mod:`ingest_client.launcher.relay`); records go
-    there, durably spooled on the node, and the relay sends them on. Checkpoint requests are still asked of
-    ``GOODPUT_URL``.
+    there, and the relay forwards them with the node's other ranks' (they stay in this process's spool until the
+    collector acknowledged them). Checkpoint requests are still asked of ``GOODPUT_URL``.
 ``GOODPUT_SIGTERM_REASON``
     ``attempt_end`` reason recorded on SIGTERM: ``failed`` (default) or ``preempted``.
 ``GOODPUT_EXIT_TIMEOUT_S``

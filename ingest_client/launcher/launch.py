@@ -65,6 +65,7 @@ from ingest_client.common.errors import ConfigError
 from ingest_client.common.events import ROW_EVENT, EventKind, RecordBuilder, RecordContext, RunStatus
 from ingest_client.launcher.relay import EVENTS_VIA_ENV, NodeRelay
 from ingest_client.launcher.slurm import SlurmJob, gpus_of_allocation, hostnames, outcome, read_job
+from ingest_client.launcher.worker_exits import WorkerExitReporter
 from ingest_client.transport.http import HttpTransport
 from ingest_client.transport.request import Answer, exchange
 from ingest_client.worker.flusher import Pipeline, PipelineSettings
@@ -74,6 +75,8 @@ from ingest_client.worker.generation import (
     LAUNCH_ID_ENV,
     LAUNCH_NAME_ENV,
     WORKER_PID_ENV,
+    agent_key,
+    launch_name,
 )
 from ingest_client.worker.signals import PREEMPTED_MARKER_ENV
 from ingest_client.worker.spool import run_dir_name
@@ -302,16 +305,19 @@ def launch_main(argv: list[str]) -> int:
     # One request per run: srun forwards the warning to every node's launcher; the first task asks.
     asks = warning is not None and node_rank_of(command, env) in (0, None) and first_task
     on_warning = _checkpoint_requester(child_env, run_id) if asks else None
+    exits = _WorkerExits(child_env, run_id, sender)
     try:
         code = _run_child(command, child_env, warning=warning, on_warning=on_warning,
                           term_delay_s=SLURM_TERM_FORWARD_DELAY_S if env.get("SLURM_JOB_ID") else 0.0,
-                          on_scheduler_signal=(lambda: _touch(preempted_marker)) if preempted_marker else None)
+                          on_scheduler_signal=(lambda: _touch(preempted_marker)) if preempted_marker else None,
+                          on_stderr_line=exits.reporter.on_line if exits.reporter is not None else None)
     finally:
+        exits.close(args.timeout)
         if preempted_marker is not None:
             preempted_marker.unlink(missing_ok=True)
         if relay is not None and not relay.close(args.timeout):
-            print(f"goodput launch: the node relay could not send everything in {args.timeout:g} s; the rest is in "
-                  f"the spool ({relay.pipeline.settings.spool_run_dir}): the next process of the run or "
+            print(f"goodput launch: the node relay could not forward every post in {args.timeout:g} s; the ranks' "
+                  "spools keep what the collector has not acknowledged: the next process of the run or "
                   "`goodput sync` sends it", file=sys.stderr)
 
     if sender is not None:
@@ -329,6 +335,69 @@ def launch_main(argv: list[str]) -> int:
             print("goodput launch: some run events are still in the spool; `goodput sync` sends them",
                   file=sys.stderr)
     return code
+
+
+class _WorkerExits:
+    """On every node: the workers torchrun reports failed, sent as their ``attempt_end`` with the exit status
+    (:mod:`ingest_client.launcher.worker_exits`), through node 0's run-event sender or, on another node, one made at the
+    first failure."""
+
+    def __init__(self, child_env: dict[str, str], run_id: str, sender: RunEventSender | None) -> None:
+        self.reporter: WorkerExitReporter | None = None
+        self._sender, self._own = sender, False
+        self._lock = threading.Lock()
+        try:
+            self._config = ClientConfig.from_env(child_env, run_id=run_id, install_handlers=False)
+        except ConfigError:
+            return  # said by the run-event sender or the workers
+        if self._config.mode is Mode.DISABLED:
+            return
+        self._run_id = run_id
+        self.reporter = WorkerExitReporter(
+            self._emit, run_dir=self._config.spool_dir / run_dir_name(run_id), launch_key=agent_key(child_env),
+            launch_name=launch_name(dict(child_env), torchrun_worker=True))
+
+    def _emit(self, kind: EventKind, time_s: float, fields: dict[str, Any]) -> None:
+        with self._lock:
+            if self._sender is None:
+                self._sender, self._own = RunEventSender(self._config, self._run_id), True
+            self._sender.emit(kind, time_s, fields)
+
+    def close(self, timeout_s: float) -> None:
+        with self._lock:
+            if self._own and self._sender is not None and not self._sender.close(timeout_s):
+                print("goodput launch: a worker's exit is still in the spool; `goodput sync` sends it",
+                      file=sys.stderr)
+
+
+def _pass_on(stream: Any, on_line: Callable[[bytes], None]) -> threading.Thread:
+    """Copies the command's stderr to ours as it comes (progress bars without a newline included) and hands each
+    complete line to `on_line`."""
+    out = getattr(sys.stderr, "buffer", None)
+
+    def run() -> None:
+        pending = b""
+        fd = stream.fileno()
+        while chunk := os.read(fd, 65536):
+            try:
+                if out is not None:
+                    out.write(chunk)
+                    out.flush()
+                else:
+                    sys.stderr.write(chunk.decode("utf-8", "replace"))
+            except (OSError, ValueError):
+                pass  # our stderr is gone: keep draining, so the command never blocks on a full pipe
+            *lines, pending = (pending + chunk).split(b"\n")
+            pending = pending[-65536:]
+            for line in lines:
+                try:
+                    on_line(line)
+                except Exception:  # a report lost is never worth the command's output
+                    logger.exception("goodput launch: reading the command's output failed")
+
+    thread = threading.Thread(target=run, name="goodput-command-stderr", daemon=True)
+    thread.start()
+    return thread
 
 
 def _start_relay(child_env: dict[str, str], run_id: str) -> NodeRelay | None:
@@ -448,7 +517,8 @@ def _touch(path: Path) -> None:
 
 def _run_child(command: list[str], env: dict[str, str], *, warning: signal.Signals | None = None,
                on_warning: Callable[[str], None] | None = None, term_delay_s: float = 0.0,
-               on_scheduler_signal: Callable[[], None] | None = None) -> int:
+               on_scheduler_signal: Callable[[], None] | None = None,
+               on_stderr_line: Callable[[bytes], None] | None = None) -> int:
     """Runs the command with SIGTERM/SIGINT forwarded to it (SIGTERM ``term_delay_s`` later: under Slurm every
     process of the job gets Slurm's own SIGTERM, and a second one on its heels could cut a worker's SIGTERM
     handler short before it recorded the attempt's end) and ``warning`` turned into ``on_warning``."""
@@ -457,7 +527,7 @@ def _run_child(command: list[str], env: dict[str, str], *, warning: signal.Signa
     # action). A program that wants it installs its own handler (Lightning's SLURMEnvironment does).
     before = signal.signal(warning, signal.SIG_IGN) if warning is not None else None
     try:
-        child = subprocess.Popen(command, env=env)
+        child = subprocess.Popen(command, env=env, stderr=subprocess.PIPE if on_stderr_line is not None else None)
     except OSError as exc:
         print(f"goodput launch: cannot start {command[0]!r}: {exc}", file=sys.stderr)
         return 127
@@ -483,6 +553,7 @@ def _run_child(command: list[str], env: dict[str, str], *, warning: signal.Signa
         if on_warning is not None:
             on_warning(f"preemption warning ({signal.Signals(signum).name})")
 
+    reader = _pass_on(child.stderr, on_stderr_line) if on_stderr_line is not None else None
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     if warning is not None:
         previous[warning] = signal.signal(warning, warned)
@@ -496,4 +567,6 @@ def _run_child(command: list[str], env: dict[str, str], *, warning: signal.Signa
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if reader is not None:  # its last lines; a worker that outlived the command may hold the pipe open
+        reader.join(timeout=2.0)
     return code if code >= 0 else 128 - code

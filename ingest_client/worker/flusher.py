@@ -213,22 +213,6 @@ class Pipeline:
         self._after_durable_write.append(callback)
         return True
 
-    def append_encoded(self, payloads: list[bytes]) -> bool:
-        """Append records encoded elsewhere (the node relay's: its ranks' records) to the spool and fsync them,
-        from the calling thread; they are sent at the flusher's pace. False if the spool cannot take them."""
-        if self._forked or not payloads:
-            return not payloads
-        with self._spool_lock:
-            if self._closed:
-                return False
-            try:
-                self.spool.append(payloads)
-                sync_fd = self.spool.unsynced_fd()
-            except OSError as exc:
-                self._spool_failed(exc, "Until it can, the node's ranks keep their records in their own spools")
-                return False
-        return sync_fd is None or self._sync(sync_fd)
-
     def flush(self, timeout_s: float) -> bool:
         """Spool everything buffered now and send it; True when all of it was acknowledged
         (offline: written and fsynced) within ``timeout_s``."""

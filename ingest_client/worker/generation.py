@@ -171,8 +171,11 @@ def claim_launch_attempt(run_dir: Path, env: MutableMapping[str, str], *, torchr
             with open(path, "a") as f:
                 f.write(f"base {base} host {host} owner {owner} {_start_ticks(owner)}\n")
         attempt = base + offset
-        with open(path, "a") as f:  # one line per counted process: the largest tells the next launch where to start
-            f.write(f"attempt {attempt} pid {os.getpid()} time {time.time():.3f}\n")
+        rank = env.get("RANK", "").strip()
+        with open(path, "a") as f:  # one line per counted process: the largest tells the next launch where to start;
+            # the rank lets `goodput launch` name a worker torchrun saw exit (ingest_client.launcher.worker_exits)
+            f.write(f"attempt {attempt} pid {os.getpid()} time {time.time():.3f}"
+                    f"{f' rank {rank}' if rank.isdigit() else ''}\n")
     finally:
         os.close(lock_fd)  # also drops the lock
     env[LAUNCH_BASE_ENV] = str(base)

@@ -17,7 +17,7 @@ import pandas as pd
 
 from services.analysis.clocks import on_one_clock
 from services.analysis.phases import eval_spans, init_waits
-from services.analysis.run_data import RunData
+from services.analysis.run_data import RunData, ranks_own
 from services.schemas.categories import RunStatus
 from services.schemas.clocks import HostClock
 
@@ -66,6 +66,7 @@ class RunStructure:
     evals: pd.DataFrame  # attempt, step, start, end (services.analysis.phases)
     init_waits: dict[int, float]  # attempt -> when its ranks began waiting in an init_process_group that failed
     clocks: tuple[HostClock, ...] = ()  # each measured host's clock offset (services.analysis.clocks)
+    events: pd.DataFrame | None = None  # the control events on the reference clock (RunData.events' columns)
 
     def saved_state(self) -> tuple[int, float]:
         """The newest saved state of the run's surviving lineage, what a relaunch would resume from (docs/ledger.md,
@@ -183,6 +184,7 @@ def build_run_structure(data: RunData) -> RunStructure:
         evals=eval_spans(events, job_steps),
         init_waits=init_waits(events),
         clocks=clocks,
+        events=events,
     )
 
 
@@ -198,6 +200,7 @@ def _build_attempts(
     events: pd.DataFrame, step_stats: dict[int, _StepStats], status: RunStatus, run_end_time: float | None,
     latest: float | None
 ) -> tuple[Attempt, ...]:
+    events = ranks_own(events)
     with_attempt = events[events["attempt"].notna()]
     numbers = set(with_attempt["attempt"].astype(np.int64).tolist()) | set(step_stats)
     ordered = sorted(int(n) for n in numbers)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from services.analysis.run_data import ranks_own
 from services.schemas.ranks import RankAttempt, RankDetail, RankFailure, RankSteps
 from services.schemas.views import RankRow, RunViews
 
@@ -92,7 +93,7 @@ def _attempts(steps: pd.DataFrame, events: pd.DataFrame, compute: np.ndarray, co
     out = []
     for n in numbers:
         mine = (steps["attempt"] == n).to_numpy()
-        ev = events[events["attempt"] == n]
+        ev = ranks_own(events[events["attempt"] == n])
         started = ev[ev["kind"] == "attempt_start"]
         ended = ev[ev["kind"] == "attempt_end"]
         hosts = started["host"].dropna()
@@ -112,7 +113,7 @@ def _attempts(steps: pd.DataFrame, events: pd.DataFrame, compute: np.ndarray, co
 
 def _failure(attempt: int, time: float, step: int | None, reason: str, mine: RankAttempt,
              events: pd.DataFrame) -> RankFailure:
-    ended = events[(events["attempt"] == attempt) & (events["kind"] == "attempt_end")]
+    ended = ranks_own(events[(events["attempt"] == attempt) & (events["kind"] == "attempt_end")])
     reported = bool((ended["reason"] == "failed").any())
     behind = None if step is None or mine.last_step is None else int(step) - mine.last_step
     return RankFailure(attempt=attempt, time=time, step=step, reason=reason, reported_failure=reported,

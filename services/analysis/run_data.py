@@ -2,10 +2,13 @@
 
 `events`       one row per control event (everything but steps and collectives):
                EVENT_COLUMNS = kind, time, attempt, rank, step, gpus, world_size, host, ok, reason, status, value,
-               checkpoint_step, digest, name
-               (attempt/rank/step/gpus/world_size/checkpoint_step are float with NaN where the kind has no such
-               field; `value` is a `digest` event's string, None elsewhere; `checkpoint_step` is the step of the
-               checkpoint a `resume` says it loaded, `digest` its digest of the state it loaded, None elsewhere)
+               checkpoint_step, digest, name, detail, exit_code, collectives
+               (attempt/rank/step/gpus/world_size/checkpoint_step/exit_code/collectives are float with NaN where the
+               kind has no such field; `value` is a `digest` event's string, None elsewhere; `checkpoint_step` is
+               the step of the checkpoint a `resume` says it loaded, `digest` its digest of the state it loaded, None
+               elsewhere;
+               `detail` an `attempt_end`'s or `run_end`'s text; `exit_code` the exit status `goodput launch` saw
+               for a worker (negative: the signal that killed it); `collectives` a heartbeat's count)
 `steps`        one row per completed optimizer step on one rank:
                STEP_COLUMNS = attempt, rank, step, start, end, loss, lr, comm (NaN = not reported)
 `collectives`  one row per collective call on one rank:
@@ -28,12 +31,13 @@ import pandas as pd
 from services.analysis.step_summary import StepSummary
 
 EVENT_COLUMNS = ("kind", "time", "attempt", "rank", "step", "gpus", "world_size", "host", "ok", "reason", "status",
-                 "value", "checkpoint_step", "digest", "name")
+                 "value", "checkpoint_step", "digest", "name", "detail", "exit_code", "collectives")
 STEP_COLUMNS = ("attempt", "rank", "step", "start", "end", "loss", "lr", "comm")
 COLLECTIVE_COLUMNS = ("attempt", "rank", "step", "op", "start", "end")
 COMM_COLUMNS = ("attempt", "rank", "step", "seconds")
 
-_NUMERIC_EVENT_FIELDS = ("attempt", "rank", "step", "gpus", "world_size", "checkpoint_step")
+_NUMERIC_EVENT_FIELDS = ("attempt", "rank", "step", "gpus", "world_size", "checkpoint_step", "exit_code",
+                         "collectives")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,9 +70,18 @@ def events_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
             "value": pd.Series(columns["value"], dtype=object),
             "digest": pd.Series(columns["digest"], dtype=object),
             "name": pd.Series(columns["name"], dtype=object),
+            "detail": pd.Series(columns["detail"], dtype=object),
         }
     )
     return frame[list(EVENT_COLUMNS)]
+
+
+def ranks_own(events: pd.DataFrame) -> pd.DataFrame:
+    """The events the ranks sent themselves: all but what `goodput launch` observed of a worker (an `attempt_end`
+    with `exit_code`, sent when torchrun saw the worker exit). Those name why an attempt failed; when it ended and
+    when a rank was last seen come from the ranks' own records (docs/ledger.md, "Why an attempt failed")."""
+    observed = events["exit_code"].notna()
+    return events[~observed] if bool(observed.any()) else events
 
 
 def steps_frame(

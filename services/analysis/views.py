@@ -20,12 +20,14 @@ Whether a running run still makes progress is services.analysis.live's job (GET 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
 
 from services.analysis.attempts import RunStructure, build_run_structure
 from services.analysis.claims import CLAIM_CATEGORY, Claim, RunPainting, paint_run
+from services.analysis.failures import build_failure_causes
 from services.analysis.medians import median_of_sorted_rows
 from services.analysis.rank_sketch import COMPUTE_ERROR
 from services.analysis.run_data import RunData
@@ -44,6 +46,7 @@ from services.schemas.views import (
     AttemptSpan,
     CheckpointRow,
     Failure,
+    FailureCause,
     HangSpan,
     Heatmap,
     NoRankCompute,
@@ -106,8 +109,10 @@ def build_run_views(
                     last_step=a.last_step, first_step_start=a.first_step_start, last_step_end=a.last_step_end)
         for a in attempts[-MAX_TIMELINE_ROWS:]]
     shown_hangs = hangs[-MAX_TIMELINE_ROWS:]
-    failures = [Failure(attempt=a.attempt, time=a.end, step=a.last_step, reason=a.reason or "lost")
-                for a in failed[-MAX_TIMELINE_ROWS:]]
+    events = data.events if run.events is None else run.events
+    causes = build_failure_causes(events, run.steps, failed[-MAX_TIMELINE_ROWS:])
+    failures = [Failure(attempt=a.attempt, time=a.end, step=a.last_step, reason=a.reason or "lost",
+                        cause=causes.get(a.attempt)) for a in failed[-MAX_TIMELINE_ROWS:]]
     restarted = [Restart(attempt=a.attempt, time=a.start, resume_step=a.resume_step)
                  for a in attempts[1:][-MAX_TIMELINE_ROWS:]]
     n_restarted = max(len(attempts) - 1, 0)
@@ -122,7 +127,7 @@ def build_run_views(
         restarts=restarted, restarts_total=n_restarted, restarts_truncated=n_restarted > len(restarted),
         progress=_progress(run, job_steps, max_points))
     shown_checkpoints = checkpoints[-MAX_CHECKPOINT_ROWS:]
-    restarts = build_restart_rows(ledger)
+    restarts = build_restart_rows(ledger, causes)
     shown_restarts = restarts[-MAX_TIMELINE_ROWS:]
     return RunViews(
         run_id=run.run_id,
@@ -139,15 +144,17 @@ def build_run_views(
     )
 
 
-def build_restart_rows(ledger: Ledger) -> list[RestartRow]:
-    """One row per restart, from the ledger's attempts."""
+def build_restart_rows(ledger: Ledger, causes: Mapping[int, FailureCause] | None = None) -> list[RestartRow]:
+    """One row per restart, from the ledger's attempts; `causes`: why each failed attempt failed, by attempt
+    (services.analysis.failures)."""
     return [
         RestartRow(attempt=cur.attempt, time=cur.start,
                    after=prev.reason or ("failed" if prev.failed else "ended"),
                    failed_at_step=prev.last_step, resume_step=cur.resume_step, steps_reworked=prev.steps_reworked,
                    rework_gpu_seconds=float(prev.gpu_seconds.get(WasteCategory.REWORK.value, 0.0)),
                    hang_gpu_seconds=float(prev.gpu_seconds.get(WasteCategory.HANG.value, 0.0)),
-                   startup_gpu_seconds=float(cur.gpu_seconds.get(WasteCategory.STARTUP.value, 0.0)))
+                   startup_gpu_seconds=float(cur.gpu_seconds.get(WasteCategory.STARTUP.value, 0.0)),
+                   cause=(causes or {}).get(prev.attempt) if prev.failed else None)
         for prev, cur in itertools.pairwise(ledger.attempts)
     ]
 

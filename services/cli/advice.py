@@ -45,7 +45,7 @@ def _wrap(text: str, width: int, indent: str, first: str | None = None) -> list[
 def recommendation_lines(n: int, rec: Recommendation, width: int) -> list[str]:
     pad = "   "
     lines = _wrap(rec.title, width, pad, first=f"{n}. ")
-    lines += _wrap(f"at stake {rec.at_stake_text} ({rec.category})", width, pad)
+    lines += _wrap(fmt.advice_stake(rec), width, pad)
     lines += _wrap(rec.wording, width, pad)
     lines += _wrap(rec.prediction, width, pad)
     lines += _wrap("evidence: " + "; ".join(f"{e.label} {e.text}" for e in rec.evidence), width, pad)
@@ -57,7 +57,7 @@ def recommendation_lines(n: int, rec: Recommendation, width: int) -> list[str]:
 def advice_lines(advice: RunAdvice, *, width: int = MAX_WIDTH) -> list[str]:
     lines = [f"run {advice.run_id} ({advice.measured.status})", *_wrap(advice.measured.text, width, "")]
     if not advice.recommendations:
-        lines += ["", "No recommendation: no waste category is above the thresholds the advice rests on."]
+        lines += ["", fmt.no_advice(advice.measured)]
     for n, rec in enumerate(advice.recommendations, 1):
         lines += ["", *recommendation_lines(n, rec, width)]
     if advice.notes:

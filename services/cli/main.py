@@ -110,9 +110,11 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("--url", help=URL_HELP)
     runs.add_argument("--project", help="only this project's runs (a token of one project sees only its own)")
     runs.add_argument("--status", choices=["running", "finished", "failed", "cancelled"], help="only these")
-    runs.add_argument("--since", help="runs with events at or after this time (epoch seconds or ISO 8601)")
-    runs.add_argument("--until", help="runs with events at or before this time (epoch seconds or ISO 8601)")
-    runs.add_argument("--last", help="runs with events in the last DURATION: 90m, 24h, 7d (instead of --since)")
+    runs.add_argument("--since", help="runs with GPU time at or after this time (epoch seconds or ISO 8601); their "
+                                      "figures are those inside the range, as on the dashboard")
+    runs.add_argument("--until", help="runs with GPU time before this time (epoch seconds or ISO 8601)")
+    runs.add_argument("--last", help="the last DURATION on the collector's clock: 90m, 24h, 7d (instead of --since); "
+                                     "the dashboard's 'Last hour' is --last 1h")
     runs.add_argument("--run-id", dest="run_id_part", metavar="PART", help="runs whose id contains PART")
     runs.add_argument("--limit", type=int, help="only the worst N runs")
     runs.add_argument("--json", action="store_true", help="the runs as JSON, worst first")
@@ -125,6 +127,15 @@ def _parser() -> argparse.ArgumentParser:
     ledger.add_argument("--project", help=PROJECT_HELP)
     ledger.set_defaults(handler=_calls_the_collector(_ledger, "ledger"))
 
+    failures = sub.add_parser("failures", help="why each failed attempt of a run failed: rank, host, exit signal, "
+                                                "error text, hung ranks")
+    failures.add_argument("run_id")
+    failures.add_argument("--url", help=URL_HELP)
+    failures.add_argument("--json", action="store_true", help="the failures as GET /v1/runs/{id}/view serves them "
+                                                              "(timeline.failures)")
+    failures.add_argument("--project", help=PROJECT_HELP)
+    failures.set_defaults(handler=_calls_the_collector(_failures, "failures"))
+
     report = sub.add_parser("report", help="save a run's waste report (json, csv, html), or the fleet CSV, to a file",
                             description="goodput report RUN_ID [--format html] [-o run.html | -o -]; "
                                         "goodput report --fleet [--since T] [--until T] [-o fleet.csv]")
@@ -136,6 +147,9 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--since", help="--fleet: runs with events at or after this time (epoch seconds or ISO 8601)")
     report.add_argument("--until", help="--fleet: runs with events at or before this time (epoch seconds or ISO 8601)")
     report.add_argument("--status", choices=["running", "finished", "failed", "cancelled"], help="--fleet: only these")
+    report.add_argument("--self-contained", action="store_true", help=(
+        "html: inline plotly.js, for a file opened away from the collector (4.9 MB); by default the charts load it "
+        "from the collector (tens of kB)"))
     report.add_argument("--url", help=URL_HELP)
     report.add_argument("--project", help=PROJECT_HELP + "; with --fleet: only this project's runs")
     report.set_defaults(handler=_calls_the_collector(_report, "report", errors_to_stderr=True))
@@ -391,29 +405,18 @@ def _runs(ns: argparse.Namespace) -> int:
     if ns.limit is not None and ns.limit < 1:
         print(f"goodput runs: --limit must be at least 1, got {ns.limit}", file=sys.stderr)
         return 2
-    since = _epoch(ns.since, "--since", "runs") if ns.last is None else _ago(ns.last)
-    selection = RunFilter(project=ns.project, status=ns.status, since=since, until=_epoch(ns.until, "--until", "runs"),
-                          run_id=ns.run_id_part, limit=ns.limit)
+    if ns.last is not None:
+        from services.presentation import duration_seconds
+
+        try:
+            duration_seconds(ns.last)
+        except ValueError as exc:
+            raise SystemExit(f"goodput runs: --last: {exc}") from None
+    selection = RunFilter(project=ns.project, status=ns.status, since=_epoch(ns.since, "--since", "runs"),
+                          until=_epoch(ns.until, "--until", "runs"), last=ns.last, run_id=ns.run_id_part,
+                          limit=ns.limit)
     with _api(ns) as api:
         return print_runs(api, selection, as_json=ns.json)
-
-
-_UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
-
-
-def _ago(value: str) -> float:
-    """Epoch seconds of now minus a duration such as 90m, 24h, 7d."""
-    import time
-
-    number, unit = value[:-1], value[-1:].lower()
-    try:
-        amount = float(number)
-    except ValueError:
-        amount = -1.0
-    if unit not in _UNITS_S or not amount > 0:
-        raise SystemExit(f"goodput runs: --last must be a positive number and a unit (s, m, h, d, w), such as 24h "
-                         f"or 7d, got {value!r}")
-    return time.time() - amount * _UNITS_S[unit]
 
 
 def _ledger(ns: argparse.Namespace) -> int:
@@ -421,6 +424,13 @@ def _ledger(ns: argparse.Namespace) -> int:
 
     with _api(ns) as api:
         return print_ledger(api, ns.run_id, as_json=ns.json, project=ns.project)
+
+
+def _failures(ns: argparse.Namespace) -> int:
+    from services.cli.output import print_failures
+
+    with _api(ns) as api:
+        return print_failures(api, ns.run_id, as_json=ns.json, project=ns.project)
 
 
 def _epoch(value: str | None, option: str, command: str = "report") -> float | None:
@@ -457,7 +467,7 @@ def _report(ns: argparse.Namespace) -> int:
                                         status=ns.status, project=ns.project)
             what, default = "fleet report", FLEET_FILENAME
         else:
-            document = api.report(ns.run_id, format=format, project=ns.project)
+            document = api.report(ns.run_id, format=format, project=ns.project, self_contained=ns.self_contained)
             what, default = f"report of run {ns.run_id}", report_filename(ns.run_id, format)
     if ns.output == "-":
         sys.stdout.write(document.decode())

@@ -22,6 +22,7 @@ from services.collector.errors import install_error_handlers
 from services.collector.pace import SendPace
 from services.collector.routes import (
     advice,
+    assets,
     fleet,
     health,
     ingest,
@@ -118,6 +119,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     app.include_router(fleet.router)
     app.include_router(runs.router)
     app.include_router(health.router)
+    app.include_router(assets.router)
     app.include_router(whoami.router)
     app.include_router(metrics.router)
     if settings.server.serve_dashboard:

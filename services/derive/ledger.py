@@ -53,7 +53,7 @@ def _build(analyses: AnalysisCache, run: RunRow) -> Ledger:
     data = load_summarised_run_data(analyses.engine, run, analyses.summaries)
     ledger = build_ledger(data)
     with analyses.engine.begin() as conn:
-        store_ledger(conn, run.pk, run.version, ledger.model_dump_json(), ledger.status)
+        store_ledger(conn, run.pk, run.version, ledger)
     seconds = time.monotonic() - started
     if seconds > 1.0:
         logger.info("ledger of run %s (version %d) built in %.1f s", run.run_id, run.version, seconds)

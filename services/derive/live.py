@@ -9,6 +9,7 @@ the run 5 times a second. Checkpoint requests are here too: what a scheduler ask
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from sqlalchemy import Engine
@@ -35,6 +36,7 @@ LEDGER_BUDGET_S = 0.5
 # in the background: waiting LEDGER_BUDGET_S for each of 40 busy live runs kept /v1/live 29.5 s long under the
 # 10,240-rank load (benchmarks.load). The hang verdict itself is always fresh (services.storage.live).
 FLEET_LEDGER_BUDGET_S = 0.0
+LIVE_LOOKUP_THREADS = 4  # a fleet list's hang verdicts judged at once (each holds a database connection meanwhile)
 MAX_FLEET_SUSPECTS = 16  # suspects listed per run in /v1/live (the per-run endpoint: LiveConfig.max_suspects)
 
 
@@ -61,6 +63,18 @@ def live_hang_of(status: LiveStatus | LiveRun) -> LiveHang | None:
         return None
     clock_offset = status.clock_offset_s if isinstance(status, LiveStatus) else status.clock_offset_seconds
     return LiveHang(since=status.last_progress_time, clock_offset_s=clock_offset)
+
+
+def live_hangs(engine: Engine, rows: list[RunRow], now: float, config: LiveConfig) -> dict[int, LiveHang]:
+    """The hung runs among `rows` (running runs), by key, each with its hang's input. Judged on a few threads: each
+    run's verdict is a few index lookups, mostly waiting for the database, and a fleet list judges every running
+    run."""
+    if not rows:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(LIVE_LOOKUP_THREADS, len(rows)),
+                            thread_name_prefix="goodput-live") as pool:
+        verdicts = pool.map(lambda row: live_hang_of(live_status(engine, row, now, config)), rows)
+        return {row.pk: hang for row, hang in zip(rows, verdicts, strict=True) if hang is not None}
 
 
 def live_for_row(analyses: AnalysisCache, row: RunRow, now: float, config: LiveConfig, *,

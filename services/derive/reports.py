@@ -16,7 +16,7 @@ from services.reports.export import FLEET_FILENAME
 from services.storage.runs import RunRow
 
 ReportFormat = Literal["json", "csv", "html"]
-_RENDER = {"json": report_json, "csv": breakdown_csv, "html": report_html}
+_RENDER = {"json": report_json, "csv": breakdown_csv}
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,12 +25,15 @@ class Document:
     filename: str  # what it is saved as
 
 
-def run_report(analyses: AnalysisCache, row: RunRow, now: float, config: LiveConfig, format: ReportFormat) -> Document:
-    """The run's waste report; its `ledger` is the one GET /v1/runs/{run_id}/waste serves, to the last digit."""
+def run_report(analyses: AnalysisCache, row: RunRow, now: float, config: LiveConfig, format: ReportFormat, *,
+               plotly_src: str | None = None) -> Document:
+    """The run's waste report; its `ledger` is the one GET /v1/runs/{run_id}/waste serves, to the last digit.
+    `plotly_src`: where the HTML page loads plotly.js from (None: inlined, a self-contained file)."""
     inp = advice_input(analyses, row, now, config)  # the ledger (a hung run's hang so far), views, resume check, peers
     report = build_report(inp.ledger, inp.views, generated_at=now, advice=run_advice(inp),
                           detail_pruned_at=row.detail_pruned_at)
-    return Document(_RENDER[format](report), report_filename(row.run_id, format))
+    body = report_html(report, plotly_src=plotly_src) if format == "html" else _RENDER[format](report)
+    return Document(body, report_filename(row.run_id, format))
 
 
 def fleet_report(analyses: AnalysisCache, rows: list[RunRow], now: float, config: LiveConfig, *,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 
 from services.analysis.live import LiveConfig, LiveStatus
-from services.analysis.provisional import provisional_ledger
+from services.analysis.provisional import LiveHang, provisional_ledger
 from services.analysis.rank_detail import build_rank_detail
 from services.analysis.run_data import comm_frame
 from services.derive.cache import AnalysisCache
@@ -39,12 +39,13 @@ from services.storage.runs import RunRow
 STALE_OK_BUDGET_S = 1.0
 
 
-def ledger_with_hang(ledger: Ledger, verdict: LiveStatus | LiveRun | None, now: float) -> Ledger:
-    """`ledger` with the hang so far of a running run that `verdict` calls hung, booked provisionally up to `now`;
-    the ledger as it is for a run that is not running."""
+def ledger_with_hang(ledger: Ledger, verdict: LiveStatus | LiveRun | LiveHang | None, now: float) -> Ledger:
+    """`ledger` with the hang so far of a running run that `verdict` calls hung (or the hang itself, judged
+    already), booked provisionally up to `now`; the ledger as it is for a run that is not running."""
     if ledger.status != RunStatus.RUNNING.value:
         return ledger
-    return provisional_ledger(ledger, None if verdict is None else live_hang_of(verdict), now)
+    hang = verdict if isinstance(verdict, LiveHang) or verdict is None else live_hang_of(verdict)
+    return provisional_ledger(ledger, hang, now)
 
 
 def served_ledger(analyses: AnalysisCache, row: RunRow, now: float, config: LiveConfig, *,

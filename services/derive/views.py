@@ -66,7 +66,7 @@ def _build(analyses: AnalysisCache, run: RunRow) -> AnalysedViews:
     built = AnalysedViews(version=run.version, analysed_at=time.time(), analysis_seconds=finished - started,
                           ledger=ledger, views=views)
     with analyses.engine.begin() as conn:
-        store_ledger(conn, run.pk, run.version, ledger.model_dump_json(), ledger.status)
+        store_ledger(conn, run.pk, run.version, ledger)
         store_views(conn, run.pk, version=run.version, analysed_at=built.analysed_at,
                     analysis_seconds=built.analysis_seconds, views_json=views.model_dump_json())
     logger.info("views built for run %s (version %d, %s): load %.2f s, ledger and views %.2f s", run.run_id,

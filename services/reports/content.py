@@ -62,6 +62,9 @@ class RunReport(BaseModel):
     restarts: list[RestartRow]
     checkpoints: ReportCheckpoints
     stragglers: list[StragglerRow]
+    ranks: list[StragglerRow] = Field(default_factory=list, description=(
+        "every rank the views list (GET /v1/runs/{id}/view's ranks.rows), the costliest in straggler time first, "
+        "then by rank"))
     median_compute_within: float | None = Field(
         None, description="None: the stragglers' median compute is exact. Else the run is long and its medians come "
                           "from fixed-size per-rank histograms, within this relative error (GET /v1/runs/{id}/views' "
@@ -104,6 +107,16 @@ def build_stragglers(ledger: Ledger, views: RunViews | None) -> list[StragglerRo
     return out
 
 
+def build_ranks(ledger: Ledger, views: RunViews | None) -> list[StragglerRow]:
+    """Every rank of the views, the costliest in straggler time first, then by rank."""
+    by_rank = ledger.straggler_gpu_seconds_by_rank
+    total = sum(by_rank.values())
+    rows = sorted(views.ranks.rows, key=lambda r: (-by_rank.get(r.rank, 0.0), r.rank)) if views is not None else []
+    return [StragglerRow(rank=r.rank, host=r.host, straggler_gpu_seconds=by_rank.get(r.rank, 0.0),
+                         share_of_straggler=by_rank.get(r.rank, 0.0) / total if total else None,
+                         median_compute_seconds=r.median_compute_s) for r in rows]
+
+
 def _figures_within(views: RunViews | None) -> float | None:
     ranks = views.ranks if views is not None else None
     return ranks.figures_within if isinstance(ranks, RankCompute) else None
@@ -125,7 +138,8 @@ def build_report(ledger: Ledger, views: RunViews | None, *, generated_at: float,
         advice = run_advice(AdviceInput(ledger=ledger, views=views, resume_check=resume_check, peers=peers))
     return RunReport(report_version=REPORT_VERSION, run_id=ledger.run_id, generated_at=generated_at, ledger=ledger,
                      breakdown=build_breakdown(ledger), restarts=restarts, checkpoints=checkpoints,
-                     stragglers=build_stragglers(ledger, views), median_compute_within=_figures_within(views),
+                     stragglers=build_stragglers(ledger, views), ranks=build_ranks(ledger, views),
+                     median_compute_within=_figures_within(views),
                      measured=advice.measured,
                      recommendations=advice.recommendations, advice_notes=advice.notes,
                      detail_pruned_at=detail_pruned_at)

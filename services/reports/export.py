@@ -15,7 +15,13 @@ from services.reports.content import RunReport
 from services.schemas.categories import WASTE_KEYS
 from services.schemas.ledger import Ledger
 
-BREAKDOWN_COLUMNS = ("run_id", "category", "gpu_seconds", "gpu_hours", "share")
+# a run's CSV: one table, a `section` per kind of row (ledger, attempt, checkpoint, rank), each filling its columns
+RUN_CSV_COLUMNS = (
+    "run_id", "section", "category", "gpu_seconds", "gpu_hours", "share",
+    "attempt", "start_utc", "end_utc", "outcome", "world_size", "hosts", "resume_step", "first_step", "last_step",
+    "steps_kept", "steps_reworked", "step", "blocking_seconds",
+    "rank", "host", "median_compute_seconds", "straggler_gpu_seconds", "share_of_straggler",
+)
 FLEET_COLUMNS = (
     "run_id", "project", "status", "first_time", "last_time", "first_time_utc", "last_time_utc",
     "allocated_gpu_seconds", "allocated_gpu_hours", "productive_gpu_seconds", "goodput", "eval_gpu_seconds",
@@ -37,10 +43,10 @@ def report_json(report: RunReport) -> str:
 
 
 def csv_decimals(column: str) -> int:
-    """Decimals a CSV column's numbers keep: GPU-seconds and seconds to 0.01, GPU-hours and ratios (share, goodput)
-    to 1e-6, epoch times to the millisecond. Enough for any sum a spreadsheet makes, and no float noise
-    (33.06666564941406 is written 33.07)."""
-    if column.endswith("gpu_hours") or column in ("share", "goodput"):
+    """Decimals a CSV column's numbers keep: GPU-seconds and seconds to 0.01, GPU-hours, ratios (share, goodput)
+    and a step's compute seconds (73 ms) to 1e-6, epoch times to the millisecond. Enough for any sum a spreadsheet
+    makes, and no float noise (33.06666564941406 is written 33.07)."""
+    if column.endswith(("gpu_hours", "compute_seconds")) or column in ("share", "goodput", "share_of_straggler"):
         return 6
     if column.endswith("_time"):
         return 3
@@ -90,9 +96,25 @@ def _write(columns: Iterable[str], rows: Iterable[Mapping[str, Any]]) -> str:
 
 
 def breakdown_csv(report: RunReport) -> str:
-    """One row per category (productive, eval, the six waste categories, allocated): GPU-seconds, GPU-hours, share
-    (rounded: `csv_decimals`)."""
-    return _write(BREAKDOWN_COLUMNS, ({"run_id": report.run_id, **row.model_dump()} for row in report.breakdown))
+    """The run as one CSV table (`RUN_CSV_COLUMNS`), a `section` column saying what each row is: `ledger`, one row
+    per category (productive, eval, the six waste categories, allocated: GPU-seconds, GPU-hours, share); `attempt`,
+    one per attempt (times, outcome, world size, hosts, steps); `checkpoint`, one per checkpoint the report holds;
+    `rank`, one per rank of the run (the costliest in straggler time first). Numbers rounded
+    (`csv_decimals`), every text cell spreadsheet-safe."""
+    rows: list[dict[str, Any]] = [{"section": "ledger", **row.model_dump()} for row in report.breakdown]
+    rows += [{"section": "attempt", "attempt": a.attempt, "start_utc": iso(a.start), "end_utc": iso(a.end),
+              "outcome": a.reason or ("failed" if a.failed else ""), "world_size": a.world_size,
+              "hosts": " ".join(a.hosts), "resume_step": a.resume_step, "first_step": a.first_step,
+              "last_step": a.last_step, "steps_kept": a.steps_kept, "steps_reworked": a.steps_reworked}
+             for a in report.ledger.attempts]
+    rows += [{"section": "checkpoint", "attempt": c.attempt, "step": c.step, "start_utc": iso(c.start),
+              "end_utc": iso(c.end), "blocking_seconds": c.blocking_seconds,
+              "outcome": "torn" if c.torn else ("ok" if c.ok else "failed")}
+             for c in report.checkpoints.rows or []]
+    rows += [{"section": "rank", "rank": r.rank, "host": r.host, "median_compute_seconds": r.median_compute_seconds,
+              "straggler_gpu_seconds": r.straggler_gpu_seconds, "share_of_straggler": r.share_of_straggler}
+             for r in report.ranks]
+    return _write(RUN_CSV_COLUMNS, ({"run_id": report.run_id, **row} for row in rows))
 
 
 def fleet_rows(runs: Iterable[tuple[str, Ledger]]) -> list[dict[str, Any]]:

@@ -1,4 +1,10 @@
-"""A run's report as one self-contained HTML file: plotly.js inlined once, no external request, print-friendly.
+"""A run's report as one HTML file, print-friendly, with no request outside the collector that served it.
+
+plotly.js (4.6 MB, 95% of a report that inlines it) is referenced from the collector by default
+(`GET /v1/assets/plotly.min.js`, cached by the browser once for every report): a report then weighs tens of
+kilobytes and still needs no internet, only the collector that served it, as the dashboard does. A file to send
+elsewhere asks for it inlined (`self_contained=true`, `goodput report --self-contained`). Every figure of a chart is
+also in a table, so a report whose script cannot load still says everything.
 
 Pure: the report from `services.reports.content.build_report` in, an HTML string out. Figures have a fixed
 width that fits an A4 page, so the printed report looks like the screen one.
@@ -18,15 +24,18 @@ from services.presentation import (
     COLORS,
     DASH,
     DESCRIPTIONS,
+    GPU_SECONDS,
     STATUS_COLORS,
     GpuTimeUnit,
+    advice_stake,
     duration,
+    failure_cause,
     gpu_seconds,
     gpu_time,
     gpu_time_unit,
+    no_advice,
     percent,
     pruned_note,
-    seconds,
     timestamp,
 )
 from services.reports.content import ALLOCATED, BreakdownRow, RunReport, StragglerRow
@@ -157,10 +166,10 @@ def _straggler_figure(rows: Sequence[StragglerRow], unit: GpuTimeUnit) -> go.Fig
 
 
 class _Figures:
-    """Inlines plotly.js with the first figure only; the later ones reuse it."""
+    """Inlines plotly.js with the first figure only (the later ones reuse it), or none when the page loads it."""
 
-    def __init__(self) -> None:
-        self._first = True
+    def __init__(self, *, inline: bool) -> None:
+        self._first = inline
 
     def __call__(self, fig: go.Figure) -> str:
         out = fig.to_html(full_html=False, include_plotlyjs=self._first,
@@ -181,15 +190,18 @@ def _nb(text: str) -> str:
 
 def _breakdown_table(breakdown: Sequence[BreakdownRow], unit: GpuTimeUnit) -> str:
     body = []
+    second = unit is not GPU_SECONDS  # a column in the run's unit only when it is not the GPU-seconds beside it
     for row in breakdown:
         category = row.category
         swatch = f'<span class="swatch" style="background:{COLORS[category]}"></span>' if category in COLORS else ""
         css = ' class="total"' if category == ALLOCATED else ""
-        body.append(f"<tr{css}><td>{swatch}{_e(category)}</td><td>{gpu_seconds(row.gpu_seconds)}</td>"
-                    f"<td>{gpu_time(row.gpu_seconds, unit, with_unit=False)}</td><td>{percent(row.share)}</td>"
+        in_unit = f"<td>{gpu_time(row.gpu_seconds, unit, with_unit=False)}</td>" if second else ""
+        body.append(f"<tr{css}><td>{swatch}{_e(category)}</td><td>{gpu_seconds(row.gpu_seconds)}</td>{in_unit}"
+                    f"<td>{percent(row.share)}</td>"
                     f'<td class="desc">{_e(DESCRIPTIONS.get(category, ""))}</td></tr>')
+    header = f"<th>{_nb(unit.title)}</th>" if second else ""
     return ("<table><thead><tr><th>category</th><th>GPU&#8209;seconds</th>"
-            f"<th>{_nb(unit.title)}</th><th>share</th>"
+            f"{header}<th>share</th>"
             f"<th></th></tr></thead><tbody>{''.join(body)}</tbody></table>")
 
 
@@ -205,11 +217,12 @@ def _restarts_table(rows: Sequence[RestartRow], unit: GpuTimeUnit) -> str:
         f"<td>{_e(_or_dash(r.failed_at_step))}</td><td>{_e(_or_dash(r.resume_step))}</td>"
         f"<td>{gpu_time(r.rework_gpu_seconds, unit, with_unit=False)}</td>"
         f"<td>{gpu_time(r.hang_gpu_seconds, unit, with_unit=False)}</td>"
-        f"<td>{gpu_time(r.startup_gpu_seconds, unit, with_unit=False)}</td></tr>"
+        f"<td>{gpu_time(r.startup_gpu_seconds, unit, with_unit=False)}</td>"
+        f'<td class="desc">{_e(failure_cause(r.cause) if r.cause is not None else "")}</td></tr>'
         for r in rows)
     return ("<table><thead><tr><th>attempt</th><th>restarted (UTC)</th><th>after</th><th>failed at</th>"
             f"<th>resumed at</th><th>rework {_nb(unit.symbol)}</th><th>hang {_nb(unit.symbol)}</th>"
-            f"<th>startup {_nb(unit.symbol)}</th>"
+            f"<th>startup {_nb(unit.symbol)}</th><th>why it failed</th>"
             f"</tr></thead><tbody>{body}</tbody></table>")
 
 
@@ -217,7 +230,7 @@ def _straggler_table(rows: Sequence[StragglerRow], unit: GpuTimeUnit) -> str:
     body = "".join(
         f"<tr><td>{_e(r.rank)}</td><td>{_e(r.host or DASH)}</td>"
         f"<td>{gpu_time(r.straggler_gpu_seconds, unit, with_unit=False)}</td><td>{percent(r.share_of_straggler)}</td>"
-        f"<td>{seconds(r.median_compute_seconds)}</td></tr>"
+        f"<td>{duration(r.median_compute_seconds)}</td></tr>"
         for r in rows[:10])
     return (f"<table><thead><tr><th>rank</th><th>host</th><th>straggler {_nb(unit.symbol)}</th>"
             f"<th>share of straggler</th><th>median compute / step</th></tr></thead><tbody>{body}</tbody></table>")
@@ -231,7 +244,7 @@ def _recommendation(r: Recommendation) -> str:
             f'<table class="evidence"><tbody>{evidence}</tbody></table>'
             f'<div class="model">Model ({_e(r.model.name)}): {_e(r.model.statement)}</div>'
             f'<div class="confidence">Confidence: {_e(r.confidence.text)}</div>'
-            f'<div class="stake">at stake: {_e(r.at_stake_text)} ({_e(r.category)})</div></li>')
+            f'<div class="stake">{_e(advice_stake(r))}</div></li>')
 
 
 def _recommendations(measured: MeasuredRun, recs: Sequence[Recommendation], notes: Sequence[str]) -> str:
@@ -239,7 +252,7 @@ def _recommendations(measured: MeasuredRun, recs: Sequence[Recommendation], note
     if recs:
         parts.append(f'<ol class="recs">{"".join(_recommendation(r) for r in recs)}</ol>')
     else:
-        parts.append('<p class="note">No waste category is above the thresholds the advice rests on.</p>')
+        parts.append(f'<p class="note">{_e(no_advice(measured))}</p>')
     if notes:
         parts.append('<p class="note">Weighed and not advised:</p><ul class="notes">'
                      + "".join(f'<li class="note">{_e(n)}</li>' for n in notes) + "</ul>")
@@ -261,10 +274,11 @@ def _pruned_note(detail_pruned_at: float | None) -> str:
     return f'<p class="note pruned">{_e(pruned_note(detail_pruned_at))}</p>'
 
 
-def report_html(report: RunReport) -> str:
+def report_html(report: RunReport, *, plotly_src: str | None = None) -> str:
+    """The report; `plotly_src`: the URL the page loads plotly.js from (None: inlined, a self-contained file)."""
     ledger = report.ledger
     breakdown = report.breakdown
-    figure = _Figures()
+    figure = _Figures(inline=plotly_src is None)
     status = ledger.status
     waste_total = ledger.waste_total_gpu_seconds
     allocated = ledger.allocated_gpu_seconds
@@ -332,5 +346,6 @@ def report_html(report: RunReport) -> str:
     body = "\n".join(parts)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>goodput report: {_e(report.run_id)}</title><style>{_CSS}</style></head>"
+            f"<title>goodput report: {_e(report.run_id)}</title><style>{_CSS}</style>"
+            + (f'<script src="{_e(plotly_src)}" charset="utf-8"></script>' if plotly_src else "") + "</head>"
             f"<body><main>\n{body}\n</main></body></html>\n")

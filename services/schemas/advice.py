@@ -76,6 +76,9 @@ class Recommendation(_Frozen):
                                         "no prediction")
     at_stake_gpu_seconds: float = Field(description="the measured waste the advice acts on (the ranking key)")
     at_stake_text: str = Field(description="at_stake_gpu_seconds as every surface writes it")
+    small: str | None = Field(None, description="why the saving is small (below the share of the allocation from "
+                                                "which this kind of advice is material), in words; null when it is "
+                                                "not. A small one is listed when it is among the run's largest")
     evidence: list[Evidence]
     model: AdviceModel
     gain: Gain
@@ -95,6 +98,8 @@ class MeasuredRun(_Frozen):
 class RunAdvice(_Frozen):
     run_id: str
     measured: MeasuredRun
-    recommendations: list[Recommendation] = Field(description="largest GPU-seconds at stake first")
+    recommendations: list[Recommendation] = Field(description="largest GPU-seconds at stake first (a run hung now "
+                                                              "first of all): every material one, and the run's "
+                                                              "largest ones up to three even when small")
     notes: list[str] = Field(description="what was weighed and not advised, and why (e.g. other runs' failures "
                                          "that did not justify advice for this run)")

@@ -225,6 +225,9 @@ class AttemptEnd(RankEvent):
     kind: Literal["attempt_end"]
     reason: Literal["completed", "failed", "preempted"]
     detail: Annotated[str, StringConstraints(max_length=2048)] | None = None
+    # Sent by `goodput launch` for a worker torchrun saw exit: its exit status, negative: the signal that killed it
+    # (docs/events.md). The ledger reads times from the ranks' own records only.
+    exit_code: Annotated[int, Field(ge=-255, le=255)] | None = None
 
 
 class RunEnd(Event):

@@ -22,6 +22,27 @@ class CheckpointRow(BaseModel):
     torn: bool  # never completed: blocked until the attempt's next step or its end
 
 
+class FailureCause(BaseModel):
+    """Why an attempt failed, as far as its events say (services.analysis.failures; docs/ledger.md, "Why an attempt
+    failed"). None where the events do not tell."""
+
+    rank: int | None = Field(None, description="the first rank that failed")
+    basis: str | None = Field(None, description=(
+        "how `rank` was told: exit (goodput launch saw torchrun report its exit first), error (its own failure "
+        "report came first), silent (it went silent first, killed without a word)"))
+    host: str | None = Field(None, description="that rank's host (its attempt_start's)")
+    exit_code: int | None = Field(None, description=(
+        "its exit status as torchrun reported it to goodput launch; negative: killed by that signal"))
+    signal: str | None = Field(None, description="the signal a negative exit_code names, e.g. SIGKILL")
+    error: str | None = Field(None, description=(
+        "the error text a rank reported (its attempt_end's detail: '<Type>: <message>'), the failing rank's if any"))
+    error_rank: int | None = Field(None, description="the rank that reported `error`")
+    hung_ranks: list[int] = Field(default_factory=list, description=(
+        "the ranks behind the furthest one when the attempt stopped (step, then collectives started in it): the "
+        "others waited for them; empty when every rank stood at one place"))
+    log_hint: str | None = Field(None, description="where the workers' own output is (not in the events)")
+
+
 class RestartRow(BaseModel):
     """What the failure before a restart cost, in GPU-seconds: rework and hang are booked on the attempt that
     failed, startup on the attempt that restarted."""
@@ -35,6 +56,7 @@ class RestartRow(BaseModel):
     rework_gpu_seconds: float
     hang_gpu_seconds: float
     startup_gpu_seconds: float
+    cause: FailureCause | None = Field(None, description="why the attempt before the restart failed (None: it did not)")
 
 
 class AllocationSpan(BaseModel):
@@ -76,6 +98,7 @@ class Failure(BaseModel):
     time: float
     step: int | None
     reason: str
+    cause: FailureCause | None = None
 
 
 class Restart(BaseModel):
@@ -191,3 +214,36 @@ class RunViews(BaseModel):
     restarts_total: int
     restarts_truncated: bool
     version: int = Field(description="the run version these views describe")
+
+
+class CurveSeries(BaseModel):
+    """One metric of one attempt over time, downsampled (services.analysis.curves)."""
+
+    attempt: int
+    time: list[float] = Field(description="each point's step end (the last rank's), epoch seconds")
+    step: list[int]
+    value: list[float]
+    points_total: int = Field(description="steps of this attempt with a value, before downsampling")
+
+
+class CurveMark(BaseModel):
+    time: float
+    step: int | None
+    label: str
+
+
+class TrainingCurves(BaseModel):
+    """GET /v1/runs/{run_id}/curves: loss, learning rate and step time over time, one series per attempt (a restart
+    starts a new one), each metric at most `max_points` points over all of its attempts (every bucket of steps
+    keeps its lowest and highest value, so a spike survives); restarts and completed checkpoints marked."""
+
+    run_id: str
+    loss: list[CurveSeries] = Field(description="mean over the ranks that reported a loss for the step")
+    lr: list[CurveSeries] = Field(description="the learning rate the step reported (the highest of its ranks')")
+    step_seconds: list[CurveSeries] = Field(description="from the step's first rank start to its last rank end")
+    restarts: list[CurveMark]
+    checkpoints: list[CurveMark] = Field(description="completed checkpoints (their end), the latest 5,000")
+    max_points: int = Field(description="per metric, over all of its attempts")
+    downsampled: bool = Field(description="some metric had more steps than max_points")
+    throughput: None = Field(None, description=(
+        "not reported: the events carry no tokens or samples per step, so no throughput is drawn"))

@@ -30,7 +30,16 @@ from services.analysis.attempt_numbers import LEGACY, LaunchAttempt, LaunchAttem
 from services.storage.block_codec import block_from_bytes, block_to_bytes
 from services.storage.db import json_rows, psycopg_connection
 from services.storage.records import IngestRecord
-from services.storage.tables import AttemptNumber, ClockReading, Event, collectives, step_blocks, step_marks, steps
+from services.storage.tables import (
+    AttemptNumber,
+    ClockReading,
+    Event,
+    collectives,
+    step_blocks,
+    step_columns,
+    step_marks,
+    steps,
+)
 
 NUMBERS_LOCK = 0x676F6964  # ("goid"), with the run's key: pg_advisory_xact_lock(NUMBERS_LOCK, run_pk)
 _KEYS_PER_QUERY = 300
@@ -223,9 +232,9 @@ def _number_run(conn: Connection, run_pk: int, seen: dict[LaunchAttemptKey, Laun
     return {key: numbers[key] for key in seen}
 
 
-# Every table that keys rows by (run, attempt, rank, ...): a renumbering moves their rows (a table of step columns
-# per (run, attempt, rank, block) would join them). step_blocks, per (run, attempt, block), is summarised again.
-_TABLES: tuple[Table, ...] = (cast(Table, Event.__table__), steps, collectives, step_marks,
+# Every table that keys rows by (run, attempt, rank, ...): a renumbering moves their rows (a block row of
+# step_columns names no attempt in its bytes). step_blocks, per (run, attempt, block), is summarised again.
+_TABLES: tuple[Table, ...] = (cast(Table, Event.__table__), steps, step_columns, collectives, step_marks,
                               cast(Table, ClockReading.__table__))
 _AWAY = -2  # a moved row's number, new n, is _AWAY - n during the move
 

@@ -30,6 +30,7 @@ from services.analysis.live_tail import LiveTail, tail_of, with_tail
 from services.storage.clock_readings import collector_offsets
 from services.storage.run_products import load_product
 from services.storage.runs import RunRow
+from services.storage.step_columns import column_rows
 
 LIVE_TAIL = "live-tail"  # the run_products row of a pruned run's LiveTail
 
@@ -46,6 +47,18 @@ _RECENT_SQL = text(
     "SELECT step, start_time, end_time FROM steps WHERE run_pk = :pk AND attempt = :a AND rank = :r "
     "ORDER BY step DESC LIMIT :n"
 )
+
+
+def _recent_steps(conn: Connection, args: dict[str, Any], rank: int, n: int) -> list[tuple[int, float, float]]:
+    """The rank's last `n` (step, start, end), in step order: from `steps`, and from the rank's last block rows when
+    `steps` holds fewer (it keeps only the rank's current block: services.storage.step_columns)."""
+    rows = [(int(s), float(t0), float(t1)) for s, t0, t1 in conn.execute(_RECENT_SQL, {**args, "r": rank, "n": n})]
+    if len(rows) < n:
+        moved = column_rows(conn, args["pk"], attempt=args["a"], ranks=[rank], last_blocks=2)
+        rows += zip(moved.rows.step.tolist(), moved.rows.start.tolist(), moved.rows.end.tolist(), strict=True)
+    return sorted(rows, key=lambda row: row[0])[-n:]
+
+
 _COLLECTIVES_SQL = text(
     "SELECT rank, step, count(DISTINCT start_time), max(end_time) FROM collectives "
     "WHERE run_pk = :pk AND attempt = :a AND step >= :lo AND step <= :hi GROUP BY rank, step"
@@ -120,8 +133,7 @@ def load_live_state(conn: Connection, run: RunRow, *, now: float, lookback_s: fl
     done: dict[tuple[int, int], tuple[int, float]] = {}
     if stepped:
         leader = max(stepped, key=lambda r: (stepped[r], -r))
-        rows = sorted(conn.execute(_RECENT_SQL, {**args, "r": leader, "n": recent_steps + 1}).all(),
-                      key=lambda row: row[0])
+        rows = _recent_steps(conn, args, leader, recent_steps + 1)
         leader_ends = tuple(local(leader, e) for _, _, e in rows)
         leader_secs = tuple(float(e) - float(s) for _, s, e in rows)
         front = max(stepped.values())

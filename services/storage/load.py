@@ -17,6 +17,7 @@ from services.storage import pgcopy
 from services.storage.db import psycopg_connection, sqlite_connection
 from services.storage.records import SERIES_KINDS
 from services.storage.runs import RunRow
+from services.storage.step_columns import column_rows
 from services.storage.tables import Event, collectives
 
 
@@ -106,35 +107,54 @@ def _events_frame(rows: list[tuple[Any, ...]]) -> tuple[pd.DataFrame, list[str]]
 _STEP_COLUMNS = {"attempt": ">i4", "rank": ">i4", "step": ">i8", "start": ">f8", "end": ">f8", "comm": ">f8"}
 _STEP_DETAIL_COLUMNS = {**_STEP_COLUMNS, "loss": ">f8", "lr": ">f8"}
 _SQL_NAMES = {"start": "start_time", "end": "end_time"}
+_KEY_COLUMNS = ("attempt", "rank", "step")
 _COLLECTIVE_TIME_COLUMNS = {"attempt": ">i4", "rank": ">i4", "step": ">i8", "start": ">f8", "end": ">f8"}
 _COLLECTIVE_TIME_SQL = "SELECT attempt, rank, step, start_time, end_time FROM collectives WHERE run_pk = {param}"
 
 
 def _load_steps(conn: Connection, run_pk: int, *, detail: bool) -> pd.DataFrame:
     columns = _STEP_DETAIL_COLUMNS if detail else _STEP_COLUMNS
+    values = _head_steps(conn, run_pk, columns, detail=detail)
+    moved = column_rows(conn, run_pk)
+    if len(moved):  # the blocks ranks have left (services.storage.step_columns), put in index order with the rest
+        held = {"attempt": moved.attempt, "rank": moved.rank,
+                **{c: getattr(moved.rows, c) for c in columns if c not in ("attempt", "rank")}}
+        head = values or {c: held[c][:0] for c in columns}
+        values = {c: np.concatenate([np.asarray(part[c]).astype(np.int64 if c in _KEY_COLUMNS else np.float64)
+                                     for part in (held, head)]) for c in columns}
+        order = np.lexsort((values["step"], values["rank"], values["attempt"]))
+        values = {c: np.asarray(v)[order] for c, v in values.items()}
+    if values is None:
+        return steps_frame()
+    return steps_frame(**{c: values.get(c) for c in ("attempt", "rank", "step", "start", "end")},
+                       loss=values.get("loss"), lr=values.get("lr"), comm=values["comm"])
+
+
+def _head_steps(conn: Connection, run_pk: int, columns: dict[str, str], *,
+                detail: bool) -> dict[str, np.ndarray] | None:
+    """The run's rows in `steps` (each rank's current block), in index order; None: none."""
     names = [_SQL_NAMES.get(c, c) for c in columns]
     if conn.dialect.name == "postgresql":
         values = _steps_as_arrays(conn, run_pk, names, columns)  # NaN stands for "not reported"
+        return values if len(values["step"]) else None
+    # SQLite: NULL becomes -1 (never a valid value: comm >= 0) or, for loss / lr, goes through objects.
+    select_list = ", ".join(f"ifnull({n}, -1.0)" if n == "comm" else n for n in names)
+    # in index order: the analysis finds the rows sorted and skips its own sort
+    fetched = _fetch_tuples(conn, f"SELECT {select_list} FROM steps WHERE run_pk = ? ORDER BY attempt, rank, step",
+                            int(run_pk))
+    if not fetched:
+        return None
+    if detail:
+        matrix = np.array(fetched, dtype=object)
+        values = {c: matrix[:, i] for i, c in enumerate(columns)}
+        for c in ("loss", "lr"):
+            values[c] = np.array([np.nan if v is None else v for v in values[c]], dtype=np.float64)
     else:
-        # SQLite: NULL becomes -1 (never a valid value: comm >= 0) or, for loss / lr, goes through objects.
-        select_list = ", ".join(f"ifnull({n}, -1.0)" if n == "comm" else n for n in names)
-        # in index order: the analysis finds the rows sorted and skips its own sort
-        fetched = _fetch_tuples(conn, f"SELECT {select_list} FROM steps WHERE run_pk = ? ORDER BY attempt, rank, step",
-                                int(run_pk))
-        if not fetched:
-            return steps_frame()
-        if detail:
-            matrix = np.array(fetched, dtype=object)
-            values = {c: matrix[:, i] for i, c in enumerate(columns)}
-            for c in ("loss", "lr"):
-                values[c] = np.array([np.nan if v is None else v for v in values[c]], dtype=np.float64)
-        else:
-            matrix = np.array(fetched, dtype=np.float64)
-            values = {c: matrix[:, i] for i, c in enumerate(columns)}
-        comm = values["comm"].astype(np.float64)
-        values["comm"] = np.where(comm < 0, np.nan, comm)
-    return steps_frame(**{c: values.get(c) for c in ("attempt", "rank", "step", "start", "end")},
-                       loss=values.get("loss"), lr=values.get("lr"), comm=values["comm"])
+        matrix = np.array(fetched, dtype=np.float64)
+        values = {c: matrix[:, i] for i, c in enumerate(columns)}
+    comm = values["comm"].astype(np.float64)
+    values["comm"] = np.where(comm < 0, np.nan, comm)
+    return values
 
 
 def _load_comm(conn: Connection, run_pk: int) -> pd.DataFrame:

@@ -11,6 +11,7 @@ from sqlalchemy import Connection, select
 
 from services.analysis.run_data import comm_frame
 from services.storage.load import sum_collective_seconds
+from services.storage.step_columns import column_rows
 from services.storage.tables import Event, collectives, steps
 
 RANK_EVENT_KINDS = ("attempt_start", "attempt_end")
@@ -23,8 +24,15 @@ def load_rank_steps(conn: Connection, run_pk: int, rank: int) -> pd.DataFrame:
         .where(steps.c.run_pk == run_pk, steps.c.rank == rank).order_by(steps.c.attempt, steps.c.step)).all()
     matrix = np.array([(a, s, t0, t1, np.nan if c is None else c) for a, s, t0, t1, c in rows],
                       dtype=np.float64).reshape(-1, 5)
-    return pd.DataFrame({"attempt": matrix[:, 0].astype(np.int64), "step": matrix[:, 1].astype(np.int64),
-                         "start": matrix[:, 2], "end": matrix[:, 3], "comm": matrix[:, 4]})
+    frame = pd.DataFrame({"attempt": matrix[:, 0].astype(np.int64), "step": matrix[:, 1].astype(np.int64),
+                          "start": matrix[:, 2], "end": matrix[:, 3], "comm": matrix[:, 4]})
+    moved = column_rows(conn, run_pk, ranks=[rank])  # the blocks the rank has left (services.storage.step_columns)
+    if not len(moved):
+        return frame
+    held = pd.DataFrame({"attempt": moved.attempt, "step": moved.rows.step, "start": moved.rows.start,
+                         "end": moved.rows.end, "comm": moved.rows.comm})
+    return (pd.concat([held, frame], ignore_index=True).sort_values(["attempt", "step"], kind="stable")
+            .reset_index(drop=True))
 
 
 def load_rank_comm(conn: Connection, run_pk: int, rank: int) -> pd.DataFrame:
@@ -40,7 +48,7 @@ def load_rank_comm(conn: Connection, run_pk: int, rank: int) -> pd.DataFrame:
 
 
 def load_rank_events(conn: Connection, run_pk: int, rank: int) -> pd.DataFrame:
-    """The rank's attempt events: kind, time, attempt, host, reason, world_size."""
+    """The rank's attempt events: kind, time, attempt, host, reason, world_size, exit_code."""
     rows = conn.execute(
         select(Event.kind, Event.time, Event.attempt, Event.data)
         .where(Event.run_pk == run_pk, Event.rank == rank, Event.kind.in_(RANK_EVENT_KINDS))
@@ -49,8 +57,10 @@ def load_rank_events(conn: Connection, run_pk: int, rank: int) -> pd.DataFrame:
     for kind, time, attempt, data in rows:
         fields = (json.loads(data) if isinstance(data, str) else data) or {}
         records.append({"kind": kind, "time": float(time), "attempt": attempt, "host": fields.get("host"),
-                        "reason": fields.get("reason"), "world_size": fields.get("world_size")})
-    frame = pd.DataFrame(records, columns=["kind", "time", "attempt", "host", "reason", "world_size"])
+                        "reason": fields.get("reason"), "world_size": fields.get("world_size"),
+                        "exit_code": fields.get("exit_code")})
+    frame = pd.DataFrame(records, columns=["kind", "time", "attempt", "host", "reason", "world_size", "exit_code"])
     frame["attempt"] = frame["attempt"].astype("float64")
-    frame["world_size"] = pd.to_numeric(frame["world_size"], errors="coerce")
+    for column in ("world_size", "exit_code"):
+        frame[column] = pd.to_numeric(frame[column], errors="coerce")
     return frame

@@ -1,12 +1,13 @@
-"""Raw rows with a lifecycle: day partitions of `steps` and `collectives` on PostgreSQL, and the deletes of retention.
+"""Raw rows with a lifecycle: day partitions of `steps`, `step_columns` and `collectives` on PostgreSQL, and the
+deletes of retention.
 
-What is raw: a run's `steps` and `collectives` rows and its high-volume events (step and collective records,
-heartbeats). Everything else of a run is kept for good: its row in `runs` (with the stored ledger), its views
-(`run_views`), its frozen products (`run_products`: straggler report, resume check, the live tail), its step blocks
-(`step_marks`, `step_blocks`: what the ledger and the views are built from), each rank's first and last heartbeat
-of each attempt (what the analysis reads of them) and its other events (attempts, checkpoints, resumes, the run's
-end, client stats: a few per attempt). So a pruned run that receives events again (its last steps, a relaunch)
-goes on being analysed from what was kept, and the rows received since go in turn.
+What is raw: a run's `steps`, `step_columns` (its steps' block rows) and `collectives` rows and its high-volume
+events (step and collective records, heartbeats). Everything else of a run is kept for good: its row in `runs` (with
+the stored ledger), its views (`run_views`), its frozen products (`run_products`: straggler report, resume check,
+the live tail), its step blocks (`step_marks`, `step_blocks`: what the ledger and the views are built from), each
+rank's first and last heartbeat of each attempt (what the analysis reads of them) and its other events (attempts,
+checkpoints, resumes, the run's end, client stats: a few per attempt). So a pruned run that receives events again
+(its last steps, a relaunch) goes on being analysed from what was kept, and the rows received since go in turn.
 
 A run's raw rows go when the run has been quiet for the whole retention window (no event received, by the
 server's clock, since `cutoff`): a run that is still going keeps all of its rows. Services.derive.retention stores
@@ -40,15 +41,15 @@ from sqlalchemy import Connection, CursorResult, bindparam, select, text, update
 from services.storage.tables import Run, step_blocks
 
 DAY_S = 86_400
-PARTITIONED_TABLES = ("steps", "collectives")
+PARTITIONED_TABLES = ("steps", "step_columns", "collectives")
 PARTITIONS_AHEAD_DAYS = 3  # partitions exist for today and this many days ahead (the background job runs hourly)
 # Per-block summaries of the raw rows (services.storage.step_blocks): deleted only with the rows of a run pruned
 # before revision 0009, whose blocks went with its first rows (a pruned run keeps them: it is built from them).
 DERIVED_FROM_RAW_TABLES = ("step_marks", "step_blocks")
 SERIES_EVENT_KINDS = ("step", "steps", "collective", "collectives")
 # The partitions of the partitioned tables: not in the models (services.storage.tables), never schema drift.
-PARTITION_NAME = re.compile(r"^(steps|collectives)_(p\d{8}|default)$")
-_DAY_PARTITION = re.compile(r"^(steps|collectives)_p(\d{8})$")
+PARTITION_NAME = re.compile(r"^(steps|step_columns|collectives)_(p\d{8}|default)$")
+_DAY_PARTITION = re.compile(r"^(steps|step_columns|collectives)_p(\d{8})$")
 
 
 def include_name(name: str | None, type_: str, _parents: object) -> bool:

@@ -13,7 +13,9 @@ from typing import Any
 
 from sqlalchemy import Connection, case, select, update
 
+from services.analysis.run_figures import figures_of, usage_bytes
 from services.errors import RunInSeveralProjects, RunNotFound
+from services.schemas.ledger import Ledger
 from services.storage.tables import Run, RunViews
 
 DEFAULT_PROJECT = "default"  # the project of runs written without a token (local clients)
@@ -104,7 +106,39 @@ def get_run_by_pk(conn: Connection, run_pk: int) -> RunRow:
 
 def list_runs(conn: Connection, *, since: float | None = None, until: float | None = None,
               status: str | None = None, limit: int = 1000, project: str | None = None) -> list[RunRow]:
-    query = select(*_RUN_COLUMNS)
+    query = _listing(select(*_RUN_COLUMNS), since=since, until=until, status=status, limit=limit, project=project)
+    return [_run_row(r) for r in conn.execute(query).all()]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFigures:
+    """A run as the run lists read it: its row without the ledger (`row.ledger_json` is None, not read), and the
+    figures stored with its ledger (of `row.ledger_version`; None when none were stored)."""
+
+    row: RunRow
+    figures_json: str | None
+    usage: bytes | None
+
+
+def list_run_figures(conn: Connection, *, since: float | None = None, until: float | None = None,
+                     limit: int = 1000, project: str | None = None, with_usage: bool = False) -> list[StoredFigures]:
+    """The runs `list_runs` lists, each with the figures stored with its ledger (and its usage: `with_usage`)."""
+    columns: list[Any] = [c for c in _RUN_COLUMNS if c is not Run.ledger_json]
+    if with_usage:
+        columns.append(Run.usage_bytes)
+    query = _listing(select(*columns, Run.figures_json), since=since, until=until, status=None, limit=limit,
+                     project=project)
+    out = []
+    for r in conn.execute(query).all():
+        row = RunRow(pk=r[0], run_id=r[1], project=r[2], status=r[3], first_time=r[4], last_time=r[5],
+                     received_at=r[6], version=r[7], ledger_version=r[8], ledger_json=None, detail_pruned_at=r[9],
+                     detail_pruned_version=r[10])
+        out.append(StoredFigures(row, r[-1], r[11] if with_usage else None))
+    return out
+
+
+def _listing(query: Any, *, since: float | None, until: float | None, status: str | None, limit: int,
+             project: str | None) -> Any:
     if project is not None:
         query = query.where(Run.project == project)
     if since is not None:
@@ -113,17 +147,17 @@ def list_runs(conn: Connection, *, since: float | None = None, until: float | No
         query = query.where(Run.first_time <= until)
     if status is not None:
         query = query.where(Run.status == status)
-    query = query.order_by(Run.last_time.desc()).limit(limit)
-    return [_run_row(r) for r in conn.execute(query).all()]
+    return query.order_by(Run.last_time.desc()).limit(limit)
 
 
-def store_ledger(conn: Connection, run_pk: int, version: int, ledger_json: str, status: str) -> None:
-    """Keep the ledger of `version` unless a newer one is stored; the run's status follows it only while no event
-    arrived since (the writer sets the status of a run that ended)."""
+def store_ledger(conn: Connection, run_pk: int, version: int, ledger: Ledger) -> None:
+    """Keep the ledger of `version` (with the figures the run lists show of it) unless a newer one is stored; the
+    run's status follows it only while no event arrived since (the writer sets the status of a run that ended)."""
     conn.execute(
         update(Run).where(Run.id == run_pk, Run.ledger_version < version)
-        .values(ledger_json=ledger_json, ledger_version=version,
-                status=case((Run.version == version, status), else_=Run.status))
+        .values(ledger_json=ledger.model_dump_json(), ledger_version=version,
+                figures_json=figures_of(ledger).model_dump_json(), usage_bytes=usage_bytes(ledger),
+                status=case((Run.version == version, ledger.status), else_=Run.status))
     )
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Connection, Engine, and_, func, or_, select
+from sqlalchemy import Connection, Engine, and_, func, or_, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 
 from services.analysis.rank_sketch import EXACT_RANK_VALUES, RankSketch
@@ -32,12 +32,14 @@ from services.storage.db import json_rows, psycopg_connection, sqlite_connection
 from services.storage.load import _load_events, _load_events_with_ids, load_heartbeat_extremes, sum_collective_seconds
 from services.storage.records import SERIES_KINDS, IngestRecord
 from services.storage.runs import RunRow
+from services.storage.step_columns import column_rows
 from services.storage.summary_cache import KeptEvents, SealedBlocks, SummaryCache
 from services.storage.tables import Event, step_blocks, step_marks
 
 
-def mark_step_blocks(conn: Connection, records: Sequence[tuple[int, IngestRecord]]) -> None:
-    """Count, per (run, attempt, block, rank), the newly inserted records with rows in that block."""
+def mark_step_blocks(conn: Connection, records: Sequence[tuple[int, IngestRecord]]) -> set[tuple[int, int, int, int]]:
+    """Count, per (run, attempt, block, rank), the newly inserted records with rows in that block; returns the
+    (run_pk, attempt, block, rank) marks this created (a rank's first rows of a block)."""
     counts: dict[tuple[int, int, int, int], int] = {}
     for run_pk, r in records:
         if r.attempt is None or r.rank is None:
@@ -49,25 +51,40 @@ def mark_step_blocks(conn: Connection, records: Sequence[tuple[int, IngestRecord
                 key = (run_pk, r.attempt, block, r.rank)
                 counts[key] = counts.get(key, 0) + 1
     if not counts:
-        return
+        return set()
     keys = sorted(counts)  # one key order for every writer: concurrent upserts wait, never deadlock
     if conn.dialect.name == "postgresql":  # one statement of fixed text, whatever the number of marks
         with psycopg_connection(conn).cursor() as cursor:
-            cursor.execute(_MARK_SQL, (json_rows([(*k, counts[k]) for k in keys]),))
-        return
+            marked = cursor.execute(_MARK_SQL, (json_rows([(*k, counts[k]) for k in keys]),)).fetchall()
+        # a mark that existed had changes >= 1 already: only a created one holds exactly what was added
+        return {key for *k, changes in marked if counts[key := (int(k[0]), int(k[1]), int(k[2]), int(k[3]))]
+                == changes}
+    existing = _existing_marks(conn, keys)  # SQLite: this transaction holds the write lock since its inserts
     statement = sqlite.insert(step_marks)
     statement = statement.on_conflict_do_update(
         index_elements=["run_pk", "attempt", "block", "rank"],
         set_={"changes": step_marks.c.changes + statement.excluded.changes})
     conn.execute(statement, [{"run_pk": k[0], "attempt": k[1], "block": k[2], "rank": k[3], "changes": counts[k]}
                              for k in keys])
+    return set(keys) - existing
+
+
+def _existing_marks(conn: Connection, keys: list[tuple[int, int, int, int]]) -> set[tuple[int, int, int, int]]:
+    out: set[tuple[int, int, int, int]] = set()
+    for at in range(0, len(keys), 500):  # the keys as literals (integers only): one index probe each
+        listed = ", ".join(f"({int(k[0])}, {int(k[1])}, {int(k[2])}, {int(k[3])})" for k in keys[at:at + 500])
+        rows = conn.execute(text(f"SELECT run_pk, attempt, block, rank FROM step_marks WHERE (run_pk, attempt, block, "
+                                 f"rank) IN (VALUES {listed})"))
+        out.update((int(p), int(a), int(b), int(r)) for p, a, b, r in rows)
+    return out
 
 
 _MARK_SQL = (  # the rows as one JSON parameter, in key order (services.storage.db.json_rows says why)
     "INSERT INTO step_marks (run_pk, attempt, block, rank, changes) "
     "SELECT (r->>0)::int4, (r->>1)::int4, (r->>2)::int8, (r->>3)::int4, (r->>4)::int8 "
     "FROM json_array_elements(%s::json) WITH ORDINALITY AS m(r, n) ORDER BY n "
-    "ON CONFLICT (run_pk, attempt, block, rank) DO UPDATE SET changes = step_marks.changes + excluded.changes"
+    "ON CONFLICT (run_pk, attempt, block, rank) DO UPDATE SET changes = step_marks.changes + excluded.changes "
+    "RETURNING run_pk, attempt, block, rank, changes"
 )
 
 
@@ -156,15 +173,22 @@ _COMM_SQL = ("SELECT attempt, rank, step, start_time, end_time FROM collectives 
 
 def _block_steps(conn: Connection, run_pk: int, attempt: int, ranks: list[int], lo: int,
                  hi: int) -> tuple[np.ndarray, ...]:
-    """(rank, step, start, end, comm) of one block's rows, read along the (run, attempt, rank, step) index: one
-    range per rank. Unknown comm is NaN on PostgreSQL, NULL on SQLite (read as -1: never a valid value)."""
+    """(rank, step, start, end, comm) of one block's rows: those in its block rows (services.storage.step_columns) and
+    those in `steps`, read along the (run, attempt, rank, step) index: one range per rank. Unknown comm is NaN on
+    PostgreSQL, NULL on SQLite (read as -1: never a valid value)."""
     listed = ", ".join(str(int(r)) for r in ranks) or "NULL"
     postgres = conn.dialect.name == "postgresql"
     comm_sql = "coalesce(comm, 'NaN'::float8)" if postgres else "ifnull(comm, -1.0)"
     matrix = _fetch(conn, _STEP_SQL.format(comm=comm_sql, p="{p}", ranks=listed), (run_pk, attempt, lo, hi))
     comm = matrix[:, 4]
-    return (matrix[:, 0].astype(np.int64), matrix[:, 1].astype(np.int64), matrix[:, 2], matrix[:, 3],
+    head = (matrix[:, 0].astype(np.int64), matrix[:, 1].astype(np.int64), matrix[:, 2], matrix[:, 3],
             np.where(comm < 0, np.nan, comm))
+    moved = column_rows(conn, run_pk, attempt=attempt, ranks=ranks, block=lo // BLOCK_STEPS)
+    if not len(moved):
+        return head
+    rows = moved.rows
+    return tuple(np.concatenate([a, b]) for a, b in zip((moved.rank, rows.step, rows.start, rows.end, rows.comm),
+                                                        head, strict=True))
 
 
 def _block_comm(conn: Connection, run_pk: int, attempt: int, lo: int, hi: int) -> pd.DataFrame:

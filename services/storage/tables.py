@@ -1,10 +1,12 @@
 """The database schema. Alembic (migrations/) is generated from and checked against this metadata.
 
-`steps` and `collectives` hold one row per step / collective call and are written with PostgreSQL COPY:
-they have no primary key (duplicates are removed when a run is analysed; a replay that regroups steps
-counts nothing twice). Missing loss / lr / comm values are NaN on PostgreSQL and NULL on SQLite.
+`steps` and `collectives` hold one row per step / collective call and are written with PostgreSQL COPY: they have no
+primary key (duplicates are removed when a run is analysed; a replay that regroups steps counts nothing twice). A
+rank's step rows of the blocks of steps it has left move into `step_columns`, one encoded row per block
+(services.storage.step_columns, docs/storage.md): `steps` keeps each rank's current block. Missing loss / lr / comm
+values are NaN on PostgreSQL and NULL on SQLite.
 
-On PostgreSQL both are partitioned by day of `end_time` (RANGE, epoch seconds; partitions `steps_pYYYYMMDD`
+On PostgreSQL all three are partitioned by day of `end_time` (RANGE, epoch seconds; partitions `steps_pYYYYMMDD`
 plus `steps_default` for any time outside them), so that retention drops whole days
 (services/storage/retention.py). SQLite keeps plain tables and deletes rows.
 """
@@ -57,6 +59,10 @@ class Run(Base):
     version: Mapped[int] = mapped_column(BigInteger, default=0)
     ledger_version: Mapped[int] = mapped_column(BigInteger, default=-1)
     ledger_json: Mapped[str | None] = mapped_column(Text)
+    # What the run lists show of that ledger, stored with it (services.analysis.run_figures): its totals as JSON and
+    # its usage pieces as float64 columns, read by the lists instead of parsing every run's whole ledger.
+    figures_json: Mapped[str | None] = mapped_column(Text)
+    usage_bytes: Mapped[bytes | None] = mapped_column(LargeBinary)
     # Server clock when the run's raw rows (steps, collectives, step and heartbeat events) were deleted by
     # retention (services/storage/retention.py).
     detail_pruned_at: Mapped[float | None] = mapped_column(Double)
@@ -129,6 +135,24 @@ steps = Table(
     Column("lr", Double),
     Column("comm", Double),
     Index("ix_steps_run_attempt_rank_step", "run_pk", "attempt", "rank", "step"),
+    postgresql_partition_by="RANGE (end_time)",
+)
+
+step_columns = Table(
+    # A rank's step rows of one closed block of steps (services.storage.step_columns): the rows a rank sent for
+    # steps below the block it is in now, moved out of `steps` and encoded column-wise (services.storage.column_codec)
+    # in one row. Late rows for a block already moved add another row of the same key. Partitioned as `steps`, by
+    # the latest end of the block's rows.
+    "step_columns",
+    Base.metadata,
+    Column("run_pk", Integer, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("rank", Integer, nullable=False),
+    Column("block", BigInteger, nullable=False),
+    Column("end_time", Double, nullable=False),
+    Column("rows", Integer, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    Index("ix_step_columns_run_attempt_rank_block", "run_pk", "attempt", "rank", "block"),
     postgresql_partition_by="RANGE (end_time)",
 )
 

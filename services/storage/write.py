@@ -36,6 +36,7 @@ from services.storage.pruned import KeptOfPrunedRuns, kept_of_pruned_runs
 from services.storage.records import EventConflict, IngestRecord, IngestResult
 from services.storage.runs import DEFAULT_PROJECT
 from services.storage.step_blocks import mark_step_blocks
+from services.storage.step_columns import blocks_entered, move_left_blocks
 from services.storage.tables import Event, Run, collectives, steps
 
 _INSERT_CHUNK = 2000
@@ -197,7 +198,10 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
 
     _insert_steps(conn, new_records, postgres)
     _insert_collectives(conn, new_records)
-    mark_step_blocks(conn, new_records)
+    entered = mark_step_blocks(conn, new_records)
+    move_left_blocks(conn, blocks_entered(((run_pk, r.attempt, r.rank, r.step_rows.step) for run_pk, r in new_records
+                                           if r.step_rows is not None and r.attempt is not None and r.rank is not None),
+                                          entered))
     _touch_runs(conn, new_records, key_of)
     if clocks is not None:
         record_readings(conn, [({run_id: pk for (p, run_id), pk in runs.items() if p == (project or DEFAULT_PROJECT)},

@@ -17,12 +17,18 @@ from services.analysis.run_data import run_data_from_events
 from services.analysis.views import build_run_views
 from services.reports.advice import formats_for
 from services.schemas.advice import Recommendation, RunAdvice
+from services.schemas.categories import WASTE_KEYS
 from services.schemas.ledger import Allocation, AttemptLedger, CheckpointSummary, Ledger, ProvisionalHang
 from services.schemas.resume import Finding, ResumeCheck, ResumeSummary, Tolerances
 from services.schemas.views import Heatmap, RankCompute, RankRow, RunViews
 from services.simulate import SimConfig, simulate
 from tests.analysis.scenarios import ev, per_rank, steps
 from tests.reports import ledgers
+
+
+def gh(gpu_seconds: float, *, with_unit: bool = True) -> str:
+    """A figure in GPU-hours, the unit of these runs' advice."""
+    return fmt.gpu_time(gpu_seconds, fmt.GPU_HOURS, with_unit=with_unit)
 
 
 def advise(ledger: Ledger, **inp: Any) -> RunAdvice:
@@ -104,8 +110,8 @@ def test_the_same_run_with_its_own_failures_is_told_young_daly_from_its_own_rate
     # the prediction is of the measured run, and says so
     assert rec.prediction == (f"Measured goodput 80.0% -> {fmt.percent(80_000 / (100_000 - saved))} if it "
                               f"checkpoints every {fmt.duration(best)} of compute (about 26 steps): "
-                              f"{fmt.gpu_hours(saved)} saved, the same work on {fmt.gpu_hours(100_000 - saved)} "
-                              f"instead of the {fmt.gpu_hours(100_000)} measured.")
+                              f"{gh(saved)} saved, the same work on {gh(100_000 - saved)} "
+                              f"instead of the {gh(100_000)} measured.")
 
 
 def test_a_run_that_did_not_fail_may_be_told_to_checkpoint_less_often_and_is_told_why() -> None:
@@ -191,7 +197,7 @@ def test_a_hang_names_the_timeout_setting_and_the_saving(step_s: float, timeout_
     assert rec.title == f"Lower the collective timeout to {fmt.duration(timeout_s)}"
     assert f"init_process_group(..., timeout=timedelta(minutes={minutes}))" in rec.wording
     assert rec.wording.startswith(f"1 hang lasted 15 min 00 s from the last step to the failure being torn down, "
-                                  f"{fmt.gpu_hours(7200)} in all")
+                                  f"{gh(7200)} in all")
     saved = 8 * (900 - timeout_s)
     assert rec.gain.gpu_seconds == pytest.approx(saved)
     assert rec.gain.predicted_goodput == pytest.approx(8 * 100 * step_s / (allocated - saved))
@@ -215,9 +221,9 @@ def test_a_run_hung_now_comes_first_whatever_its_share() -> None:
     advice = advise(ledger)
     assert codes(advice)[0] == "hung_now"
     rec = advice.recommendations[0]
-    assert rec.wording.startswith(f"No progress for 1 min 40 s ({fmt.gpu_hours(800)} so far")
+    assert rec.wording.startswith(f"No progress for 1 min 40 s ({gh(800)} so far")
     assert rec.gain.bound == "none" and rec.gain.predicted_goodput is None
-    assert rec.prediction == f"No prediction: the hang grows by {fmt.gpu_hours(8 * 60)} every minute until the job " \
+    assert rec.prediction == f"No prediction: the hang grows by {gh(8 * 60)} every minute until the job " \
                              "is stopped."
 
 
@@ -241,7 +247,7 @@ def test_the_straggler_run_names_rank_and_host_and_what_to_do() -> None:
     rec = only(advise(ledger, views=views_of({7: "gpu-node-07", 1: "gpu-node-01"}, [7])), "straggler_rank")
     assert rec.title == "Drain host gpu-node-07 (rank 7)"
     assert rec.wording.startswith("Rank 7 on host gpu-node-07 was consistently slower than the other ranks and "
-                                  f"carried 80.0% of the {fmt.gpu_hours(5_000)} the job spent waiting")
+                                  f"carried 80.0% of the {gh(5_000)} the job spent waiting")
     for action in ("scontrol update nodename=gpu-node-07 state=drain", "kubectl cordon gpu-node-07",
                    "sbatch --exclude=gpu-node-07", "replace it"):
         assert action in rec.wording
@@ -264,7 +270,97 @@ def test_a_simulated_straggler_is_named_with_the_host_it_ran_on() -> None:
     host = next(r.host for r in views.ranks.rows if r.rank == 11)
     assert host and views.ranks.straggler_ranks == [11]  # the simulator's truth: rank 11 is the slow one
     rec = advise(ledger, views=views).recommendations[0]
-    assert rec.code == "straggler_rank" and rec.title == f"Drain host {host} (rank 11)"
+    # its seven host-mates keep pace: the rank is the cause, not its host
+    assert rec.code == "straggler_rank" and rec.title == f"Look at the GPU of rank 11 (host {host}): slower than the " \
+                                                         "other ranks"
+    assert "Drain" not in rec.wording and "drain" not in rec.wording
+
+
+def test_a_host_is_drained_only_when_most_of_its_ranks_are_slow() -> None:
+    hosts: dict[int, str | None] = {r: "node000" if r < 4 else "node001" for r in range(8)}
+    ledger = finished(straggler=5_000.0, straggler_gpu_seconds_by_rank={4: 1_500.0, 5: 1_200.0, 6: 1_100.0,
+                                                                        7: 1_000.0, 2: 200.0})
+    rec = only(advise(ledger, views=views_of(hosts, [2, 4, 5, 6, 7])), "straggler_rank")
+    assert rec.title == "Drain host node001 (rank 4, rank 5, rank 6, rank 7)"  # all four of its ranks are slow
+    assert "scontrol update nodename=node001 state=drain" in rec.wording
+    assert "node000" not in rec.title and "look at the GPU of rank 2 (host node000)" in rec.wording  # 1 of 4
+
+
+def test_a_one_node_job_names_the_rank_never_its_host() -> None:
+    ledger = finished(straggler=5_000.0, straggler_gpu_seconds_by_rank={1: 5_000.0})
+    rec = only(advise(ledger, views=views_of({0: "vm", 1: "vm"}, [1])), "straggler_rank")
+    assert rec.title == "Look at the GPU of rank 1 (host vm): slower than the other ranks"
+    assert "drain" not in rec.wording.lower() and "kubectl cordon" not in rec.wording
+
+
+# -- every run gets its top actions ---------------------------------------------------------------------------
+
+
+def test_the_demos_biggest_run_gets_its_three_largest_costs_as_actions_with_their_stake() -> None:
+    # the demo's 64-GPU run (scripts/demo.py): 5 failures; rework, startup and checkpoint each under 5%
+    result = simulate(SimConfig(run_id="big", ranks=64, hours=2, mtbf_s=1800, checkpoint_every=200, seed=1))
+    data = run_data_from_events("big", result.events)
+    ledger = build_ledger(data)
+    waste = ledger.waste_gpu_seconds
+    shares = {c: waste[c] / ledger.allocated_gpu_seconds for c in ("rework", "startup", "checkpoint")}
+    assert ledger.failures == 5 and all(0.03 < v < 0.05 for v in shares.values())  # every one under its threshold
+    advice = advise(ledger, views=build_run_views(data, ledger, version=1))
+    top = advice.recommendations[:3]
+    largest = sorted(("rework", "startup", "checkpoint"), key=lambda c: -waste[c])
+    assert [r.category for r in top] == largest
+    assert [r.at_stake_gpu_seconds for r in top] == [waste[c] for c in largest]
+    assert [r.code for r in top] == ["checkpoint_interval", "startup", "checkpoint_async"]
+    for rec in top:  # each says plainly that its saving is small
+        assert rec.small is not None and rec.small.startswith("Small: ")
+    assert only(advice, "startup").small == (f"Small: startup is {fmt.percent(shares['startup'])} of the allocation, "
+                                             "under the 5.0% from which this advice is material.")
+
+
+def test_an_amount_at_stake_never_exceeds_its_own_category() -> None:
+    # checkpointing more often acts on rework: its stake is the rework, not rework + checkpoint
+    ledger = finished(36_000.0, checkpoint=1_000.0, rework=6_000.0, failures=4, allocated_wall_seconds=4_500.0,
+                      checkpoints=checkpoints(10.0, 1_210.0), attempts=[attempt(world=8, end=4_500.0)])
+    rec = only(advise(ledger), "checkpoint_interval")
+    assert rec.title.startswith("Checkpoint more often")
+    assert (rec.category, rec.at_stake_gpu_seconds) == ("rework", 6_000.0)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"mtbf_s": 900, "straggler_rank": 2, "hang_at_step": 200},
+    {"mtbf_s": 300, "gpus": 12, "checkpoint_every": 400, "end": "failed"},
+    {"mtbf_s": 600, "checkpoint_every": 50, "startup_s": 200},
+])
+def test_no_stake_exceeds_its_category_on_simulated_runs(kwargs: dict[str, Any]) -> None:
+    result = simulate(SimConfig(run_id="sim", ranks=8, hours=0.3, seed=11, **kwargs))
+    data = run_data_from_events("sim", result.events)
+    ledger = build_ledger(data)
+    advice = advise(ledger, views=build_run_views(data, ledger, version=1))
+    assert advice.recommendations
+    for rec in advice.recommendations:
+        if rec.category in WASTE_KEYS:
+            assert 0 < rec.at_stake_gpu_seconds <= ledger.waste_gpu_seconds[rec.category], rec.code
+
+
+def test_small_actions_past_the_top_three_become_notes_and_material_ones_always_show() -> None:
+    ledger = finished(startup=100.0, checkpoint=200.0, straggler=300.0, idle=400.0, hang=0.0,
+                      attempts=[attempt(startup=100.0)], checkpoints=checkpoints(10.0, 600.0))
+    advice = advise(ledger)
+    assert codes(advice) == ["idle_gaps", "straggler_spread", "checkpoint_async"]  # the 3 largest, all small
+    assert all(r.small for r in advice.recommendations)
+    (note,) = [n for n in advice.notes if n.startswith("Shorten the time to the first step")]
+    assert note == ("Shorten the time to the first step: at stake 1.7 GPU-min (startup). Small: startup is 0.1% of "
+                    "the allocation, under the 5.0% from which this advice is material.")
+    material = finished(startup=6_000.0, checkpoint=200.0, straggler=300.0, idle=400.0,
+                        attempts=[attempt(startup=6_000.0)], checkpoints=checkpoints(10.0, 600.0))
+    shown = advise(material)
+    assert codes(shown)[0] == "startup" and only(shown, "startup").small is None  # 6% >= 5%: material
+    assert len(shown.recommendations) == 3
+
+
+def test_a_run_with_no_waste_says_there_is_nothing_to_act_on() -> None:
+    advice = advise(finished())
+    assert advice.recommendations == []
+    assert fmt.no_advice(advice.measured) == "Nothing to act on: the run wasted no GPU time."
 
 
 # -- the rest of the levers -------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass
 from itertools import count
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
+from services.storage.step_columns import stored_step_keys
 from tests.analysis.scenarios import T0
 from tests.ledger_checks import assert_partition
 
@@ -89,9 +91,9 @@ def stored(engine: Engine, run_id: str) -> dict[str, Any]:
         starts = conn.execute(text(
             "SELECT e.attempt, e.rank, count(*) FROM events e JOIN runs r ON r.id = e.run_pk "
             "WHERE r.run_id = :run AND e.kind = 'attempt_start' GROUP BY e.attempt, e.rank"), {"run": run_id}).all()
-        rows = conn.execute(text(
-            "SELECT s.attempt, s.rank, count(*) FROM steps s JOIN runs r ON r.id = s.run_pk WHERE r.run_id = :run "
-            "GROUP BY s.attempt, s.rank"), {"run": run_id}).all()
+        keys = stored_step_keys(conn, run_id)
+        counts = Counter(zip(keys["attempt"].tolist(), keys["rank"].tolist(), strict=True))
+        rows = [(a, r, n) for (a, r), n in counts.items()]
         clocks = conn.execute(text(
             "SELECT c.attempt, c.rank FROM clock_readings c JOIN runs r ON r.id = c.run_pk WHERE r.run_id = :run"),
             {"run": run_id}).all()

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import select, text
 
 from services.storage.records import IngestRecord
+from services.storage.step_columns import stored_step_count
 from services.storage.tables import Event, Run
 from services.storage.write import write_batches
 
@@ -40,7 +41,7 @@ def stored_events(engine) -> list[tuple[str, str]]:
 
 def stored_step_rows(engine) -> int:
     with engine.connect() as conn:
-        return int(conn.execute(text("SELECT COUNT(*) FROM steps")).scalar_one())
+        return stored_step_count(conn)
 
 
 def test_a_true_retry_stays_a_silent_duplicate(client, engine) -> None:

@@ -22,14 +22,6 @@ def run_row(run_id: str, waste: float, status: str = "finished", first: float = 
 
 
 @pytest.mark.parametrize(("seconds", "text"), [
-    (0.0, "0.00 GPU-h"), (3.0, "<0.01 GPU-h"), (3600.0, "1.00 GPU-h"), (12_345_678.0, "3,429.36 GPU-h"),
-    (None, "—"),
-])
-def test_gpu_hours_are_written_one_way(seconds: float | None, text: str) -> None:
-    assert fmt.gpu_hours(seconds) == text
-
-
-@pytest.mark.parametrize(("seconds", "text"), [
     (0.0, "0.0 GPU-s"), (40.0, "40.0 GPU-s"), (600.0, "10.0 GPU-min"), (2 * 300.0, "10.0 GPU-min"),
     (3599.0, "60.0 GPU-min"), (3600.0, "1.00 GPU-h"), (12_345_678.0, "3,429.36 GPU-h"), (None, "—"),
 ])
@@ -41,10 +33,22 @@ def test_a_small_run_reads_in_minutes_and_a_set_of_figures_shares_one_unit() -> 
     # a 2-GPU run of five minutes: 600 GPU-s allocated, 18 of them idle
     unit = fmt.gpu_time_unit(600.0, 18.0, 0.0)
     assert unit is fmt.GPU_MINUTES and unit.title == "GPU-minutes"
-    assert [fmt.gpu_time(v, unit) for v in (600.0, 18.0, 0.0, 1.0)] == [
-        "10.0 GPU-min", "0.3 GPU-min", "0.0 GPU-min", "<0.1 GPU-min"]
+    assert [fmt.gpu_time(v, unit) for v in (600.0, 18.0, 0.0, 1.0, 90.0)] == [
+        "10.0 GPU-min", "18.0 GPU-s", "0.0 GPU-min", "1.0 GPU-s", "1.5 GPU-min"]
     assert fmt.gpu_time(7200.0, fmt.gpu_time_unit(7200.0, 30.0), with_unit=False) == "2.00"
     assert fmt.gpu_time_unit() is fmt.GPU_SECONDS and fmt.gpu_time_unit(None, float("nan")) is fmt.GPU_SECONDS
+
+
+@pytest.mark.parametrize(("seconds", "unit", "text"), [
+    (3.0, fmt.GPU_HOURS, "3.0 GPU-s"), (36.0, fmt.GPU_HOURS, "36.0 GPU-s"), (300.0, fmt.GPU_HOURS, "5.0 GPU-min"),
+    (360.0, fmt.GPU_HOURS, "0.10 GPU-h"), (0.0, fmt.GPU_HOURS, "0.00 GPU-h"), (30.0, fmt.GPU_MINUTES, "30.0 GPU-s"),
+])
+def test_a_figure_too_small_for_the_shared_unit_is_written_in_its_own(seconds: float, unit: fmt.GpuTimeUnit,
+                                                                     text: str) -> None:
+    # a first small job beside big ones: never "0.01 GPU-h" nor "<0.01"
+    assert fmt.gpu_time(seconds, unit) == text
+    assert fmt.gpu_time(seconds, unit, with_unit=False) == (text if text.split()[1] != unit.symbol
+                                                           else text.split()[0])
 
 
 def test_a_small_runs_cards_and_bars_use_minutes_not_slivers_of_hours() -> None:
@@ -64,6 +68,8 @@ def test_durations_and_percentages_read_naturally() -> None:
     assert fmt.percent(0.57692) == "57.7%"
     assert fmt.percent(None) == "—"
     assert fmt.duration(5.25) == "5.2 s"
+    assert [fmt.duration(v) for v in (0.073, 0.048, 0.0042, 0.0, 9.96, 45.0)] == [
+        "73 ms", "48 ms", "4.2 ms", "0 s", "10 s", "45 s"]
     assert fmt.duration(725) == "12 min 05 s"
     assert fmt.duration(3 * 3600 + 20 * 60) == "3 h 20 min"
 
@@ -129,7 +135,7 @@ def test_a_stale_build_says_when_it_is_from_and_that_it_is_being_redrawn() -> No
     note = run_parts.freshness_note(run_view(stale=True, analysed_at=1_767_225_600.0, analysis_seconds=21.4))
     assert note is not None and note.to_plotly_json()["props"]["id"] == "run-freshness-note"
     text = flat_text(note)
-    assert "as of 2026-01-01 00:00:00 UTC" in text and "about 21.4 s" in text and "redrawn" in text
+    assert "as of 2026-01-01 00:00:00 UTC" in text and "about 21 s" in text and "redrawn" in text
 
 
 def test_a_stale_fleet_row_says_it_is_updating() -> None:

@@ -23,6 +23,8 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from services import presentation as fmt
+from services.presentation import advice_stake, no_advice
+from services.schemas.advice import Recommendation, RunAdvice
 from tests.dashboards.conftest import GOODPUT, SCREENSHOTS, Page, Server, _env, server_with_runs
 
 pytestmark = pytest.mark.browser
@@ -83,7 +85,7 @@ def expected_page_advice(advice: dict[str, Any]) -> list[dict[str, Any]]:
         return " ".join(s.split())
 
     return [{"code": r["code"], "title": norm(r["title"]),
-             "stake": norm(f"at stake {r['at_stake_text']} ({r['category']})"), "wording": norm(r["wording"]),
+             "stake": norm(advice_stake(Recommendation.model_validate(r))), "wording": norm(r["wording"]),
              "prediction": norm(r["prediction"]),
              "model": norm(f"model ({r['model']['name']}): {r['model']['statement']}"),
              "confidence": norm(f"confidence: {r['confidence']['text']}"),
@@ -151,8 +153,7 @@ def test_a_healthy_run_gets_no_checkpoint_advice_from_other_runs_failures(seven_
     assert page_advice(tab) == expected_page_advice(api)
     assert not tab.page.query_selector("#run-advice-checkpoint_interval")
     if not api["recommendations"]:
-        assert inner(tab, "#run-advice-none") == ["No recommendation: no waste category is above the thresholds "
-                                                  "the advice rests on."]
+        assert inner(tab, "#run-advice-none") == [no_advice(RunAdvice.model_validate(api).measured)]
     tab.page.wait_for_selector("#run-heatmap-graph .main-svg")
     tab.page.wait_for_timeout(300)
     tab.screenshot("run-healthy")

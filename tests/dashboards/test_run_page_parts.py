@@ -11,7 +11,7 @@ import pytest
 
 from dashboards import figures
 from dashboards.components import run_parts
-from dashboards.components.advice_panel import NO_RECOMMENDATION, advice_panel
+from dashboards.components.advice_panel import advice_panel
 from dashboards.components.rank_panel import rank_panel
 from dashboards.figures.rank import rank_steps_figure, rank_timeline_figure
 from dashboards.figures.run import rank_of_heat_label
@@ -20,6 +20,7 @@ from services.analysis.ledger import build_ledger
 from services.analysis.rank_detail import build_rank_detail
 from services.analysis.run_data import comm_frame, run_data_from_events
 from services.analysis.views import build_run_views
+from services.presentation import advice_stake, no_advice
 from services.reports.advice import run_advice
 from services.schemas.advice import RunAdvice
 from services.schemas.ranks import RankDetail
@@ -124,11 +125,11 @@ def test_the_panel_shows_the_engines_text_as_served() -> None:
     text = flat_text(advice_panel(advice))
     assert advice.measured.text in text
     for rec in advice.recommendations:
-        for piece in (rec.title, rec.wording, rec.prediction, rec.at_stake_text, rec.confidence.text,
+        for piece in (rec.title, rec.wording, rec.prediction, advice_stake(rec), rec.confidence.text,
                       rec.model.statement, *(e.text for e in rec.evidence)):
             assert piece in text
     empty = advice.model_copy(update={"recommendations": [], "notes": ["a note"]})
-    assert NO_RECOMMENDATION in flat_text(advice_panel(empty)) and "a note" in flat_text(advice_panel(empty))
+    assert no_advice(advice.measured) in flat_text(advice_panel(empty)) and "a note" in flat_text(advice_panel(empty))
 
 
 def test_a_failure_before_any_step_says_it_was_during_startup() -> None:
@@ -137,6 +138,28 @@ def test_a_failure_before_any_step_says_it_was_during_startup() -> None:
     table = run_parts.restart_table([row, row.model_copy(update={"failed_at_step": 1234})])
     outcomes = [r["outcome"] for r in table.data]
     assert outcomes == ["failed during startup (no step completed)", "failed at step 1,234"]
+
+
+def test_a_resume_step_is_written_as_the_failure_step_is() -> None:
+    row = RestartRow(attempt=1, time=0.0, after="failed", failed_at_step=3023, resume_step=3000, steps_reworked=1023,
+                     rework_gpu_seconds=0.0, hang_gpu_seconds=0.0, startup_gpu_seconds=120.0)
+    (shown,) = run_parts.restart_table([row]).data
+    assert (shown["outcome"], shown["resume"], shown["reworked"]) == ("failed at step 3,023", "3,000", "1,023")
+
+
+def test_a_checkpoint_note_never_says_every_dash() -> None:
+    from services.schemas.ledger import CheckpointSummary
+    from services.schemas.views import CheckpointRow
+    from tests.reports import ledgers
+
+    one = CheckpointSummary(count=1, ok=1, failed=0, torn=0, median_blocking_seconds=2.0,
+                            median_interval_seconds=None, median_interval_steps=None, last_ok_step=100)
+    row = CheckpointRow.model_validate({"attempt": 0, "step": 100, "start": 0.0, "end": 2.0, "blocking_seconds": 2.0,
+                                        "ok": True, "torn": False})
+    note = flat_text(run_parts.checkpoint_table([row], 1, ledgers.ledger(checkpoints=one)))
+    assert "every" not in note and "median blocking 2.0 s. Newest first." in note
+    every = one.model_copy(update={"count": 2, "median_interval_seconds": 600.0})
+    assert "every 10 min 00 s." in flat_text(run_parts.checkpoint_table([row], 1, ledgers.ledger(checkpoints=every)))
 
 
 def test_unused_gpus_are_said_and_a_full_allocation_says_nothing() -> None:

@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from services.storage.db import normalize_url
+from services.storage.step_columns import stored_step_keys
 from tests.test_cli import GOODPUT, env_with, free_port
 
 WORKER = Path(__file__).with_name("worker.py")
@@ -118,9 +119,8 @@ def stored_steps(db_url: str, run_id: str) -> dict[int, list[int]]:
     engine = create_engine(normalize_url(db_url))
     try:
         with engine.connect() as conn:
-            rows = conn.execute(text(
-                "SELECT s.rank, s.step FROM steps s JOIN runs r ON r.id = s.run_pk WHERE r.run_id = :run "
-                "ORDER BY s.rank, s.step"), {"run": run_id}).all()
+            keys = stored_step_keys(conn, run_id).sort_values(["rank", "step"], kind="stable")
+            rows = list(zip(keys["rank"], keys["step"], strict=True))
     finally:
         engine.dispose()
     out: dict[int, list[int]] = {}

@@ -73,8 +73,9 @@ def test_300_steps_at_a_wrong_url_then_sync_to_the_collector_sends_every_record(
 
 def test_a_launch_whose_relay_meets_a_web_page_keeps_everything_for_sync(sqlite_collector: Collector,
                                                                          tmp_path: Path) -> None:
-    """Under `goodput launch` the rank's records go to the node relay, which sends them on: the relay and the
-    launcher's own run events meet the wrong URL and keep everything in their spools; sync sends it all."""
+    """Under `goodput launch` the rank's records go to the node relay, which forwards them: the relay meets the
+    wrong URL, says so once and answers the rank 503, so the rank keeps its records in its spool, as the launcher
+    keeps its own run events; sync sends it all."""
     server = web_page()
     spool = tmp_path / "spool"
     try:
@@ -86,7 +87,7 @@ def test_a_launch_whose_relay_meets_a_web_page_keeps_everything_for_sync(sqlite_
     finally:
         server.stop()
     assert launched.returncode == 0, launched.stderr[-3000:]
-    assert '"acknowledged": true' in launched.stdout, "the relay took the rank's records"
+    assert '"acknowledged": false' in launched.stdout, "the rank's records were not kept for sync"
     said = [line for line in launched.stderr.splitlines() if "/v1/events answered" in line]
     assert 1 <= len(said) <= 2 and all("Welcome to nginx!" in line for line in said), launched.stderr[-3000:]
     assert {s.path for s in server.seen} >= {"/v1/events"}

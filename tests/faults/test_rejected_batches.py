@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 
 import httpx
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 
 from services.storage.db import normalize_url
+from services.storage.step_columns import stored_step_keys
 from tests.faults.conftest import WORKER, Collector
 from tests.test_cli import GOODPUT, env_with
 
@@ -53,9 +54,8 @@ def _stored_steps(db_url: str, run_id: str) -> dict[int, list[int]]:
     engine = create_engine(normalize_url(db_url))
     try:
         with engine.connect() as conn:
-            rows = conn.execute(text(
-                "SELECT s.attempt, s.step FROM steps s JOIN runs r ON r.id = s.run_pk WHERE r.run_id = :run "
-                "ORDER BY s.attempt, s.step"), {"run": run_id}).all()
+            keys = stored_step_keys(conn, run_id).sort_values(["attempt", "step"], kind="stable")
+            rows = list(zip(keys["attempt"], keys["step"], strict=True))
     finally:
         engine.dispose()
     out: dict[int, list[int]] = {}

@@ -36,6 +36,8 @@ from ingest_client.transport.base import SendResult, SendStatus
 from ingest_client.transport.http import HttpTransport
 from services.derive.analyst import ROUND_LOCK
 from services.simulate import SimConfig, simulate
+from services.storage.db import make_engine
+from services.storage.step_columns import stored_step_keys
 from tests.faults.analyst_probe import read_probe
 from tests.faults.conftest import Collector
 
@@ -167,6 +169,7 @@ class Database:
     """The test's own look at the database (autocommit: every query sees what is committed now)."""
 
     def __init__(self, url: str) -> None:
+        self.url = url
         self.conn = psycopg.connect(url, autocommit=True)
 
     def one(self, sql: LiteralString, *params: object) -> Any:
@@ -175,6 +178,16 @@ class Database:
 
     def rows(self, sql: LiteralString, *params: object) -> list[tuple[Any, ...]]:
         return self.conn.execute(sql, params).fetchall()
+
+    def step_keys(self, run_id: str) -> Counter[tuple[int, int, int]]:
+        """(attempt, rank, step) of every stored step row of the run, in `steps` or in a block row."""
+        engine = make_engine(self.url)
+        try:
+            with engine.connect() as conn:
+                keys = stored_step_keys(conn, run_id)
+        finally:
+            engine.dispose()
+        return Counter(zip(keys["attempt"].tolist(), keys["rank"].tolist(), keys["step"].tolist(), strict=True))
 
     def writer_transaction_open(self, app: str) -> bool:
         """A session of this collector is inside a transaction that has written or is running a write of the
@@ -353,7 +366,7 @@ def test_two_collectors_on_one_database_one_killed_store_every_event_exactly_onc
     assert len(run_pks) == 1, run_pks  # one runs row, though both collectors created it at the same moment
     run_pk = run_pks[0][0]
     stored_ids = Counter(r[0] for r in db.rows("SELECT event_id FROM events WHERE run_pk = %s", run_pk))
-    stored_steps = Counter(db.rows("SELECT attempt, rank, step FROM steps WHERE run_pk = %s", run_pk))
+    stored_steps = db.step_keys(RUN_ID)
     stored_collectives = Counter(db.rows("SELECT attempt, rank, step, op FROM collectives WHERE run_pk = %s",
                                          run_pk))
     accepted = sum(acc for _, _, acc, _ in sender.acks)

@@ -12,7 +12,7 @@ import pytest
 
 from services.api_client import ApiClient
 from services.cli.advice import MAX_WIDTH, print_advice
-from services.presentation import percent
+from services.presentation import advice_stake, percent
 from services.schemas.advice import RunAdvice
 from services.simulate import SimConfig, simulate
 
@@ -42,7 +42,7 @@ def texts_of(advice: RunAdvice) -> list[str]:
     """Every sentence and figure of the advice that a surface prints."""
     out = [advice.measured.text, *advice.notes]
     for rec in advice.recommendations:
-        out += [rec.title, rec.wording, rec.prediction, rec.confidence.text, rec.model.statement, rec.at_stake_text]
+        out += [rec.title, rec.wording, rec.prediction, rec.confidence.text, rec.model.statement, advice_stake(rec)]
         out += [e.text for e in rec.evidence]
     return out
 

@@ -59,8 +59,9 @@ def test_csv_report_loads_in_pandas_with_one_row_per_category(client) -> None:
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/csv")
     assert 'filename="rep-csv-report.csv"' in response.headers["content-disposition"]
-    frame = pd.read_csv(io.StringIO(response.text))
-    assert list(frame.columns) == ["run_id", "category", "gpu_seconds", "gpu_hours", "share"]
+    table = pd.read_csv(io.StringIO(response.text))
+    assert list(table.columns[:6]) == ["run_id", "section", "category", "gpu_seconds", "gpu_hours", "share"]
+    frame = table[table["section"] == "ledger"]
     assert list(frame["category"]) == CATEGORIES
     assert set(frame["run_id"]) == {"rep-csv"}
     by = frame.set_index("category")
@@ -71,14 +72,48 @@ def test_csv_report_loads_in_pandas_with_one_row_per_category(client) -> None:
         assert by.loc[category, "gpu_hours"] == round(gpu_s / 3600, 6)
         assert by.loc[category, "share"] == round(gpu_s / allocated, 6)
     for line in response.text.splitlines()[1:]:  # no raw float tails such as 33.06666564941406
-        assert all(len(cell.partition(".")[2]) <= 6 for cell in line.split(",")[2:]), line
+        assert all(len(cell.partition(".")[2]) <= 6 for cell in line.split(",")[2:] if ":" not in cell), line
     assert by.loc["allocated", "share"] == 1.0
+    # besides the ledger: every attempt, checkpoint and rank of the run, as the API serves them
+    attempts = table[table["section"] == "attempt"]
+    assert list(attempts["attempt"]) == [a["attempt"] for a in ledger["attempts"]]
+    assert list(attempts["world_size"]) == [a["world_size"] for a in ledger["attempts"]]
+    assert list(attempts["steps_kept"]) == [a["steps_kept"] for a in ledger["attempts"]]
+    assert list(attempts["outcome"].fillna("")) == [a["reason"] or ("failed" if a["failed"] else "")
+                                                    for a in ledger["attempts"]]
+    views = client.get("/v1/runs/rep-csv/view").json()
+    checkpoints = table[table["section"] == "checkpoint"]
+    assert len(checkpoints) == views["checkpoints_total"] > 0
+    assert list(checkpoints["step"]) == [c["step"] for c in views["checkpoints"]]
+    assert list(checkpoints["blocking_seconds"]) == [round(c["blocking_seconds"], 2) for c in views["checkpoints"]]
+    ranks = table[table["section"] == "rank"].set_index("rank")
+    rows = {r["rank"]: r for r in views["ranks"]["rows"]}
+    assert ranks.index[0] == 1 and len(ranks) == len(rows)  # the straggler first, every rank of the run
+    for rank, row in ranks.iterrows():
+        assert row["host"] == rows[rank]["host"]
+        assert row["straggler_gpu_seconds"] == round(rows[rank]["straggler_gpu_seconds"], 2)
+        assert row["median_compute_seconds"] == round(rows[rank]["median_compute_s"], 6)
+
+
+def test_html_report_loads_plotly_from_the_collector_or_inlines_it_when_asked(client) -> None:
+    send(client, "rep-small", time.time() - 7200, straggler_rank=2, hang_at_step=30)
+    response = client.get("/v1/runs/rep-small/report", params={"format": "html"})
+    page = response.text
+    (src,) = re.findall(r'<script[^>]+src="([^"]+)"', page)  # one script, from the collector that served the page
+    assert src == "http://testserver/v1/assets/plotly.min.js" and "Plotly.newPlot" in page
+    assert "plotly.js v" not in page and len(response.content) < 200_000  # not the 4.9 MB of an inlined plotly.js
+    script = client.get(src)
+    assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+    assert script.text.startswith("/**") and "plotly.js v" in script.text[:200]
+    inlined = client.get("/v1/runs/rep-small/report", params={"format": "html", "self_contained": "true"})
+    assert re.search(r"<script[^>]+src=", inlined.text) is None and inlined.text.count("plotly.js v") >= 1
+    assert len(inlined.content) > len(response.content) + len(script.content) * 0.9
 
 
 def test_html_report_is_self_contained_and_shows_the_ledgers_numbers(client) -> None:
     send(client, "rep-html", time.time() - 7200, straggler_rank=2, hang_at_step=30)
     ledger = client.get("/v1/runs/rep-html/waste").json()
-    response = client.get("/v1/runs/rep-html/report", params={"format": "html"})
+    response = client.get("/v1/runs/rep-html/report", params={"format": "html", "self_contained": "true"})
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
     page = response.text

@@ -96,7 +96,8 @@ def test_html_report_renders_its_figures_offline_in_chromium(served: str, tmp_pa
     if chromium is None:
         pytest.fail("Chromium not found: apt-get install chromium (scripts/system-deps.sh does it)")
     page = tmp_path / "report.html"
-    page.write_bytes(httpx.get(f"{served}/v1/runs/cli-rep/report", params={"format": "html"}, timeout=60).content)
+    page.write_bytes(httpx.get(f"{served}/v1/runs/cli-rep/report", params={"format": "html", "self_contained": "true"},
+                               timeout=60).content)
     # Offline: every proxy points at a closed port, so any request for an outside resource would fail.
     dom = subprocess.run([chromium, *CHROMIUM_FLAGS, "--proxy-server=127.0.0.1:9", "--virtual-time-budget=10000",
                           "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)

@@ -39,8 +39,9 @@ def add_run(engine: Engine, run_id: str, *, received_at: float, step_ends: list[
 
 def counts(engine: Engine, pk: int) -> dict[str, int]:
     with engine.connect() as conn:
+        tables = ("steps", "step_columns", "collectives", "events", "step_marks", "step_blocks")
         return {table: int(conn.execute(text(f"SELECT count(*) FROM {table} WHERE run_pk = :pk"), {"pk": pk}).scalar()
-                           or 0) for table in ("steps", "collectives", "events", "step_marks", "step_blocks")}
+                           or 0) for table in tables}
 
 
 def test_partitions_are_created_ahead_and_a_row_outside_them_still_lands(engine: Engine) -> None:
@@ -50,7 +51,7 @@ def test_partitions_are_created_ahead_and_a_row_outside_them_still_lands(engine:
         created = ensure_partitions(conn, now=NOW, ahead_days=3)
         assert ensure_partitions(conn, now=NOW, ahead_days=3) == []  # idempotent
     today = day_of(NOW)
-    assert sorted(created) == sorted(partition_name(t, d) for t in ("steps", "collectives")
+    assert sorted(created) == sorted(partition_name(t, d) for t in ("steps", "step_columns", "collectives")
                                      for d in range(today, today + 4))
     # a step far ahead goes to the DEFAULT partition; creating its day later moves it into the new partition
     pk = add_run(engine, "far-ahead", received_at=NOW, step_ends=[NOW + 10 * DAY_S])
@@ -86,7 +87,8 @@ def test_retention_drops_old_partitions_and_rows_without_touching_newer_rows_or_
     assert result.frozen == ["quiet"] and result.left_whole == []
     assert not analyses.summaries.holds(quiet)  # built to be frozen, then dropped from the process's cache
     # attempt_start is kept, and the rank's first and last heartbeat (what the analysis reads of them)
-    assert counts(engine, quiet) == {"steps": 0, "collectives": 0, "events": 3, "step_marks": 0, "step_blocks": 0}
+    assert counts(engine, quiet) == {"steps": 0, "step_columns": 0, "collectives": 0, "events": 3, "step_marks": 0,
+                                     "step_blocks": 0}
     assert {pk: counts(engine, pk) for pk in (going, newer)} == before
     with engine.connect() as conn:
         pruned_at = dict(conn.execute(select(Run.run_id, Run.detail_pruned_at)).all())

@@ -15,6 +15,7 @@ import services.storage.writer as writer_module
 from services.collector.batch import parse_batch
 from services.errors import Overloaded
 from services.storage.records import IngestRecord
+from services.storage.step_columns import stored_step_count
 from services.storage.writer import BatchWriter, DrainRate
 
 ROWS = 100
@@ -81,7 +82,7 @@ def test_a_stalled_writer_queues_max_queue_s_of_work_then_refuses_and_loses_noth
         gate.set()
         writer.stop()
     with engine.connect() as conn:
-        stored = conn.execute(text("SELECT count(*) FROM steps")).scalar_one()
+        stored = stored_step_count(conn)
     assert stored == (20 + len(accepted)) * ROWS
 
 

@@ -12,6 +12,7 @@ from sqlalchemy import text
 
 from services.collector.batch import parse_batch
 from services.storage.records import IngestRecord
+from services.storage.step_columns import stored_step_keys
 from services.storage.writer import BatchWriter
 
 
@@ -35,9 +36,10 @@ def _empty_and_renumber(engine) -> None:
 
 def _steps_by_run(engine) -> list[tuple[str, int]]:
     with engine.connect() as conn:
-        rows = conn.execute(text("SELECT r.run_id, s.step FROM steps s JOIN runs r ON r.id = s.run_pk "
-                                 "ORDER BY r.run_id, s.step")).all()
-    return [tuple(r) for r in rows]
+        run_ids = dict(conn.execute(text("SELECT id, run_id FROM runs")).all())
+        keys = stored_step_keys(conn)
+    return sorted((run_ids[pk], step) for pk, step in zip(keys["run_pk"].tolist(), keys["step"].tolist(),
+                                                          strict=True))
 
 
 def test_a_run_key_the_database_no_longer_has_is_looked_up_again(engine) -> None:

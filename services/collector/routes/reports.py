@@ -1,4 +1,5 @@
-"""Waste reports: one run as JSON, CSV or self-contained HTML, and a CSV of every run (the fleet).
+"""Waste reports: one run as JSON, CSV or HTML (its charts load plotly.js from here, or inline), and a CSV of every
+run (the fleet).
 
 Thin: services.derive.reports renders the run as served (its ledger and views kept per run version).
 The report's `ledger` is the same model `GET /v1/runs/{run_id}/waste` serves, so the two documents agree to the
@@ -10,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep, RunScopeDep
 from services.derive.reports import ReportFormat, fleet_report, run_report
@@ -26,11 +27,15 @@ _MEDIA = {"json": "application/json", "csv": "text/csv; charset=utf-8", "html": 
     response_class=Response,
     summary="The run's waste report: ledger, restarts, checkpoints, stragglers, recommendations",
 )
-def get_report(run: RunDep, analyses: AnalysesDep, live: LiveConfigDep,
+def get_report(request: Request, run: RunDep, analyses: AnalysesDep, live: LiveConfigDep,
                format: Annotated[ReportFormat, Query(description="json, csv (one row per category) "
-                                                     "or html (self-contained, prints well)")] = "json",
+                                                     "or html (prints well)")] = "json",
+               self_contained: Annotated[bool, Query(description=(
+                   "html: inline plotly.js (a 4.9 MB file to send elsewhere); by default the page loads it from "
+                   "this collector (GET /v1/assets/plotly.min.js)"))] = False,
                ) -> Response:
-    report = run_report(analyses, run, time.time(), live, format)
+    plotly_src = None if self_contained or format != "html" else str(request.url_for("get_plotly_js"))
+    report = run_report(analyses, run, time.time(), live, format, plotly_src=plotly_src)
     disposition = "inline" if format == "html" else "attachment"
     return Response(report.body, media_type=_MEDIA[format], headers={
         "Content-Disposition": f'{disposition}; filename="{report.filename}"'})

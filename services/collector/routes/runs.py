@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep, RunScopeDep
-from services.derive.runs import RunSummary, list_item, listed_runs, run_summary, runs_in_scope
+from services.derive.runs import RunSummary, list_item, listed_runs, run_summary
 from services.derive.served import served_ledger
 from services.schemas.errors import NOT_FOUND
 from services.schemas.ledger import Ledger
@@ -32,9 +32,8 @@ def get_runs(
     run_id: Annotated[str | None, Query(max_length=256, description="substring of the run id")] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> RunList:
-    rows = runs_in_scope(analyses, scope, since=since, until=until, limit=limit)
-    listed = listed_runs(analyses, rows, budget_s=LIST_BUDGET_S, now=time.time(), config=live, run_id_part=run_id,
-                         status=status)
+    listed = listed_runs(analyses, scope, budget_s=LIST_BUDGET_S, now=time.time(), config=live, since=since,
+                         until=until, limit=limit, run_id_part=run_id, status=status)
     return RunList(runs=[list_item(run) for run in listed], count=len(listed))
 
 

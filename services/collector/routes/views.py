@@ -14,10 +14,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep
+from services.derive.curves import training_curves
 from services.derive.served import rank_detail, run_view, run_views
 from services.schemas.errors import NOT_FOUND
 from services.schemas.ranks import RankDetail
 from services.schemas.run_view import RunCheckpoints, RunRanks, RunRestarts, RunTimeline, RunView
+from services.schemas.views import TrainingCurves
 
 router = APIRouter(tags=["dashboard views"])
 
@@ -39,6 +41,13 @@ def get_ranks(run: RunDep, analyses: AnalysesDep) -> RunRanks:
 def get_rank(run: RunDep, analyses: AnalysesDep,
              rank: Annotated[int, Path(ge=0, le=2**31 - 1, description="the rank's number in its run")]) -> RankDetail:
     return rank_detail(analyses, run, rank)
+
+
+@router.get("/v1/runs/{run_id:path}/curves", response_model=TrainingCurves, responses=NOT_FOUND,
+            summary="Loss, learning rate and step time over time per attempt (at most 2,000 points a metric, each "
+                    "bucket's lowest and highest kept), restarts and checkpoints marked")
+def get_curves(run: RunDep, analyses: AnalysesDep) -> TrainingCurves:
+    return training_curves(analyses, run)
 
 
 @router.get("/v1/runs/{run_id:path}/checkpoints", response_model=RunCheckpoints, responses=NOT_FOUND,

@@ -1,0 +1,136 @@
+"""A block of step rows as bytes and back, exact to the bit: the storage form of docs/storage.md "Column blocks".
+
+Each column is turned into unsigned 64-bit words that are mostly zero for a regular series, then the words of every
+column are byte-shuffled (byte k of every word together, as HDF5's and Blosc's shuffle filter do) and compressed
+with zlib in one stream:
+
+- `step` (int64): delta of delta. A rank's steps counting up by one give zeros after the first two.
+- `start` (float64): delta of delta of the IEEE-754 bit patterns read as int64. Times of one run share their
+  exponent, so the bit patterns are in the order of the values and a regular cadence gives small words.
+- `end` (float64): the difference of its bit pattern from `start`'s (the duration in units of the last place), then
+  its delta: steps of a similar length give small words.
+- `loss`, `lr`, `comm` (float64, NaN where not reported): XOR with the previous value's bits (Gorilla's float
+  encoding, without its bit packing, which zlib's entropy coding replaces): a constant gives zeros, a slowly moving
+  value zeros in its sign and exponent bytes.
+
+Integer arithmetic wraps modulo 2**64 both ways, so every value comes back bit for bit, whatever it is: NaN payloads,
+infinities, -0.0, steps out of order, repeated or anywhere in the int64 range. A block holds its rows in the order
+given: duplicates and order are the caller's (a resend stays a duplicate).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from services.storage.records import StepRows
+
+FORMAT_VERSION = 1
+_HEADER = struct.Struct("<BI")  # format version, rows
+_LEVEL = 6  # zlib's default: level 9 saves under 1% on step blocks at twice the time
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    name: str
+    encode: Callable[[np.ndarray, dict[str, np.ndarray]], np.ndarray]  # values (as int64), earlier columns -> words
+    decode: Callable[[np.ndarray, dict[str, np.ndarray]], np.ndarray]  # words, earlier columns -> values (int64)
+
+
+def _delta(values: np.ndarray) -> np.ndarray:
+    out = values.copy()
+    out[1:] -= values[:-1]
+    return out
+
+
+def _undelta(values: np.ndarray) -> np.ndarray:
+    return np.cumsum(values, dtype=np.int64)
+
+
+def _xor_previous(values: np.ndarray) -> np.ndarray:
+    out = values.copy()
+    out[1:] ^= values[:-1]
+    return out
+
+
+def _unxor(values: np.ndarray) -> np.ndarray:
+    return np.bitwise_xor.accumulate(values) if len(values) else values
+
+
+def _zigzag(values: np.ndarray) -> np.ndarray:
+    """Small negative and positive int64 to small unsigned words: 0, -1, 1, -2 ... -> 0, 1, 2, 3 ..."""
+    return ((values << 1) ^ (values >> 63)).view(np.uint64)
+
+
+def _unzigzag(words: np.ndarray) -> np.ndarray:
+    return ((words >> np.uint64(1)) ^ (np.uint64(0) - (words & np.uint64(1)))).view(np.int64)
+
+
+_STEP_COLUMNS = (
+    _Column("step", lambda v, _: _zigzag(_delta(_delta(v))), lambda w, _: _undelta(_undelta(_unzigzag(w)))),
+    _Column("start", lambda v, _: _zigzag(_delta(_delta(v))), lambda w, _: _undelta(_undelta(_unzigzag(w)))),
+    _Column("end", lambda v, done: _zigzag(_delta(v - done["start"])),
+            lambda w, done: _undelta(_unzigzag(w)) + done["start"]),
+    _Column("loss", lambda v, _: _xor_previous(v).view(np.uint64), lambda w, _: _unxor(w.view(np.int64))),
+    _Column("lr", lambda v, _: _xor_previous(v).view(np.uint64), lambda w, _: _unxor(w.view(np.int64))),
+    _Column("comm", lambda v, _: _xor_previous(v).view(np.uint64), lambda w, _: _unxor(w.view(np.int64))),
+)
+_FLOAT_COLUMNS = frozenset({"start", "end", "loss", "lr", "comm"})
+
+
+def encode_step_rows(rows: StepRows) -> bytes:
+    """The rows, in their order, as one compressed block (see the module docstring)."""
+    n = len(rows.step)
+    values = {c.name: _as_int64(getattr(rows, c.name), c.name, n) for c in _STEP_COLUMNS}
+    with np.errstate(over="ignore"):  # int64 differences wrap modulo 2**64, on purpose: undone exactly
+        words = [c.encode(values[c.name], values) for c in _STEP_COLUMNS]
+    return _HEADER.pack(FORMAT_VERSION, n) + zlib.compress(_shuffle(words), _LEVEL)
+
+
+def decode_step_rows(data: bytes | memoryview) -> StepRows:
+    """`encode_step_rows`'s bytes back to the rows, bit for bit. Bytes that are not such a block raise ValueError."""
+    if len(data) < _HEADER.size:
+        raise ValueError("not a step block: shorter than its header")
+    version, n = _HEADER.unpack_from(data)
+    if version != FORMAT_VERSION:
+        raise ValueError(f"step block format {version} is not known here (this collector reads {FORMAT_VERSION})")
+    try:
+        raw = zlib.decompress(memoryview(data)[_HEADER.size:])
+    except zlib.error as exc:
+        raise ValueError(f"corrupt step block: {exc}") from exc
+    words = _unshuffle(raw, len(_STEP_COLUMNS), n)
+    done: dict[str, np.ndarray] = {}
+    with np.errstate(over="ignore"):
+        for column, column_words in zip(_STEP_COLUMNS, words, strict=True):
+            done[column.name] = column.decode(column_words, done)
+    out = {name: v.view(np.float64) if name in _FLOAT_COLUMNS else v for name, v in done.items()}
+    return StepRows(**out)
+
+
+def _as_int64(values: np.ndarray, name: str, n: int) -> np.ndarray:
+    """The column's values as int64 words (a float's bit pattern), one per row, in a fresh contiguous array."""
+    array = np.asarray(values)
+    if array.shape != (n,):
+        raise ValueError(f"column {name!r} has shape {array.shape}; every column of a block holds one value per row")
+    if name in _FLOAT_COLUMNS:
+        return np.ascontiguousarray(array, dtype=np.float64).view(np.int64).copy()
+    if array.dtype.kind not in "iu":
+        raise ValueError(f"column {name!r} must hold integers, not {array.dtype}")
+    return array.astype(np.int64, copy=True)
+
+
+def _shuffle(words: Sequence[np.ndarray]) -> bytes:
+    """Columns of n little-endian words -> byte plane k of every column's words together (k = 0..7)."""
+    matrix = np.stack([w.astype("<u8", copy=False) for w in words]) if words else np.zeros((0, 0), "<u8")
+    return np.ascontiguousarray(matrix.view(np.uint8).reshape(len(words), -1, 8).transpose(2, 0, 1)).tobytes()
+
+
+def _unshuffle(raw: bytes, columns: int, n: int) -> list[np.ndarray]:
+    if len(raw) != 8 * columns * n:
+        raise ValueError(f"corrupt step block: {len(raw)} bytes for {n} rows of {columns} columns")
+    planes = np.frombuffer(raw, dtype=np.uint8).reshape(8, columns, n)
+    words = np.ascontiguousarray(planes.transpose(1, 2, 0)).view("<u8").reshape(columns, n)
+    return [words[k].astype(np.uint64) for k in range(columns)]

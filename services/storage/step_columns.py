@@ -1,0 +1,156 @@
+"""A rank's step rows of the blocks of steps it has left, one encoded row per block (`step_columns`): the storage
+of record of a run's steps but for each rank's current block, which stays in `steps` (docs/storage.md).
+
+- `move_left_blocks`: the writer calls it in the transaction that stored a rank's first rows of a new block
+  (services.storage.step_blocks.mark_step_blocks says which): the rank's rows of lower steps leave `steps` (DELETE
+  ... RETURNING: two writers never move the same row) for one `step_columns` row per block, encoded by
+  services.storage.column_codec. Rows that arrive later for a block already moved (a replay) stay in `steps` until
+  the rank enters its next block, then move into a second row of that block. So a rank's latest step is always in
+  `steps` (live hang detection reads it there), and every row is stored once: in `steps` or in one block row.
+- `column_rows`: decoded rows of a run's blocks (by attempt, ranks, block), for the loader, the block summaries,
+  the rank drill-down and the live tail, which read them together with what `steps` holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Connection, text
+
+from services.analysis.step_blocks import BLOCK_STEPS
+from services.storage.column_codec import decode_step_rows, encode_step_rows
+from services.storage.db import psycopg_connection, sqlite_connection
+from services.storage.records import StepRows
+from services.storage.tables import step_columns
+
+_VALUE_COLUMNS = ("step", "start", "end", "loss", "lr", "comm")
+_MOVE_SQL = ("DELETE FROM steps WHERE run_pk = {p} AND attempt = {p} AND rank = {p} AND step < {p} "
+             "RETURNING step, start_time, end_time, loss, lr, comm")
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnRows:
+    """Step rows with the attempt and rank of each."""
+
+    attempt: np.ndarray  # int64
+    rank: np.ndarray  # int64
+    rows: StepRows
+
+    def __len__(self) -> int:
+        return len(self.attempt)
+
+
+def move_left_blocks(conn: Connection, below: dict[tuple[int, int, int], int]) -> int:
+    """Move each (run_pk, attempt, rank)'s rows of steps below the given step out of `steps` into block rows;
+    returns the rows moved. In key order: concurrent writers take the same row locks in the same order."""
+    moved = 0
+    for (run_pk, attempt, rank), step in sorted(below.items()):
+        fetched = _execute(conn, _MOVE_SQL, (run_pk, attempt, rank, step))
+        if not fetched:
+            continue
+        matrix = np.array(fetched, dtype=np.float64)  # SQLite's NULL (a value not reported) becomes NaN here
+        steps = np.array([r[0] for r in fetched], dtype=np.int64)  # exact: a float64 holds 53 bits of a step
+        order = np.lexsort((matrix[:, 2], matrix[:, 1], steps))  # one order, whatever the delete returned
+        rows = StepRows(steps[order], *(np.ascontiguousarray(matrix[order, k]) for k in range(1, 6)))
+        blocks = rows.step // BLOCK_STEPS
+        cuts = np.flatnonzero(np.diff(blocks)) + 1
+        out = []
+        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(blocks)], strict=True):
+            part = StepRows(*(getattr(rows, c)[lo:hi] for c in _VALUE_COLUMNS))
+            out.append({"run_pk": run_pk, "attempt": attempt, "rank": rank, "block": int(blocks[lo]),
+                        "end_time": float(part.end.max()), "rows": int(hi - lo), "data": encode_step_rows(part)})
+        conn.execute(step_columns.insert(), out)
+        moved += len(fetched)
+    return moved
+
+
+def column_rows(conn: Connection, run_pk: int, *, attempt: int | None = None, ranks: Sequence[int] | None = None,
+                block: int | None = None, last_blocks: int | None = None) -> ColumnRows:
+    """The decoded rows of the run's block rows (only `attempt`'s, `ranks`', `block`'s; `last_blocks`: only the rows of
+    the highest few, for one rank), ordered by (attempt, rank, block), each block's rows in their stored order."""
+    postgres = conn.dialect.name == "postgresql"
+    p = "%s" if postgres else "?"
+    sql = f"SELECT attempt, rank, block, data FROM step_columns WHERE run_pk = {p}"
+    params: list[Any] = [int(run_pk)]
+    if attempt is not None:
+        sql += f" AND attempt = {p}"
+        params.append(int(attempt))
+    if ranks is not None:
+        if not ranks:
+            return _no_rows()
+        sql += f" AND rank IN ({', '.join(str(int(r)) for r in ranks)})"
+    if block is not None:
+        sql += f" AND block = {p}"
+        params.append(int(block))
+    if last_blocks is None:
+        sql += " ORDER BY attempt, rank, block"
+    else:
+        sql += f" ORDER BY block DESC LIMIT {p}"
+        params.append(int(last_blocks))
+    fetched = sorted(_execute(conn, sql, tuple(params), binary=True), key=lambda r: (r[0], r[1], r[2]))
+    if not fetched:
+        return _no_rows()
+    parts = [decode_step_rows(bytes(data)) for _, _, _, data in fetched]
+    counts = [len(part.step) for part in parts]
+    return ColumnRows(attempt=np.repeat(np.array([r[0] for r in fetched], dtype=np.int64), counts),
+                      rank=np.repeat(np.array([r[1] for r in fetched], dtype=np.int64), counts),
+                      rows=StepRows(*(np.concatenate([getattr(part, c) for part in parts]) for c in _VALUE_COLUMNS)))
+
+
+def stored_step_count(conn: Connection, run_pk: int | None = None) -> int:
+    """Every stored step row: those in `steps` and those in block rows (a resend's duplicates included)."""
+    where = "" if run_pk is None else f" WHERE run_pk = {int(run_pk)}"
+    head = conn.execute(text(f"SELECT count(*) FROM steps{where}")).scalar_one()
+    moved = conn.execute(text(f"SELECT coalesce(sum(rows), 0) FROM step_columns{where}")).scalar_one()
+    return int(head) + int(moved)
+
+
+def stored_step_keys(conn: Connection, run_id: str | None = None) -> pd.DataFrame:
+    """(run_pk, attempt, rank, step) of every stored step row (`run_id`: of the runs of that id), in `steps` or in a
+    block row, one line per row (a resend's duplicates included), ordered by (run_pk, attempt, rank, step): what
+    checks that every step was stored once read."""
+    runs = "" if run_id is None else " WHERE run_pk IN (SELECT id FROM runs WHERE run_id = :run)"
+    params = {"run": run_id}
+    head = conn.execute(text(f"SELECT run_pk, attempt, rank, step FROM steps{runs}"), params).all()
+    parts = [pd.DataFrame(head, columns=["run_pk", "attempt", "rank", "step"], dtype=np.int64)]
+    for (run_pk,) in conn.execute(text(f"SELECT DISTINCT run_pk FROM step_columns{runs} ORDER BY run_pk"),
+                                  params).all():
+        moved = column_rows(conn, int(run_pk))
+        parts.append(pd.DataFrame({"run_pk": np.full(len(moved), int(run_pk), dtype=np.int64),
+                                   "attempt": moved.attempt, "rank": moved.rank, "step": moved.rows.step}))
+    keys = pd.concat(parts, ignore_index=True)
+    return keys.sort_values(list(keys.columns), kind="stable").reset_index(drop=True)
+
+
+def blocks_entered(records: Iterable[tuple[int, int, int, np.ndarray]],
+                   new_marks: set[tuple[int, int, int, int]]) -> dict[tuple[int, int, int], int]:
+    """From the step rows just stored ((run_pk, attempt, rank, steps) each) and the (run_pk, attempt, block, rank)
+    marks their storing created: per (run_pk, attempt, rank) that entered a block, the first step of the highest
+    block it entered (what `move_left_blocks` moves the rows below of)."""
+    out: dict[tuple[int, int, int], int] = {}
+    for run_pk, attempt, rank, steps in records:
+        for block in {int(b) for b in (steps // BLOCK_STEPS).tolist()}:
+            if (run_pk, attempt, block, rank) in new_marks:
+                key = (run_pk, attempt, rank)
+                out[key] = max(out.get(key, block * BLOCK_STEPS), block * BLOCK_STEPS)
+    return out
+
+
+def _no_rows() -> ColumnRows:
+    empty = np.zeros(0, dtype=np.int64)
+    return ColumnRows(attempt=empty, rank=empty, rows=StepRows(empty, *(np.zeros(0) for _ in range(5))))
+
+
+def _execute(conn: Connection, sql: str, params: tuple[Any, ...], *, binary: bool = False) -> list[tuple[Any, ...]]:
+    if conn.dialect.name == "postgresql":
+        with psycopg_connection(conn).cursor(binary=binary) as pg_cursor:
+            return pg_cursor.execute(sql.format(p="%s"), params).fetchall()
+    cursor = sqlite_connection(conn).cursor()
+    try:
+        return cursor.execute(sql.format(p="?"), params).fetchall()
+    finally:
+        cursor.close()
