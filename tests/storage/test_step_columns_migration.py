@@ -1,4 +1,4 @@
-"""Revision 0012: the step rows of several runs move into block rows (each rank's highest block stays in `steps`)
+"""Revision 0013: the step rows of several runs move into block rows (each rank's highest block stays in `steps`)
 and back, every row kept bit for bit, NaN / NULL values, repeats and out-of-order steps included."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def _stored(engine: Engine) -> Counter[Row]:
 
 def test_upgrade_moves_the_left_blocks_into_block_rows_and_downgrade_puts_every_row_back(database_url: str) -> None:
     engine = make_engine(database_url)
-    upgrade(engine, "0011")
+    upgrade(engine, "0012")
     postgres = engine.dialect.name == "postgresql"
     with engine.begin() as conn:
         for run_pk in (1, 2, 3):
@@ -85,7 +85,7 @@ def test_upgrade_moves_the_left_blocks_into_block_rows_and_downgrade_puts_every_
     assert all(lo // BLOCK_STEPS == hi // BLOCK_STEPS for _, _, _, lo, hi in head)
     assert moved[0] > 0 and moved[1] + kept == sum(before.values())
 
-    downgrade(engine, "0011")
+    downgrade(engine, "0012")
     assert current_revision(engine) == "0011"
     assert _stored(engine) == before
     engine.dispose()

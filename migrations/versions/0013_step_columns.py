@@ -8,8 +8,8 @@ partition for each day `steps` has one for.
 Upgrade: for every (run, attempt, rank), its rows of the blocks below its highest one leave `steps` for one block
 row each. Downgrade: every block row's rows back into `steps`, and the table dropped (its partitions with it).
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0013
+Revises: 0012
 Create Date: 2027-01-10 12:00:00
 """
 
@@ -24,8 +24,8 @@ from alembic import op
 from services.storage.column_codec import decode_step_rows, encode_step_rows
 from services.storage.records import StepRows
 
-revision = "0012"
-down_revision = "0011"
+revision = "0013"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
