@@ -144,3 +144,19 @@ def test_goodput_report_saves_the_fleet_and_run_csv_with_formulas_neutralised(se
         report(served, "--format", "csv", "-o", str(path), "--", run_id)  # `--`: an id may start with '-'
         rows = check_cells(path.read_text(), BREAKDOWN_NUMERIC)
         assert {row["run_id"] for row in rows} == {"'" + run_id}
+
+
+def test_the_run_csv_neutralises_host_names_in_its_attempt_rows() -> None:
+    from services.reports.content import build_report
+    from services.reports.export import breakdown_csv
+    from services.schemas.ledger import AttemptLedger
+
+    host = '=HYPERLINK("http://example.invalid")'
+    attempt = AttemptLedger(attempt=0, start=0.0, end=60.0, end_reported=True, reason=None, failed=False,
+                            world_size=2, hosts=[host], resume_step=None, resume_reported=False, first_step=1,
+                            last_step=50, steps_kept=50, steps_reworked=0, gpu_seconds={"productive": 120.0})
+    text = breakdown_csv(build_report(ledger(120.0, attempts=[attempt]), None, generated_at=0.0))
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    (row,) = [r for r in rows if r["section"] == "attempt"]
+    assert row["hosts"] == "'" + host and row["world_size"] == "2" and row["steps_kept"] == "50"
+    assert not any(cell.startswith(FORMULA_PREFIXES) for r in rows for cell in r.values() if cell)
