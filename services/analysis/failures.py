@@ -20,7 +20,7 @@ Where the launcher wrote its workers' logs is not in the events: `log_hint` says
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -40,21 +40,35 @@ LOG_HINT = ("torchrun keeps each worker's output under --log-dir (<log dir>/<run
 
 def build_failure_causes(events: pd.DataFrame, steps: pd.DataFrame,
                          attempts: Sequence[Attempt]) -> dict[int, FailureCause]:
-    """attempt number -> why it failed, for every failed attempt. `steps`: one row per (attempt, rank, step), or
-    empty when the run keeps its steps per block (the ranks' heartbeats then place them)."""
+    """attempt number -> why it failed, for every failed attempt. `steps`: one row per (attempt, rank, step), sorted so
+    (RunStructure.steps), or empty when the run keeps its steps per block (the ranks' heartbeats then place them)."""
     failed = [a for a in attempts if a.failed]
     if not failed or events.empty:
         return {a.attempt: FailureCause() for a in failed}
     with_attempt = events[events["attempt"].notna()]
-    by_attempt = _split(with_attempt, with_attempt["attempt"].to_numpy(np.int64))
-    step_groups = _split(steps, steps["attempt"].to_numpy(np.int64)) if not steps.empty else {}
-    return {a.attempt: _cause(by_attempt.get(a.attempt, with_attempt.iloc[:0]),
-                              step_groups.get(a.attempt, steps.iloc[:0]))
+    keys = with_attempt["attempt"].to_numpy(np.int64)
+    by_attempt = {a.attempt: with_attempt[keys == a.attempt] for a in failed}
+    last_steps = _last_steps(steps)
+    return {a.attempt: _cause(by_attempt.get(a.attempt, with_attempt.iloc[:0]), last_steps.get(a.attempt, _NO_STEPS))
             for a in failed}
 
 
-def _split(frame: pd.DataFrame, keys: np.ndarray) -> dict[int, pd.DataFrame]:
-    return {int(k): frame[keys == k] for k in np.unique(keys)}
+_LastSteps = tuple[np.ndarray, np.ndarray, np.ndarray]  # ranks, each one's last step end, its last step
+_NO_STEPS: _LastSteps = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64))
+
+
+def _last_steps(steps: pd.DataFrame) -> dict[int, _LastSteps]:
+    """attempt -> each rank's last step end and last step, in one pass over the rows (sorted by attempt, rank, step:
+    a rank's rows are one run of rows)."""
+    if steps.empty:
+        return {}
+    attempt, rank = steps["attempt"].to_numpy(np.int64), steps["rank"].to_numpy(np.int64)
+    first = np.flatnonzero(np.r_[True, (attempt[1:] != attempt[:-1]) | (rank[1:] != rank[:-1])])
+    last_end = np.maximum.reduceat(steps["end"].to_numpy(np.float64), first)
+    last_step = np.maximum.reduceat(steps["step"].to_numpy(np.int64), first)
+    group_attempt, group_rank = attempt[first], rank[first]
+    return {int(a): (group_rank[group_attempt == a], last_end[group_attempt == a], last_step[group_attempt == a])
+            for a in np.unique(group_attempt)}
 
 
 def signal_name(exit_code: int | None) -> str | None:
@@ -64,7 +78,7 @@ def signal_name(exit_code: int | None) -> str | None:
     return _LINUX_SIGNALS.get(-exit_code, f"signal {-exit_code}")
 
 
-def _cause(ev: pd.DataFrame, steps: pd.DataFrame) -> FailureCause:
+def _cause(ev: pd.DataFrame, steps: _LastSteps) -> FailureCause:
     observed = ev[(ev["kind"] == "attempt_end") & ev["exit_code"].notna() & ev["rank"].notna()]
     observed = observed[observed["exit_code"] != 0].sort_values(["time", "rank"])
     own = ranks_own(ev)
@@ -89,21 +103,19 @@ def _cause(ev: pd.DataFrame, steps: pd.DataFrame) -> FailureCause:
         error=error, error_rank=error_rank, hung_ranks=_behind(own, steps), log_hint=LOG_HINT)
 
 
-def _first_to_stop(own: pd.DataFrame, steps: pd.DataFrame, errors: pd.DataFrame) -> tuple[int | None, str | None]:
+def _first_to_stop(own: pd.DataFrame, steps: _LastSteps, errors: pd.DataFrame) -> tuple[int | None, str | None]:
     """(the rank that stopped first, how that was told): the earliest of each rank's own failure report or, for a
     rank that sent no `attempt_end`, its last sign of life; None when the ranks stopped together."""
     ranks = own[own["rank"].notna()]
     if ranks.empty:
         return None, None
     ended = set(ranks.loc[ranks["kind"] == "attempt_end", "rank"].astype(np.int64).tolist())
-    last_seen = _extreme_by_rank(ranks["rank"].to_numpy(np.int64), ranks["time"].to_numpy(np.float64), max)
-    if not steps.empty:
-        for r, t in _extreme_by_rank(steps["rank"].to_numpy(np.int64), steps["end"].to_numpy(np.float64),
-                                     max).items():
-            last_seen[r] = max(last_seen.get(r, t), t)
+    last_seen = _extreme_by_rank(ranks["rank"].to_numpy(np.int64), ranks["time"].to_numpy(np.float64), np.maximum)
+    for r, t in zip(steps[0].tolist(), steps[1].tolist(), strict=True):
+        last_seen[r] = max(last_seen.get(r, t), t)
     stopped = {r: (t, "silent") for r, t in last_seen.items() if r not in ended}
     for r, t in _extreme_by_rank(errors["rank"].to_numpy(np.int64), errors["time"].to_numpy(np.float64),
-                                 min).items():
+                                 np.minimum).items():
         stopped[r] = (t, "error")
     if not stopped:
         return None, None
@@ -113,11 +125,14 @@ def _first_to_stop(own: pd.DataFrame, steps: pd.DataFrame, errors: pd.DataFrame)
     return times[0][1], times[0][2]
 
 
-def _extreme_by_rank(ranks: np.ndarray, values: np.ndarray, pick: Callable[[float, float], float]) -> dict[int, float]:
-    out: dict[int, float] = {}
-    for r, v in zip(ranks.tolist(), values.tolist(), strict=True):
-        out[r] = pick(out[r], v) if r in out else v
-    return out
+def _extreme_by_rank(ranks: np.ndarray, values: np.ndarray, pick: np.ufunc) -> dict[int, float]:
+    """rank -> `pick` (np.maximum, np.minimum) of its values."""
+    if not len(ranks):
+        return {}
+    order = np.argsort(ranks, kind="stable")
+    ranks, values = ranks[order], values[order]
+    first = np.flatnonzero(np.r_[True, ranks[1:] != ranks[:-1]])
+    return dict(zip(ranks[first].tolist(), pick.reduceat(values, first).tolist(), strict=True))
 
 
 def _host_of(own: pd.DataFrame, rank: int | None) -> str | None:
@@ -127,7 +142,7 @@ def _host_of(own: pd.DataFrame, rank: int | None) -> str | None:
     return str(hosts.iloc[0]) if not hosts.empty else None
 
 
-def _behind(own: pd.DataFrame, steps: pd.DataFrame) -> list[int]:
+def _behind(own: pd.DataFrame, steps: _LastSteps) -> list[int]:
     """The ranks behind the furthest one when the attempt stopped: (step in progress, collectives started in it),
     from each rank's last heartbeat and last completed step. Empty when every rank stood at one place (nothing
     says which one the others waited for)."""
@@ -136,11 +151,9 @@ def _behind(own: pd.DataFrame, steps: pd.DataFrame) -> list[int]:
     columns = (beats[c].to_numpy(np.float64) for c in ("rank", "step", "collectives"))
     for rank, step, collectives in zip(*columns, strict=True):  # time order: each rank's last heartbeat stays
         position[int(rank)] = (int(step), 0 if np.isnan(collectives) else int(collectives))
-    if not steps.empty:
-        last_steps = _extreme_by_rank(steps["rank"].to_numpy(np.int64), steps["step"].to_numpy(np.float64), max)
-        for rank, last in last_steps.items():
-            mine = (int(last) + 1, 0)
-            position[rank] = max(position.get(rank, mine), mine)
+    for rank, last in zip(steps[0].tolist(), steps[2].tolist(), strict=True):
+        mine = (int(last) + 1, 0)
+        position[rank] = max(position.get(rank, mine), mine)
     if len(position) < 2:
         return []
     front = max(position.values())
