@@ -31,7 +31,7 @@ from services.analysis.failures import build_failure_causes
 from services.analysis.medians import median_of_sorted_rows
 from services.analysis.rank_sketch import COMPUTE_ERROR
 from services.analysis.run_data import RunData
-from services.analysis.step_blocks import ComputeGrid, StepSummary, compute_grid
+from services.analysis.step_summary import ComputeGrid, StepSummary, compute_grid
 from services.analysis.stragglers import (
     consistency_of_grid,
     flags_of_consistency,
