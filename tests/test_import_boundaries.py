@@ -24,6 +24,11 @@ The rules (docs/architecture.md draws the same picture in words):
   no other part: each part imports only those `CLIENT_PARTS` lists for it.
 - The arrows between the packages of services (and the dashboards) point one way: each package imports only the
   ones listed for it in `MAY_IMPORT`.
+- The collector's read routes are thin: they import of services only services.derive (a run as served) and
+  services.schemas (the documents they answer with), besides the collector's own deps, auth and errors. The write
+  path (ingest), the metrics exposition and the health probe are the exceptions `ROUTES_EXCEPTIONS` names.
+- No import circle: among the modules of services and ingest_client, the imports at module level (type-only ones
+  included: a circle that only type checking closes still ties the modules together) form no cycle.
 - What a module reaches through others counts too: importing services.api_client (what the CLI and the dashboard
   load) reaches none of `API_CLIENT_NEVER_REACHES`, followed through the import graph and checked in a fresh
   interpreter.
@@ -96,6 +101,16 @@ CLIENT_PARTS: dict[str, tuple[str, ...]] = {
     "ingest_client._bootstrap": ("ingest_client.worker.bootstrap",),
 }
 
+# --- thin routes --------------------------------------------------------------------------------------------------
+ROUTES = "services.collector.routes"
+ROUTES_MAY_IMPORT = ("services.derive", SCHEMAS, "services.collector.deps", "services.collector.auth",
+                     "services.collector.errors", ROUTES)
+ROUTES_EXCEPTIONS: dict[str, str] = {
+    f"{ROUTES}.ingest": "the write path: parses, checks and hands events to storage's writer; derives nothing",
+    f"{ROUTES}.metrics": "the Prometheus exposition of services.metrics, which reads runs through services.derive",
+    f"{ROUTES}.health": "the probe asks the database and the writer themselves whether they answer",
+}
+
 # --- the arrows between layers -----------------------------------------------------------------------------------
 # Every package (or loose module) of services, and the dashboards: what of services and dashboards it may import
 # besides itself. Lower layers first; nothing imports a layer listed after it, except the collector, which mounts
@@ -107,7 +122,9 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "services.analysis": (SCHEMAS,),
     "services.presentation": (SCHEMAS,),
     "services.storage": ("services.analysis", SCHEMAS, "services.errors", "services.settings"),
-    "services.derive": ("services.analysis", SCHEMAS, "services.storage", "services.errors", "services.settings"),
+    # reports: a run's report and the fleet CSV are rendered from the run as served (derive.reports)
+    "services.derive": ("services.analysis", SCHEMAS, "services.storage", "services.reports", "services.errors",
+                        "services.settings"),
     "services.reports": ("services.analysis", SCHEMAS, "services.presentation"),
     "services.metrics": ("services.analysis", SCHEMAS, "services.derive", "services.storage", "services.settings"),
     "services.collector": (
@@ -216,6 +233,16 @@ def test_schemas_import_only_pydantic_and_the_standard_library() -> None:
     violations = [f"{imp}" for imp in IMPORTS
                   if is_in(imp.importer, [SCHEMAS]) and not is_in(imp.target, SCHEMAS_MAY_IMPORT)]
     assert_none(violations, rule)
+
+
+def test_read_routes_import_only_derive_and_the_documents() -> None:
+    rule = (f"{ROUTES} (but {', '.join(ROUTES_EXCEPTIONS)}) import of services and dashboards only "
+            + ", ".join(ROUTES_MAY_IMPORT))
+    violations = [f"{imp}" for imp in IMPORTS
+                  if is_in(imp.importer, [ROUTES]) and imp.importer not in ROUTES_EXCEPTIONS
+                  and is_in(imp.target, ["services", "dashboards"]) and not is_in(imp.target, ROUTES_MAY_IMPORT)]
+    assert_none(violations, rule)
+    assert all(module in MODULES for module in ROUTES_EXCEPTIONS)
 
 
 def test_analysis_imports_no_io_no_clock_and_no_other_layer() -> None:
@@ -390,6 +417,66 @@ def test_importing_the_api_client_loads_no_analysis_no_server_and_no_numpy_or_pa
     assert API_CLIENT in loaded and "pydantic" in loaded
     found = [m for m in loaded if is_in(m, API_CLIENT_NEVER_REACHES)]
     assert not found, f"importing {API_CLIENT} loaded {', '.join(found)}"
+
+
+def import_cycles(imports: Iterable[Import], packages: Iterable[str]) -> list[list[str]]:
+    """The circles among the modules of `packages` (module-level imports, type-only ones included): each strongly
+    connected component of more than one module, sorted."""
+    graph: dict[str, set[str]] = {m: set() for m in MODULES if is_in(m, packages)}
+    for imp in imports:
+        if imp.lazy or imp.importer not in graph:
+            continue
+        target = module_of(imp.target)
+        if target in graph and target != imp.importer:
+            graph[imp.importer].add(target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def connect(module: str) -> None:  # Tarjan's algorithm
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for there in graph[module]:
+            if there not in index:
+                connect(there)
+                low[module] = min(low[module], low[there])
+            elif there in stack:
+                low[module] = min(low[module], index[there])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            connect(module)
+    return sorted(cycles)
+
+
+@pytest.mark.parametrize("package", ["services", "ingest_client"])
+def test_no_import_circle(package: str) -> None:
+    cycles = import_cycles(IMPORTS, [package])
+    assert_none([" <-> ".join(c) for c in cycles], f"no import circle among the modules of {package}")
+
+
+def test_the_circle_finder_finds_the_circle_the_analysis_had_and_only_through_module_level_imports() -> None:
+    def edge(importer: str, target: str, *, lazy: bool = False, type_only: bool = False) -> Import:
+        return Import(ROOT, 1, f"services.analysis.{importer}", f"services.analysis.{target}", lazy, type_only)
+
+    circle = [edge("attempts", "run_data.RunData"), edge("run_data", "step_blocks.StepBlock"),
+              edge("step_blocks", "rank_sketch.RankSketch", type_only=True), edge("rank_sketch", "stragglers"),
+              edge("stragglers", "attempts.RunStructure"), edge("ledger", "attempts")]
+    assert import_cycles(circle, ["services"]) == [[f"services.analysis.{m}" for m in
+                                                    ("attempts", "rank_sketch", "run_data", "step_blocks",
+                                                     "stragglers")]]
+    lazy = [*circle[:-2], edge("stragglers", "attempts", lazy=True)]
+    assert import_cycles(lazy, ["services"]) == []
 
 
 @pytest.mark.parametrize(("source", "expected"), [

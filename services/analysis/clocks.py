@@ -46,7 +46,8 @@ import pandas as pd
 
 from services.analysis.block_clocks import ABSURD_S, TOLERANCE_S, BlockClocks, block_clocks
 from services.analysis.run_data import RunData
-from services.analysis.step_blocks import StepSummary, block_of
+from services.analysis.step_blocks import block_of
+from services.analysis.step_summary import StepSummary
 from services.schemas.clocks import HostClock
 
 # -- the run's decision ------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Medians the straggler figures need, as plain numpy (imported by stragglers and step_blocks alike)."""
+"""Medians the straggler figures need, as plain numpy (imported by stragglers, step_blocks and rank_sketch alike)."""
 
 from __future__ import annotations
 
@@ -35,4 +35,34 @@ def median_of_sorted_rows(ordered: np.ndarray) -> np.ndarray:
     if n % 2:
         return ordered[:, h].copy()
     out: np.ndarray = (ordered[:, h - 1] + ordered[:, h]) / 2.0
+    return out
+
+
+def others_median(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """For each element, the median of the *other* elements of its group (NaN when it is alone).
+
+    `group`: one integer key per element (e.g. one per (attempt, step)); vectorised, O(n log n)."""
+    n = len(values)
+    out = np.full(n, np.nan)
+    if n == 0:
+        return out
+    by_value = np.argsort(values, kind="quicksort")
+    order = by_value[np.argsort(group[by_value], kind="stable")]  # by group, then value; faster than lexsort
+    g, v = group[order], values[order].astype(np.float64)
+    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    sizes = np.diff(np.r_[first, n])
+    start = np.repeat(first, sizes)
+    others = np.repeat(sizes, sizes) - 1
+    pos = np.arange(n) - start
+
+    def other_at(q: np.ndarray) -> np.ndarray:  # the q-th smallest of the others, as an index into v
+        index: np.ndarray = start + q + (q >= pos)
+        return index
+
+    lo_q = np.maximum((others - 1) // 2, 0)
+    hi_q = np.maximum(others // 2, 0)
+    alone = others == 0
+    lo = v[np.where(alone, start, other_at(lo_q))]
+    hi = v[np.where(alone, start, other_at(hi_q))]
+    out[order] = np.where(alone, np.nan, (lo + hi) / 2.0)
     return out

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from services.analysis.medians import others_median
 from services.analysis.step_blocks import StepBlock
-from services.analysis.stragglers import others_median
 
 EXACT_RANK_VALUES = 1 << 15  # (rank, step) values of a run kept whole; past this, closed blocks go to a sketch
 COMPUTE_GAMMA = 1.01

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from services.analysis.step_blocks import StepSummary
+from services.analysis.step_summary import StepSummary
 
 EVENT_COLUMNS = ("kind", "time", "attempt", "rank", "step", "gpus", "world_size", "host", "ok", "reason", "status",
                  "value", "checkpoint_step", "digest", "name", "detail", "exit_code", "collectives")

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from services.analysis.attempts import RunStructure
-from services.analysis.medians import others_median_by_step
+from services.analysis.medians import others_median, others_median_by_step
 from services.analysis.run_data import RunData
 
 SLOW_FACTOR = 1.10  # a rank is slow in a step when its compute exceeds the step's median by this factor
@@ -139,36 +139,6 @@ def _comm_seconds(collectives: pd.DataFrame) -> pd.DataFrame | None:
     seconds = (unique["end"] - unique["start"]).groupby(
         [unique["attempt"], unique["rank"], unique["step"]]).sum()
     return seconds.rename("coll_s").reset_index()
-
-
-def others_median(group: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """For each element, the median of the *other* elements of its group (NaN when it is alone).
-
-    `group`: one integer key per element (e.g. one per (attempt, step)); vectorised, O(n log n)."""
-    n = len(values)
-    out = np.full(n, np.nan)
-    if n == 0:
-        return out
-    by_value = np.argsort(values, kind="quicksort")
-    order = by_value[np.argsort(group[by_value], kind="stable")]  # by group, then value; faster than lexsort
-    g, v = group[order], values[order].astype(np.float64)
-    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    sizes = np.diff(np.r_[first, n])
-    start = np.repeat(first, sizes)
-    others = np.repeat(sizes, sizes) - 1
-    pos = np.arange(n) - start
-
-    def other_at(q: np.ndarray) -> np.ndarray:  # the q-th smallest of the others, as an index into v
-        index: np.ndarray = start + q + (q >= pos)
-        return index
-
-    lo_q = np.maximum((others - 1) // 2, 0)
-    hi_q = np.maximum(others // 2, 0)
-    alone = others == 0
-    lo = v[np.where(alone, start, other_at(lo_q))]
-    hi = v[np.where(alone, start, other_at(hi_q))]
-    out[order] = np.where(alone, np.nan, (lo + hi) / 2.0)
-    return out
 
 
 def binomial_tail_half(k: int, n: int) -> float:

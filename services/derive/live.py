@@ -16,10 +16,9 @@ from sqlalchemy import Engine
 
 from services.analysis.live import LiveConfig, LiveStatus, detect_hang, live_run
 from services.analysis.preemption import allocated_gpus, cheapest_to_preempt
-from services.analysis.provisional import LiveHang, provisional_ledger
+from services.analysis.provisional import LiveHang
 from services.derive.cache import AnalysisCache
-from services.derive.ledger import current_ledger, recent_ledger
-from services.schemas.ledger import Ledger
+from services.derive.ledger import recent_ledger
 from services.schemas.live import CheckpointRequestOut, LiveRun, PreemptionCandidate
 from services.settings import ServiceSettings
 from services.storage.checkpoint_requests import (
@@ -76,19 +75,6 @@ def live_hangs(engine: Engine, rows: list[RunRow], now: float, config: LiveConfi
                             thread_name_prefix="goodput-live") as pool:
         verdicts = pool.map(lambda row: live_hang_of(live_status(engine, row, now, config)), rows)
         return {row.pk: hang for row, hang in zip(rows, verdicts, strict=True) if hang is not None}
-
-
-def with_live_hang(engine: Engine, row: RunRow, ledger: Ledger, now: float, config: LiveConfig) -> Ledger:
-    """`ledger` with the provisional hang of a hung running run booked up to `now` (services.analysis.provisional);
-    the ledger itself for a run that is not running (no lookups)."""
-    if ledger.status != "running":
-        return ledger
-    return provisional_ledger(ledger, live_hang_of(live_status(engine, row, now, config)), now)
-
-
-def ledger_now(analyses: AnalysisCache, row: RunRow, now: float, config: LiveConfig) -> Ledger:
-    """GET /v1/runs/{run_id}/waste: the ledger of the run's current version, with a live hang provisionally."""
-    return with_live_hang(analyses.engine, row, current_ledger(analyses, row), now, config)
 
 
 def live_for_row(analyses: AnalysisCache, row: RunRow, now: float, config: LiveConfig, *,

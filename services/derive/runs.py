@@ -1,5 +1,5 @@
-"""Runs as the read API lists and describes them: each with its ledger, a hung run's hang so far booked
-provisionally (services.analysis.provisional), read under the caller's scope."""
+"""Runs as the read API lists and describes them: each with its ledger as served (services.derive.served: a hung
+run's hang so far booked provisionally), read under the caller's scope."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import time
 from dataclasses import dataclass
 
 from services.analysis.live import LiveConfig
-from services.analysis.provisional import LiveHang, provisional_ledger
+from services.analysis.provisional import LiveHang
 from services.analysis.run_figures import ListedFigures, RunFigures, listed_figures, usage_from_bytes
 from services.derive.cache import AnalysisCache
-from services.derive.ledger import LEDGER, current_ledger, last_checkpoint, parse_stored, recent_ledger
-from services.derive.live import live_hangs, with_live_hang
+from services.derive.ledger import LEDGER, last_checkpoint, parse_stored, recent_ledger
+from services.derive.live import live_hangs
+from services.derive.served import ledger_with_hang, served_ledger
 from services.schemas.ledger import Ledger
+from services.schemas.runs import RunListItem
 from services.storage.load import CompletedCheckpoint
 from services.storage.runs import RunRow, StoredFigures, get_run_by_pk, list_run_figures, list_runs
 
@@ -101,18 +103,29 @@ def _from_ledger(analyses: AnalysisCache, run_pk: int, hang: LiveHang | None, *,
         row = get_run_by_pk(conn, run_pk)
     ledger, stale = recent_ledger(analyses, row, budget_s=budget_s)
     if hang is None:
-        return listed_figures(with_live_hang(analyses.engine, row, ledger, now, config)), stale
-    return listed_figures(provisional_ledger(ledger, hang if ledger.status == "running" else None, now)), stale
+        return listed_figures(served_ledger(analyses, row, now, config, ledger=ledger)), stale
+    return listed_figures(ledger_with_hang(ledger, hang, now)), stale
+
+
+def list_item(listed: ListedRun) -> RunListItem:
+    ledger = listed.figures
+    return RunListItem(run_id=listed.row.run_id, project=listed.row.project, status=ledger.status,
+                       first_time=ledger.first_time, last_time=ledger.latest_time,
+                       allocated_gpu_seconds=ledger.allocated_gpu_seconds,
+                       productive_gpu_seconds=ledger.productive_gpu_seconds,
+                       eval_gpu_seconds=ledger.eval_gpu_seconds, goodput=ledger.goodput,
+                       waste_gpu_seconds=ledger.waste_gpu_seconds, restarts=ledger.restarts, stale=listed.stale,
+                       provisional=ledger.provisional)
 
 
 def current_ledgers(analyses: AnalysisCache, rows: list[RunRow], *, now: float, config: LiveConfig
                     ) -> list[tuple[RunRow, Ledger]]:
     """Each run's ledger of its current version, a hung run's hang so far included."""
-    return [(row, with_live_hang(analyses.engine, row, current_ledger(analyses, row), now, config)) for row in rows]
+    return [(row, served_ledger(analyses, row, now, config)) for row in rows]
 
 
 def run_summary(analyses: AnalysisCache, row: RunRow, *, now: float, config: LiveConfig) -> RunSummary:
     """GET /v1/runs/{run_id}: the run's ledger of its current version (a hung run's hang included) and its last
     completed checkpoint."""
-    ledger = with_live_hang(analyses.engine, row, current_ledger(analyses, row), now, config)
+    ledger = served_ledger(analyses, row, now, config)
     return RunSummary(row, ledger, last_checkpoint(analyses, row, ledger))

@@ -17,19 +17,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
-from services.analysis.live import LiveConfig, detect_hang
-from services.analysis.provisional import LiveHang, provisional_ledger
+from services.analysis.live import LiveConfig, LiveStatus
 from services.derive.cache import AnalysisCache
 from services.derive.ledger import current_ledger, parse_stored_ledger
-from services.derive.live import live_hang_of
+from services.derive.live import live_status
+from services.derive.served import ledger_with_hang
 from services.schemas.categories import RunStatus
 from services.schemas.ledger import Ledger
 from services.settings import MetricsSettings
-from services.storage.live import load_live_state
 from services.storage.run_activity import last_step_times, latest_client_stats
 from services.storage.runs import RunRow, list_runs
 
@@ -50,19 +49,24 @@ class RunSample:
     client_dropped: dict[str, int]  # CLIENT_COUNTERS keys -> events, summed over the run's processes
     client_send_failures: int
     stale: bool  # the ledger predates the run's latest events (refresh budget spent)
-    hung: bool | None = None  # live hang detection (services.analysis.live); None for runs not running
-    hang_suspects: int = 0  # ranks named as suspects while hung
-    live_hang: LiveHang | None = None  # while hung: its last progress (the provisional hang runs from there)
+    verdict: LiveStatus | None = None  # a running run's live verdict (services.derive.live); None when not running
 
     @property
     def running(self) -> bool:
         return self.ledger.status == RunStatus.RUNNING.value
 
+    @property
+    def hung(self) -> bool | None:
+        return None if self.verdict is None else self.verdict.hung
+
+    @property
+    def hang_suspects(self) -> int:
+        """Ranks named as suspects while hung, every suspect, listed or not."""
+        return 0 if self.verdict is None else self.verdict.suspects_total
+
     def ledger_at(self, now: float) -> Ledger:
-        """The ledger with a hung run's hang up to `now` booked provisionally (services.analysis.provisional)."""
-        if self.live_hang is None:
-            return self.ledger
-        return provisional_ledger(self.ledger, self.live_hang, now)
+        """The ledger as served at `now`: a hung run's hang so far booked provisionally (services.derive.served)."""
+        return ledger_with_hang(self.ledger, self.verdict, now)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -116,19 +120,18 @@ def build_snapshot(analyses: AnalysisCache, config: MetricsSettings, now: float,
         stats = _client_stats(conn, [row.pk for row, _, _ in kept])
         running_rows = [row for row, ledger, _ in kept[:labelled] if ledger.status == RunStatus.RUNNING.value]
         progress = last_step_times(conn, [row.pk for row in running_rows])
-        hangs = _hangs(conn, running_rows, now, live or LiveConfig())
+    verdicts = _verdicts(analyses, running_rows, now, live or LiveConfig())
     samples = []
     for row, ledger, stale in kept:
         counts = stats.get(row.pk, {})
+        verdict = verdicts.get(row.pk)
         samples.append(RunSample(
             run_id=row.run_id, project=row.project, ledger=ledger,
-            last_progress_time=(hangs[row.pk][3] if row.pk in hangs and hangs[row.pk][3] is not None
+            last_progress_time=(verdict.last_progress_time if verdict is not None
+                                and verdict.last_progress_time is not None
                                 else progress.get(row.pk, ledger.first_time)),
             client_dropped={key: int(counts.get(name, 0)) for key, name in CLIENT_COUNTERS.items()},
-            client_send_failures=int(counts.get("send_failures", 0)), stale=stale,
-            hung=hangs[row.pk][0] if row.pk in hangs else None,
-            hang_suspects=hangs[row.pk][1] if row.pk in hangs else 0,
-            live_hang=hangs[row.pk][2] if row.pk in hangs else None,
+            client_send_failures=int(counts.get("send_failures", 0)), stale=stale, verdict=verdict,
         ))
     return Snapshot(taken_at=now, runs=tuple(samples), labelled=labelled, window_runs_without_ledger=missing,
                     duration_s=clock() - started, stale_ledgers=sum(1 for s in samples if s.stale))
@@ -145,20 +148,15 @@ def _client_stats(conn: Connection, run_pks: list[int]) -> dict[int, dict[str, i
     return out
 
 
-def _hangs(conn: Connection, rows: list[RunRow], now: float, config: LiveConfig
-           ) -> dict[int, tuple[bool, int, LiveHang | None, float | None]]:
-    """(hung, suspects, last progress while hung, last progress) of each running run: a few index lookups per run
-    (services.storage.live; times on the collector's clock)."""
-    out: dict[int, tuple[bool, int, LiveHang | None, float | None]] = {}
+def _verdicts(analyses: AnalysisCache, rows: list[RunRow], now: float, config: LiveConfig) -> dict[int, LiveStatus]:
+    """Each running run's live verdict, as the API's (services.derive.live: a few index lookups per run; times on
+    the collector's clock)."""
+    out: dict[int, LiveStatus] = {}
     for row in rows:
         try:
-            state = load_live_state(conn, row, now=now, lookback_s=max(60.0, 4 * config.silent_after_s))
-            status = detect_hang(replace(state, status=RunStatus.RUNNING.value), now, config, with_ranks=False)
+            out[row.pk] = live_status(analyses.engine, row, now, config)
         except Exception:  # one bad run must not take the whole scrape down
             logger.exception("metrics: live status of run %s failed", row.run_id)
-            continue
-        # every suspect, listed or not
-        out[row.pk] = (status.hung, status.suspects_total, live_hang_of(status), status.last_progress_time)
     return out
 
 

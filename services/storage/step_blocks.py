@@ -24,15 +24,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from services.analysis.rank_sketch import EXACT_RANK_VALUES, RankSketch
 from services.analysis.run_data import RunData, collectives_frame, steps_frame
-from services.analysis.step_blocks import (
-    BLOCK_STEPS,
-    StepBlock,
-    StepSummary,
-    block_of,
-    extend_block,
-    merge_blocks,
-    summarize_block,
-)
+from services.analysis.step_blocks import BLOCK_STEPS, StepBlock, block_of, extend_block, summarize_block
+from services.analysis.step_summary import StepSummary, merge_blocks
 from services.storage.attempt_numbers import renumbering
 from services.storage.block_codec import block_from_bytes, block_to_bytes
 from services.storage.db import json_rows, psycopg_connection, sqlite_connection

@@ -13,7 +13,8 @@ import pytest
 
 from services.analysis.ledger import build_ledger
 from services.analysis.run_data import RunData, run_data_from_events, steps_frame
-from services.analysis.step_blocks import merge_blocks, summarize_block, summarize_steps
+from services.analysis.step_blocks import summarize_block, summarize_steps
+from services.analysis.step_summary import merge_blocks
 from services.schemas.ledger import Ledger
 from services.simulate import START_TIME, SimConfig, SimResult, simulate
 from services.storage.block_codec import block_from_bytes, block_to_bytes

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from services.analysis.medians import others_median
 from services.analysis.rank_sketch import COMPUTE_ERROR, EXCESS_ERROR, HEAT_CHUNKS, RankSketch
 from services.analysis.step_blocks import BLOCK_STEPS, StepBlock, summarize_block
-from services.analysis.stragglers import others_median
 
 
 def make_blocks(rng: np.random.Generator, ranks: int, steps: int, *, missing: float = 0.0, unknown: float = 0.0,

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from services.analysis.ledger import build_ledger
-from services.analysis.medians import median_of_sorted_rows, others_median_by_step
+from services.analysis.medians import median_of_sorted_rows, others_median, others_median_by_step
 from services.analysis.run_data import run_data_from_events
 from services.analysis.straggler_report import build_straggler_report
 from services.analysis.stragglers import (
@@ -17,7 +17,6 @@ from services.analysis.stragglers import (
     binomial_tail_half,
     culprits,
     flagged_ranks,
-    others_median,
     projected_step_factor,
     step_straggle,
 )

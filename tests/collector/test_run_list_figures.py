@@ -16,10 +16,9 @@ from services.analysis.live import LiveConfig
 from services.analysis.run_figures import ListedFigures, listed_figures
 from services.collector.app import create_app
 from services.derive.cache import AnalysisCache
-from services.derive.ledger import current_ledger
-from services.derive.live import with_live_hang
 from services.derive.retention import prune
 from services.derive.runs import RunScope, listed_runs
+from services.derive.served import served_ledger
 from services.simulate import SimConfig, simulate
 from services.storage.runs import get_run, list_runs
 
@@ -50,7 +49,7 @@ def full_derivation(analyses: AnalysisCache, run_id: str, now: float) -> ListedF
     """What the lists showed before the figures were stored: the run's whole ledger, a live hang booked."""
     with analyses.engine.connect() as conn:
         row = get_run(conn, run_id)
-    return listed_figures(with_live_hang(analyses.engine, row, current_ledger(analyses, row), now, CONFIG))
+    return listed_figures(served_ledger(analyses, row, now, CONFIG))
 
 
 def assert_same(listed: ListedFigures, expected: ListedFigures) -> None:

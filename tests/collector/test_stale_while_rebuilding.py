@@ -18,9 +18,9 @@ from services.analysis.resume_check import build_resume_check
 from services.analysis.views import build_run_views
 from services.collector.routes import resume as resume_route
 from services.collector.routes import runs as runs_route
-from services.collector.routes import views as views_route
 from services.derive import ledger as pipeline
 from services.derive import resume as resume_pipeline
+from services.derive import served as served_module
 from services.derive import views as views_pipeline
 from services.simulate import START_TIME, SimConfig, simulate
 
@@ -59,7 +59,7 @@ class Gate:
 
 @pytest.fixture(autouse=True)
 def _short_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(views_route, "STALE_OK_BUDGET_S", BUDGET_S)
+    monkeypatch.setattr(served_module, "STALE_OK_BUDGET_S", BUDGET_S)
     monkeypatch.setattr(resume_route, "STALE_OK_BUDGET_S", BUDGET_S)
     monkeypatch.setattr(runs_route, "LIST_BUDGET_S", BUDGET_S)
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from sqlalchemy import inspect, text
 
 from services.analysis.run_data import run_data_from_events
-from services.analysis.step_blocks import merge_blocks, summarize_steps
+from services.analysis.step_blocks import summarize_steps
+from services.analysis.step_summary import merge_blocks
 from services.storage.db import make_engine
 from services.storage.migrate import current_revision, downgrade, head_revision, schema_drift, upgrade
 from services.storage.runs import get_run

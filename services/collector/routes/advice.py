@@ -8,9 +8,8 @@ import time
 from fastapi import APIRouter
 
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep
-from services.derive.advice import advice_input
+from services.derive.advice import served_advice
 from services.derive.stragglers import straggler_report
-from services.reports.advice import run_advice
 from services.schemas.advice import RunAdvice
 from services.schemas.errors import NOT_FOUND
 from services.schemas.stragglers import StragglerReport
@@ -21,7 +20,7 @@ router = APIRouter(tags=["advice"])
 @router.get("/v1/runs/{run_id:path}/advice", response_model=RunAdvice, responses=NOT_FOUND,
             summary="What to change, ranked by the GPU-hours at stake: evidence, model, expected gain, confidence")
 def get_advice(run: RunDep, analyses: AnalysesDep, live: LiveConfigDep) -> RunAdvice:
-    return run_advice(advice_input(analyses, run, time.time(), live))
+    return served_advice(analyses, run, time.time(), live)
 
 
 @router.get("/v1/runs/{run_id:path}/stragglers", response_model=StragglerReport, responses=NOT_FOUND,

@@ -3,22 +3,15 @@ was spent (the ledger's `usage`), and per time bucket (the dashboard's over-time
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Annotated
 
-import numpy as np
 from fastapi import APIRouter, HTTPException, Query
 
-from services.analysis.run_figures import ListedFigures
-from services.analysis.usage import UsagePieces, bucket_width, pieces_of, usage_of_pieces, usage_window
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunScopeDep
-from services.collector.routes.runs import LIST_BUDGET_S, list_item
-from services.derive.runs import listed_runs
-from services.schemas.categories import EVAL, WASTE_KEYS
-from services.schemas.fleet import FleetWindow, RunInWindow, WindowFigures
-from services.schemas.ledger import WasteBreakdown
-from services.schemas.usage import USAGE_KEYS
+from services.collector.routes.runs import LIST_BUDGET_S
+from services.derive.fleet import fleet_window
+from services.schemas.fleet import FleetWindow
 
 router = APIRouter(tags=["runs"])
 
@@ -46,44 +39,5 @@ def get_fleet_window(
     if since is not None and hi < since:
         raise HTTPException(422, f"until ({hi:.0f}) is before since ({since:.0f}): give a range that ends after "
                                  "it starts")
-    listed = listed_runs(analyses, scope, budget_s=LIST_BUDGET_S, now=now, config=live, since=since, until=until,
-                         limit=limit, run_id_part=run_id, status=status, with_usage=True)
-    firsts = [r.figures.first_time for r in listed if r.figures.first_time is not None]
-    lo = since if since is not None else (min(firsts) if firsts else hi)
-    width = bucket_width(max(hi - lo, 1.0), buckets)
-    origin = math.floor(lo / width) * width
-    count = max(1, math.ceil((hi - origin) / width))
-    edges = origin + width * np.arange(count + 1, dtype=np.float64)
-    edges[0], edges[-1] = max(edges[0], lo), min(edges[-1], hi)  # the range's own edges: nothing outside it
-    out = []
-    for run in listed:
-        usage, laid_out = usage_of(run.listed)
-        clipped, per_bucket = usage_window(usage, since, hi, edges)
-        # constructed, not validated: floats from numpy by construction, and validating thousands of runs' buckets
-        # cost more than cutting them (benchmarks.fleet_listing)
-        out.append(RunInWindow.model_construct(
-            run=list_item(run), window=window_figures(clipped), laid_out=laid_out,
-            buckets={USAGE_KEYS[j]: per_bucket[:, j].tolist() for j in np.flatnonzero(per_bucket.any(axis=0))}))
-    return FleetWindow(since=since, until=hi, bucket_start=origin, bucket_s=width, bucket_count=count,
-                       server_time=now, runs=out)
-
-
-def usage_of(listed: ListedFigures) -> tuple[UsagePieces, bool]:
-    """The ledger's usage; for a ledger stored before there was one, its totals spread evenly over its life
-    (flagged: `False`)."""
-    if listed.usage is not None:
-        return listed.usage, True
-    ledger = listed.figures
-    totals = np.array([[ledger.productive_gpu_seconds, ledger.eval_gpu_seconds,
-                        *(ledger.waste_gpu_seconds[k] for k in WASTE_KEYS)]])
-    first = ledger.first_time or 0.0
-    last = max(ledger.latest_time or first, first + 1e-6)
-    return pieces_of(usage_of_pieces(np.array([first]), np.array([last]), totals)), False
-
-
-def window_figures(clipped: dict[str, float]) -> WindowFigures:
-    waste = WasteBreakdown(**{k: clipped[k] for k in WASTE_KEYS})
-    allocated = sum(clipped[k] for k in USAGE_KEYS)
-    return WindowFigures(allocated_gpu_seconds=allocated, productive_gpu_seconds=clipped["productive"],
-                         eval_gpu_seconds=clipped[EVAL], waste_gpu_seconds=waste,
-                         goodput=clipped["productive"] / allocated if allocated > 0 else None)
+    return fleet_window(analyses, scope, since=since, until=until, now=now, config=live, budget_s=LIST_BUDGET_S,
+                        status=status, run_id=run_id, buckets=buckets, limit=limit)

@@ -6,12 +6,12 @@ rules are in services.analysis.resume_check and docs/resume-check.md.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 
-from services.analysis.resume_check import ResumeCheckConfig
 from services.collector.deps import AnalysesDep, RunDep
 from services.derive.resume import DEFAULT_CONFIG, ResumeCheckPending, recent_resume_check, resume_check
 from services.schemas.errors import ErrorResponse
@@ -38,7 +38,7 @@ def get_resume_check(
         "longer (a run of millions of steps), serve the last check (`stale: true`), or 202 when there is none "
         "yet, while the check goes on in the background"))] = False,
 ) -> ResumeCheck | JSONResponse:
-    config = ResumeCheckConfig(loss_rtol=loss_rtol, lr_rtol=lr_rtol)
+    config = replace(DEFAULT_CONFIG, loss_rtol=loss_rtol, lr_rtol=lr_rtol)
     if stale_ok and config == DEFAULT_CONFIG:
         try:
             check, stale = recent_resume_check(analyses, run, budget_s=STALE_OK_BUDGET_S)

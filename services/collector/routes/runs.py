@@ -8,11 +8,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep, RunScopeDep
-from services.derive.live import ledger_now
-from services.derive.runs import ListedRun, RunSummary, listed_runs, run_summary
+from services.derive.runs import RunSummary, list_item, listed_runs, run_summary
+from services.derive.served import served_ledger
 from services.schemas.errors import NOT_FOUND
 from services.schemas.ledger import Ledger
-from services.schemas.runs import LastCheckpoint, RunDetail, RunList, RunListItem
+from services.schemas.runs import LastCheckpoint, RunDetail, RunList
 
 router = APIRouter(tags=["runs"])
 
@@ -40,24 +40,13 @@ def get_runs(
 @router.get("/v1/runs/{run_id:path}/waste", response_model=Ledger, responses=NOT_FOUND,
             summary="The run's waste ledger in GPU-seconds")
 def get_waste(run: RunDep, analyses: AnalysesDep, live: LiveConfigDep) -> Ledger:
-    return ledger_now(analyses, run, time.time(), live)
+    return served_ledger(analyses, run, time.time(), live)
 
 
 @router.get("/v1/runs/{run_id:path}", response_model=RunDetail, responses=NOT_FOUND,
             summary="Attempts, restarts, last step and checkpoint, status")
 def get_run(run: RunDep, analyses: AnalysesDep, live: LiveConfigDep) -> RunDetail:
     return _detail(run_summary(analyses, run, now=time.time(), config=live))
-
-
-def list_item(listed: ListedRun) -> RunListItem:
-    ledger = listed.figures
-    return RunListItem(run_id=listed.row.run_id, project=listed.row.project, status=ledger.status,
-                       first_time=ledger.first_time, last_time=ledger.latest_time,
-                       allocated_gpu_seconds=ledger.allocated_gpu_seconds,
-                       productive_gpu_seconds=ledger.productive_gpu_seconds,
-                       eval_gpu_seconds=ledger.eval_gpu_seconds, goodput=ledger.goodput,
-                       waste_gpu_seconds=ledger.waste_gpu_seconds, restarts=ledger.restarts, stale=listed.stale,
-                       provisional=ledger.provisional)
 
 
 def _detail(summary: RunSummary) -> RunDetail:
