@@ -5,7 +5,8 @@ rows are encoded two ways: one block per (attempt, rank, block of BLOCK_STEPS st
 arrived (what a block row of the storage of record holds), and one block per record and block, as received (what a
 writer that appends each record's rows as they come would store). Printed: encoded bytes per rank-step (the
 encoding alone; a database row adds its own header and key), and encode / decode microseconds per row (best of
---repeats). The raw columns are 48 bytes per row (step int64 and five float64).
+--repeats), decoding a block at a time (as a block summary reads its block) and all blocks in one call (as the
+loader reads a run). The raw columns are 48 bytes per row (step int64 and five float64).
 
     python -m benchmarks.column_blocks [--hours 1] [--repeats 3]
 """
@@ -24,7 +25,7 @@ from benchmarks._common import machine
 from services.analysis.step_blocks import BLOCK_STEPS
 from services.collector.batch import parse_batch
 from services.simulate import SimConfig, simulate
-from services.storage.column_codec import decode_step_rows, encode_step_rows
+from services.storage.column_codec import decode_blocks, decode_step_rows, encode_step_rows
 from services.storage.records import IngestRecord, StepRows
 
 _COLUMNS = ("step", "start", "end", "loss", "lr", "comm")
@@ -78,9 +79,11 @@ def measure(name: str, blocks: list[StepRows], repeats: int) -> None:
     size = sum(len(e) for e in encoded)
     encode_s = best(lambda: [encode_step_rows(b) for b in blocks], repeats)
     decode_s = best(lambda: [decode_step_rows(e) for e in encoded], repeats)
+    together_s = best(lambda: decode_blocks(encoded), repeats)
     print(f"  {name}: {len(blocks):,} blocks of {rows / len(blocks):.1f} rows; {size / rows:.2f} bytes per rank-step "
-          f"({size / (48 * rows):.1%} of the raw columns); encode {encode_s / rows * 1e6:.2f} us, "
-          f"decode {decode_s / rows * 1e6:.2f} us per row")
+          f"({size / (48 * rows):.1%} of the raw columns); encode {encode_s / rows * 1e6:.2f} us, decode "
+          f"{decode_s / rows * 1e6:.2f} us per row a block at a time, {together_s / rows * 1e6:.2f} us all together "
+          "(as the loader reads a run)")
 
 
 def main() -> None:
