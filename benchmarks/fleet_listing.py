@@ -14,7 +14,10 @@ every run (`limit=10000`):
 - warm: the same request again, three times (the median printed).
 
 Baseline, measured in the same run: a bare `SELECT * FROM runs` of the fleet (every column, the stored ledgers
-included) from a new connection, in this process. Printed: the times, and their ratio to the baseline.
+included) from a new connection, in this process. Printed: the times, and their ratio to the baseline; and, for
+where the rest goes, the time the running runs' hang verdicts take in this process (each a few index lookups:
+services.derive.live.live_hangs; the simulated running runs stopped mid-run, so they are all hung by then: the
+worst case, each then listed from its whole ledger with its hang so far).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from benchmarks._common import collector, machine, postgres_database
 from services.collector.batch import parse_batch
 from services.derive.cache import AnalysisCache
 from services.derive.ledger import current_ledger
+from services.derive.live import live_config, live_hangs
+from services.settings import ServiceSettings
 from services.simulate import SimConfig, simulate
 from services.storage.db import make_engine
 from services.storage.migrate import upgrade
@@ -120,6 +125,18 @@ def bare_select_s(url: str) -> float:
         engine.dispose()
 
 
+def hang_verdicts(url: str) -> dict[str, float]:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            running = list_runs(conn, status="running", limit=10_000)
+        started = time.monotonic()
+        hung = live_hangs(engine, running, time.time(), live_config(ServiceSettings()))  # as `goodput serve`
+        return {"running": len(running), "hung": len(hung), "seconds": time.monotonic() - started}
+    finally:
+        engine.dispose()
+
+
 def timed_get(client: httpx.Client, path: str) -> tuple[float, dict[str, Any]]:
     started = time.monotonic()
     response = client.get(path)
@@ -148,7 +165,7 @@ def measure_endpoint(url: str, path: str) -> dict[str, Any]:
 def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     built = build_fleet(url, args.runs, args.ranks, args.steps) if not _has_runs(url) else {}
     baseline = statistics.median(bare_select_s(url) for _ in range(3))
-    out: dict[str, Any] = {"fleet": built, "baseline_s": baseline}
+    out: dict[str, Any] = {"fleet": built, "baseline_s": baseline, "hangs": hang_verdicts(url)}
     for name, path in (("runs", "/v1/runs?limit=10000"), ("window", "/v1/fleet/window?limit=10000")):
         out[name] = measure_endpoint(url, path)
     return out
@@ -162,6 +179,9 @@ def report(db: str, result: dict[str, Any]) -> None:
     else:
         print(f"\n{db}: the fleet already stored there")
     print(f"  baseline: SELECT * FROM runs {baseline * 1000:.1f} ms")
+    hangs = result["hangs"]
+    print(f"  hang verdicts of the {hangs['running']} running runs ({hangs['hung']} hung): "
+          f"{hangs['seconds'] * 1000:,.0f} ms")
     for name in ("runs", "window"):
         r = result[name]
         print(f"  {'/v1/runs' if name == 'runs' else '/v1/fleet/window':<17} {r['runs']:,} runs ({r['stale']} stale), "

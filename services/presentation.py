@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from services.schemas.advice import MeasuredRun, Recommendation
 from services.schemas.categories import EVAL, PRODUCTIVE, WASTE_KEYS
+from services.schemas.ledger import StartupParts
 from services.schemas.views import FailureCause
 
 DASH = "—"
@@ -264,3 +265,17 @@ def failure_cause(cause: FailureCause | None) -> str:
         listed = ", ".join(str(r) for r in cause.hung_ranks[:8]) + (", ..." if len(cause.hung_ranks) > 8 else "")
         parts.append(f"hung: rank{'s' if len(cause.hung_ranks) > 1 else ''} {listed}")
     return "; ".join(parts) if parts else "not in the events"
+
+
+STARTUP_PART_LABELS: dict[str, str] = {
+    "relaunch": "relaunch", "rendezvous": "rendezvous", "restore": "checkpoint load",
+    "before_first_step": "before the first step", "unsplit": "not split (no marker)"}
+
+
+def startup_split(parts: StartupParts | None) -> list[tuple[str, float]]:
+    """The startup's parts with time in them, largest first, as (label, GPU-seconds): the same on the run page, in the
+    report and the CLI."""
+    if parts is None:
+        return []
+    named = [(STARTUP_PART_LABELS[name], float(value)) for name, value in parts.model_dump().items() if value > 0]
+    return sorted(named, key=lambda item: -item[1])

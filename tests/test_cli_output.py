@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+from typing import Any
 
 import httpx
 import pytest
@@ -16,14 +17,19 @@ from services.presentation import CATEGORIES
 from tests.dashboards.answers import ledger
 
 
-def test_the_ledger_table_writes_gpu_hours_and_shares_as_the_dashboard_does(capsys: pytest.CaptureFixture[str]) -> None:
-    waste = dict.fromkeys(CATEGORIES, 0.0) | {"startup": 12.0, "rework": 7_200_000.0}
-    served = ledger(run_id="r", status="finished", allocated_gpu_seconds=7_212_012.0, productive_gpu_seconds=12_000.0,
-                    waste_gpu_seconds=waste, goodput=12_000.0 / 7_212_012.0, restarts=1, queue_seconds=125.0)
+def printed_ledger(capsys: pytest.CaptureFixture[str], **figures: Any) -> list[str]:
+    """`goodput ledger r`'s lines for a served ledger of these figures."""
+    served = ledger(run_id="r", status="finished", **figures)
     api = ApiClient("http://c", http=httpx.Client(transport=httpx.MockTransport(
         lambda request: httpx.Response(200, json=served.model_dump(mode="json")))))
     assert print_ledger(api, "r") == 0
-    lines = capsys.readouterr().out.splitlines()
+    return capsys.readouterr().out.splitlines()
+
+
+def test_the_ledger_table_writes_gpu_hours_and_shares_as_the_dashboard_does(capsys: pytest.CaptureFixture[str]) -> None:
+    waste = dict.fromkeys(CATEGORIES, 0.0) | {"startup": 12.0, "rework": 7_200_000.0}
+    lines = printed_ledger(capsys, allocated_gpu_seconds=7_212_012.0, productive_gpu_seconds=12_000.0,
+                           waste_gpu_seconds=waste, goodput=12_000.0 / 7_212_012.0, restarts=1, queue_seconds=125.0)
     assert lines[0] == "run r  status finished  restarts 1  queue 2 min 05 s"
     assert lines[1].split() == ["GPU-seconds", "GPU-hours", "share"]
     rows = {line.split()[0]: line for line in lines[2:-1]}
@@ -31,17 +37,13 @@ def test_the_ledger_table_writes_gpu_hours_and_shares_as_the_dashboard_does(caps
     assert rows["startup"].split() == ["startup", fmt.gpu_seconds(12.0), "12.0", "GPU-s", fmt.share(12.0, 7_212_012.0)]
     assert rows["rework"].split() == ["rework", "7,200,000", "2,000.00", "99.8%"]
     assert len(rows["rework"]) == len(lines[1])  # the columns line up under their headers
-    assert lines[-1] == f"goodput {fmt.percent(served.goodput)}"
+    assert lines[-1] == f"goodput {fmt.percent(12_000.0 / 7_212_012.0)}"
 
 
 def test_a_small_runs_ledger_table_has_one_gpu_seconds_column(capsys: pytest.CaptureFixture[str]) -> None:
     waste = dict.fromkeys(CATEGORIES, 0.0) | {"startup": 4.0}
-    served = ledger(run_id="r", status="finished", allocated_gpu_seconds=34.0, productive_gpu_seconds=30.0,
-                    waste_gpu_seconds=waste, goodput=30.0 / 34.0, restarts=0, queue_seconds=0.0)
-    api = ApiClient("http://c", http=httpx.Client(transport=httpx.MockTransport(
-        lambda request: httpx.Response(200, json=served.model_dump(mode="json")))))
-    assert print_ledger(api, "r") == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = printed_ledger(capsys, allocated_gpu_seconds=34.0, productive_gpu_seconds=30.0, waste_gpu_seconds=waste,
+                           goodput=30.0 / 34.0, restarts=0, queue_seconds=0.0)
     assert lines[1].split() == ["GPU-seconds", "share"]  # not "GPU-seconds GPU-seconds share"
     assert {line.split()[0]: line.split()[1:] for line in lines[2:-1]}["startup"] == ["4", "11.8%"]
 

@@ -95,6 +95,14 @@ def kpis(ledger: Ledger) -> list[html.Div]:
         value = ledger.waste_gpu_seconds[c]
         cards.append(kpi_card(LABELS[c], fmt.gpu_time(value, unit), value_id=ids.kpi_value("run", f"waste-{c}"),
                               note=fmt.share(value, allocated), color=COLORS[c], title=DESCRIPTIONS[c]))
+    split = fmt.startup_split(ledger.startup_parts)
+    if split:  # where the startup went: which part to cut
+        (top, top_s), rest = split[0], split[1:]
+        cards.append(kpi_card(f"{LABELS['startup']}: {top}", fmt.gpu_time(top_s, unit),
+                              value_id=ids.kpi_value("run", "startup-split"), color=COLORS["startup"],
+                              note=" · ".join(f"{label} {fmt.gpu_time(v, unit)}" for label, v in rest) or "all of it",
+                              title="The startup split at the moments the events mark: the processes' start, the "
+                                    "process group up, the checkpoint loaded (docs/ledger.md, 'Startup, split')"))
     return cards
 
 
@@ -141,6 +149,17 @@ _TABLE_STYLE: dict[str, Any] = {
     "page_size": 10,
     "sort_action": "native",
 }
+
+
+def final_failure_note(view: RunViews) -> html.P | None:
+    """Why the run's last attempt failed, when no restart followed it (the restarts table says the others')."""
+    failures = view.timeline.failures
+    last = failures[-1] if failures else None
+    if last is None or any(r.attempt > last.attempt for r in view.timeline.restarts):
+        return None
+    where = "during startup" if last.step is None else f"at step {fmt.integer(last.step)}"
+    return html.P(id="run-final-failure", className="muted", children=[
+        html.B(f"Attempt {last.attempt} failed {where}, and no restart followed: "), fmt.failure_cause(last.cause)])
 
 
 def restart_table(restarts: Sequence[RestartRow]) -> Any:

@@ -37,7 +37,7 @@ def training_curves_figure(curves: TrainingCurves) -> go.Figure:
         else:
             fig.add_annotation(text=f"no {label.lower()} reported", showarrow=False, x=0.5, y=0.5,
                                xref="x domain", yref=f"y{row if row > 1 else ''} domain")
-        fig.update_yaxes(title_text=axis, row=row, col=1, rangemode="tozero" if name == "step_seconds" else "normal")
+        fig.update_yaxes(title_text=axis, row=row, col=1, rangemode="normal" if name == "loss" else "tozero")
     if curves.checkpoints:
         fig.add_trace(go.Scatter(
             x=to_datetimes([c.time for c in curves.checkpoints]), y=[0.0] * len(curves.checkpoints), mode="markers",

@@ -359,15 +359,13 @@ class Pipeline:
                 self.sent_events += len(payloads)
             return False
 
-    _UNSPOOLED = ("Until it can, records go to the collector directly and are lost when it does not take them, "
-                  "and none survives this process being killed; they are counted in client_stats (unspooled_events; "
-                  "the lost ones in dropped_events)")
-
-    def _spool_failed(self, exc: OSError, consequence: str = _UNSPOOLED) -> None:
+    def _spool_failed(self, exc: OSError) -> None:
         """Say once that the spool's disk fails (then once a minute in the log, for who configured logging)."""
         if not self._warn.once(
-            "spool", "goodput: cannot write the spool in %s (%s). %s. Free space on that disk, or set "
-            "GOODPUT_SPOOL_DIR to another.", self.settings.spool_run_dir, exc, consequence,
+            "spool", "goodput: cannot write the spool in %s (%s). Until it can, records go to the collector "
+            "directly and are lost when it does not take them, and none survives this process being killed; they "
+            "are counted in client_stats (unspooled_events; the lost ones in dropped_events). Free space on that "
+            "disk, or set GOODPUT_SPOOL_DIR to another.", self.settings.spool_run_dir, exc,
         ):
             self._warn.warning("spool", "goodput: cannot write the spool in %s: %s", self.settings.spool_run_dir, exc)
 

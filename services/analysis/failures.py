@@ -6,14 +6,17 @@ What the events allow:
 - the exit status: an `attempt_end` with `exit_code` is what `goodput launch` saw torchrun report for a worker
   ("failed (exitcode: -9) local_rank: 1"); negative codes are the signal that killed it;
 - the first failing rank: the worker whose exit torchrun saw first; without the launcher's word, the rank that
-  stopped first: its own `attempt_end failed` with an error, or its last sign of life when it sent none (a rank
-  killed without a word goes silent while its peers still report);
+  stopped first: its own `attempt_end failed` with an error, or its last event (a heartbeat at the latest) when it
+  sent none (a rank killed without a word goes silent while its peers still report);
 - its host: the `host` of its `attempt_start`;
 - the error text: the `detail` of a rank's own `attempt_end failed` (the client's excepthook sends
   "<Type>: <message>"), the failing rank's when it sent one, else the first one sent; a "SIGTERM" (torchrun stopping
   the survivors) is no error;
 - after a hang, the ranks that hung: those behind the furthest rank when the attempt stopped (the step they were in,
-  then the collectives they had started in it, from their last heartbeat or step): the others waited for them.
+  then the collectives they had started in it, from their last heartbeat or completed step): the others waited.
+
+Each rank's last completed step comes from the step rows or, where the run keeps its steps per block, from its
+blocks (`last_steps`): the two give the same causes.
 
 Where the launcher wrote its workers' logs is not in the events: `log_hint` says where torchrun keeps them.
 """
@@ -27,6 +30,7 @@ import pandas as pd
 
 from services.analysis.attempts import Attempt
 from services.analysis.run_data import ranks_own
+from services.analysis.step_summary import StepSummary
 from services.schemas.views import FailureCause
 
 _NOT_AN_ERROR = frozenset({"SIGTERM"})  # what a survivor says when torchrun stops it: the failure was elsewhere
@@ -38,19 +42,38 @@ LOG_HINT = ("torchrun keeps each worker's output under --log-dir (<log dir>/<run
             "when given; else it is in the launcher's output")
 
 
-def build_failure_causes(events: pd.DataFrame, steps: pd.DataFrame,
+def build_failure_causes(events: pd.DataFrame, last_steps: dict[int, dict[int, int]],
                          attempts: Sequence[Attempt]) -> dict[int, FailureCause]:
-    """attempt number -> why it failed, for every failed attempt. `steps`: one row per (attempt, rank, step), or
-    empty when the run keeps its steps per block (the ranks' heartbeats then place them)."""
+    """attempt number -> why it failed, for every failed attempt. `last_steps`: attempt -> rank -> the last step
+    the rank completed in it (`last_completed_steps`)."""
     failed = [a for a in attempts if a.failed]
     if not failed or events.empty:
         return {a.attempt: FailureCause() for a in failed}
     with_attempt = events[events["attempt"].notna()]
     by_attempt = _split(with_attempt, with_attempt["attempt"].to_numpy(np.int64))
-    step_groups = _split(steps, steps["attempt"].to_numpy(np.int64)) if not steps.empty else {}
-    return {a.attempt: _cause(by_attempt.get(a.attempt, with_attempt.iloc[:0]),
-                              step_groups.get(a.attempt, steps.iloc[:0]))
+    return {a.attempt: _cause(by_attempt.get(a.attempt, with_attempt.iloc[:0]), last_steps.get(a.attempt, {}))
             for a in failed}
+
+
+def last_completed_steps(steps: pd.DataFrame, summary: StepSummary | None) -> dict[int, dict[int, int]]:
+    """attempt -> rank -> the last step the rank has a row for: from the step rows, or, when the run keeps them per
+    block (`steps` empty), from its whole blocks (a block folded into a sketch no longer says which rank did what:
+    its ranks are placed by their heartbeats alone)."""
+    out: dict[int, dict[int, int]] = {}
+    if not steps.empty:
+        columns = (steps[c].to_numpy(np.int64) for c in ("attempt", "rank", "step"))
+        for attempt, rank, step in zip(*columns, strict=True):
+            mine = out.setdefault(int(attempt), {})
+            mine[int(rank)] = max(mine.get(int(rank), int(step)), int(step))
+        return out
+    for block in summary.blocks if summary is not None else ():
+        mine = out.setdefault(block.attempt, {})
+        has_row = ~np.isnan(block.compute)  # ranks x steps
+        for i, rank in enumerate(block.ranks.tolist()):
+            stepped = block.steps[has_row[i]]
+            if len(stepped):
+                mine[rank] = max(mine.get(rank, int(stepped[-1])), int(stepped[-1]))
+    return out
 
 
 def _split(frame: pd.DataFrame, keys: np.ndarray) -> dict[int, pd.DataFrame]:
@@ -64,7 +87,7 @@ def signal_name(exit_code: int | None) -> str | None:
     return _LINUX_SIGNALS.get(-exit_code, f"signal {-exit_code}")
 
 
-def _cause(ev: pd.DataFrame, steps: pd.DataFrame) -> FailureCause:
+def _cause(ev: pd.DataFrame, last_steps: dict[int, int]) -> FailureCause:
     observed = ev[(ev["kind"] == "attempt_end") & ev["exit_code"].notna() & ev["rank"].notna()]
     observed = observed[observed["exit_code"] != 0].sort_values(["time", "rank"])
     own = ranks_own(ev)
@@ -78,7 +101,7 @@ def _cause(ev: pd.DataFrame, steps: pd.DataFrame) -> FailureCause:
         exit_code = int(observed["exit_code"].to_numpy(np.float64)[0])
         basis = "exit"
     else:
-        rank, basis = _first_to_stop(own, steps, errors)
+        rank, basis = _first_to_stop(own, errors)
     error_rows = errors[errors["rank"] == rank] if rank is not None else errors.iloc[:0]
     if error_rows.empty:
         error_rows = errors
@@ -86,21 +109,17 @@ def _cause(ev: pd.DataFrame, steps: pd.DataFrame) -> FailureCause:
     error_rank = int(error_rows.iloc[0]["rank"]) if not error_rows.empty else None
     return FailureCause(
         rank=rank, basis=basis, host=_host_of(own, rank), exit_code=exit_code, signal=signal_name(exit_code),
-        error=error, error_rank=error_rank, hung_ranks=_behind(own, steps), log_hint=LOG_HINT)
+        error=error, error_rank=error_rank, hung_ranks=_behind(own, last_steps), log_hint=LOG_HINT)
 
 
-def _first_to_stop(own: pd.DataFrame, steps: pd.DataFrame, errors: pd.DataFrame) -> tuple[int | None, str | None]:
+def _first_to_stop(own: pd.DataFrame, errors: pd.DataFrame) -> tuple[int | None, str | None]:
     """(the rank that stopped first, how that was told): the earliest of each rank's own failure report or, for a
-    rank that sent no `attempt_end`, its last sign of life; None when the ranks stopped together."""
+    rank that sent no `attempt_end`, its last event; None when the ranks stopped together."""
     ranks = own[own["rank"].notna()]
     if ranks.empty:
         return None, None
     ended = set(ranks.loc[ranks["kind"] == "attempt_end", "rank"].astype(np.int64).tolist())
     last_seen = _extreme_by_rank(ranks["rank"].to_numpy(np.int64), ranks["time"].to_numpy(np.float64), max)
-    if not steps.empty:
-        for r, t in _extreme_by_rank(steps["rank"].to_numpy(np.int64), steps["end"].to_numpy(np.float64),
-                                     max).items():
-            last_seen[r] = max(last_seen.get(r, t), t)
     stopped = {r: (t, "silent") for r, t in last_seen.items() if r not in ended}
     for r, t in _extreme_by_rank(errors["rank"].to_numpy(np.int64), errors["time"].to_numpy(np.float64),
                                  min).items():
@@ -127,7 +146,7 @@ def _host_of(own: pd.DataFrame, rank: int | None) -> str | None:
     return str(hosts.iloc[0]) if not hosts.empty else None
 
 
-def _behind(own: pd.DataFrame, steps: pd.DataFrame) -> list[int]:
+def _behind(own: pd.DataFrame, last_steps: dict[int, int]) -> list[int]:
     """The ranks behind the furthest one when the attempt stopped: (step in progress, collectives started in it),
     from each rank's last heartbeat and last completed step. Empty when every rank stood at one place (nothing
     says which one the others waited for)."""
@@ -136,11 +155,9 @@ def _behind(own: pd.DataFrame, steps: pd.DataFrame) -> list[int]:
     columns = (beats[c].to_numpy(np.float64) for c in ("rank", "step", "collectives"))
     for rank, step, collectives in zip(*columns, strict=True):  # time order: each rank's last heartbeat stays
         position[int(rank)] = (int(step), 0 if np.isnan(collectives) else int(collectives))
-    if not steps.empty:
-        last_steps = _extreme_by_rank(steps["rank"].to_numpy(np.int64), steps["step"].to_numpy(np.float64), max)
-        for rank, last in last_steps.items():
-            mine = (int(last) + 1, 0)
-            position[rank] = max(position.get(rank, mine), mine)
+    for rank, last in last_steps.items():
+        mine = (last + 1, 0)
+        position[rank] = max(position.get(rank, mine), mine)
     if len(position) < 2:
         return []
     front = max(position.values())

@@ -24,6 +24,7 @@ import pandas as pd
 from services.analysis.attempts import Attempt, RunStructure, build_run_structure
 from services.analysis.claims import CLAIM_CATEGORY, Claim, RunPainting, paint_run
 from services.analysis.run_data import RunData
+from services.analysis.startup_parts import build_startup_parts
 from services.analysis.stragglers import rank_compute, step_straggle, summary_straggle
 from services.analysis.usage import usage_of_painting
 from services.schemas.categories import EVAL, PRODUCTIVE, WASTE_KEYS, RunStatus, WasteCategory
@@ -99,6 +100,7 @@ def build_ledger(data: RunData, painting: RunPainting | None = None) -> Ledger:
         allocations=[Allocation(start=a.start, end=a.end, gpus=a.gpus, open=a.open, reported=run.allocations_reported)
                      for a in run.allocations],
         running_tail=_running_tail(painting),
+        startup_parts=build_startup_parts(painting),
         usage=usage_of_painting(painting, claimed_gpu_s, idle_gpu_s, straggle, straggler_total),
         clocks=list(run.clocks),
     )

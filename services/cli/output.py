@@ -129,6 +129,11 @@ def print_ledger(api: ApiClient, run_id: str, *, as_json: bool = False, project:
         print(f"{name:<12} {fmt.gpu_seconds(value):>14}"
               + (f" {fmt.gpu_time(value, unit, with_unit=False):>13}" if in_unit else "")
               + f" {fmt.share(value, alloc):>7}")
+        if name == "startup":
+            for label, part in fmt.startup_split(ledger.startup_parts):
+                print(f"  {label:<10} {fmt.gpu_seconds(part):>14}"
+                      + (f" {fmt.gpu_time(part, unit, with_unit=False):>13}" if in_unit else "")
+                      + f" {fmt.share(part, alloc):>7}")
     if ledger.goodput is not None:
         print(f"goodput {fmt.percent(ledger.goodput)}")
     return 0

@@ -36,6 +36,7 @@ from services.presentation import (
     no_advice,
     percent,
     pruned_note,
+    startup_split,
     timestamp,
 )
 from services.reports.content import ALLOCATED, BreakdownRow, RunReport, StragglerRow
@@ -188,9 +189,12 @@ def _nb(text: str) -> str:
     return _e(text).replace("-", "&#8209;")
 
 
-def _breakdown_table(breakdown: Sequence[BreakdownRow], unit: GpuTimeUnit) -> str:
+def _breakdown_table(breakdown: Sequence[BreakdownRow], unit: GpuTimeUnit,
+                     startup: Sequence[tuple[str, float]] = ()) -> str:
+    """The ledger's rows; under startup, its parts (`startup`: presentation.startup_split)."""
     body = []
     second = unit is not GPU_SECONDS  # a column in the run's unit only when it is not the GPU-seconds beside it
+    allocated = next((r.gpu_seconds for r in breakdown if r.category == ALLOCATED), 0.0)
     for row in breakdown:
         category = row.category
         swatch = f'<span class="swatch" style="background:{COLORS[category]}"></span>' if category in COLORS else ""
@@ -199,6 +203,11 @@ def _breakdown_table(breakdown: Sequence[BreakdownRow], unit: GpuTimeUnit) -> st
         body.append(f"<tr{css}><td>{swatch}{_e(category)}</td><td>{gpu_seconds(row.gpu_seconds)}</td>{in_unit}"
                     f"<td>{percent(row.share)}</td>"
                     f'<td class="desc">{_e(DESCRIPTIONS.get(category, ""))}</td></tr>')
+        if category == "startup":
+            body += [f'<tr class="part"><td>&nbsp;&nbsp;{_e(label)}</td><td>{gpu_seconds(value)}</td>'
+                     + (f"<td>{gpu_time(value, unit, with_unit=False)}</td>" if second else "")
+                     + f"<td>{percent(value / allocated if allocated > 0 else None)}</td><td></td></tr>"
+                     for label, value in startup]
     header = f"<th>{_nb(unit.title)}</th>" if second else ""
     return ("<table><thead><tr><th>category</th><th>GPU&#8209;seconds</th>"
             f"{header}<th>share</th>"
@@ -307,7 +316,7 @@ def report_html(report: RunReport, *, plotly_src: str | None = None) -> str:
         _kpi("at risk", gpu_time(ledger.at_risk_gpu_seconds, unit), "work since the last checkpoint"),
         "</section>",
         "<section><h2>Where the GPU time went</h2>", figure(_ledger_bar(breakdown, unit)),
-        _breakdown_table(breakdown, unit), "</section>",
+        _breakdown_table(breakdown, unit, startup_split(ledger.startup_parts)), "</section>",
         "<section><h2>Recommendations</h2>"
         f"{_recommendations(report.measured, report.recommendations, report.advice_notes)}</section>",
     ]

@@ -113,6 +113,20 @@ class ProvisionalHang(_Frozen):
     added_allocated_gpu_seconds: float = Field(description="allocated GPU-seconds added from the ledger's end to as_of")
 
 
+class StartupParts(_Frozen):
+    """The startup waste split by what the attempts were doing (services.analysis.startup_parts; docs/ledger.md,
+    "Startup, split"): the five add up to `waste_gpu_seconds.startup`."""
+
+    relaunch: float = Field(description="before the attempt's processes started: the scheduler and container start for "
+                            "the first, detection, teardown and relaunch after a failure for a restart")
+    rendezvous: float = Field(description="process start to the process group being up (init_process_group)")
+    restore: float = Field(description="process group up to the checkpoint loaded (the attempt's `resume`)")
+    before_first_step: float = Field(description="checkpoint loaded to the first step's start: data loaders, model "
+                                     "build and the rest of the setup")
+    unsplit: float = Field(description="startup of attempts whose events lack the marker between two parts (no "
+                           "init_process_group phase, or no resume): their parts together")
+
+
 class Ledger(_Frozen):
     run_id: str
     status: str
@@ -143,6 +157,9 @@ class Ledger(_Frozen):
                                                 "the hang so far, booked provisionally until the attempt ends")
     clocks: list[HostClock] = Field(default_factory=list, description="each host's clock offset from the run's "
                                     "reference clock, as measured from the step ends (hosts with steps)")
+    startup_parts: StartupParts | None = Field(None, description=(
+        "the startup waste split: relaunch, rendezvous, restore, before the first step (null in a ledger stored "
+        "before it existed)"))
 
     @property
     def waste_total_gpu_seconds(self) -> float:

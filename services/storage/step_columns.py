@@ -22,7 +22,7 @@ import pandas as pd
 from sqlalchemy import Connection, text
 
 from services.analysis.step_blocks import BLOCK_STEPS
-from services.storage.column_codec import decode_step_rows, encode_step_rows
+from services.storage.column_codec import decode_blocks, encode_step_rows
 from services.storage.db import psycopg_connection, sqlite_connection
 from services.storage.records import StepRows
 from services.storage.tables import step_columns
@@ -94,11 +94,9 @@ def column_rows(conn: Connection, run_pk: int, *, attempt: int | None = None, ra
     fetched = sorted(_execute(conn, sql, tuple(params), binary=True), key=lambda r: (r[0], r[1], r[2]))
     if not fetched:
         return _no_rows()
-    parts = [decode_step_rows(bytes(data)) for _, _, _, data in fetched]
-    counts = [len(part.step) for part in parts]
+    counts, rows = decode_blocks([data for _, _, _, data in fetched])
     return ColumnRows(attempt=np.repeat(np.array([r[0] for r in fetched], dtype=np.int64), counts),
-                      rank=np.repeat(np.array([r[1] for r in fetched], dtype=np.int64), counts),
-                      rows=StepRows(*(np.concatenate([getattr(part, c) for part in parts]) for c in _VALUE_COLUMNS)))
+                      rank=np.repeat(np.array([r[1] for r in fetched], dtype=np.int64), counts), rows=rows)
 
 
 def stored_step_count(conn: Connection, run_pk: int | None = None) -> int:

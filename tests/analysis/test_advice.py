@@ -126,6 +126,17 @@ def test_a_run_that_did_not_fail_may_be_told_to_checkpoint_less_often_and_is_tol
     assert rec.confidence.failure_rate_source == "project" and rec.confidence.runs == 4
 
 
+def test_a_small_saving_from_other_runs_failures_is_a_note_not_an_action() -> None:
+    # 300 s of compute between writes of 30 s, Daly's about 370 s at the pooled MTBF of 2,400 s: w(300) - w(370)
+    # = 0.1625 - 0.158 of 70,000 productive GPU-s is about 315 GPU-s, 0.3% of the allocation
+    calm = finished(checkpoints=checkpoints(30.0, 330.0, steps=300.0), failures=0, allocated_wall_seconds=3600.0,
+                    attempts=[attempt()], checkpoint=30_000.0)
+    advice = advise(calm, peers=peers_that_failed(failures=2))
+    assert "checkpoint_interval" not in codes(advice)
+    assert any(n.startswith("Checkpoint interval: every ") and "less than 1.0% of the allocation" in n
+               for n in advice.notes)
+
+
 def test_other_teams_runs_of_another_size_do_not_count() -> None:
     run = finished(failures=1, allocated_wall_seconds=3600.0, attempts=[attempt(world=8)])
     big = [finished(run_id="big", failures=50, allocated_wall_seconds=3600.0, attempts=[attempt(world=64)])]
@@ -325,22 +336,6 @@ def test_an_amount_at_stake_never_exceeds_its_own_category() -> None:
     assert (rec.category, rec.at_stake_gpu_seconds) == ("rework", 6_000.0)
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"mtbf_s": 900, "straggler_rank": 2, "hang_at_step": 200},
-    {"mtbf_s": 300, "gpus": 12, "checkpoint_every": 400, "end": "failed"},
-    {"mtbf_s": 600, "checkpoint_every": 50, "startup_s": 200},
-])
-def test_no_stake_exceeds_its_category_on_simulated_runs(kwargs: dict[str, Any]) -> None:
-    result = simulate(SimConfig(run_id="sim", ranks=8, hours=0.3, seed=11, **kwargs))
-    data = run_data_from_events("sim", result.events)
-    ledger = build_ledger(data)
-    advice = advise(ledger, views=build_run_views(data, ledger, version=1))
-    assert advice.recommendations
-    for rec in advice.recommendations:
-        if rec.category in WASTE_KEYS:
-            assert 0 < rec.at_stake_gpu_seconds <= ledger.waste_gpu_seconds[rec.category], rec.code
-
-
 def test_small_actions_past_the_top_three_become_notes_and_material_ones_always_show() -> None:
     ledger = finished(startup=100.0, checkpoint=200.0, straggler=300.0, idle=400.0, hang=0.0,
                       attempts=[attempt(startup=100.0)], checkpoints=checkpoints(10.0, 600.0))
@@ -429,8 +424,9 @@ def test_nothing_allocated_gives_no_advice() -> None:
     {"mtbf_s": 900, "straggler_rank": 2, "hang_at_step": 200},
     {"mtbf_s": 600, "gpus": 12, "checkpoint_every": 400, "end": "failed"},
     {"mtbf_s": None, "checkpoint_every": 20, "checkpoint_s": 15},
+    {"mtbf_s": 600, "checkpoint_every": 50, "startup_s": 200},
 ])
-def test_every_prediction_is_of_the_measured_run(kwargs: dict[str, Any]) -> None:
+def test_every_prediction_is_of_the_measured_run_and_no_stake_exceeds_its_category(kwargs: dict[str, Any]) -> None:
     result = simulate(SimConfig(run_id="sim", ranks=8, hours=0.3, seed=7, **kwargs))
     data = run_data_from_events("sim", result.events)
     ledger = build_ledger(data)
@@ -438,6 +434,8 @@ def test_every_prediction_is_of_the_measured_run(kwargs: dict[str, Any]) -> None
     assert advice.recommendations
     waste = ledger.allocated_gpu_seconds - ledger.productive_gpu_seconds
     for rec in advice.recommendations:
+        if rec.category in WASTE_KEYS:
+            assert 0 < rec.at_stake_gpu_seconds <= ledger.waste_gpu_seconds[rec.category], rec.code
         gain = rec.gain
         assert gain.measured_goodput == ledger.goodput
         if gain.bound == "none":

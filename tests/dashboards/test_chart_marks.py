@@ -1,20 +1,22 @@
 """Charts that would mislead: a rank's step line breaks at each restart instead of running backwards, restart labels
-never overlap (the ones that do not fit keep their line and hover mark), and an empty waste bar carries no "0"."""
+never overlap (the ones that do not fit keep their line and hover mark), and an empty waste bar carries no "0". A run
+that failed for good says why its last attempt failed."""
 
 from __future__ import annotations
 
 import itertools
 
 from dashboards import figures
+from dashboards.components.run_parts import final_failure_note
 from dashboards.figures.common import label_rows
 from dashboards.figures.rank import rank_timeline_figure
 from services.presentation import CATEGORIES
 from services.schemas.views import Restart
 from services.simulate import SimConfig
-from tests.analysis.test_failure_causes import killed_rank_3, two_attempts
+from tests.analysis.test_failure_causes import killed_rank_3, launcher_saw, two_attempts
 from tests.analysis.test_failure_causes import views_of as views_of_events
 from tests.dashboards.answers import ledger
-from tests.dashboards.test_run_page_parts import rank_of
+from tests.dashboards.test_run_page_parts import flat_text, rank_of
 
 
 def test_a_ranks_step_line_breaks_at_each_restart_and_never_runs_backwards() -> None:
@@ -64,3 +66,14 @@ def test_a_waste_category_with_nothing_in_it_has_no_zero_label() -> None:
     assert texts["Straggler"] == "" and texts["Hang"] == ""
     assert texts["Startup"] == "0.10 GPU-h<br>5.0%"  # 360 GPU-s of 7,200: value, unit and share
     assert "0" not in texts.values()
+
+
+def test_a_run_that_failed_for_good_says_why_its_last_attempt_failed() -> None:
+    restarted = views_of_events(two_attempts([*killed_rank_3(), launcher_saw(3, -9, 26.2)]))
+    assert final_failure_note(restarted) is None  # its failure is the restarts table's
+    (failure,) = restarted.timeline.failures
+    failed_for_good = restarted.model_copy(update={"timeline": restarted.timeline.model_copy(
+        update={"restarts": []})})
+    text = flat_text(final_failure_note(failed_for_good))
+    assert text.startswith(f"Attempt 0 failed at step {failure.step}, and no restart followed: ")
+    assert "rank 3 on h1 killed by SIGKILL (exit code -9)" in text

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from services.storage.column_codec import FORMAT_VERSION, decode_step_rows, encode_step_rows
+from services.storage.column_codec import FORMAT_VERSION, decode_blocks, decode_step_rows, encode_step_rows
 from services.storage.records import StepRows
 
 COLUMNS = ("step", "start", "end", "loss", "lr", "comm")
@@ -119,3 +119,17 @@ def test_any_rows_come_back_bit_for_bit(data: st.DataObject):
        st.floats(0, 4e9), st.integers(0, 2**32 - 1))
 def test_regular_runs_anywhere_in_step_and_time_come_back_bit_for_bit(n: int, first: int, t0: float, seed: int):
     assert_round_trip(regular_rows(n, first_step=first, t0=t0, seed=seed))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(-2**40, 2**40), st.integers(0, 2**32 - 1)), max_size=12))
+def test_blocks_decoded_together_are_each_block_s_rows_one_after_the_other(shapes: list[tuple[int, int, int]]):
+    """Blocks of any lengths (none included): every running sum and XOR starts again at each block."""
+    blocks = [regular_rows(n, first_step=first, seed=seed) for n, first, seed in shapes]
+    odd = np.array([np.nan, -0.0, np.inf, 1 / 3])
+    blocks.append(StepRows(np.array([7, -3, 7, 2**62], dtype=np.int64), odd, odd[::-1].copy(), odd, odd, odd))
+    counts, rows = decode_blocks([encode_step_rows(b) for b in blocks])
+    assert counts.tolist() == [len(b.step) for b in blocks]
+    for column in COLUMNS:
+        together = np.concatenate([getattr(b, column) for b in blocks])
+        assert np.ascontiguousarray(getattr(rows, column)).tobytes() == together.tobytes(), column

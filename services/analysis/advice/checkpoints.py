@@ -74,9 +74,11 @@ def checkpoint_interval(run: RunContext) -> Iterable[Recommendation]:
                          f"({source}) would call for checkpointing {at(best)} instead of {at(now)}; that rests on "
                          "other runs' failures, not this run's.")
         return
-    if saved <= 0:
+    small = run.small_gain(saved, config.min_gain_share)
+    if saved <= 0 or (small and rate.source == "project"):  # other runs' failures: said only when material
+        expects = "nothing" if saved <= 0 else f"less than {f.percent(config.min_gain_share)} of the allocation"
         run.notes.append(f"Checkpoint interval: {at(now)} now, Daly's {at(best)} at an MTBF of {f.duration(mtbf)} "
-                         f"({source}); the model expects nothing from changing it.")
+                         f"({source}); the model expects {expects} from changing it.")
         return
     # checkpointing more often acts on the rework a failure throws away, less often on the writes
     category = REWORK if more_often else CHECKPOINT
@@ -114,7 +116,7 @@ def checkpoint_interval(run: RunContext) -> Iterable[Recommendation]:
         saved=saved, bound="expected", condition=f"it checkpoints {at(best)}",
         confidence=Confidence(basis="model", failure_rate_source=rate.source, failures=rate.failures, runs=rate.runs,
                               observed_seconds=rate.observed_seconds, text=source),
-        small=run.small_gain(saved, config.min_gain_share))
+        small=small)
 
 
 def _rate_text(f: Formats, rate: FailureRate, min_failures: int) -> str:

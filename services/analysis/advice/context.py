@@ -65,15 +65,19 @@ class RunContext:
         share = gpu_seconds / self.allocated if self.allocated > 0 else 0.0
         if share >= threshold:
             return None
-        return (f"Small: {what} is {self.f.percent(share)} of the allocation, under the "
+        return (f"Small: {what} is {self.share_text(share)} of the allocation, under the "
                 f"{self.f.percent(threshold)} from which this advice is material.")
 
     def small_gain(self, saved: float, threshold: float) -> str | None:
         """The sentence that says a modelled saving is below the share of the allocation it is advised from."""
         if self.allocated <= 0 or saved >= threshold * self.allocated:
             return None
-        return (f"Small: the model expects {self.f.gpu_time(saved)} ({self.f.percent(saved / self.allocated)} of the "
-                f"allocation) from it, under the {self.f.percent(threshold)} from which this advice is material.")
+        return (f"Small: the model expects {self.f.gpu_time(saved)} ({self.share_text(saved / self.allocated)} of "
+                f"the allocation) from it, under the {self.f.percent(threshold)} from which this advice is material.")
+
+    def share_text(self, share: float) -> str:
+        """A share of the allocation; one that rounds to 0.0% says `under 0.1%` instead."""
+        return self.f.percent(share) if share >= 0.0005 or share <= 0 else f"under {self.f.percent(0.001)}"
 
     def gain(self, saved: float | None, bound: GainBound, condition: str) -> tuple[Gain, str]:
         """The gain on the measured run and the sentence that says it: measured goodput -> predicted goodput."""

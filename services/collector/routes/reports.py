@@ -28,8 +28,8 @@ _MEDIA = {"json": "application/json", "csv": "text/csv; charset=utf-8", "html": 
     summary="The run's waste report: ledger, restarts, checkpoints, stragglers, recommendations",
 )
 def get_report(request: Request, run: RunDep, analyses: AnalysesDep, live: LiveConfigDep,
-               format: Annotated[ReportFormat, Query(description="json, csv (one row per category) "
-                                                     "or html (prints well)")] = "json",
+               format: Annotated[ReportFormat, Query(description=(
+                   "json, csv (one table: ledger, attempts, checkpoints, ranks) or html (prints well)"))] = "json",
                self_contained: Annotated[bool, Query(description=(
                    "html: inline plotly.js (a 4.9 MB file to send elsewhere); by default the page loads it from "
                    "this collector (GET /v1/assets/plotly.min.js)"))] = False,
