@@ -165,6 +165,6 @@ def test_fleet_goodput_is_the_ratio_of_the_sums_and_none_where_nothing_was_alloc
                                     in_window("c", "empty", 0.0)))
     # (3600 + 1800) / (7200 + 1800): not the mean of the runs' 0.5 and 1.0
     assert data.fleet_totals(frame)["goodput"] == pytest.approx(5400.0 / 9000.0)
-    projects = data.projects_frame(frame).set_index("project")
-    assert projects.loc["text", "goodput"] == 1.0 and np.isnan(projects.loc["empty", "goodput"])
+    goodput = data.projects_frame(frame).set_index("project")["goodput"].to_dict()
+    assert goodput["text"] == 1.0 and np.isnan(goodput["empty"])
     assert goodput_ratio(0.0, 0.0) is None and goodput_ratio(1.0, 4.0) == 0.25
