@@ -23,7 +23,7 @@ Where the launcher wrote its workers' logs is not in the events: `log_hint` says
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -50,9 +50,8 @@ def build_failure_causes(events: pd.DataFrame, last_steps: dict[int, dict[int, i
     if not failed or events.empty:
         return {a.attempt: FailureCause() for a in failed}
     with_attempt = events[events["attempt"].notna()]
-    by_attempt = _split(with_attempt, with_attempt["attempt"].to_numpy(np.int64))
-    return {a.attempt: _cause(by_attempt.get(a.attempt, with_attempt.iloc[:0]), last_steps.get(a.attempt, {}))
-            for a in failed}
+    keys = with_attempt["attempt"].to_numpy(np.int64)
+    return {a.attempt: _cause(with_attempt[keys == a.attempt], last_steps.get(a.attempt, {})) for a in failed}
 
 
 def last_completed_steps(steps: pd.DataFrame, summary: StepSummary | None) -> dict[int, dict[int, int]]:
@@ -60,11 +59,12 @@ def last_completed_steps(steps: pd.DataFrame, summary: StepSummary | None) -> di
     block (`steps` empty), from its whole blocks (a block folded into a sketch no longer says which rank did what:
     its ranks are placed by their heartbeats alone)."""
     out: dict[int, dict[int, int]] = {}
-    if not steps.empty:
-        columns = (steps[c].to_numpy(np.int64) for c in ("attempt", "rank", "step"))
-        for attempt, rank, step in zip(*columns, strict=True):
-            mine = out.setdefault(int(attempt), {})
-            mine[int(rank)] = max(mine.get(int(rank), int(step)), int(step))
+    if not steps.empty:  # sorted by attempt, rank, step (RunStructure.steps): a rank's rows are one run of rows
+        attempt, rank = steps["attempt"].to_numpy(np.int64), steps["rank"].to_numpy(np.int64)
+        first = np.flatnonzero(np.r_[True, (attempt[1:] != attempt[:-1]) | (rank[1:] != rank[:-1])])
+        last = np.maximum.reduceat(steps["step"].to_numpy(np.int64), first)
+        for a, r, step in zip(attempt[first].tolist(), rank[first].tolist(), last.tolist(), strict=True):
+            out.setdefault(a, {})[r] = step
         return out
     for block in summary.blocks if summary is not None else ():
         mine = out.setdefault(block.attempt, {})
@@ -74,10 +74,6 @@ def last_completed_steps(steps: pd.DataFrame, summary: StepSummary | None) -> di
             if len(stepped):
                 mine[rank] = max(mine.get(rank, int(stepped[-1])), int(stepped[-1]))
     return out
-
-
-def _split(frame: pd.DataFrame, keys: np.ndarray) -> dict[int, pd.DataFrame]:
-    return {int(k): frame[keys == k] for k in np.unique(keys)}
 
 
 def signal_name(exit_code: int | None) -> str | None:
@@ -119,10 +115,10 @@ def _first_to_stop(own: pd.DataFrame, errors: pd.DataFrame) -> tuple[int | None,
     if ranks.empty:
         return None, None
     ended = set(ranks.loc[ranks["kind"] == "attempt_end", "rank"].astype(np.int64).tolist())
-    last_seen = _extreme_by_rank(ranks["rank"].to_numpy(np.int64), ranks["time"].to_numpy(np.float64), max)
+    last_seen = _extreme_by_rank(ranks["rank"].to_numpy(np.int64), ranks["time"].to_numpy(np.float64), np.maximum)
     stopped = {r: (t, "silent") for r, t in last_seen.items() if r not in ended}
     for r, t in _extreme_by_rank(errors["rank"].to_numpy(np.int64), errors["time"].to_numpy(np.float64),
-                                 min).items():
+                                 np.minimum).items():
         stopped[r] = (t, "error")
     if not stopped:
         return None, None
@@ -132,11 +128,14 @@ def _first_to_stop(own: pd.DataFrame, errors: pd.DataFrame) -> tuple[int | None,
     return times[0][1], times[0][2]
 
 
-def _extreme_by_rank(ranks: np.ndarray, values: np.ndarray, pick: Callable[[float, float], float]) -> dict[int, float]:
-    out: dict[int, float] = {}
-    for r, v in zip(ranks.tolist(), values.tolist(), strict=True):
-        out[r] = pick(out[r], v) if r in out else v
-    return out
+def _extreme_by_rank(ranks: np.ndarray, values: np.ndarray, pick: np.ufunc) -> dict[int, float]:
+    """rank -> `pick` (np.maximum, np.minimum) of its values."""
+    if not len(ranks):
+        return {}
+    order = np.argsort(ranks, kind="stable")
+    ranks, values = ranks[order], values[order]
+    first = np.flatnonzero(np.r_[True, ranks[1:] != ranks[:-1]])
+    return dict(zip(ranks[first].tolist(), pick.reduceat(values, first).tolist(), strict=True))
 
 
 def _host_of(own: pd.DataFrame, rank: int | None) -> str | None:
