@@ -22,6 +22,7 @@ from services.presentation import CATEGORIES, CATEGORY_ORDER, last_range
 from services.presentation import duration as fmt_duration
 from services.schemas.categories import EVAL
 from services.schemas.fleet import FleetWindow
+from services.schemas.ledger import goodput_ratio
 from services.schemas.live import LiveRun
 from services.schemas.runs import RunListItem
 from services.settings import DashboardSettings
@@ -182,7 +183,7 @@ def fleet_totals(frame: pd.DataFrame) -> dict[str, float | None]:
         "running": float((frame["status"] == "running").sum()) if len(frame) else 0.0,
         "allocated": allocated,
         "productive": productive,
-        "goodput": productive / allocated if allocated > 0 else None,
+        "goodput": goodput_ratio(productive, allocated),
         "wasted": float(frame["wasted_gpu_seconds"].sum()) if len(frame) else 0.0,
         EVAL: float(frame["eval_gpu_seconds"].sum()) if len(frame) else 0.0,
     }
@@ -201,8 +202,9 @@ def projects_frame(frame: pd.DataFrame) -> pd.DataFrame:
     out = grouped[columns].sum()
     out["runs"] = grouped.size()
     out["running"] = grouped["status"].apply(lambda s: int((s == "running").sum()))
-    out["goodput"] = (out["productive_gpu_seconds"] / out["allocated_gpu_seconds"]).where(
-        out["allocated_gpu_seconds"] > 0)
+    out["goodput"] = np.array([goodput_ratio(p, a) for p, a in zip(out["productive_gpu_seconds"],
+                                                                   out["allocated_gpu_seconds"], strict=True)],
+                              dtype=np.float64)  # NaN: nothing allocated
     return out.reset_index().sort_values(["wasted_gpu_seconds", "project"], ascending=[False, True], kind="stable")
 
 

@@ -36,6 +36,7 @@ from services.schemas.ledger import (
     RunningTail,
     StepSummary,
     WasteBreakdown,
+    goodput_ratio,
 )
 
 
@@ -83,7 +84,7 @@ def build_ledger(data: RunData, painting: RunPainting | None = None) -> Ledger:
         productive_gpu_seconds=productive,
         waste_gpu_seconds=WasteBreakdown(**waste),
         eval_gpu_seconds=totals[EVAL],
-        goodput=(productive / allocated) if allocated > 0 else None,
+        goodput=goodput_ratio(productive, allocated),
         queue_seconds=_queue_seconds(run),
         allocated_wall_seconds=wall,
         at_risk_gpu_seconds=at_risk,

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.analysis.usage import with_interval
-from services.schemas.ledger import Ledger, ProvisionalHang, RunningTail
+from services.schemas.ledger import Ledger, ProvisionalHang, RunningTail, goodput_ratio
 from services.schemas.usage import Usage
 
 RUNNING = "running"
@@ -66,7 +66,7 @@ def provisional_ledger(ledger: Ledger, hang: LiveHang | None, now: float) -> Led
     update: dict[str, object] = {
         "waste_gpu_seconds": waste,
         "allocated_gpu_seconds": allocated,
-        "goodput": ledger.productive_gpu_seconds / allocated if allocated > 0 else None,
+        "goodput": goodput_ratio(ledger.productive_gpu_seconds, allocated),
         "allocated_wall_seconds": ledger.allocated_wall_seconds + added_wall,
         "provisional": ProvisionalHang(hang_gpu_seconds=total_hang, since=float(reported_since),
                                        as_of=float(as_of), from_idle_gpu_seconds=moved,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from services.analysis.collective_time import step_collective_seconds
 from services.analysis.run_data import ranks_own
 from services.schemas.ranks import RankAttempt, RankDetail, RankFailure, RankSteps
 from services.schemas.views import RankRow, RunViews
@@ -45,7 +46,7 @@ def build_rank_detail(views: RunViews, rank: int, steps: pd.DataFrame, comm: pd.
         steps = steps.assign(start=steps["start"] - offset, end=steps["end"] - offset)
         events = events.assign(time=events["time"] - offset)
     steps = steps.sort_values(["attempt", "step"], kind="stable").reset_index(drop=True)
-    collective = _collective_seconds(steps, comm)
+    collective = step_collective_seconds(steps, comm)
     duration = (steps["end"] - steps["start"]).to_numpy(dtype=np.float64)
     known_comm = np.isfinite(collective)
     compute = np.where(known_comm, np.maximum(duration - np.nan_to_num(collective), 0.0), duration)
@@ -62,16 +63,6 @@ def build_rank_detail(views: RunViews, rank: int, steps: pd.DataFrame, comm: pd.
         compute_source="step duration minus collectives" if known_comm.any() else "step duration",
         attempts=attempts, failures=failures,
         steps=_series(steps, compute, collective, max_points), version=views.version)
-
-
-def _collective_seconds(steps: pd.DataFrame, comm: pd.DataFrame) -> np.ndarray:
-    reported = steps["comm"].to_numpy(dtype=np.float64)
-    if not len(comm) or not np.isnan(reported).any():
-        return reported
-    summed = comm.groupby(["attempt", "step"])["seconds"].sum()
-    keys = pd.MultiIndex.from_arrays([steps["attempt"], steps["step"]])
-    from_calls = summed.reindex(keys).to_numpy(dtype=np.float64)
-    return np.where(np.isnan(reported), from_calls, reported)
 
 
 def _host(events: pd.DataFrame, row: RankRow | None) -> str | None:

@@ -180,13 +180,3 @@ def _append_collectives(acc: dict[str, list[Any]], ev: Mapping[str, Any], step: 
     acc["op"].extend(op)
     acc["start"].extend(start)
     acc["end"].extend(end)
-
-
-def comm_frame(attempt: Any = (), rank: Any = (), step: Any = (), seconds: Any = ()) -> pd.DataFrame:
-    n = len(step)
-    return pd.DataFrame({
-        "attempt": np.asarray(attempt, dtype=np.int64).reshape(n),
-        "rank": np.asarray(rank, dtype=np.int64).reshape(n),
-        "step": np.asarray(step, dtype=np.int64).reshape(n),
-        "seconds": np.asarray(seconds, dtype=np.float64).reshape(n),
-    })

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from services.analysis.block_clocks import BlockClocks, block_clocks, one_clock
+from services.analysis.collective_time import step_collective_seconds
 from services.analysis.medians import others_median_by_step
 
 BLOCK_STEPS = 128
@@ -228,10 +229,7 @@ def summarize_steps(steps: pd.DataFrame, comm: pd.DataFrame | None = None) -> li
     (attempt, rank, step), filling the rows whose own `comm` is NaN)."""
     if steps.empty:
         return []
-    own = steps["comm"].to_numpy(np.float64)
-    if comm is not None and not comm.empty and np.isnan(own).any():
-        filled = steps[["attempt", "rank", "step"]].merge(comm, on=["attempt", "rank", "step"], how="left")
-        own = np.where(np.isnan(own), filled["seconds"].to_numpy(np.float64), own)
+    own = step_collective_seconds(steps, comm)
     attempt = steps["attempt"].to_numpy(np.int64)
     step = steps["step"].to_numpy(np.int64)
     block = block_of(step)

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from services.analysis.attempts import RunStructure
+from services.analysis.collective_time import calls_seconds, step_collective_seconds
 from services.analysis.medians import others_median, others_median_by_step
 from services.analysis.run_data import RunData
 
@@ -74,12 +75,7 @@ class StepCompute:
 
 def step_compute(data: RunData, steps: pd.DataFrame) -> StepCompute:
     """compute = step duration - time inside collectives (module docstring), for every row of `steps`."""
-    comm = steps["comm"].to_numpy(np.float64)
-    summed = _comm_seconds(data.collectives) if data.comm is None else data.comm.rename(columns={"seconds": "coll_s"})
-    if summed is not None and not summed.empty and np.isnan(comm).any():
-        rows = steps[["attempt", "rank", "step"]].merge(summed, on=["attempt", "rank", "step"], how="left")
-        # A step's own `comm` (the client sums its collectives) wins; collective rows fill the rest.
-        comm = np.where(np.isnan(comm), rows["coll_s"].to_numpy(np.float64), comm)
+    comm = step_collective_seconds(steps, calls_seconds(data.collectives) if data.comm is None else data.comm)
     known = ~np.isnan(comm)
     duration = (steps["end"] - steps["start"]).to_numpy(np.float64)
     return StepCompute(seconds=np.clip(duration - np.where(known, comm, 0.0), 0.0, None), known=known)
@@ -130,15 +126,6 @@ def summary_straggle(straggle: pd.DataFrame, kept: np.ndarray, gpus_by_attempt: 
     on_gpus = stats["attempt"].map(gpus_by_attempt).to_numpy(dtype=np.float64)
     stats["cost"] = (stats["slowest"] - stats["median"]).to_numpy() * on_gpus
     return stats[["attempt", "step", "slowest", "median", "ranks", "rank", "cost"]]
-
-
-def _comm_seconds(collectives: pd.DataFrame) -> pd.DataFrame | None:
-    if collectives.empty:
-        return None  # no collective timings: straggler cost cannot be seen
-    unique = collectives.drop_duplicates(["attempt", "rank", "step", "op", "start"])
-    seconds = (unique["end"] - unique["start"]).groupby(
-        [unique["attempt"], unique["rank"], unique["step"]]).sum()
-    return seconds.rename("coll_s").reset_index()
 
 
 def binomial_tail_half(k: int, n: int) -> float:

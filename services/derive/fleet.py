@@ -15,7 +15,7 @@ from services.derive.cache import AnalysisCache
 from services.derive.runs import RunScope, list_item, listed_runs
 from services.schemas.categories import EVAL, WASTE_KEYS
 from services.schemas.fleet import FleetWindow, RunInWindow, WindowFigures
-from services.schemas.ledger import WasteBreakdown
+from services.schemas.ledger import WasteBreakdown, goodput_ratio
 from services.schemas.usage import USAGE_KEYS
 
 
@@ -65,4 +65,4 @@ def window_figures(clipped: dict[str, float]) -> WindowFigures:
     allocated = sum(clipped[k] for k in USAGE_KEYS)
     return WindowFigures(allocated_gpu_seconds=allocated, productive_gpu_seconds=clipped["productive"],
                          eval_gpu_seconds=clipped[EVAL], waste_gpu_seconds=waste,
-                         goodput=clipped["productive"] / allocated if allocated > 0 else None)
+                         goodput=goodput_ratio(clipped["productive"], allocated))

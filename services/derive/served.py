@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import time
 
+from services.analysis.collective_time import comm_frame
 from services.analysis.live import LiveConfig, LiveStatus
 from services.analysis.provisional import LiveHang, provisional_ledger
 from services.analysis.rank_detail import build_rank_detail
-from services.analysis.run_data import comm_frame
 from services.derive.cache import AnalysisCache
 from services.derive.ledger import current_ledger
 from services.derive.live import LEDGER_BUDGET_S, live_for_row, live_hang_of, live_status

@@ -31,7 +31,7 @@ from prometheus_client.registry import Collector
 
 from services.metrics.snapshot import CLIENT_COUNTERS, RunSample, Snapshot
 from services.schemas.categories import WASTE_KEYS, RunStatus
-from services.schemas.ledger import Ledger
+from services.schemas.ledger import Ledger, goodput_ratio
 
 PREFIX = "goodput"
 
@@ -147,8 +147,8 @@ def _fleet_families(snap: Snapshot, now: float) -> Iterator[Metric]:
     prod = sum(ledger.productive_gpu_seconds for ledger in ledgers)
     scope = " of the runs running or active within the window"
     ratio = _gauge("fleet_goodput_ratio", "Productive / allocated GPU-seconds" + scope)
-    if alloc > 0:
-        ratio.add_metric([], prod / alloc)
+    if (fleet_goodput := goodput_ratio(prod, alloc)) is not None:
+        ratio.add_metric([], fleet_goodput)
     yield ratio
     yield GaugeMetricFamily(f"{PREFIX}_fleet_allocated_gpu_seconds", "Allocated GPU-seconds" + scope, value=alloc)
     yield GaugeMetricFamily(f"{PREFIX}_fleet_productive_gpu_seconds", "Productive GPU-seconds" + scope, value=prod)

@@ -15,6 +15,12 @@ from services.schemas.clocks import HostClock
 from services.schemas.usage import Usage
 
 
+def goodput_ratio(productive_gpu_seconds: float, allocated_gpu_seconds: float) -> float | None:
+    """Goodput, the one definition: productive / allocated GPU-seconds, None when nothing was allocated. A run's
+    (`Ledger.goodput`), a range's and a fleet's (the ratio of the sums, never a mean of ratios) alike."""
+    return productive_gpu_seconds / allocated_gpu_seconds if allocated_gpu_seconds > 0 else None
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True)
 

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Connection, select
 
-from services.analysis.run_data import RunData, collectives_frame, comm_frame, events_frame, steps_frame
+from services.analysis.collective_time import comm_frame, sum_collective_seconds
+from services.analysis.run_data import RunData, collectives_frame, events_frame, steps_frame
 from services.storage import pgcopy
 from services.storage.db import psycopg_connection, sqlite_connection
 from services.storage.records import SERIES_KINDS
@@ -166,26 +167,6 @@ def _load_comm(conn: Connection, run_pk: int) -> pd.DataFrame:
         matrix = np.array(fetched, dtype=np.float64).reshape(-1, 5)
         columns = [matrix[:, k] for k in range(5)]
     return sum_collective_seconds(*columns)
-
-
-def sum_collective_seconds(attempt: np.ndarray, rank: np.ndarray, step: np.ndarray, start: np.ndarray,
-                           end: np.ndarray) -> pd.DataFrame:
-    """Seconds inside collectives per (attempt, rank, step); a call replayed twice (same start) counts once.
-    Done in numpy: a database GROUP BY over DISTINCT rows is several times slower on a million calls."""
-    if len(step) == 0:
-        return comm_frame()
-    attempt, rank, step = (np.asarray(a, dtype=np.int64) for a in (attempt, rank, step))
-    start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
-    order = np.lexsort((start, step, rank, attempt))
-    attempt, rank, step, start, end = attempt[order], rank[order], step[order], start[order], end[order]
-    same_group = (attempt[1:] == attempt[:-1]) & (rank[1:] == rank[:-1]) & (step[1:] == step[:-1])
-    keep = np.ones(len(step), dtype=bool)
-    keep[1:] = ~(same_group & (start[1:] == start[:-1]))
-    attempt, rank, step, seconds = attempt[keep], rank[keep], step[keep], (end - start)[keep]
-    first = np.ones(len(step), dtype=bool)
-    first[1:] = (attempt[1:] != attempt[:-1]) | (rank[1:] != rank[:-1]) | (step[1:] != step[:-1])
-    starts = np.flatnonzero(first)
-    return comm_frame(attempt[starts], rank[starts], step[starts], np.add.reduceat(seconds, starts))
 
 
 def _fetch_tuples(conn: Connection, sql: str, run_pk: int) -> list[tuple[Any, ...]]:

@@ -9,8 +9,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Connection, select
 
-from services.analysis.run_data import comm_frame
-from services.storage.load import sum_collective_seconds
+from services.analysis.collective_time import comm_frame, sum_collective_seconds
 from services.storage.step_columns import column_rows
 from services.storage.tables import Event, collectives, steps
 

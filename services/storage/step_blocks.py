@@ -22,6 +22,7 @@ import pandas as pd
 from sqlalchemy import Connection, Engine, and_, func, or_, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 
+from services.analysis.collective_time import sum_collective_seconds
 from services.analysis.rank_sketch import EXACT_RANK_VALUES, RankSketch
 from services.analysis.run_data import RunData, collectives_frame, steps_frame
 from services.analysis.step_blocks import BLOCK_STEPS, StepBlock, block_of, extend_block, summarize_block
@@ -29,7 +30,7 @@ from services.analysis.step_summary import StepSummary, merge_blocks
 from services.storage.attempt_numbers import renumbering
 from services.storage.block_codec import block_from_bytes, block_to_bytes
 from services.storage.db import json_rows, psycopg_connection, sqlite_connection
-from services.storage.load import _load_events, _load_events_with_ids, load_heartbeat_extremes, sum_collective_seconds
+from services.storage.load import _load_events, _load_events_with_ids, load_heartbeat_extremes
 from services.storage.records import SERIES_KINDS, IngestRecord
 from services.storage.runs import RunRow
 from services.storage.step_columns import column_rows

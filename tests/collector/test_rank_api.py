@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from services.analysis.collective_time import comm_frame
 from services.analysis.ledger import build_ledger
 from services.analysis.rank_detail import build_rank_detail
-from services.analysis.run_data import comm_frame, run_data_from_events
+from services.analysis.run_data import run_data_from_events
 from services.analysis.views import build_run_views
 from services.simulate import SimConfig, simulate
 

@@ -156,3 +156,15 @@ def test_a_healthy_runs_heat_map_is_pale_and_a_stragglers_row_is_dark() -> None:
     slow, zmax, ranks = heat(straggler_rank=5, straggler_factor=1.5)
     row = ranks.heatmap.rank_labels.index("5")
     assert np.nanmedian(slow[row]) >= 0.8 * zmax and np.nanmax(np.delete(slow, row, axis=0)) < 0.2 * zmax
+
+
+def test_fleet_goodput_is_the_ratio_of_the_sums_and_none_where_nothing_was_allocated() -> None:
+    from services.schemas.ledger import goodput_ratio
+
+    frame = data.window_frame(fleet(in_window("a", "vision", 7200.0, hang=3600.0), in_window("b", "text", 1800.0),
+                                    in_window("c", "empty", 0.0)))
+    # (3600 + 1800) / (7200 + 1800): not the mean of the runs' 0.5 and 1.0
+    assert data.fleet_totals(frame)["goodput"] == pytest.approx(5400.0 / 9000.0)
+    goodput = data.projects_frame(frame).set_index("project")["goodput"].to_dict()
+    assert goodput["text"] == 1.0 and np.isnan(goodput["empty"])
+    assert goodput_ratio(0.0, 0.0) is None and goodput_ratio(1.0, 4.0) == 0.25

@@ -16,9 +16,10 @@ from dashboards.components.rank_panel import rank_panel
 from dashboards.figures.rank import rank_steps_figure, rank_timeline_figure
 from dashboards.figures.run import rank_of_heat_label
 from services.analysis.advice import AdviceInput
+from services.analysis.collective_time import comm_frame
 from services.analysis.ledger import build_ledger
 from services.analysis.rank_detail import build_rank_detail
-from services.analysis.run_data import comm_frame, run_data_from_events
+from services.analysis.run_data import run_data_from_events
 from services.analysis.views import build_run_views
 from services.presentation import advice_stake, no_advice
 from services.reports.advice import run_advice
