@@ -8,8 +8,9 @@ steps computed per rank in all), collective time on every step and one straggler
 
 1. one build of the run's analysis in memory: structure, ledger and views (what the collector does once per
    change of the run, in the background while pages poll);
-2. the /view document the run page fetches, its size, and the time to build the page's figures and tables
-   from it (what the dashboard server does per redraw) and their size in the browser;
+2. the /view document the run page fetches (its live part aside: that is read from the database, in 3.), its
+   size, and the time to build the page's figures and tables from it (what the dashboard server does per
+   redraw) and their size in the browser;
 3. with --db: the run stored through the collector's writer, then the page through the collector's API as the
    dashboard asks for it (live, then /view?stale_ok=true, then the figures): the first open of a run never
    analysed, opens that find the stored analysis, an open right after a new event (served the stored
@@ -43,7 +44,6 @@ import pandas as pd
 from services.analysis.attempts import build_run_structure
 from services.analysis.claims import paint_run
 from services.analysis.ledger import build_ledger
-from services.analysis.live import detect_hang, live_run, live_state_from_run_data
 from services.analysis.run_data import (
     RunData,
     collectives_frame,
@@ -194,13 +194,10 @@ def main() -> int:
     print(f"structure {t_structure:.2f} s + painting {t_painting:.2f} s + ledger {t_ledger:.2f} s + views "
           f"{t_views:.2f} s = {build:.2f} s")
 
-    status = detect_hang(live_state_from_run_data(data, status=ledger.status), float(ledger.latest_time or 0) + 5)
-    live = live_run(status, project="default", version=1, latest_time=ledger.latest_time,
-                    at_risk_gpu_seconds=float(ledger.at_risk_gpu_seconds), allocated_gpus=status.world_size,
-                    with_ranks=False).model_dump(mode="json")
     heat = views.ranks.heatmap
-    view_json = json.dumps({**views.model_dump(mode="json"), "ledger": ledger.model_dump(mode="json"), "live": live})
-    print(f"/view document: {len(view_json) / 1024:,.0f} KiB "
+    # its live part is read from the database (services.storage.live): the document through the API, with --db
+    view_json = json.dumps({**views.model_dump(mode="json"), "ledger": ledger.model_dump(mode="json")})
+    print(f"/view document without its live part: {len(view_json) / 1024:,.0f} KiB "
           f"(progress points {sum(len(p.step) for p in views.timeline.progress):,}, "
           f"timeline pieces {len(views.timeline.segments):,}, rank rows {len(views.ranks.rows):,}, "
           f"heat map {len(heat.z) if heat else 0} x {len(heat.z[0]) if heat else 0})")

@@ -1,10 +1,12 @@
-"""Shared fixtures: a migrated throwaway database per test (SQLite file and local PostgreSQL) and an app on it."""
+"""Shared fixtures: a migrated throwaway database per test (SQLite file and local PostgreSQL), one per module for
+live hang detection's scenarios (`live_db`), and an app on it."""
 
 from __future__ import annotations
 
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +17,7 @@ if TYPE_CHECKING:  # the server's packages are imported lazily: the client's sui
     from sqlalchemy import Engine
 
     from services.settings import ServiceSettings
+    from tests.live_database import LiveDatabase
 
 POSTGRES_ADMIN_URL = os.environ.get("GOODPUT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/postgres")
 
@@ -52,10 +55,12 @@ def drop_postgres_database(admin_url: str, url: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+@contextmanager
+def throwaway_database(request: pytest.FixtureRequest, folder: Path) -> Iterator[str]:
+    """The URL of an empty database of the kind `request.param` names: a SQLite file in `folder`, or a database
+    on the local PostgreSQL, dropped afterwards."""
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'goodput.db'}"
+        yield f"sqlite:///{folder / 'goodput.db'}"
         return
     admin = request.getfixturevalue("postgres_admin_url")
     url = create_postgres_database(admin)
@@ -65,15 +70,37 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         drop_postgres_database(admin, url)
 
 
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
+@contextmanager
+def migrated_engine(url: str) -> Iterator[Engine]:
     from services.storage.db import make_engine
     from services.storage.migrate import upgrade
 
-    engine = make_engine(database_url)
+    engine = make_engine(url)
     upgrade(engine)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with throwaway_database(request, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    with migrated_engine(database_url) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def live_db(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveDatabase]:
+    """One migrated database per module and kind, where each test stores its scenarios and reads their live state
+    as the collector does (tests/live_database.py); every scenario is stored in a project of its own."""
+    from tests.live_database import LiveDatabase
+
+    with throwaway_database(request, tmp_path_factory.mktemp("live")) as url, migrated_engine(url) as engine:
+        yield LiveDatabase(engine)
 
 
 @pytest.fixture

@@ -11,6 +11,9 @@ The rules (docs/architecture.md draws the same picture in words):
   library only, so that reading a document never loads the analysis, numpy or pandas.
 - services.analysis is pure: no I/O, no clock, no other layer but the documents it builds. It imports only the
   computational part of the standard library, numpy, pandas, pydantic and services.schemas.
+- Live hang detection has one implementation: services.analysis.live judges a LiveState and reads no events (no
+  pandas, no RunData); a LiveState is built from a run only by services.storage.live (and, for a pruned run, from
+  the tail it stored: services.analysis.live_tail). Tests read scenarios through it too (tests/live_database.py).
 - Only services.storage speaks SQL: no other application module imports SQLAlchemy, Alembic or psycopg, except
   SQLAlchemy's `Engine` and `Connection`, handles that callers pass into storage functions and that carry no SQL.
   Outside the application, migrations/ (Alembic) and the tests and benchmarks (which set up and inspect
@@ -63,6 +66,13 @@ ANALYSIS_MAY_IMPORT = (*PURE_STDLIB, "numpy", "pandas", "pydantic", "services.an
 # --- services.schemas: a leaf ------------------------------------------------------------------------------------
 SCHEMAS = "services.schemas"
 SCHEMAS_MAY_IMPORT = (*PURE_STDLIB, "array", "pydantic", "pydantic_core", SCHEMAS)
+
+# --- live hang detection: one implementation ---------------------------------------------------------------------
+LIVE_JUDGE = "services.analysis.live"
+LIVE_JUDGE_MAY_NOT_IMPORT = ("pandas", "services.analysis.run_data")
+LIVE_STATES = (f"{LIVE_JUDGE}.LiveState", f"{LIVE_JUDGE}.RankState")
+# who may name the state: storage builds it, live_tail carries a pruned run's part of it, derive reads it for a verdict
+LIVE_STATE_IMPORTERS = ("services.storage.live", "services.analysis.live_tail", "services.derive.live")
 
 # --- SQL lives in services.storage -------------------------------------------------------------------------------
 SQL_LIBRARIES = ("sqlalchemy", "alembic", "psycopg")
@@ -251,6 +261,15 @@ def test_analysis_imports_no_io_no_clock_and_no_other_layer() -> None:
     violations = [f"{imp}" for imp in IMPORTS
                   if is_in(imp.importer, ["services.analysis"]) and not is_in(imp.target, ANALYSIS_MAY_IMPORT)]
     assert_none(violations, rule)
+
+
+def test_live_hang_detection_reads_runs_only_through_storage() -> None:
+    violations = [f"{imp}: {LIVE_JUDGE} judges a LiveState and reads no events" for imp in IMPORTS
+                  if is_in(imp.importer, [LIVE_JUDGE]) and is_in(imp.target, LIVE_JUDGE_MAY_NOT_IMPORT)]
+    violations += [f"{imp}: only {', '.join(LIVE_STATE_IMPORTERS)} build or read a LiveState" for imp in IMPORTS
+                   if imp.target in LIVE_STATES and imp.importer not in LIVE_STATE_IMPORTERS]
+    assert_none(violations, "live hang detection has one implementation: services.storage.live reads the state")
+    assert all(module in MODULES for module in LIVE_STATE_IMPORTERS)
 
 
 def test_only_storage_speaks_sql() -> None:

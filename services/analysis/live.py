@@ -1,8 +1,8 @@
 """Live hang detection: is a running run still making progress, and if not, which ranks hold it up?
 
-Pure: a small `LiveState` (what storage reads with a few index lookups, or `live_state_from_run_data` builds
-from a RunData) and the server's clock reading `now` in, a `LiveStatus` out; `live_run` makes it the API's typed
-answer (services.schemas.live.LiveRun). Nothing here reads a clock.
+Pure: a small `LiveState` (what services.storage.live reads with a few index lookups: the one way a run's events
+become one, so the tests judge what the collector reads) and the server's clock reading `now` in, a `LiveStatus`
+out; `live_run` makes it the API's typed answer (services.schemas.live.LiveRun). Nothing here reads a clock.
 
 Rules (docs/ledger.md, "Live hang detection"):
 
@@ -42,9 +42,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
-from services.analysis.run_data import RunData
 from services.schemas.live import LiveRun, RankLive, Suspect
 
 RUNNING = "running"
@@ -78,6 +76,11 @@ class LiveConfig:
     @property
     def silent_after_s(self) -> float:
         return self.silent_after_heartbeats * self.heartbeat_interval_s
+
+    @property
+    def heartbeat_lookback_s(self) -> float:
+        """How far back a reading of the run looks for heartbeats: 4 silence periods, at least a minute."""
+        return max(60.0, 4 * self.silent_after_s)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -461,89 +464,3 @@ def _in_progress(start: float | None, end: float | None, state: LiveState) -> bo
     ends = [r.last_step_end for r in state.ranks if r.last_step_end is not None]
     after_steps = not ends or start >= max(ends)
     return after_steps and (end is None or end < start)
-
-
-# -- from a RunData (tests, the simulator) ---------------------------------------------------------------
-
-
-def live_state_from_run_data(data: RunData, *, status: str = RUNNING, recent_steps: int = 32,
-                             heartbeats: Iterable[tuple[int, float, int | None, int | None]] = ()) -> LiveState:
-    """The LiveState of a run from its events (what storage reads from its indexes, the slow way).
-
-    `heartbeats`: extra (rank, time, step in progress, collectives started) of the current attempt; heartbeat
-    rows of `data.events` count too (with their `step` column, no collective count).
-    """
-    events = data.events
-    starts = events[events["kind"] == "attempt_start"]
-    if starts.empty:
-        times = pd.concat([events["time"], data.steps["end"]]) if not data.steps.empty else events["time"]
-        first = float(times.min()) if len(times) else None
-        return LiveState(run_id=data.run_id, status=status, first_time=first,
-                         latest_time=float(times.max()) if len(times) else None)
-    attempt = int(starts["attempt"].max())
-    mine = events[events["attempt"] == attempt]
-    starts = mine[mine["kind"] == "attempt_start"]
-    world = int(starts["world_size"].max()) if starts["world_size"].notna().any() else len(starts)
-    start_by_rank = starts.groupby("rank")["time"].min()
-    host_by_rank = starts.dropna(subset=["host"]).groupby("rank")["host"].last()
-    ended = mine[mine["kind"] == "attempt_end"]
-    ends = ended.groupby("rank")["reason"].last()
-    resumes = mine[mine["kind"] == "resume"]
-    steps = data.steps[data.steps["attempt"] == attempt]
-    colls = data.collectives[data.collectives["attempt"] == attempt]
-    beats: dict[int, tuple[float, int | None, int | None]] = {}
-    beat_rows = mine[mine["kind"] == "heartbeat"]
-    beat_columns = (beat_rows[c].to_numpy(np.float64) for c in ("rank", "time", "step"))  # step: NaN when not sent
-    for beat_rank, beat_time, beat_step in zip(*beat_columns, strict=True):
-        step = None if np.isnan(beat_step) else int(beat_step)
-        _newer(beats, int(beat_rank), (float(beat_time), step, None))
-    for rank, t, step, n in heartbeats:
-        _newer(beats, int(rank), (float(t), step, n))
-    ranks = []
-    span = max(world, int(start_by_rank.index.max()) + 1)
-    seen = {int(r) for r in (*start_by_rank.index, *ends.index, *beats, *steps["rank"].unique()) if 0 <= int(r) < span}
-    for rank in sorted(seen):  # the ranks that sent something; the others of the world are only counted
-        own = steps[steps["rank"] == rank]
-        last = int(own["step"].argmax()) if not own.empty else None  # the position of its furthest step
-        last_step = int(own["step"].to_numpy(np.int64)[last]) if last is not None else None
-        pending = (last_step or 0) + 1
-        own_c = colls[(colls["rank"] == rank) & (colls["step"] == pending)].drop_duplicates(["op", "start"])
-        beat = beats.get(rank)
-        ranks.append(RankState(
-            rank=rank, host=str(host_by_rank[rank]) if rank in host_by_rank.index else None,
-            reported=rank in start_by_rank.index, last_step=last_step,
-            last_step_end=float(own["end"].to_numpy(np.float64)[last]) if last is not None else None,
-            collectives_done=len(own_c),
-            last_collective_end=float(own_c["end"].max()) if not own_c.empty else None,
-            heartbeat_time=beat[0] if beat else None, heartbeat_step=beat[1] if beat else None,
-            heartbeat_collectives=beat[2] if beat else None,
-            ended=str(ends[rank]) if rank in ends.index else None,
-            start_time=float(start_by_rank[rank]) if rank in start_by_rank.index else None,
-        ))
-    leader = max((r for r in ranks if r.last_step is not None), key=lambda r: (r.last_step, -r.rank), default=None)
-    recent = steps[steps["rank"] == leader.rank].nlargest(recent_steps + 1, "step").sort_values("step") \
-        if leader is not None else steps.iloc[0:0]
-    ck = mine[mine["kind"].isin(["checkpoint_start", "checkpoint_end", "phase_start", "phase_end"])] \
-        .groupby("kind")["time"].max()
-    before = events[(events["kind"] == "attempt_end") & (events["attempt"] < attempt)]["time"]
-    latest = [events["time"].max(), steps["end"].max() if not steps.empty else np.nan]
-    return LiveState(
-        run_id=data.run_id, status=status, attempt=attempt, world_size=world,
-        attempt_start=float(start_by_rank.min()),
-        resume_step=int(resumes["step"].max()) if not resumes.empty and resumes["step"].notna().any() else None,
-        ranks=tuple(ranks), leader_step_ends=tuple(float(x) for x in recent["end"]),
-        leader_step_seconds=tuple(float(x) for x in (recent["end"] - recent["start"])),
-        checkpoint_start=float(ck["checkpoint_start"]) if "checkpoint_start" in ck.index else None,
-        checkpoint_end=float(ck["checkpoint_end"]) if "checkpoint_end" in ck.index else None,
-        phase_start=float(ck["phase_start"]) if "phase_start" in ck.index else None,
-        phase_end=float(ck["phase_end"]) if "phase_end" in ck.index else None,
-        previous_attempt_end=float(before.max()) if not before.empty else None,
-        attempt_end_time=float(ended["time"].max()) if not ended.empty else None,
-        first_time=float(events["time"].min()), latest_time=float(np.nanmax(latest)),
-    )
-
-
-def _newer(beats: dict[int, tuple[float, int | None, int | None]], rank: int,
-           beat: tuple[float, int | None, int | None]) -> None:
-    if rank not in beats or beat[0] >= beats[rank][0]:
-        beats[rank] = beat

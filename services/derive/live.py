@@ -12,9 +12,9 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
-from services.analysis.live import LiveConfig, LiveStatus, detect_hang, live_run
+from services.analysis.live import LiveConfig, LiveState, LiveStatus, detect_hang, live_run
 from services.analysis.preemption import allocated_gpus, cheapest_to_preempt
 from services.analysis.provisional import LiveHang
 from services.derive.cache import AnalysisCache
@@ -47,12 +47,17 @@ def live_config(settings: ServiceSettings) -> LiveConfig:
                       heartbeat_interval_s=live.heartbeat_interval_s)
 
 
+def read_live_state(conn: Connection, row: RunRow, now: float, config: LiveConfig) -> LiveState:
+    """The run's LiveState at the server time `now`, as every live answer reads it."""
+    return load_live_state(conn, row, now=now, lookback_s=config.heartbeat_lookback_s,
+                           recent_steps=config.recent_steps)
+
+
 def live_status(engine: Engine, row: RunRow, now: float, config: LiveConfig) -> LiveStatus:
     """The run's hang verdict judged as running, without rank rows (a few index lookups; the caller knows it is
     running)."""
     with engine.connect() as conn:
-        state = load_live_state(conn, row, now=now, lookback_s=max(60.0, 4 * config.silent_after_s),
-                                recent_steps=config.recent_steps)
+        state = read_live_state(conn, row, now, config)
     return detect_hang(replace(state, status="running"), now, config, with_ranks=False)
 
 
@@ -83,8 +88,7 @@ def live_for_row(analyses: AnalysisCache, row: RunRow, now: float, config: LiveC
     `ledger_budget_s`, else the stored one (refreshed in the background)."""
     ledger = recent_ledger(analyses, row, budget_s=ledger_budget_s)[0]
     with analyses.engine.connect() as conn:
-        state = load_live_state(conn, row, now=now, lookback_s=max(60.0, 4 * config.silent_after_s),
-                                recent_steps=config.recent_steps)
+        state = read_live_state(conn, row, now, config)
     status = ledger.status if row.status == "running" else row.status
     state = replace(state, status=status)
     return live_run(detect_hang(state, now, config, with_ranks=with_ranks), project=row.project, version=row.version,
@@ -127,7 +131,7 @@ def preemption_candidates(analyses: AnalysisCache, now: float, config: LiveConfi
     for (_, k), cost in ranked:
         row = rows[k]
         with engine.connect() as conn:
-            state = load_live_state(conn, row, now=now, lookback_s=max(60.0, 4 * config.silent_after_s))
+            state = read_live_state(conn, row, now, config)
         hung = detect_hang(replace(state, status="running"), now, config, with_ranks=False).hung
         out.append(PreemptionCandidate(**{**cost.model_dump(), "run_id": row.run_id}, project=row.project,
                                        hung=hung, pending_checkpoint_request=pending.get(row.pk)))

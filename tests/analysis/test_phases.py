@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from services.analysis.ledger import build_ledger
-from services.analysis.live import LiveConfig, detect_hang, live_state_from_run_data
+from services.analysis.live import LiveConfig
 from services.analysis.provisional import LiveHang, provisional_ledger
 from services.analysis.run_data import run_data_from_events
 from services.analysis.usage import clip_usage
@@ -18,6 +18,7 @@ from tests.analysis.scenarios import T0, ev, per_rank, steps
 from tests.ledger_checks import assert_ledger as expect
 from tests.ledger_checks import assert_partition
 from tests.ledger_checks import ledger_of_events as ledger_of
+from tests.live_database import LiveDatabase
 
 W = 2
 Events = list[dict[str, Any]]
@@ -158,15 +159,16 @@ def test_a_killed_round_waiting_in_init_process_group_is_hang_until_its_last_sig
     expect(ledger_of(out), 20 * W, startup=(10 + 20) * W, hang=30 * W, idle=20 * W)
 
 
-def test_live_the_provisional_ledger_and_the_final_ledger_date_the_wait_from_the_same_moment() -> None:
+def test_live_the_provisional_ledger_and_the_final_ledger_date_the_wait_from_the_same_moment(
+        live_db: LiveDatabase) -> None:
     config = LiveConfig(floor_s=10.0, startup_floor_s=20.0)
-    running = run_data_from_events("s1", waiting_for_a_peer(until=45, ended=False))
-    stored = build_ledger(running)
+    events = waiting_for_a_peer(until=45, ended=False)
+    stored = build_ledger(run_data_from_events("s1", events))
     assert_partition(stored)
     assert stored.waste_gpu_seconds.startup == pytest.approx(10 * W)  # not the whole wait so far
     assert stored.running_tail is not None and stored.running_tail.since == T0 + 10
 
-    live = detect_hang(live_state_from_run_data(running), T0 + 45, config)
+    live = live_db.store(events).status(T0 + 45, config)
     assert live.last_progress_time == T0 + 10  # entering init_process_group
     assert live.threshold_basis == "startup" and live.hung, live
     provisional = provisional_ledger(stored, LiveHang(since=T0 + 10), T0 + 45)
@@ -182,18 +184,17 @@ def test_live_the_provisional_ledger_and_the_final_ledger_date_the_wait_from_the
     assert clip_usage(final.usage, T0, T0 + 45) == pytest.approx(clip_usage(provisional.usage, T0, T0 + 45))
 
 
-def test_before_it_is_hung_a_short_wait_is_not_called_a_hang() -> None:
-    running = run_data_from_events("s1", waiting_for_a_peer(until=25, ended=False))
-    live = detect_hang(live_state_from_run_data(running), T0 + 25, LiveConfig())
+def test_before_it_is_hung_a_short_wait_is_not_called_a_hang(live_db: LiveDatabase) -> None:
+    live = live_db.store(waiting_for_a_peer(until=25, ended=False)).status(T0 + 25, LiveConfig())
     assert not live.hung and live.threshold_seconds == 300.0
 
 
-def test_a_long_evaluation_is_judged_against_the_phase_floor_not_ten_steps() -> None:
+def test_a_long_evaluation_is_judged_against_the_phase_floor_not_ten_steps(live_db: LiveDatabase) -> None:
     out = started(alloc_end=None)
     out += per_rank("resume", 0, W, attempt=0, step=0)
     out += steps(0, W, 1, 20, 5)
     out += [phase("phase_start", 25, r, "eval", 20) for r in range(W)]
-    data = run_data_from_events("s1", out)
-    live = detect_hang(live_state_from_run_data(data), T0 + 125, LiveConfig())
+    run = live_db.store(out)
+    live = run.status(T0 + 125, LiveConfig())
     assert live.last_progress_time == T0 + 25 and live.threshold_basis == "phase" and not live.hung, live
-    assert detect_hang(live_state_from_run_data(data), T0 + 330, LiveConfig()).hung
+    assert run.status(T0 + 330, LiveConfig()).hung

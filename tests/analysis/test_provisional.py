@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from services.analysis.ledger import build_ledger
-from services.analysis.live import detect_hang, live_state_from_run_data
 from services.analysis.provisional import LiveHang, provisional_ledger
 from services.analysis.run_data import run_data_from_events
 from services.schemas.ledger import Ledger
 from tests.analysis.scenarios import T0, ev, per_rank, steps
 from tests.ledger_checks import assert_partition
+from tests.live_database import LiveDatabase
 
 W = 2
 
@@ -22,7 +22,7 @@ def hung_run(gpus: int = W, *, until: float = 40.0) -> list[dict[str, Any]]:
     """World 2, allocation open from 0. Steps 1-20 from 5 to 25, then no progress; the ranks' other events
     (client stats) go on until `until`."""
     out = [ev("allocation_start", 0, gpus=gpus)]
-    out += [ev("attempt_start", 0, attempt=0, rank=r, world_size=W) for r in range(W)]
+    out += [ev("attempt_start", 0, attempt=0, rank=r, world_size=W, host="h0") for r in range(W)]
     out += per_rank("resume", 0, W, attempt=0, step=0)
     out += steps(0, W, 1, 20, 5)
     out += per_rank("client_stats", until, W, attempt=0)
@@ -104,9 +104,9 @@ def test_when_the_attempt_ends_the_final_ledger_books_what_the_provisional_one_s
     assert final.allocated_gpu_seconds == pytest.approx(provisional.allocated_gpu_seconds)
 
 
-def test_a_hung_run_found_by_live_detection_gets_its_hang_from_its_last_step() -> None:
+def test_a_hung_run_found_by_live_detection_gets_its_hang_from_its_last_step(live_db: LiveDatabase) -> None:
     events = hung_run()
-    live = detect_hang(live_state_from_run_data(run_data_from_events("s1", events)), T0 + 100)
+    live = live_db.store(events).status(T0 + 100)
     assert live.hung and live.last_progress_time == pytest.approx(T0 + 25)
     assert live.last_progress_time is not None
     out = provisional_ledger(ledger_of(events), LiveHang(since=live.last_progress_time), live.server_time)

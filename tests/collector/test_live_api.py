@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
+import statistics
 import time
 from typing import Any
 
 import pytest
 
-from services.analysis.live import detect_hang, live_run, live_state_from_run_data
-from services.analysis.run_data import run_data_from_events
+from services.analysis.live import live_run
 from services.simulate import START_TIME, SimConfig, simulate
+from services.storage.runs import DEFAULT_PROJECT, RunRef
+from tests.live_database import StoredRun
 
 
 def post(client: Any, events: list[dict[str, Any]]) -> None:
@@ -57,11 +60,27 @@ def test_a_running_run_is_hung_once_past_its_threshold_and_the_fleet_lists_it_fi
     assert client.get("/v1/runs/nope/live").status_code == 404
 
 
-def test_the_database_and_the_pure_detector_agree(client) -> None:
+def test_the_live_answer_is_what_the_events_sent_say(client, engine) -> None:
     events = running_sim("agree", stopped_ago_s=45.0)
     post(client, events)
     live = client.get("/v1/runs/agree/live").json()
-    status = detect_hang(live_state_from_run_data(run_data_from_events("agree", events)), live["server_time"])
+    # worked out from the events: every rank's step ends, the leading rank's last 33, checkpoints as progress
+    ends: dict[int, dict[int, float]] = {}
+    for e in events:
+        if e["kind"] == "steps":
+            ends.setdefault(e["rank"], {}).update(zip(e["step"], e["end"], strict=True))
+    leader = max(ends, key=lambda r: (max(ends[r]), -r))
+    recent = [ends[leader][s] for s in sorted(ends[leader])][-33:]
+    median = statistics.median(b - a for a, b in itertools.pairwise(recent))
+    progress = max([t for own in ends.values() for t in own.values()]
+                   + [e["time"] for e in events if e["kind"] in ("checkpoint_start", "checkpoint_end")])
+    assert live["last_step"] == max(max(own) for own in ends.values())
+    assert live["median_step_seconds"] == pytest.approx(median)
+    assert live["threshold_seconds"] == pytest.approx(max(30.0, 10 * median))
+    assert live["last_progress_time"] == pytest.approx(progress)
+    assert live["hung"] is True and live["server_time"] - progress > live["threshold_seconds"]
+    # and every field as the stored run reads and judges at the answer's server time
+    status = StoredRun(engine, RunRef(DEFAULT_PROJECT, "agree")).status(live["server_time"])
     expected = live_run(status, project=live["project"], version=live["version"], latest_time=live["latest_time"],
                         at_risk_gpu_seconds=live["at_risk_gpu_seconds"], allocated_gpus=live["allocated_gpus"])
     for key, value in expected.model_dump(mode="json").items():

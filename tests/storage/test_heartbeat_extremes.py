@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from services.analysis.ledger import build_ledger
-from services.analysis.live import detect_hang, live_state_from_run_data
+from services.analysis.live import LiveConfig
 from services.analysis.run_data import run_data_from_events
 from services.analysis.views import build_run_views
 from services.collector.batch import parse_batch
@@ -23,6 +23,7 @@ from services.storage.runs import get_run
 from services.storage.step_blocks import load_summarised_run_data
 from services.storage.summary_cache import SummaryCache
 from services.storage.write import write_batches
+from tests.live_database import StoredRun
 from tests.storage.test_incremental_analysis import assert_same
 
 CASES: list[dict[str, Any]] = [
@@ -62,8 +63,16 @@ def test_a_heart_beating_runs_analysis_equals_the_analysis_of_every_event_sent(e
         assert_same(truth_ledger.model_dump(mode="json"), ledger.model_dump(mode="json"), "ledger")
         assert_same(build_run_views(truth, truth_ledger, version=1).model_dump(mode="json"),
                     build_run_views(data, ledger, version=1).model_dump(mode="json"), "views")
-    # live hang detection reads each rank's latest heartbeat (its time, step and collectives)
+    # live hang detection (services.storage.live) reads each rank's latest heartbeat of the current attempt within
+    # its lookback, however they arrived
+    attempt = max(e["attempt"] for e in sent if e["kind"] == "attempt_start")
     end = float(truth.events["time"].max())
+    config = LiveConfig()
     for now in (end + 1.0, end + 200.0):
-        want, got = (detect_hang(live_state_from_run_data(d), now) for d in (truth, loaded))
-        assert got == want
+        newest: dict[int, float] = {}
+        for e in sent:
+            if e["kind"] == "heartbeat" and e["attempt"] == attempt and e["time"] >= now - config.heartbeat_lookback_s:
+                newest[e["rank"]] = max(newest.get(e["rank"], e["time"]), e["time"])
+        state = StoredRun(engine, run.ref).state(now, config)
+        assert {r.rank: r.heartbeat_time for r in state.ranks if r.heartbeat_time is not None} == newest
+        assert newest or now > end + config.heartbeat_lookback_s  # the first reading sees heartbeats
