@@ -16,7 +16,7 @@ from services.derive.served import ledger_with_hang, served_ledger
 from services.schemas.ledger import Ledger
 from services.schemas.runs import RunListItem
 from services.storage.load import CompletedCheckpoint
-from services.storage.runs import RunRow, StoredFigures, get_run_by_pk, list_run_figures, list_runs
+from services.storage.runs import RunRow, StoredFigures, get_runs_by_pk, list_run_figures, list_runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,15 +73,20 @@ def listed_runs(analyses: AnalysisCache, scope: RunScope, *, budget_s: float, no
     current = [(run, _current_figures(run)) for run in stored if not run_id_part or run_id_part in run.row.run_id]
     hangs = live_hangs(analyses.engine, [run.row for run, figures in current
                                          if figures is not None and figures.status == "running"], now, config)
+    from_ledger = [run.row.pk for run, figures in current if figures is None or run.row.pk in hangs]
+    with analyses.engine.connect() as conn:  # their rows with their ledgers, in one query
+        rows = get_runs_by_pk(conn, from_ledger)
     deadline = time.monotonic() + budget_s
     out = []
     for run, figures in current:
         hang = hangs.get(run.row.pk)
         if figures is not None and hang is None:
             listed, stale = ListedFigures(figures, usage_from_bytes(figures, run.usage)), False
+        elif run.row.pk not in rows:  # deleted since the list was read
+            continue
         else:
-            listed, stale = _from_ledger(analyses, run.row.pk, hang, budget_s=max(deadline - time.monotonic(), 0.0),
-                                         now=now, config=config)
+            listed, stale = _from_ledger(analyses, rows[run.row.pk], hang,
+                                         budget_s=max(deadline - time.monotonic(), 0.0), now=now, config=config)
         if status and listed.figures.status != status:
             continue
         out.append(ListedRun(run.row, listed, stale))
@@ -96,11 +101,9 @@ def _current_figures(run: StoredFigures) -> RunFigures | None:
     return parse_stored(RunFigures, run.figures_json, what="figures", run_id=row.run_id)
 
 
-def _from_ledger(analyses: AnalysisCache, run_pk: int, hang: LiveHang | None, *, budget_s: float, now: float,
+def _from_ledger(analyses: AnalysisCache, row: RunRow, hang: LiveHang | None, *, budget_s: float, now: float,
                  config: LiveConfig) -> tuple[ListedFigures, bool]:
     """The run's figures from its whole ledger: its hang so far booked (`hang`, judged already; else judged now)."""
-    with analyses.engine.connect() as conn:
-        row = get_run_by_pk(conn, run_pk)
     ledger, stale = recent_ledger(analyses, row, budget_s=budget_s)
     if hang is None:
         return listed_figures(served_ledger(analyses, row, now, config, ledger=ledger)), stale
