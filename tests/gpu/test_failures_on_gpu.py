@@ -4,12 +4,15 @@ The same faults as the CPU tests (tests/torchrun/test_kill_after_checkpoint.py, 
 the data and the step clock on the GPU (examples/train_ddp.py --device cuda; two ranks share one GPU where only one
 is present, the collectives over gloo with CUDA tensors). What must hold is what the CPU tests check: the rework is
 what the job logged, the resume is checked ok at load, the partition sums, and a stopped rank is flagged and named
-long before the collective timeout. Under `goodput launch`, so the launcher and the node relay are in the path.
+long before the collective timeout; and the view says why the attempt failed (the rank the test killed, on this
+host, by SIGKILL, as torchrun reported it to `goodput launch`). Under `goodput launch`, so the launcher and the node
+relay are in the path.
 """
 
 from __future__ import annotations
 
 import random
+import socket
 from pathlib import Path
 
 import httpx
@@ -17,6 +20,7 @@ import pytest
 
 from tests.ledger_checks import assert_partition
 from tests.torchrun.conftest import Collector, Job, collector, fetch_ledger, jobs, start_job  # noqa: F401
+from tests.torchrun.test_failure_causes import first_failure
 from tests.torchrun.test_live_hang import GLOO_TIMEOUT_S, stop_a_rank_and_time_detection
 
 pytestmark = [pytest.mark.gpu(devices=1), pytest.mark.torchrun]
@@ -47,6 +51,9 @@ def test_a_gpu_rank_killed_after_a_checkpoint_costs_the_rework_its_job_logged(
     assert_partition(ledger)
     check = httpx.get(f"{collector.url}/v1/runs/{job.run_id}/resume-check", timeout=60).json()
     assert check["verdict"] == "ok", check["findings"]  # the GPU state (and its RNG) was restored whole
+    cause = first_failure(collector.url, job.run_id)["cause"]
+    assert (cause["rank"], cause["basis"], cause["signal"]) == (0, "exit", "SIGKILL"), cause
+    assert cause["host"] == socket.gethostname(), cause
 
 
 def test_a_sigstopped_gpu_rank_is_flagged_hung_and_named_before_the_collective_timeout(
