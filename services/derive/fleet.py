@@ -63,8 +63,9 @@ def usage_of(listed: ListedFigures) -> tuple[UsagePieces, bool]:
 
 
 def window_figures(clipped: dict[str, float]) -> WindowFigures:
-    waste = WasteBreakdown(**{k: clipped[k] for k in WASTE_KEYS})
+    # constructed, not validated: floats by construction (numpy's tolist), one per field
+    waste = WasteBreakdown.model_construct(**{k: clipped[k] for k in WASTE_KEYS})
     allocated = sum(clipped[k] for k in USAGE_KEYS)
-    return WindowFigures(allocated_gpu_seconds=allocated, productive_gpu_seconds=clipped["productive"],
+    return WindowFigures.model_construct(allocated_gpu_seconds=allocated, productive_gpu_seconds=clipped["productive"],
                          eval_gpu_seconds=clipped[EVAL], waste_gpu_seconds=waste,
                          goodput=goodput_ratio(clipped["productive"], allocated))
