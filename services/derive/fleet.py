@@ -37,7 +37,8 @@ def fleet_window(analyses: AnalysisCache, scope: RunScope, *, since: float | Non
     laid = [usage_of(run.listed) for run in listed]
     sums, per_bucket = usage_windows([usage for usage, _ in laid], since, hi, edges)
     # lists made once for all runs (numpy's tolist), keys that are zero in every bucket left out
-    columns, nonzero, clipped = per_bucket.transpose(0, 2, 1).tolist(), per_bucket.any(axis=1), sums.tolist()
+    columns, clipped = per_bucket.transpose(0, 2, 1).tolist(), sums.tolist()
+    nonzero = np.asarray(per_bucket.any(axis=1))
     out = []
     for r, (run, (_, laid_out)) in enumerate(zip(listed, laid, strict=True)):
         # constructed, not validated: floats from numpy by construction, and validating thousands of runs' buckets
@@ -64,8 +65,9 @@ def usage_of(listed: ListedFigures) -> tuple[UsagePieces, bool]:
 
 def window_figures(clipped: dict[str, float]) -> WindowFigures:
     # constructed, not validated: floats by construction (numpy's tolist), one per field
-    waste = WasteBreakdown.model_construct(**{k: clipped[k] for k in WASTE_KEYS})
+    waste = WasteBreakdown.model_construct(None, **{k: clipped[k] for k in WASTE_KEYS})
     allocated = sum(clipped[k] for k in USAGE_KEYS)
-    return WindowFigures.model_construct(allocated_gpu_seconds=allocated, productive_gpu_seconds=clipped["productive"],
-                         eval_gpu_seconds=clipped[EVAL], waste_gpu_seconds=waste,
-                         goodput=goodput_ratio(clipped["productive"], allocated))
+    return WindowFigures.model_construct(allocated_gpu_seconds=allocated,
+                                         productive_gpu_seconds=clipped["productive"], eval_gpu_seconds=clipped[EVAL],
+                                         waste_gpu_seconds=waste, goodput=goodput_ratio(clipped["productive"],
+                                                                                        allocated))

@@ -8,7 +8,13 @@ from dataclasses import dataclass
 
 from services.analysis.live import LiveConfig
 from services.analysis.provisional import LiveHang
-from services.analysis.run_figures import ListedFigures, RunFigures, listed_figures, usage_from_bytes
+from services.analysis.run_figures import (
+    ListedFigures,
+    RunFigures,
+    listed_figures,
+    provisional_figures,
+    usage_from_bytes,
+)
 from services.derive.cache import AnalysisCache
 from services.derive.ledger import LEDGER, last_checkpoint, parse_stored, recent_ledger
 from services.derive.live import live_hangs
@@ -61,10 +67,11 @@ def listed_runs(analyses: AnalysisCache, scope: RunScope, *, budget_s: float, no
     """The runs in `scope` with events in [since, until] whose id contains `run_id_part` and whose status is `status`
     (when given), each with its ledger's figures (and usage: `with_usage`), the most recent `limit` first.
 
-    A run whose stored ledger is current, and not hung, is listed from the figures stored with that ledger (one
-    query for all of them). The others take their ledger as before: the list waits at most `budget_s` over all of
-    them for ledgers made stale by new events; after that a run shows its last ledger (stale) while a background
-    build catches up; a hung run's hang so far is booked provisionally."""
+    A run whose stored ledger is current is listed from the figures stored with that ledger (one query for all of
+    them), a hung run's hang so far booked on them (services.analysis.run_figures.provisional_figures). The others
+    (figures stored before they kept the running tail, or none) take their ledger: the list waits at most `budget_s`
+    over all of them for ledgers made stale by new events; after that a run shows its last ledger (stale) while a
+    background build catches up; a hung run's hang so far is booked provisionally."""
     if scope.matches_nothing:
         return []
     with analyses.engine.connect() as conn:
@@ -73,15 +80,18 @@ def listed_runs(analyses: AnalysisCache, scope: RunScope, *, budget_s: float, no
     current = [(run, _current_figures(run)) for run in stored if not run_id_part or run_id_part in run.row.run_id]
     hangs = live_hangs(analyses.engine, [run.row for run, figures in current
                                          if figures is not None and figures.status == "running"], now, config)
-    from_ledger = [run.row.pk for run, figures in current if figures is None or run.row.pk in hangs]
+    from_ledger = [run.row.pk for run, figures in current
+                   if figures is None or (run.row.pk in hangs and not figures.knows_running_tail)]
     with analyses.engine.connect() as conn:  # their rows with their ledgers, in one query
         rows = get_runs_by_pk(conn, from_ledger)
     deadline = time.monotonic() + budget_s
     out = []
     for run, figures in current:
         hang = hangs.get(run.row.pk)
-        if figures is not None and hang is None:
+        if figures is not None and (hang is None or figures.knows_running_tail):
             listed, stale = ListedFigures(figures, usage_from_bytes(figures, run.usage)), False
+            if hang is not None:  # its hang so far booked on the figures: the same as on its whole ledger
+                listed = provisional_figures(listed, hang, now)
         elif run.row.pk not in rows:  # deleted since the list was read
             continue
         else:
