@@ -26,9 +26,10 @@ PICTURES = {
     "run-idle-gpus.png": "dashboard-run-idle-gpus.png",
     "run-rank-drill-down.png": "dashboard-run-rank.png",
     "run-stalled-live.png": "dashboard-run-hung.png",
-    "run-bert-straggler.png": "dashboard-run-straggler.png",
+    "run-curves.png": "dashboard-run-curves.png",
 }
-TESTS = ["tests/dashboards/test_browser.py", "tests/dashboards/test_run_page_browser.py"]
+TESTS = ["tests/dashboards/test_browser.py", "tests/dashboards/test_run_page_browser.py",
+         "tests/dashboards/test_curves_browser.py"]
 
 
 def main() -> int:
