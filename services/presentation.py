@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from services.schemas.advice import MeasuredRun, Recommendation
 from services.schemas.categories import EVAL, PRODUCTIVE, WASTE_KEYS
-from services.schemas.ledger import StartupParts
+from services.schemas.ledger import STARTUP_PART_LABELS, StartupParts
 from services.schemas.views import FailureCause
 
 DASH = "—"
@@ -265,11 +265,6 @@ def failure_cause(cause: FailureCause | None) -> str:
         listed = ", ".join(str(r) for r in cause.hung_ranks[:8]) + (", ..." if len(cause.hung_ranks) > 8 else "")
         parts.append(f"hung: rank{'s' if len(cause.hung_ranks) > 1 else ''} {listed}")
     return "; ".join(parts) if parts else "not in the events"
-
-
-STARTUP_PART_LABELS: dict[str, str] = {
-    "relaunch": "relaunch", "rendezvous": "rendezvous", "restore": "checkpoint load",
-    "before_first_step": "before the first step", "unsplit": "not split (no marker)"}
 
 
 def startup_split(parts: StartupParts | None) -> list[tuple[str, float]]:

@@ -127,6 +127,12 @@ class StartupParts(_Frozen):
                            "init_process_group phase, or no resume): their parts together")
 
 
+# the parts in words, as every surface and the advice write them
+STARTUP_PART_LABELS: dict[str, str] = {
+    "relaunch": "relaunch", "rendezvous": "rendezvous", "restore": "checkpoint load",
+    "before_first_step": "before the first step", "unsplit": "not split (no marker)"}
+
+
 class Ledger(_Frozen):
     run_id: str
     status: str

@@ -111,3 +111,22 @@ def test_a_live_run_gone_silent_is_told_to_stop_first_everywhere(client: Any) ->
     assert advice.recommendations[0].title == report["recommendations"][0]["title"] == "The run is hung now: stop it"
     assert [r.code for r in advice.recommendations] == [r["code"] for r in report["recommendations"]]
     assert advice.recommendations[0].wording.startswith("No progress for 2 min")  # the figures grow between reads
+
+
+def test_the_startup_parts_and_failure_causes_read_the_same_on_every_surface(
+        client: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from dashboards.components.advice_panel import advice_panel
+    from tests.analysis.test_advice_parts_and_causes import failing_run
+    from tests.dashboards.test_run_page_parts import flat_text
+
+    post(client, failing_run([(5, -9), (5, -9), (2, -9)]))  # 2 of 3 failures on node1 (rank 5), all SIGKILL
+    advice = RunAdvice.model_validate(client.get("/v1/runs/failing/advice").json())
+    (rec,) = [r for r in advice.recommendations if r.code == "startup"]
+    assert rec.title == "Cut the startup's largest parts: relaunch, before the first step"
+    assert "began on host node1 (rank 5)" in rec.wording and "all 3 were killed by SIGKILL" in rec.wording
+    assert print_advice(ApiClient("http://testserver", http=client), "failing") == 0
+    printed = words(capsys.readouterr().out)
+    report = html.unescape(client.get("/v1/runs/failing/report", params={"format": "html"}).text)
+    panel = words(flat_text(advice_panel(advice)))
+    for text in (rec.title, rec.wording, rec.prediction, *(e.text for e in rec.evidence)):
+        assert words(text) in printed and text in report and words(text) in panel, text

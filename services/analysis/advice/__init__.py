@@ -5,22 +5,25 @@
                           formats)  # -> RunAdvice (services.schemas.advice)
 
 One module per kind of action (hang, stragglers, checkpoints, startup, idle, correctness, queue), the figures they
-rest on (figures), the run they read (context, config) and the ranking (ranking). Pure: no I/O, no clock. Numbers
-are written by the `Formats` the caller passes (services.reports.advice passes services.presentation's functions,
-the ones the dashboard and the CLI use), so the wording is made here, once.
+rest on (figures) and what the failure causes say to them (causes), the run they read (context, config) and the
+ranking (ranking). Pure: no I/O, no clock. Numbers are written by the `Formats` the caller passes
+(services.reports.advice passes services.presentation's functions, the ones the dashboard and the CLI use), so the
+wording is made here, once.
 
 Every run shows its largest actions by the GPU-seconds at stake, each material one and, up to three, the small ones,
 saying they are small (ranking). One rule per lever (docs/advice.md states each with its thresholds and a worked
 example):
 
 - hung_now: the run is hung now (provisional hang): stop it; the urgent one, listed first.
-- hang_timeout: failed attempts' hangs (last step to teardown) are cut to a shorter collective timeout T.
+- hang_timeout: failed attempts' hangs (last step to teardown) are cut to a shorter collective timeout T; the ranks
+  the others waited for are named (causes).
 - straggler_rank / straggler_spread: ranks the flag rule found consistently slower, by rank and host (drain,
   replace, exclude), or uneven work when none was.
 - checkpoint_interval: Young/Daly at the failure rate of this run (or of its project, pooled with runs of similar
   size, said so); a run that did not fail is never told to checkpoint more often because other runs failed.
 - checkpoint_missing, checkpoint_async: no checkpoint at all; blocking writes.
-- startup: restart cost (warm spares, cached warm-up).
+- startup: the largest part of startup (the ledger's startup_parts) and what cuts it; restart cost (warm spares,
+  cached warm-up), with the host, rank or signal most failures share (causes).
 - unused_gpus, idle_gaps: GPUs allocated beyond the world size ("8 of 32 GPUs never used"); other idle time.
 - resume_correctness: the resume check flagged the run, or could not check a restart that loaded a checkpoint
   (unverified: nothing compared).

@@ -6,6 +6,7 @@ import math
 import statistics
 from collections.abc import Iterable
 
+from services.analysis.advice.causes import hung_ranks
 from services.analysis.advice.context import RunContext, count
 from services.analysis.advice.figures import HANG, gpus_of, mean_step_seconds, world_size
 from services.schemas.advice import Confidence, Recommendation
@@ -69,13 +70,15 @@ def hang_timeout(run: RunContext) -> Iterable[Recommendation]:
     median = statistics.median(lengths)
     lasted = (f"1 hang lasted {f.duration(median)}" if n == 1 else
               f"{count(f, n, 'hang')} lasted {f.duration(median)} (median; longest {f.duration(max(lengths))})")
+    who = hung_ranks(run, [a.attempt for a, _ in episodes])
     yield run.rec(
         "hang_timeout", HANG, title=f"Lower the collective timeout to {f.duration(timeout)}",
         wording=(f"{lasted} from the last step to the failure being torn down, {f.gpu_time(hang)} in all: the stuck "
                  f"job held its GPUs until the collective timeout fired. Set it to {f.duration(timeout)}: "
                  f"init_process_group(..., timeout=timedelta(minutes={f.integer(minutes)})) (PyTorch's default is "
                  f"10 min for NCCL, 30 min for other backends); {f.duration(timeout)} is {why}. Alert on "
-                 "goodput_run_seconds_since_progress to hear of a hang before the timeout."),
+                 "goodput_run_seconds_since_progress to hear of a hang before the timeout."
+                 + (f" {who[0]}" if who is not None else "")),
         at_stake=hang,
         evidence=[run.ev("hangs", "hangs (failed attempts)", n, "count"),
                   run.ev("median_hang_seconds", "median hang", median, "seconds"),
@@ -83,7 +86,8 @@ def hang_timeout(run: RunContext) -> Iterable[Recommendation]:
                   run.ev("hang_gpu_seconds", "hang", hang, "gpu_seconds"),
                   run.ev("mean_step_seconds", "mean step", step, "seconds"),
                   run.ev("median_checkpoint_seconds", "median checkpoint write", delta, "seconds"),
-                  run.ev("timeout_seconds", "proposed collective timeout", timeout, "seconds")],
+                  run.ev("timeout_seconds", "proposed collective timeout", timeout, "seconds"),
+                  run.ev("hung_ranks", "ranks the others waited for", who[1] if who is not None else None, "text")],
         model=("timeout_cut", "A hang lasts from the last progress until the collective timeout fires and the job is "
                               "torn down; with a timeout T every hang longer than T ends at T: saving = sum over "
                               "hangs of GPUs x max(hang - T, 0). T must outlast the longest legitimate wait: "
