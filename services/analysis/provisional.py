@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.analysis.usage import with_interval
-from services.schemas.ledger import Ledger, ProvisionalHang, RunningTail, goodput_ratio
+from services.schemas.ledger import Ledger, ProvisionalHang, RunningTail, WasteBreakdown, goodput_ratio
 from services.schemas.usage import Usage
 
 RUNNING = "running"
@@ -37,42 +37,72 @@ class LiveHang:
     clock_offset_s: float = 0.0
 
 
-def provisional_ledger(ledger: Ledger, hang: LiveHang | None, now: float) -> Ledger:
-    """The ledger with the provisional hang of a hung running run booked up to `now`; the ledger itself (with
-    `provisional: None`) when the run is not running, not hung, or its ledger has no running tail (a ledger
-    stored before there was one)."""
-    unchanged = ledger.model_copy(update={"provisional": None})
-    tail = ledger.running_tail
-    if hang is None or ledger.status != RUNNING or tail is None:
-        return unchanged
+@dataclass(frozen=True, slots=True)
+class HangOverlay:
+    """What the provisional hang adds to a ledger whose running tail is `tail` (on the ledger's clock from `now` on),
+    for both the whole ledger and the run lists' figures (services.analysis.run_figures)."""
+
+    tail: RunningTail
+    hang: LiveHang  # on the ledger's clock
+    now: float  # on the ledger's clock
+    start: float
+    moved: float  # painted already: idle -> hang
+    added_wall: float
+    added_hang: float
+    added_alloc: float
+    block: ProvisionalHang
+
+    @property
+    def total_hang(self) -> float:
+        return self.moved + self.added_hang
+
+    def waste(self, waste: WasteBreakdown) -> WasteBreakdown:
+        return waste.model_copy(update={"hang": waste.hang + self.total_hang,
+                                        "idle": waste.idle - self.moved + (self.added_alloc - self.added_hang)})
+
+    def usage(self, usage: Usage) -> Usage:
+        return _provisional_usage(usage, self.tail, self.hang, self.now, start=self.start, added_wall=self.added_wall)
+
+
+def hang_overlay(status: str, tail: RunningTail | None, hang: LiveHang | None, now: float) -> HangOverlay | None:
+    """The provisional hang of a hung running run up to `now`; None when the run is not running, not hung, its
+    ledger has no running tail (a ledger stored before there was one), or nothing would change."""
+    if hang is None or status != RUNNING or tail is None:
+        return None
     as_of, reported_since = now, hang.since
     # on the ledger's clock from here on: the run's times are its own, `now` and `since` the collector's
     now, hang = now + hang.clock_offset_s, LiveHang(since=hang.since + hang.clock_offset_s)
     gpus, allocated_gpus = float(tail.gpus), float(tail.allocated_gpus)
     start = max(tail.since, hang.since)
-    moved = max(tail.until - start, 0.0) * gpus  # painted already: idle -> hang
+    moved = max(tail.until - start, 0.0) * gpus
     added_wall = max(now - tail.until, 0.0) if tail.grows else 0.0
     added_hang = max(now - max(tail.until, hang.since), 0.0) * gpus if added_wall > 0 else 0.0
     added_alloc = added_wall * allocated_gpus
-    total_hang = moved + added_hang
-    if total_hang <= 0 and added_alloc <= 0:
-        return unchanged
+    if moved + added_hang <= 0 and added_alloc <= 0:
+        return None
+    block = ProvisionalHang(hang_gpu_seconds=moved + added_hang, since=float(reported_since), as_of=float(as_of),
+                            from_idle_gpu_seconds=moved, added_allocated_gpu_seconds=added_alloc)
+    return HangOverlay(tail=tail, hang=hang, now=now, start=start, moved=moved, added_wall=added_wall,
+                       added_hang=added_hang, added_alloc=added_alloc, block=block)
 
-    waste = ledger.waste_gpu_seconds.model_copy(update={
-        "hang": ledger.waste_gpu_seconds.hang + total_hang,
-        "idle": ledger.waste_gpu_seconds.idle - moved + (added_alloc - added_hang),
-    })
-    allocated = ledger.allocated_gpu_seconds + added_alloc
+
+def provisional_ledger(ledger: Ledger, hang: LiveHang | None, now: float) -> Ledger:
+    """The ledger with the provisional hang of a hung running run booked up to `now`; the ledger itself (with
+    `provisional: None`) when the run is not running, not hung, or its ledger has no running tail (a ledger
+    stored before there was one)."""
+    overlay = hang_overlay(ledger.status, ledger.running_tail, hang, now)
+    if overlay is None:
+        return ledger.model_copy(update={"provisional": None})
+    allocated = ledger.allocated_gpu_seconds + overlay.added_alloc
     update: dict[str, object] = {
-        "waste_gpu_seconds": waste,
+        "waste_gpu_seconds": overlay.waste(ledger.waste_gpu_seconds),
         "allocated_gpu_seconds": allocated,
         "goodput": goodput_ratio(ledger.productive_gpu_seconds, allocated),
-        "allocated_wall_seconds": ledger.allocated_wall_seconds + added_wall,
-        "provisional": ProvisionalHang(hang_gpu_seconds=total_hang, since=float(reported_since),
-                                       as_of=float(as_of), from_idle_gpu_seconds=moved,
-                                       added_allocated_gpu_seconds=added_alloc),
+        "allocated_wall_seconds": ledger.allocated_wall_seconds + overlay.added_wall,
+        "provisional": overlay.block,
     }
-    if added_wall > 0:
+    now, tail = overlay.now, overlay.tail
+    if overlay.added_wall > 0:
         if ledger.allocations:
             last = max(range(len(ledger.allocations)),
                        key=lambda i: (ledger.allocations[i].end, ledger.allocations[i].start))
@@ -81,12 +111,12 @@ def provisional_ledger(ledger: Ledger, hang: LiveHang | None, now: float) -> Led
             update["allocations"] = allocations
         update["running_tail"] = RunningTail(**{**tail.model_dump(), "until": float(now)})
     if ledger.usage is not None:
-        update["usage"] = _provisional_usage(ledger.usage, tail, hang, now, start=start, added_wall=added_wall)
-    if ledger.attempts and total_hang > 0:
+        update["usage"] = overlay.usage(ledger.usage)
+    if ledger.attempts and overlay.total_hang > 0:
         attempts = list(ledger.attempts)
         booked = attempts[-1].gpu_seconds
         attempts[-1] = attempts[-1].model_copy(update={"gpu_seconds": {**booked, "hang": booked.get("hang", 0.0)
-                                                                       + total_hang}})
+                                                                       + overlay.total_hang}})
         update["attempts"] = attempts
     return ledger.model_copy(update=update)
 

@@ -96,17 +96,68 @@ def usage_in_bins(usage: Usage | UsagePieces, edges: np.ndarray) -> np.ndarray:
     return np.diff(_cumulative_at(pieces, edges), axis=0)
 
 
-def usage_window(usage: UsagePieces, since: float | None, until: float, edges: np.ndarray
-                 ) -> tuple[dict[str, float], np.ndarray]:
-    """`clip_usage(usage, since, until)` and `usage_in_bins(usage, edges)` at once (one pass over the pieces per
-    key: the fleet page cuts thousands of runs per request), to the bit the same."""
+def usage_windows(usages: Sequence[UsagePieces], since: float | None, until: float, edges: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Many runs' `clip_usage(usage, since, until)` (runs x USAGE_KEYS) and `usage_in_bins(usage, edges)` (runs x
+    bins x USAGE_KEYS) at once, to the bit the same as one run at a time: the fleet page cuts thousands of runs per
+    request, and one interpolation per key per run cost more than the rest of it. np.interp's own arithmetic, done
+    over all runs' pieces together (services.analysis.usage._interp_all)."""
     lo = -np.inf if since is None else float(since)
     edges = np.asarray(edges, np.float64)
-    if not len(usage.start) or len(edges) < 2:
-        return clip_usage(usage, since, until), usage_in_bins(usage, edges)
-    at = _cumulative_at(usage, np.concatenate([[lo, until], edges]))
-    sums = at[1] - at[0] if until > lo else np.zeros(len(USAGE_KEYS))
-    return {key: float(v) for key, v in zip(USAGE_KEYS, sums, strict=True)}, np.diff(at[2:], axis=0)
+    points = np.concatenate([[lo, until], edges])
+    at = np.zeros((len(usages), len(points), len(USAGE_KEYS)))
+    for first in range(0, len(usages), _RUNS_AT_ONCE):
+        chunk = usages[first:first + _RUNS_AT_ONCE]
+        at[first:first + len(chunk)] = _interp_all(chunk, points)
+    sums = at[:, 1] - at[:, 0] if until > lo else np.zeros((len(usages), len(USAGE_KEYS)))
+    buckets = np.diff(at[:, 2:], axis=1) if len(edges) >= 2 else np.zeros((len(usages), 0, len(USAGE_KEYS)))
+    return sums, buckets
+
+
+_RUNS_AT_ONCE = 512  # runs interpolated together: bounds the (runs x points x keys) temporaries
+
+
+def _interp_all(usages: Sequence[UsagePieces], points: np.ndarray) -> np.ndarray:
+    """runs x points x USAGE_KEYS: `_cumulative_at(usage, points)` of each run, with np.interp's arithmetic (the
+    piece's slope times the distance from its left end, plus its left value; a point on a knot takes the knot's
+    value) over all runs at once. A run without pieces is 0."""
+    keys = len(USAGE_KEYS)
+    out = np.zeros((len(usages), len(points), keys))
+    runs = [r for r, u in enumerate(usages) if len(u.start)]
+    if not runs:
+        return out
+    xs, ys, index = [], [], []
+    base = 0
+    for r in runs:
+        usage = usages[r]
+        x = np.column_stack([usage.start, usage.end]).reshape(-1)
+        cum = np.cumsum(usage.values, axis=0)
+        y = np.empty((len(x), keys))
+        y[0::2] = np.vstack([np.zeros((1, keys)), cum[:-1]])
+        y[1::2] = cum
+        finite = np.minimum(np.maximum(points, x[0]), x[-1])
+        index.append(np.searchsorted(x, finite, side="right") - 1 + base)
+        xs.append(x)
+        ys.append(y)
+        base += len(x)
+    x_all, y_all = np.concatenate(xs), np.concatenate(ys)
+    lefts = np.array([0, *np.cumsum([len(x) for x in xs])[:-1]])
+    rights = lefts + np.array([len(x) for x in xs]) - 1
+    j = np.stack(index)  # runs x points: the knot at or before each (clamped) point
+    finite = np.minimum(np.maximum(points[None, :], x_all[lefts][:, None]), x_all[rights][:, None])
+    on_knot = (j == rights[:, None]) | (x_all[j] == finite)
+    k = np.minimum(j + 1, rights[:, None])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slope = (y_all[k] - y_all[j]) / (x_all[k] - x_all[j])[..., None]
+        value = slope * (finite - x_all[j])[..., None] + y_all[j]
+        nan = np.isnan(value) & ~on_knot[..., None]
+        if nan.any():  # np.interp's fallback: from the right knot, then the flat value
+            value = np.where(nan, slope * (finite - x_all[k])[..., None] + y_all[k], value)
+            value = np.where(np.isnan(value) & nan & (y_all[j] == y_all[k]), y_all[j], value)
+    value = np.where(on_knot[..., None], y_all[j], value)
+    nonzero = np.stack([usages[r].values.any(axis=0) for r in runs])  # keys zero everywhere: 0, as _cumulative_at
+    out[runs] = np.where(nonzero[:, None, :], value, 0.0)
+    return out
 
 
 def _cumulative_at(pieces: UsagePieces, points: np.ndarray) -> np.ndarray:

@@ -10,7 +10,7 @@ import numpy as np
 
 from services.analysis.live import LiveConfig
 from services.analysis.run_figures import ListedFigures
-from services.analysis.usage import UsagePieces, bucket_width, pieces_of, usage_of_pieces, usage_window
+from services.analysis.usage import UsagePieces, bucket_width, pieces_of, usage_of_pieces, usage_windows
 from services.derive.cache import AnalysisCache
 from services.derive.runs import RunScope, list_item, listed_runs
 from services.schemas.categories import EVAL, WASTE_KEYS
@@ -34,15 +34,18 @@ def fleet_window(analyses: AnalysisCache, scope: RunScope, *, since: float | Non
     count = max(1, math.ceil((hi - origin) / width))
     edges = origin + width * np.arange(count + 1, dtype=np.float64)
     edges[0], edges[-1] = max(edges[0], lo), min(edges[-1], hi)  # the range's own edges: nothing outside it
+    laid = [usage_of(run.listed) for run in listed]
+    sums, per_bucket = usage_windows([usage for usage, _ in laid], since, hi, edges)
+    # lists made once for all runs (numpy's tolist), keys that are zero in every bucket left out
+    columns, clipped = per_bucket.transpose(0, 2, 1).tolist(), sums.tolist()
+    nonzero = np.asarray(per_bucket.any(axis=1))
     out = []
-    for run in listed:
-        usage, laid_out = usage_of(run.listed)
-        clipped, per_bucket = usage_window(usage, since, hi, edges)
+    for r, (run, (_, laid_out)) in enumerate(zip(listed, laid, strict=True)):
         # constructed, not validated: floats from numpy by construction, and validating thousands of runs' buckets
         # cost more than cutting them (benchmarks.fleet_listing)
         out.append(RunInWindow.model_construct(
-            run=list_item(run), window=window_figures(clipped), laid_out=laid_out,
-            buckets={USAGE_KEYS[j]: per_bucket[:, j].tolist() for j in np.flatnonzero(per_bucket.any(axis=0))}))
+            run=list_item(run), window=window_figures(dict(zip(USAGE_KEYS, clipped[r], strict=True))),
+            laid_out=laid_out, buckets={USAGE_KEYS[j]: columns[r][j] for j in np.flatnonzero(nonzero[r])}))
     return FleetWindow(since=since, until=hi, bucket_start=origin, bucket_s=width, bucket_count=count,
                        server_time=now, runs=out)
 
@@ -61,8 +64,10 @@ def usage_of(listed: ListedFigures) -> tuple[UsagePieces, bool]:
 
 
 def window_figures(clipped: dict[str, float]) -> WindowFigures:
-    waste = WasteBreakdown(**{k: clipped[k] for k in WASTE_KEYS})
+    # constructed, not validated: floats by construction (numpy's tolist), one per field
+    waste = WasteBreakdown.model_construct(None, **{k: clipped[k] for k in WASTE_KEYS})
     allocated = sum(clipped[k] for k in USAGE_KEYS)
-    return WindowFigures(allocated_gpu_seconds=allocated, productive_gpu_seconds=clipped["productive"],
-                         eval_gpu_seconds=clipped[EVAL], waste_gpu_seconds=waste,
-                         goodput=goodput_ratio(clipped["productive"], allocated))
+    return WindowFigures.model_construct(allocated_gpu_seconds=allocated,
+                                         productive_gpu_seconds=clipped["productive"], eval_gpu_seconds=clipped[EVAL],
+                                         waste_gpu_seconds=waste, goodput=goodput_ratio(clipped["productive"],
+                                                                                        allocated))

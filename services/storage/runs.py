@@ -104,6 +104,13 @@ def get_run_by_pk(conn: Connection, run_pk: int) -> RunRow:
     return _run_row(row)
 
 
+def get_runs_by_pk(conn: Connection, run_pks: list[int]) -> dict[int, RunRow]:
+    """The rows of the runs `run_pks` that exist, by key (one query: a list reads many at once)."""
+    if not run_pks:
+        return {}
+    return {row[0]: _run_row(row) for row in conn.execute(select(*_RUN_COLUMNS).where(Run.id.in_(run_pks)))}
+
+
 def list_runs(conn: Connection, *, since: float | None = None, until: float | None = None,
               status: str | None = None, limit: int = 1000, project: str | None = None) -> list[RunRow]:
     query = _listing(select(*_RUN_COLUMNS), since=since, until=until, status=status, limit=limit, project=project)

@@ -10,6 +10,15 @@ import pytest
 from services.analysis.ledger import build_ledger
 from services.analysis.provisional import LiveHang, provisional_ledger
 from services.analysis.run_data import run_data_from_events
+from services.analysis.run_figures import (
+    ListedFigures,
+    RunFigures,
+    figures_of,
+    listed_figures,
+    provisional_figures,
+    usage_bytes,
+    usage_from_bytes,
+)
 from services.schemas.ledger import Ledger
 from tests.analysis.scenarios import T0, ev, per_rank, steps
 from tests.ledger_checks import assert_partition
@@ -119,3 +128,26 @@ def test_a_ledger_stored_before_running_tails_existed_is_left_as_it_is() -> None
     stored = ledger_of(hung_run()).model_copy(update={"running_tail": None})
     unchanged = stored.model_copy(update={"provisional": None})
     assert provisional_ledger(stored, LiveHang(since=T0 + 25), T0 + 100) == unchanged
+
+
+@pytest.mark.parametrize(("gpus", "since", "now", "clock_offset_s"), [
+    (W, 25.0, 100.0, 0.0),  # the tail moves to hang and the allocation grows to now
+    (W + 2, 25.0, 100.0, 0.0),  # GPUs beyond the world stay idle
+    (W, 60.0, 100.0, 0.0),  # progress seen after the stored ledger's end
+    (W, 25.0, 30.0, 0.0),  # now inside the stored tail: only part of it moves
+    (W, 25.0, 100.0, -7.5),  # the run's clock behind the collector's
+    (W, 200.0, 100.0, 0.0),  # nothing to book
+])
+def test_the_run_lists_hang_booked_on_the_stored_figures_equals_the_whole_ledgers_to_the_bit(
+        gpus: int, since: float, now: float, clock_offset_s: float) -> None:
+    stored = ledger_of(hung_run(gpus))
+    hang = LiveHang(since=T0 + since, clock_offset_s=clock_offset_s)
+    expected = listed_figures(provisional_ledger(stored, hang, T0 + now))
+    # the figures as the lists read them back: stored JSON and usage bytes, not the ledger
+    figures = RunFigures.model_validate_json(figures_of(stored).model_dump_json())
+    assert figures.knows_running_tail
+    got = provisional_figures(ListedFigures(figures, usage_from_bytes(figures, usage_bytes(stored))), hang, T0 + now)
+    assert got.figures == expected.figures
+    assert got.usage is not None and expected.usage is not None
+    for name in ("start", "end", "values"):  # the same doubles, not merely close
+        assert getattr(got.usage, name).tobytes() == getattr(expected.usage, name).tobytes()

@@ -16,7 +16,7 @@ from services.analysis.usage import (
     usage_in_bins,
     usage_matrix,
     usage_of_pieces,
-    usage_window,
+    usage_windows,
     with_interval,
 )
 from services.schemas.ledger import Ledger
@@ -174,22 +174,30 @@ def per_key_bins(usage: Usage, edges: np.ndarray) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_the_fleet_windows_one_pass_cut_equals_the_per_key_cut_to_the_bit(seed: int) -> None:
-    rng = np.random.default_rng(seed)
+def random_usage(rng: np.random.Generator) -> Usage:
     n = int(rng.integers(1, 60))
     lengths = rng.uniform(0.1, 500.0, n) * (rng.random(n) < 0.8)  # some pieces touch, some leave gaps
     gaps = rng.uniform(0.0, 200.0, n) * (rng.random(n) < 0.5)
-    start = T0 + np.cumsum(gaps + np.r_[0.0, lengths[:-1]])
+    start = T0 + rng.uniform(-3000, 3000) + np.cumsum(gaps + np.r_[0.0, lengths[:-1]])
     values = rng.uniform(0.0, 1e4, (n, len(USAGE_KEYS))) * (rng.random(len(USAGE_KEYS)) < 0.5)  # zero keys too
-    usage = usage_of_pieces(start, start + lengths, values)
-    if not usage.start:
-        return
-    since = None if seed % 3 == 0 else float(rng.uniform(T0 - 100, start[-1]))
-    until = float(rng.uniform(since if since is not None else T0, start[-1] + 1000))
-    edges = np.sort(rng.uniform(T0 - 500, start[-1] + 500, int(rng.integers(2, 50))))
-    clipped, bins = usage_window(pieces_of(usage), since, until, edges)
-    assert clipped == clip_usage(usage, since, until)
-    reference = per_key_bins(usage, edges)
-    assert bins.tobytes() == reference.tobytes()
-    assert usage_in_bins(usage, edges).tobytes() == reference.tobytes()
+    return usage_of_pieces(start, start + lengths, values)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_fleet_windows_cut_of_all_runs_at_once_equals_the_per_key_cut_of_each_to_the_bit(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    usages = [random_usage(rng) for _ in range(int(rng.integers(1, 40)))]  # some without pieces
+    last = max((u.end[-1] for u in usages if u.end), default=T0)
+    since = None if seed % 3 == 0 else float(rng.uniform(T0 - 3100, last))
+    until = float(rng.uniform(since if since is not None else T0, last + 1000))
+    edges = np.sort(rng.uniform(T0 - 3500, last + 500, int(rng.integers(2, 50))))
+    if seed % 4 == 1:  # points on the pieces' own ends take the knot's value
+        ends = [e for u in usages for e in u.end]
+        edges = np.sort(np.r_[edges, rng.choice(ends, min(len(ends), 5), replace=False)])
+    sums, bins = usage_windows([pieces_of(u) for u in usages], since, until, edges)
+    assert bins.shape == (len(usages), len(edges) - 1, len(USAGE_KEYS))
+    for r, usage in enumerate(usages):
+        assert dict(zip(USAGE_KEYS, sums[r].tolist(), strict=True)) == clip_usage(usage, since, until)
+        reference = per_key_bins(usage, edges) if usage.start else usage_in_bins(usage, edges)
+        assert bins[r].tobytes() == reference.tobytes()
+        assert usage_in_bins(usage, edges).tobytes() == reference.tobytes()

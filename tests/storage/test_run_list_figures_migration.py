@@ -34,3 +34,19 @@ def test_revision_0012_copies_the_figures_out_of_ledgers_stored_before_it(settin
         assert copied[run_id][1] == usage  # the same doubles, in the same order
         pieces = usage_from_bytes(figures, usage)
         assert pieces is not None and len(pieces.start) > 0
+
+
+def test_revision_0014_copies_the_running_tail_into_the_figures(settings: Any, engine: Engine) -> None:
+    with TestClient(create_app(settings, engine=engine)) as client:
+        post(client, fleet())
+        client.get("/v1/runs")
+    stored = stored_figures(engine)
+    tails = {run_id: RunFigures.model_validate_json(f).running_tail for run_id, (f, _) in stored.items()}
+    assert tails["stalled"] is not None  # a running run has one
+    downgrade(engine, "0013")
+    for figures_json, _ in stored_figures(engine).values():
+        assert not RunFigures.model_validate_json(figures_json).knows_running_tail  # hung runs: their whole ledger
+    upgrade(engine)
+    for run_id, (figures_json, _) in stored_figures(engine).items():
+        figures = RunFigures.model_validate_json(figures_json)
+        assert figures.knows_running_tail and figures.running_tail == tails[run_id]

@@ -6,9 +6,10 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Query, Response
 
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunScopeDep
+from services.collector.responses import model_response
 from services.collector.routes.runs import LIST_BUDGET_S
 from services.derive.fleet import fleet_window
 from services.schemas.fleet import FleetWindow
@@ -33,11 +34,12 @@ def get_fleet_window(
     run_id: Annotated[str | None, Query(max_length=256, description="substring of the run id")] = None,
     buckets: Annotated[int, Query(ge=1, le=500, description="at most this many time buckets")] = 48,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 10_000,
-) -> FleetWindow:
+) -> Response:
     now = time.time()
     hi = now if until is None else until
     if since is not None and hi < since:
         raise HTTPException(422, f"until ({hi:.0f}) is before since ({since:.0f}): give a range that ends after "
                                  "it starts")
-    return fleet_window(analyses, scope, since=since, until=until, now=now, config=live, budget_s=LIST_BUDGET_S,
-                        status=status, run_id=run_id, buckets=buckets, limit=limit)
+    return model_response(fleet_window(analyses, scope, since=since, until=until, now=now, config=live,
+                                       budget_s=LIST_BUDGET_S, status=status, run_id=run_id, buckets=buckets,
+                                       limit=limit))

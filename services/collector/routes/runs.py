@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
 from services.collector.deps import AnalysesDep, LiveConfigDep, RunDep, RunScopeDep
+from services.collector.responses import model_response
 from services.derive.runs import RunSummary, list_item, listed_runs, run_summary
 from services.derive.served import served_ledger
 from services.schemas.errors import NOT_FOUND
@@ -31,10 +32,10 @@ def get_runs(
     until: Annotated[float | None, Query(description="only runs with events at or before this epoch time")] = None,
     run_id: Annotated[str | None, Query(max_length=256, description="substring of the run id")] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-) -> RunList:
+) -> Response:
     listed = listed_runs(analyses, scope, budget_s=LIST_BUDGET_S, now=time.time(), config=live, since=since,
                          until=until, limit=limit, run_id_part=run_id, status=status)
-    return RunList(runs=[list_item(run) for run in listed], count=len(listed))
+    return model_response(RunList(runs=[list_item(run) for run in listed], count=len(listed)))
 
 
 @router.get("/v1/runs/{run_id:path}/waste", response_model=Ledger, responses=NOT_FOUND,
