@@ -114,7 +114,7 @@ CLIENT_PARTS: dict[str, tuple[str, ...]] = {
 # --- thin routes --------------------------------------------------------------------------------------------------
 ROUTES = "services.collector.routes"
 ROUTES_MAY_IMPORT = ("services.derive", SCHEMAS, "services.collector.deps", "services.collector.auth",
-                     "services.collector.errors", ROUTES)
+                     "services.collector.errors", "services.collector.responses", ROUTES)
 ROUTES_EXCEPTIONS: dict[str, str] = {
     f"{ROUTES}.ingest": "the write path: parses, checks and hands events to storage's writer; derives nothing",
     f"{ROUTES}.metrics": "the Prometheus exposition of services.metrics, which reads runs through services.derive",
