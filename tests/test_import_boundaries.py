@@ -12,8 +12,9 @@ The rules (docs/architecture.md draws the same picture in words):
 - services.analysis is pure: no I/O, no clock, no other layer but the documents it builds. It imports only the
   computational part of the standard library, numpy, pandas, pydantic and services.schemas.
 - Live hang detection has one implementation: services.analysis.live judges a LiveState and reads no events (no
-  pandas, no RunData); a LiveState is built from a run only by services.storage.live (and, for a pruned run, from
-  the tail it stored: services.analysis.live_tail). Tests read scenarios through it too (tests/live_database.py).
+  pandas, no RunData); a LiveState is built from a run only by services.storage.live (for many runs at once by
+  services.storage.live_batch, with live's code; for a pruned run, from the tail it stored:
+  services.analysis.live_tail). Tests read scenarios through it too (tests/live_database.py).
 - Only services.storage speaks SQL: no other application module imports SQLAlchemy, Alembic or psycopg, except
   SQLAlchemy's `Engine` and `Connection`, handles that callers pass into storage functions and that carry no SQL.
   Outside the application, migrations/ (Alembic) and the tests and benchmarks (which set up and inspect
@@ -71,8 +72,10 @@ SCHEMAS_MAY_IMPORT = (*PURE_STDLIB, "array", "pydantic", "pydantic_core", SCHEMA
 LIVE_JUDGE = "services.analysis.live"
 LIVE_JUDGE_MAY_NOT_IMPORT = ("pandas", "services.analysis.run_data")
 LIVE_STATES = (f"{LIVE_JUDGE}.LiveState", f"{LIVE_JUDGE}.RankState")
-# who may name the state: storage builds it, live_tail carries a pruned run's part of it, derive reads it for a verdict
-LIVE_STATE_IMPORTERS = ("services.storage.live", "services.analysis.live_tail", "services.derive.live")
+# who may name the state: storage builds it (live_batch for many runs at once, with live's code), live_tail carries a
+# pruned run's part of it, derive reads it for a verdict
+LIVE_STATE_IMPORTERS = ("services.storage.live", "services.storage.live_batch", "services.analysis.live_tail",
+                        "services.derive.live")
 
 # --- SQL lives in services.storage -------------------------------------------------------------------------------
 SQL_LIBRARIES = ("sqlalchemy", "alembic", "psycopg")

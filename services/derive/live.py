@@ -9,7 +9,6 @@ the run 5 times a second. Checkpoint requests are here too: what a scheduler ask
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from sqlalchemy import Connection, Engine
@@ -29,6 +28,7 @@ from services.storage.checkpoint_requests import (
     resolve_fulfilled,
 )
 from services.storage.live import load_live_state
+from services.storage.live_batch import load_live_states
 from services.storage.runs import RunRow, list_runs
 
 LEDGER_BUDGET_S = 0.5
@@ -36,7 +36,6 @@ LEDGER_BUDGET_S = 0.5
 # in the background: waiting LEDGER_BUDGET_S for each of 40 busy live runs kept /v1/live 29.5 s long under the
 # 10,240-rank load (benchmarks.load). The hang verdict itself is always fresh (services.storage.live).
 FLEET_LEDGER_BUDGET_S = 0.0
-LIVE_LOOKUP_THREADS = 4  # a fleet list's hang verdicts judged at once (each holds a database connection meanwhile)
 MAX_FLEET_SUSPECTS = 16  # suspects listed per run in /v1/live (the per-run endpoint: LiveConfig.max_suspects)
 
 
@@ -71,15 +70,16 @@ def live_hang_of(status: LiveStatus | LiveRun) -> LiveHang | None:
 
 
 def live_hangs(engine: Engine, rows: list[RunRow], now: float, config: LiveConfig) -> dict[int, LiveHang]:
-    """The hung runs among `rows` (running runs), by key, each with its hang's input. Judged on a few threads: each
-    run's verdict is a few index lookups, mostly waiting for the database, and a fleet list judges every running
-    run."""
+    """The hung runs among `rows` (running runs), by key, each with its hang's input: their states read with one
+    statement per kind of lookup for them all (services.storage.live_batch), each judged as `live_status` does."""
     if not rows:
         return {}
-    with ThreadPoolExecutor(max_workers=min(LIVE_LOOKUP_THREADS, len(rows)),
-                            thread_name_prefix="goodput-live") as pool:
-        verdicts = pool.map(lambda row: live_hang_of(live_status(engine, row, now, config)), rows)
-        return {row.pk: hang for row, hang in zip(rows, verdicts, strict=True) if hang is not None}
+    with engine.connect() as conn:
+        states = load_live_states(conn, rows, now=now, lookback_s=config.heartbeat_lookback_s,
+                                  recent_steps=config.recent_steps)
+    verdicts = {pk: live_hang_of(detect_hang(replace(state, status="running"), now, config, with_ranks=False))
+                for pk, state in states.items()}
+    return {pk: hang for pk, hang in verdicts.items() if hang is not None}
 
 
 def live_for_row(analyses: AnalysisCache, row: RunRow, now: float, config: LiveConfig, *,

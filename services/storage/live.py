@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -50,12 +51,18 @@ _RECENT_SQL = text(
 
 
 def _recent_steps(conn: Connection, args: dict[str, Any], rank: int, n: int) -> list[tuple[int, float, float]]:
-    """The rank's last `n` (step, start, end), in step order: from `steps`, and from the rank's last block rows when
-    `steps` holds fewer (it keeps only the rank's current block: services.storage.step_columns)."""
     rows = [(int(s), float(t0), float(t1)) for s, t0, t1 in conn.execute(_RECENT_SQL, {**args, "r": rank, "n": n})]
+    return recent_steps_of(conn, args["pk"], args["a"], rank, n, rows)
+
+
+def recent_steps_of(conn: Connection, run_pk: int, attempt: int, rank: int, n: int,
+                    rows: list[tuple[int, float, float]]) -> list[tuple[int, float, float]]:
+    """The rank's last `n` (step, start, end), in step order, from its last `n` rows in `steps` (`rows`), and from its
+    last block rows when `steps` holds fewer (it keeps only the rank's current block: services.storage.step_columns)."""
     if len(rows) < n:
-        moved = column_rows(conn, args["pk"], attempt=args["a"], ranks=[rank], last_blocks=2)
-        rows += zip(moved.rows.step.tolist(), moved.rows.start.tolist(), moved.rows.end.tolist(), strict=True)
+        moved = column_rows(conn, run_pk, attempt=attempt, ranks=[rank], last_blocks=2)
+        rows = rows + list(zip(moved.rows.step.tolist(), moved.rows.start.tolist(), moved.rows.end.tolist(),
+                               strict=True))
     return sorted(rows, key=lambda row: row[0])[-n:]
 
 
@@ -98,94 +105,147 @@ class _Started:
     last_step_end: float | None = None
 
 
+Fetched = Sequence[Sequence[Any]]  # a statement's rows, as fetched
+
+
+@dataclass(slots=True)
+class LiveReads:
+    """What is read of one run's current attempt, as the database returned it (the statements above, or
+    services.storage.live_batch's for many runs at once); `LiveReads.state` makes the LiveState of it."""
+
+    attempt: int
+    offsets: dict[int, float]
+    starts: Fetched  # (rank, time, data, last step, its end)
+    ends: Fetched = ()  # (rank, time, data)
+    recent: list[tuple[int, float, float]] = field(default_factory=list)  # the leader's last steps, in step order
+    collectives: Fetched = ()  # (rank, step, distinct starts, last end)
+    beats: Fetched = ()  # (rank, time, step, data): each rank's newest since `since`
+    kinds: Fetched = ()  # (kind, rank or -1, latest time)
+    previous: Fetched = ()  # (rank or -1, latest attempt_end of an earlier attempt)
+    resume: Any = None
+
+    def local(self, rank: Any, t: Any) -> float:
+        """A time the rank reported, on the collector's clock."""
+        return float(t) - self.offsets.get(int(rank) if rank is not None else -1, 0.0)
+
+    def ranks(self) -> tuple[dict[int, _Started], int]:
+        """The ranks that sent attempt_start, and the largest world size they claimed."""
+        ranks: dict[int, _Started] = {}
+        world = 0
+        for rank, t, data, last_step, last_end in self.starts:
+            fields = json.loads(data) if data else {}
+            world = max(world, int(fields.get("world_size") or 0))
+            mine = ranks.setdefault(int(rank), _Started(start_time=self.local(rank, t)))
+            mine.start_time = min(mine.start_time, self.local(rank, t))
+            if fields.get("host") is not None:
+                mine.host = str(fields["host"])
+            if last_step is not None:
+                mine.last_step, mine.last_step_end = int(last_step), self.local(rank, last_end)
+        return ranks, world
+
+    def front(self) -> tuple[int, int, int] | None:
+        """(the furthest rank, the lowest and highest step whose collectives are read), None before any step."""
+        stepped = {int(rank): int(step) for rank, _, _, step, _ in self.starts if step is not None}
+        if not stepped:
+            return None
+        leader = max(stepped, key=lambda r: (stepped[r], -r))
+        front = max(stepped.values())
+        return leader, max(min(stepped.values()) + 1, front - 1), front + 1
+
+    def since(self, now: float, lookback_s: float) -> float:
+        """Where the heartbeats are read from: the lookback on the collector's clock (by a clock behind, heartbeats
+        of the last minute are dated earlier)."""
+        return now - lookback_s + (min(0.0, *self.offsets.values()) if self.offsets else 0.0)
+
+    @property
+    def skewed(self) -> bool:
+        """Some rank's clock is off the collector's: the latest times are read per rank (each taken back)."""
+        return any(self.offsets.values())
+
+    def state(self, run: RunRow, *, now: float, lookback_s: float) -> LiveState:
+        local = self.local
+        ranks, world = self.ranks()
+        ended: dict[int, str] = {}
+        end_time = None
+        for rank, t, data in self.ends:
+            ended[int(rank)] = str((json.loads(data) if data else {}).get("reason") or "unknown")
+            end_time = max(end_time or local(rank, t), local(rank, t))
+        front = self.front()
+        leader_ends = tuple(local(front[0], e) for _, _, e in self.recent) if front else ()
+        leader_secs = tuple(float(e) - float(s) for _, s, e in self.recent) if front else ()
+        done = {(int(rank), int(step)): (int(n), local(rank, last)) for rank, step, n, last in self.collectives}
+        beats: dict[int, tuple[float, int | None, int | None]] = {}
+        since = self.since(now, lookback_s)
+        for rank, t, step, data in self.beats:
+            if float(t) < since or local(rank, t) < now - lookback_s:
+                continue
+            n = (json.loads(data) if data else {}).get("collectives")
+            beats[int(rank)] = (local(rank, t), None if step is None else int(step), None if n is None else int(n))
+        kinds: dict[str, float] = {}
+        for kind, rank, t in self.kinds:
+            kinds[kind] = max(kinds.get(kind, -math.inf), local(rank, t))
+        previous = max((local(rank, t) for rank, t in self.previous if t is not None), default=None)
+        out = []
+        span = max(world, max(ranks, default=-1) + 1)
+        # only the ranks that sent something: the others of a claimed world are counted by detect_hang, never built
+        for rank in sorted({r for r in (*ranks, *ended, *beats) if 0 <= r < span}):
+            info = ranks.get(rank)
+            last_step = info.last_step if info else None
+            coll = done.get((rank, (last_step or 0) + 1), (0, None))
+            beat = beats.get(rank)
+            out.append(RankState(
+                rank=rank, host=info.host if info else None, clock_offset_s=self.offsets.get(rank, 0.0),
+                reported=info is not None, last_step=last_step,
+                last_step_end=info.last_step_end if info else None,
+                collectives_done=coll[0], last_collective_end=coll[1],
+                heartbeat_time=beat[0] if beat else None, heartbeat_step=beat[1] if beat else None,
+                heartbeat_collectives=beat[2] if beat else None, ended=ended.get(rank),
+                start_time=info.start_time if info else None,
+            ))
+        return LiveState(
+            run_id=run.run_id, status=run.status, attempt=self.attempt, world_size=world or len(ranks),
+            attempt_start=min((v.start_time for v in ranks.values()), default=None),
+            resume_step=int(self.resume) if self.resume is not None else None, ranks=tuple(out),
+            leader_step_ends=leader_ends, leader_step_seconds=leader_secs,
+            checkpoint_start=_float(kinds.get("checkpoint_start")),
+            checkpoint_end=_float(kinds.get("checkpoint_end")),
+            phase_start=_float(kinds.get("phase_start")), phase_end=_float(kinds.get("phase_end")),
+            previous_attempt_end=_float(previous), attempt_end_time=_float(end_time),
+            first_time=run.first_time, latest_time=run.last_time,
+            clock_offset_s=reference_offset(self.offsets),
+        )
+
+
+CHECKPOINT_KINDS = ("checkpoint_start", "checkpoint_end", "phase_start", "phase_end")
+
+
+def no_attempt(run: RunRow) -> LiveState:
+    """The state of a run none of whose ranks has started an attempt."""
+    return LiveState(run_id=run.run_id, status=run.status, first_time=run.first_time, latest_time=run.last_time)
+
+
 def load_live_state(conn: Connection, run: RunRow, *, now: float, lookback_s: float = 60.0,
                     recent_steps: int = 32) -> LiveState:
     attempt = conn.execute(_ATTEMPT_SQL, {"pk": run.pk}).scalar()
     if attempt is None:
-        return LiveState(run_id=run.run_id, status=run.status, first_time=run.first_time,
-                         latest_time=run.last_time)
+        return no_attempt(run)
     args = {"pk": run.pk, "a": int(attempt)}
-    offsets = collector_offsets(conn, run.pk, int(attempt))
-
-    def local(rank: Any, t: Any) -> float:
-        """A time the rank reported, on the collector's clock."""
-        return float(t) - offsets.get(int(rank) if rank is not None else -1, 0.0)
-
-    ranks: dict[int, _Started] = {}
-    world = 0
-    for rank, t, data, last_step, last_end in conn.execute(_STARTS_SQL, args):
-        fields = json.loads(data) if data else {}
-        world = max(world, int(fields.get("world_size") or 0))
-        mine = ranks.setdefault(int(rank), _Started(start_time=local(rank, t)))
-        mine.start_time = min(mine.start_time, local(rank, t))
-        if fields.get("host") is not None:
-            mine.host = str(fields["host"])
-        if last_step is not None:
-            mine.last_step, mine.last_step_end = int(last_step), local(rank, last_end)
-    ended: dict[int, str] = {}
-    end_time = None
-    for rank, t, data in conn.execute(_ENDS_SQL, args):
-        ended[int(rank)] = str((json.loads(data) if data else {}).get("reason") or "unknown")
-        end_time = max(end_time or local(rank, t), local(rank, t))
-    stepped = {r: v.last_step for r, v in ranks.items() if v.last_step is not None}
-    leader_ends: tuple[float, ...] = ()
-    leader_secs: tuple[float, ...] = ()
-    done: dict[tuple[int, int], tuple[int, float]] = {}
-    if stepped:
-        leader = max(stepped, key=lambda r: (stepped[r], -r))
-        rows = _recent_steps(conn, args, leader, recent_steps + 1)
-        leader_ends = tuple(local(leader, e) for _, _, e in rows)
-        leader_secs = tuple(float(e) - float(s) for _, s, e in rows)
-        front = max(stepped.values())
-        lo = max(min(stepped.values()) + 1, front - 1)
-        for rank, step, n, last in conn.execute(_COLLECTIVES_SQL, {**args, "lo": lo, "hi": front + 1}):
-            done[(int(rank), int(step))] = (int(n), local(rank, last))
-    beats: dict[int, tuple[float, int | None, int | None]] = {}
-    # the lookback on the collector's clock: by a clock behind, heartbeats of the last minute are dated earlier
-    behind = min(0.0, *offsets.values()) if offsets else 0.0
-    for rank, t, step, data in conn.execute(_HEARTBEATS_SQL, {**args, "since": now - lookback_s + behind}):
-        if local(rank, t) < now - lookback_s:
-            continue
-        n = (json.loads(data) if data else {}).get("collectives")
-        beats[int(rank)] = (local(rank, t), None if step is None else int(step), None if n is None else int(n))
-    checkpoint_kinds = {**args, "kinds": ["checkpoint_start", "checkpoint_end", "phase_start", "phase_end"]}
-    kinds: dict[str, float] = {}
-    skewed = any(offsets.values())
-    for kind, rank, t in conn.execute(_KIND_TIMES_BY_RANK_SQL if skewed else _KIND_TIMES_SQL, checkpoint_kinds):
-        kinds[kind] = max(kinds.get(kind, -math.inf), local(rank, t))
-    previous = max((local(rank, t) for rank, t in conn.execute(
-        _PREVIOUS_END_BY_RANK_SQL if skewed else _PREVIOUS_END_SQL, args) if t is not None), default=None)
-    resume = conn.execute(_RESUME_SQL, args).scalar()
-
-    out = []
-    span = max(world, max(ranks, default=-1) + 1)
-    # only the ranks that sent something: the others of a claimed world are counted by detect_hang, never built
-    for rank in sorted({r for r in (*ranks, *ended, *beats) if 0 <= r < span}):
-        info = ranks.get(rank)
-        last_step = info.last_step if info else None
-        coll = done.get((rank, (last_step or 0) + 1), (0, None))
-        beat = beats.get(rank)
-        out.append(RankState(
-            rank=rank, host=info.host if info else None, clock_offset_s=offsets.get(rank, 0.0),
-            reported=info is not None, last_step=last_step,
-            last_step_end=info.last_step_end if info else None,
-            collectives_done=coll[0], last_collective_end=coll[1],
-            heartbeat_time=beat[0] if beat else None, heartbeat_step=beat[1] if beat else None,
-            heartbeat_collectives=beat[2] if beat else None, ended=ended.get(rank),
-            start_time=info.start_time if info else None,
-        ))
-    state = LiveState(
-        run_id=run.run_id, status=run.status, attempt=int(attempt), world_size=world or len(ranks),
-        attempt_start=min((v.start_time for v in ranks.values()), default=None),
-        resume_step=int(resume) if resume is not None else None, ranks=tuple(out),
-        leader_step_ends=leader_ends, leader_step_seconds=leader_secs,
-        checkpoint_start=_float(kinds.get("checkpoint_start")), checkpoint_end=_float(kinds.get("checkpoint_end")),
-        phase_start=_float(kinds.get("phase_start")), phase_end=_float(kinds.get("phase_end")),
-        previous_attempt_end=_float(previous), attempt_end_time=_float(end_time),
-        first_time=run.first_time, latest_time=run.last_time,
-        clock_offset_s=reference_offset(offsets),
-    )
-    return state if run.detail_pruned_at is None else _with_stored_tail(conn, run, state)
+    reads = LiveReads(int(attempt), collector_offsets(conn, run.pk, int(attempt)),
+                      conn.execute(_STARTS_SQL, args).all())
+    reads.ends = conn.execute(_ENDS_SQL, args).all()
+    front = reads.front()
+    if front is not None:
+        leader, lo, hi = front
+        reads.recent = _recent_steps(conn, args, leader, recent_steps + 1)
+        reads.collectives = conn.execute(_COLLECTIVES_SQL, {**args, "lo": lo, "hi": hi}).all()
+    reads.beats = conn.execute(_HEARTBEATS_SQL, {**args, "since": reads.since(now, lookback_s)}).all()
+    skewed = reads.skewed
+    reads.kinds = conn.execute(_KIND_TIMES_BY_RANK_SQL if skewed else _KIND_TIMES_SQL,
+                               {**args, "kinds": list(CHECKPOINT_KINDS)}).all()
+    reads.previous = conn.execute(_PREVIOUS_END_BY_RANK_SQL if skewed else _PREVIOUS_END_SQL, args).all()
+    reads.resume = conn.execute(_RESUME_SQL, args).scalar()
+    state = reads.state(run, now=now, lookback_s=lookback_s)
+    return state if run.detail_pruned_at is None else with_stored_tail(state, load_product(conn, run.pk, LIVE_TAIL))
 
 
 def live_tail(conn: Connection, run: RunRow, *, now: float) -> LiveTail:
@@ -193,9 +253,9 @@ def live_tail(conn: Connection, run: RunRow, *, now: float) -> LiveTail:
     return tail_of(load_live_state(conn, run, now=now))
 
 
-def _with_stored_tail(conn: Connection, run: RunRow, state: LiveState) -> LiveState:
-    """A pruned run's state with the live tail stored when its rows went, where they are gone."""
-    stored = load_product(conn, run.pk, LIVE_TAIL)
+def with_stored_tail(state: LiveState, stored: tuple[int, str] | None) -> LiveState:
+    """A pruned run's state with the live tail stored when its rows went (`stored`: its run_products row), where
+    they are gone."""
     if stored is None:  # pruned before the tail was stored
         return state
     try:
