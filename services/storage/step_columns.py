@@ -28,8 +28,14 @@ from services.storage.records import StepRows
 from services.storage.tables import step_columns
 
 _VALUE_COLUMNS = ("step", "start", "end", "loss", "lr", "comm")
-_MOVE_SQL = ("DELETE FROM steps WHERE run_pk = {p} AND attempt = {p} AND rank = {p} AND step < {p} "
+_MOVE_SQL = ("DELETE FROM steps WHERE run_pk = {p} AND attempt = {p} AND rank = {p} AND step >= {p} AND step < {p} "
              "RETURNING step, start_time, end_time, loss, lr, comm")
+_LOWEST_SQL = ("SELECT min(step) FROM steps WHERE run_pk = {p} AND attempt = {p} AND rank = {p} AND step >= {p} "
+               "AND step < {p}")
+# Rows moved per statement at most (whole blocks): a batch that brings a rank's millions of steps at once moves them
+# a slice at a time, so the collector never holds them all as Python rows (tests/faults/test_request_memory.py).
+MOVE_CHUNK_STEPS = 64 * BLOCK_STEPS
+_INT64_MIN = -(1 << 63)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +55,20 @@ def move_left_blocks(conn: Connection, below: dict[tuple[int, int, int], int]) -
     returns the rows moved. In key order: concurrent writers take the same row locks in the same order."""
     moved = 0
     for (run_pk, attempt, rank), step in sorted(below.items()):
-        fetched = _execute(conn, _MOVE_SQL, (run_pk, attempt, rank, step))
-        if not fetched:
-            continue
+        key = (run_pk, attempt, rank)
+        lowest = _execute(conn, _LOWEST_SQL, (*key, _INT64_MIN, step))[0][0]
+        while lowest is not None:
+            start = int(lowest) // BLOCK_STEPS * BLOCK_STEPS
+            end = min(step, start + MOVE_CHUNK_STEPS)
+            moved += _move_slice(conn, key, _execute(conn, _MOVE_SQL, (*key, start, end)))
+            lowest = _execute(conn, _LOWEST_SQL, (*key, end, step))[0][0] if end < step else None
+    return moved
+
+
+def _move_slice(conn: Connection, key: tuple[int, int, int], fetched: list[tuple[Any, ...]]) -> int:
+    """One slice of a rank's deleted step rows (whole blocks) into one block row each."""
+    run_pk, attempt, rank = key
+    if fetched:
         matrix = np.array(fetched, dtype=np.float64)  # SQLite's NULL (a value not reported) becomes NaN here
         steps = np.array([r[0] for r in fetched], dtype=np.int64)  # exact: a float64 holds 53 bits of a step
         order = np.lexsort((matrix[:, 2], matrix[:, 1], steps))  # one order, whatever the delete returned
@@ -64,8 +81,7 @@ def move_left_blocks(conn: Connection, below: dict[tuple[int, int, int], int]) -
             out.append({"run_pk": run_pk, "attempt": attempt, "rank": rank, "block": int(blocks[lo]),
                         "end_time": float(part.end.max()), "rows": int(hi - lo), "data": encode_step_rows(part)})
         conn.execute(step_columns.insert(), out)
-        moved += len(fetched)
-    return moved
+    return len(fetched)
 
 
 def column_rows(conn: Connection, run_pk: int, *, attempt: int | None = None, ranks: Sequence[int] | None = None,
