@@ -13,10 +13,12 @@ What the events allow:
   "<Type>: <message>"), the failing rank's when it sent one, else the first one sent; a "SIGTERM" (torchrun stopping
   the survivors) is no error;
 - after a hang, the ranks that hung: those behind the furthest rank when the attempt stopped (the step they were in,
-  then the collectives they had started in it, from their last heartbeat): the others waited for them.
+  then the collectives they had started in it, from their last heartbeat or completed step): the others waited.
 
-Everything here is read from the run's events, none of it from its step rows: a run's steps may be rows, blocks or a
-sketch of old blocks (services.storage.step_columns, analysis.rank_sketch), and the causes must not depend on which.
+Each rank's last completed step comes from the step rows or, where the run keeps its steps per block, from its
+blocks (`last_steps`): the two give the same causes. A long run's early blocks may be folded into a sketch
+(services.analysis.rank_sketch), which keeps no rank's last step: a failed attempt there names its hung ranks from
+the heartbeats alone.
 
 Where the launcher wrote its workers' logs is not in the events: `log_hint` says where torchrun keeps them.
 """
@@ -30,6 +32,7 @@ import pandas as pd
 
 from services.analysis.attempts import Attempt
 from services.analysis.run_data import ranks_own
+from services.analysis.step_summary import StepSummary
 from services.schemas.views import FailureCause
 
 _NOT_AN_ERROR = frozenset({"SIGTERM"})  # what a survivor says when torchrun stops it: the failure was elsewhere
@@ -41,14 +44,38 @@ LOG_HINT = ("torchrun keeps each worker's output under --log-dir (<log dir>/<run
             "when given; else it is in the launcher's output")
 
 
-def build_failure_causes(events: pd.DataFrame, attempts: Sequence[Attempt]) -> dict[int, FailureCause]:
-    """attempt number -> why it failed, for every failed attempt."""
+def build_failure_causes(events: pd.DataFrame, last_steps: dict[int, dict[int, int]],
+                         attempts: Sequence[Attempt]) -> dict[int, FailureCause]:
+    """attempt number -> why it failed, for every failed attempt. `last_steps`: attempt -> rank -> the last step
+    the rank completed in it (`last_completed_steps`)."""
     failed = [a for a in attempts if a.failed]
     if not failed or events.empty:
         return {a.attempt: FailureCause() for a in failed}
     with_attempt = events[events["attempt"].notna()]
     keys = with_attempt["attempt"].to_numpy(np.int64)
-    return {a.attempt: _cause(with_attempt[keys == a.attempt]) for a in failed}
+    return {a.attempt: _cause(with_attempt[keys == a.attempt], last_steps.get(a.attempt, {})) for a in failed}
+
+
+def last_completed_steps(steps: pd.DataFrame, summary: StepSummary | None) -> dict[int, dict[int, int]]:
+    """attempt -> rank -> the last step the rank has a row for: from the step rows, or, when the run keeps them per
+    block (`steps` empty), from its whole blocks (a block folded into a sketch no longer says which rank did what:
+    its ranks are placed by their heartbeats alone)."""
+    out: dict[int, dict[int, int]] = {}
+    if not steps.empty:  # sorted by attempt, rank, step (RunStructure.steps): a rank's rows are one run of rows
+        attempt, rank = steps["attempt"].to_numpy(np.int64), steps["rank"].to_numpy(np.int64)
+        first = np.flatnonzero(np.r_[True, (attempt[1:] != attempt[:-1]) | (rank[1:] != rank[:-1])])
+        last = np.maximum.reduceat(steps["step"].to_numpy(np.int64), first)
+        for a, r, step in zip(attempt[first].tolist(), rank[first].tolist(), last.tolist(), strict=True):
+            out.setdefault(a, {})[r] = step
+        return out
+    for block in summary.blocks if summary is not None else ():
+        mine = out.setdefault(block.attempt, {})
+        has_row = ~np.isnan(block.compute)  # ranks x steps
+        for i, rank in enumerate(block.ranks.tolist()):
+            stepped = block.steps[has_row[i]]
+            if len(stepped):
+                mine[rank] = max(mine.get(rank, int(stepped[-1])), int(stepped[-1]))
+    return out
 
 
 def signal_name(exit_code: int | None) -> str | None:
@@ -58,7 +85,7 @@ def signal_name(exit_code: int | None) -> str | None:
     return _LINUX_SIGNALS.get(-exit_code, f"signal {-exit_code}")
 
 
-def _cause(ev: pd.DataFrame) -> FailureCause:
+def _cause(ev: pd.DataFrame, last_steps: dict[int, int]) -> FailureCause:
     observed = ev[(ev["kind"] == "attempt_end") & ev["exit_code"].notna() & ev["rank"].notna()]
     observed = observed[observed["exit_code"] != 0].sort_values(["time", "rank"])
     own = ranks_own(ev)
@@ -80,7 +107,7 @@ def _cause(ev: pd.DataFrame) -> FailureCause:
     error_rank = int(error_rows.iloc[0]["rank"]) if not error_rows.empty else None
     return FailureCause(
         rank=rank, basis=basis, host=_host_of(own, rank), exit_code=exit_code, signal=signal_name(exit_code),
-        error=error, error_rank=error_rank, hung_ranks=_behind(own), log_hint=LOG_HINT)
+        error=error, error_rank=error_rank, hung_ranks=_behind(own, last_steps), log_hint=LOG_HINT)
 
 
 def _first_to_stop(own: pd.DataFrame, errors: pd.DataFrame) -> tuple[int | None, str | None]:
@@ -120,15 +147,18 @@ def _host_of(own: pd.DataFrame, rank: int | None) -> str | None:
     return str(hosts.iloc[0]) if not hosts.empty else None
 
 
-def _behind(own: pd.DataFrame) -> list[int]:
+def _behind(own: pd.DataFrame, last_steps: dict[int, int]) -> list[int]:
     """The ranks behind the furthest one when the attempt stopped: (step in progress, collectives started in it),
-    from each rank's last heartbeat. Empty when every rank stood at one place (nothing
+    from each rank's last heartbeat and last completed step. Empty when every rank stood at one place (nothing
     says which one the others waited for)."""
     beats = own[(own["kind"] == "heartbeat") & own["rank"].notna() & own["step"].notna()].sort_values("time")
     position: dict[int, tuple[int, int]] = {}
     columns = (beats[c].to_numpy(np.float64) for c in ("rank", "step", "collectives"))
     for rank, step, collectives in zip(*columns, strict=True):  # time order: each rank's last heartbeat stays
         position[int(rank)] = (int(step), 0 if np.isnan(collectives) else int(collectives))
+    for rank, last in last_steps.items():
+        mine = (last + 1, 0)
+        position[rank] = max(position.get(rank, mine), mine)
     if len(position) < 2:
         return []
     front = max(position.values())

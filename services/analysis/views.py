@@ -27,7 +27,7 @@ import pandas as pd
 
 from services.analysis.attempts import RunStructure, build_run_structure
 from services.analysis.claims import CLAIM_CATEGORY, Claim, RunPainting, paint_run
-from services.analysis.failures import build_failure_causes
+from services.analysis.failures import build_failure_causes, last_completed_steps
 from services.analysis.medians import median_of_sorted_rows
 from services.analysis.rank_sketch import COMPUTE_ERROR
 from services.analysis.run_data import RunData
@@ -110,7 +110,8 @@ def build_run_views(
         for a in attempts[-MAX_TIMELINE_ROWS:]]
     shown_hangs = hangs[-MAX_TIMELINE_ROWS:]
     events = data.events if run.events is None else run.events
-    causes = build_failure_causes(events, failed[-MAX_TIMELINE_ROWS:])
+    causes = build_failure_causes(events, last_completed_steps(run.steps, data.step_summary),
+                                  failed[-MAX_TIMELINE_ROWS:])
     failures = [Failure(attempt=a.attempt, time=a.end, step=a.last_step, reason=a.reason or "lost",
                         cause=causes.get(a.attempt)) for a in failed[-MAX_TIMELINE_ROWS:]]
     restarted = [Restart(attempt=a.attempt, time=a.start, resume_step=a.resume_step)
