@@ -143,9 +143,16 @@ def build_job_steps(steps: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame({"attempt": pd.Series([], dtype=np.int64), "step": pd.Series([], dtype=np.int64),
                              "start": pd.Series([], dtype=float), "end": pd.Series([], dtype=float),
                              "ranks": pd.Series([], dtype=np.int64)})
-    grouped = steps.groupby(["attempt", "step"], sort=True)
-    out = grouped.agg(start=("start", "min"), end=("end", "max"), ranks=("rank", "size")).reset_index()
-    return out
+    # pandas' groupby(["attempt", "step"]).agg(start min, end max, ranks size), from one sort
+    attempt, step = steps["attempt"].to_numpy(np.int64), steps["step"].to_numpy(np.int64)
+    order = np.lexsort((step, attempt))
+    attempt, step = attempt[order], step[order]
+    first = np.flatnonzero(np.r_[True, (attempt[1:] != attempt[:-1]) | (step[1:] != step[:-1])])
+    return pd.DataFrame({
+        "attempt": attempt[first], "step": step[first],
+        "start": np.fmin.reduceat(steps["start"].to_numpy(np.float64)[order], first),  # fmin: NaN skipped
+        "end": np.fmax.reduceat(steps["end"].to_numpy(np.float64)[order], first),
+        "ranks": np.diff(np.r_[first, len(order)]).astype(np.int64)})
 
 
 def build_run_structure(data: RunData) -> RunStructure:

@@ -50,19 +50,27 @@ def block_clocks(attempt: int, block: int, ranks: np.ndarray, row: np.ndarray, s
         return BlockClocks(attempt=int(attempt), block=int(block), ranks=ranks, group=group, deviation=deviation,
                            steps=steps, start=block_start[None, :], end=block_end[None, :],
                            raw_first_start=np.array([np.min(raw_start)]), raw_last_end=np.array([np.max(raw_end)]))
-    at = (group[row], col)
-    first = np.full((n, len(steps)), np.inf)
-    np.minimum.at(first, at, start)
-    last = np.full((n, len(steps)), -np.inf)
-    np.maximum.at(last, at, end)
+    first = _per_group(np.minimum, np.inf, group, n, row, col, start, len(steps))
+    last = _per_group(np.maximum, -np.inf, group, n, row, col, end, len(steps))
     raw_group = group[raw_row]
-    raw_first = np.full(n, np.inf)
-    np.minimum.at(raw_first, raw_group, raw_start)
-    raw_last = np.full(n, -np.inf)
-    np.maximum.at(raw_last, raw_group, raw_end)
+    raw_first = np.array([np.min(raw_start[raw_group == g], initial=np.inf) for g in range(n)])
+    raw_last = np.array([np.max(raw_end[raw_group == g], initial=-np.inf) for g in range(n)])
     return BlockClocks(attempt=int(attempt), block=int(block), ranks=ranks, group=group, deviation=deviation,
                        steps=steps, start=np.where(np.isinf(first), np.nan, first),
                        end=np.where(np.isinf(last), np.nan, last), raw_first_start=raw_first, raw_last_end=raw_last)
+
+
+def _per_group(reduce: np.ufunc, fill: float, group: np.ndarray, n_groups: int, row: np.ndarray, col: np.ndarray,
+               values: np.ndarray, n_steps: int) -> np.ndarray:
+    """Per clock group and step, `reduce` (np.minimum / np.maximum) over the group's ranks' values (`fill` where none
+    of them has a row): the rows (one per (rank, step)) put in a ranks x steps matrix, each group's rows of it reduced
+    in rank order, as np.minimum.at would over the rows in that order, without its cost per value."""
+    cells = np.full((len(group), n_steps), fill)
+    cells[row, col] = values
+    if n_groups == 1:
+        out: np.ndarray = reduce.reduce(cells, axis=0)[None, :]
+        return out
+    return np.stack([reduce.reduce(cells[group == g], axis=0, initial=fill) for g in range(n_groups)])
 
 
 def one_clock(attempt: int, block: int, ranks: np.ndarray, steps: np.ndarray, start: np.ndarray, end: np.ndarray,

@@ -46,7 +46,7 @@ import pandas as pd
 
 from services.analysis.block_clocks import ABSURD_S, TOLERANCE_S, BlockClocks, block_clocks
 from services.analysis.run_data import RunData
-from services.analysis.step_blocks import block_of
+from services.analysis.step_blocks import BLOCK_STEPS, block_of
 from services.analysis.step_summary import StepSummary
 from services.schemas.clocks import HostClock
 
@@ -245,20 +245,41 @@ def clocks_of_rows(steps: pd.DataFrame) -> list[BlockClocks]:
     rank = steps["rank"].to_numpy(np.int64)
     step = steps["step"].to_numpy(np.int64)
     start, end = steps["start"].to_numpy(np.float64), steps["end"].to_numpy(np.float64)
-    block = block_of(step)
-    order = np.lexsort((end, start, step, rank, block, attempt))
-    cut = np.flatnonzero(np.r_[True, (attempt[order][1:] != attempt[order][:-1])
-                               | (block[order][1:] != block[order][:-1]), True])
+    attempt, block, rank, step, start, end = _by_block(attempt, block_of(step), rank, step, start, end)
+    cut = np.flatnonzero(np.r_[True, (attempt[1:] != attempt[:-1]) | (block[1:] != block[:-1]), True])
     out = []
     for lo, hi in itertools.pairwise(cut):
-        sel = order[lo:hi]
-        r, s, t0, t1 = rank[sel], step[sel], start[sel], end[sel]
-        first = np.r_[True, (r[1:] != r[:-1]) | (s[1:] != s[:-1])]
-        ranks, raw_row = np.unique(r, return_inverse=True)
-        steps_, col = np.unique(s[first], return_inverse=True)
-        out.append(block_clocks(int(attempt[sel[0]]), int(block[sel[0]]), ranks, raw_row[first], steps_, col,
+        r, s, t0, t1 = rank[lo:hi], step[lo:hi], start[lo:hi], end[lo:hi]
+        new_rank = np.r_[True, r[1:] != r[:-1]]
+        first = new_rank | np.r_[True, s[1:] != s[:-1]]
+        # np.unique's results without its sorts: the block's rows come by rank, and its steps are BLOCK_STEPS apart
+        ranks, raw_row = r[new_rank], np.cumsum(new_rank) - 1
+        steps_, col = _steps_of_block(int(block[lo]), s[first])
+        out.append(block_clocks(int(attempt[lo]), int(block[lo]), ranks, raw_row[first], steps_, col,
                                 t0[first], t1[first], raw_row, t0, t1))
     return out
+
+
+def _by_block(attempt: np.ndarray, block: np.ndarray, rank: np.ndarray, step: np.ndarray, start: np.ndarray,
+              end: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The columns in np.lexsort((end, start, step, rank, block, attempt)) order. Rows as storage hands them over
+    (sorted by (attempt, rank, step), one per step) take it from a stable sort by (attempt, block) alone."""
+    order = np.lexsort((block, attempt))
+    a, b, r, s = attempt[order], block[order], rank[order], step[order]
+    same_block = (a[1:] == a[:-1]) & (b[1:] == b[:-1])
+    if not bool(np.all(~same_block | (r[1:] > r[:-1]) | ((r[1:] == r[:-1]) & (s[1:] > s[:-1])))):
+        order = np.lexsort((end, start, step, rank, block, attempt))
+        a, b, r, s = attempt[order], block[order], rank[order], step[order]
+    return a, b, r, s, start[order], end[order]
+
+
+def _steps_of_block(block: int, step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(step, return_inverse=True) of steps of one block, in O(rows): a step is its offset in the block."""
+    base = block * BLOCK_STEPS
+    offset = step - base
+    present = np.zeros(BLOCK_STEPS, dtype=bool)
+    present[offset] = True
+    return base + np.flatnonzero(present), (np.cumsum(present) - 1)[offset]
 
 
 def _offsets_of(attempt: np.ndarray, rank: np.ndarray, clocks: RunClocks) -> np.ndarray:

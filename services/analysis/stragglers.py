@@ -108,13 +108,42 @@ def step_straggle(run: RunStructure, compute: pd.DataFrame, gpus_by_attempt: Map
     columns = ["attempt", "step", "slowest", "median", "ranks", "rank", "cost"]
     if compute.empty:
         return pd.DataFrame(columns=columns)
-    grouped = compute.groupby(["attempt", "step"], sort=False)["compute"]
-    stats = pd.DataFrame({"slowest": grouped.max(), "median": grouped.median(), "ranks": grouped.size()})
-    stats = stats.join(compute.loc[grouped.idxmax(), ["attempt", "step", "rank"]].set_index(["attempt", "step"]))
-    stats = stats[stats["ranks"] >= 2].reset_index()
+    values = compute["compute"].to_numpy(np.float64)
+    if np.isnan(values).any():  # pandas skips them
+        grouped = compute.groupby(["attempt", "step"], sort=False)["compute"]
+        stats = pd.DataFrame({"slowest": grouped.max(), "median": grouped.median(), "ranks": grouped.size()})
+        stats = stats.join(compute.loc[grouped.idxmax(), ["attempt", "step", "rank"]].set_index(["attempt", "step"]))
+        stats = stats[stats["ranks"] >= 2].reset_index()
+    else:
+        stats = _step_stats(compute["attempt"].to_numpy(np.int64), compute["step"].to_numpy(np.int64),
+                            compute["rank"].to_numpy(np.int64), values)
     on_gpus = stats["attempt"].map(gpus_by_attempt).to_numpy(dtype=np.float64)
     stats["cost"] = (stats["slowest"] - stats["median"]).to_numpy() * on_gpus
     return stats[columns]
+
+
+def _step_stats(attempt: np.ndarray, step: np.ndarray, rank: np.ndarray, values: np.ndarray) -> pd.DataFrame:
+    """Per (attempt, step) of two ranks or more, in the order they first appear: slowest and median compute, ranks,
+    and the rank of the first slowest row: what pandas' groupby max / median / size / idxmax give, computed on the
+    steps of each size as one (steps x ranks) matrix."""
+    order = np.lexsort((step, attempt))  # stable: a step's rows keep their order
+    a, s, v = attempt[order], step[order], values[order]
+    first = np.flatnonzero(np.r_[True, (a[1:] != a[:-1]) | (s[1:] != s[:-1])])
+    sizes = np.diff(np.r_[first, len(v)])
+    slowest, median = np.empty(len(first)), np.empty(len(first))
+    slowest_row = np.empty(len(first), dtype=np.int64)
+    for size in np.unique(sizes).tolist():
+        groups = np.flatnonzero(sizes == size)
+        rows = first[groups][:, None] + np.arange(size)
+        matrix = v[rows]
+        slowest[groups] = matrix.max(axis=1)
+        median[groups] = np.median(matrix, axis=1)  # of an even count: (a + b) / 2, as pandas' median
+        slowest_row[groups] = order[rows[np.arange(len(groups)), matrix.argmax(axis=1)]]  # the first of equals
+    shown = np.argsort(order[first], kind="stable")  # by their first row (a stable sort keeps it first)
+    shown = shown[sizes[shown] >= 2]
+    return pd.DataFrame({"attempt": a[first][shown], "step": s[first][shown], "slowest": slowest[shown],
+                         "median": median[shown], "ranks": sizes[shown].astype(np.int64),
+                         "rank": rank[slowest_row][shown]})
 
 
 def summary_straggle(straggle: pd.DataFrame, kept: np.ndarray, gpus_by_attempt: Mapping[int, int]) -> pd.DataFrame:

@@ -130,10 +130,11 @@ def decode_blocks(blocks: Sequence[bytes | memoryview]) -> tuple[np.ndarray, Ste
     total = int(sizes.sum())
     columns = len(_STEP_COLUMNS)
     # each block's bytes are planes x columns x its rows (`_shuffle`): put side by side along the rows, then back
-    # to words, in two copies of all the bytes
+    # to words, in two copies of all the bytes (the words are those bytes: no third)
     parts = [np.frombuffer(raw, dtype=np.uint8).reshape(8, columns, n) for raw, n in zip(raws, counts, strict=True)]
     planes = np.concatenate(parts, axis=2) if parts else np.zeros((8, columns, 0), dtype=np.uint8)
-    words = np.ascontiguousarray(planes.transpose(1, 2, 0)).view("<u8").reshape(columns, total).astype(np.uint64)
+    unshuffled = np.ascontiguousarray(planes.transpose(1, 2, 0))
+    words = unshuffled.view("<u8").reshape(columns, total).astype(np.uint64, copy=False)
     segments = _Segments(first=first, counts=sizes)
     done: dict[str, np.ndarray] = {}
     with np.errstate(over="ignore"):

@@ -123,12 +123,24 @@ def _load_steps(conn: Connection, run_pk: int, *, detail: bool) -> pd.DataFrame:
         head = values or {c: held[c][:0] for c in columns}
         values = {c: np.concatenate([np.asarray(part[c]).astype(np.int64 if c in _KEY_COLUMNS else np.float64)
                                      for part in (held, head)]) for c in columns}
-        order = np.lexsort((values["step"], values["rank"], values["attempt"]))
+        order = _index_order(values["attempt"], values["rank"], values["step"])
         values = {c: np.asarray(v)[order] for c, v in values.items()}
     if values is None:
         return steps_frame()
     return steps_frame(**{c: values.get(c) for c in ("attempt", "rank", "step", "start", "end")},
                        loss=values.get("loss"), lr=values.get("lr"), comm=values["comm"])
+
+
+def _index_order(attempt: np.ndarray, rank: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """np.lexsort((step, rank, attempt)) of the blocks' rows followed by the rows in `steps`, each part in
+    (attempt, rank) order: a stable sort by (attempt, rank) merges the two, and when it leaves each rank's steps
+    ascending (no replayed rows) it is that order, at a third of the cost."""
+    merged = np.lexsort((rank, attempt))
+    a, r, s = attempt[merged], rank[merged], step[merged]
+    same_rank = (a[1:] == a[:-1]) & (r[1:] == r[:-1])
+    if bool(np.all(~same_rank | (s[1:] >= s[:-1]))):
+        return merged
+    return np.lexsort((step, rank, attempt))
 
 
 def _head_steps(conn: Connection, run_pk: int, columns: dict[str, str], *,

@@ -107,7 +107,9 @@ def column_rows(conn: Connection, run_pk: int, *, attempt: int | None = None, ra
     else:
         sql += f" ORDER BY block DESC LIMIT {p}"
         params.append(int(last_blocks))
-    fetched = sorted(_execute(conn, sql, tuple(params), binary=True), key=lambda r: (r[0], r[1], r[2]))
+    fetched = _execute(conn, sql, tuple(params), binary=True)
+    if last_blocks is not None:
+        fetched.sort(key=lambda r: (r[0], r[1], r[2]))
     if not fetched:
         return _no_rows()
     counts, rows = decode_blocks([data for _, _, _, data in fetched])
