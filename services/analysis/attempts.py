@@ -316,15 +316,19 @@ class _StepStats:
 
 
 def _step_stats(steps: pd.DataFrame) -> dict[int, _StepStats]:
-    """Per attempt that reported steps: its first step start, last step end, first and last step, ranks."""
+    """Per attempt that reported steps: its first step start, last step end, first and last step, ranks.
+    `steps`: sorted by (attempt, rank, step) (`dedupe_steps`), so each attempt's rows, and each rank's, are together."""
     if steps.empty:
         return {}
-    stats = steps.groupby("attempt").agg(first_start=("start", "min"), last_end=("end", "max"),
-                                         first_step=("step", "min"), last_step=("step", "max"),
-                                         ranks=("rank", "nunique"))
-    rows = zip(stats.index.to_numpy(np.int64), stats["first_start"].to_numpy(np.float64),
-               stats["last_end"].to_numpy(np.float64), stats["first_step"].to_numpy(np.int64),
-               stats["last_step"].to_numpy(np.int64), stats["ranks"].to_numpy(np.int64), strict=True)
+    attempt, rank = steps["attempt"].to_numpy(np.int64), steps["rank"].to_numpy(np.int64)
+    step = steps["step"].to_numpy(np.int64)
+    new_attempt = np.r_[True, attempt[1:] != attempt[:-1]]
+    first = np.flatnonzero(new_attempt)
+    rows = zip(attempt[first].tolist(), np.fmin.reduceat(steps["start"].to_numpy(np.float64), first).tolist(),
+               np.fmax.reduceat(steps["end"].to_numpy(np.float64), first).tolist(),  # fmin / fmax: NaN skipped
+               np.minimum.reduceat(step, first).tolist(), np.maximum.reduceat(step, first).tolist(),
+               np.add.reduceat(new_attempt | np.r_[True, rank[1:] != rank[:-1]], first, dtype=np.int64).tolist(),
+               strict=True)
     return {int(a): _StepStats(first_start=float(fs), last_end=float(le), first_step=int(f), last_step=int(la),
                                ranks=int(n))
             for a, fs, le, f, la, n in rows}

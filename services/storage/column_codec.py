@@ -20,6 +20,7 @@ given: duplicates and order are the caller's (a resend stays a duplicate).
 
 from __future__ import annotations
 
+import itertools
 import struct
 import zlib
 from collections.abc import Callable, Sequence
@@ -129,12 +130,7 @@ def decode_blocks(blocks: Sequence[bytes | memoryview]) -> tuple[np.ndarray, Ste
     first = np.cumsum(sizes) - sizes
     total = int(sizes.sum())
     columns = len(_STEP_COLUMNS)
-    # each block's bytes are planes x columns x its rows (`_shuffle`): put side by side along the rows, then back
-    # to words, in two copies of all the bytes (the words are those bytes: no third)
-    parts = [np.frombuffer(raw, dtype=np.uint8).reshape(8, columns, n) for raw, n in zip(raws, counts, strict=True)]
-    planes = np.concatenate(parts, axis=2) if parts else np.zeros((8, columns, 0), dtype=np.uint8)
-    unshuffled = np.ascontiguousarray(planes.transpose(1, 2, 0))
-    words = unshuffled.view("<u8").reshape(columns, total).astype(np.uint64, copy=False)
+    words = _unshuffle(raws, counts).view("<u8").reshape(columns, total).astype(np.uint64, copy=False)
     segments = _Segments(first=first, counts=sizes)
     done: dict[str, np.ndarray] = {}
     with np.errstate(over="ignore"):
@@ -142,6 +138,22 @@ def decode_blocks(blocks: Sequence[bytes | memoryview]) -> tuple[np.ndarray, Ste
             done[column.name] = column.decode(column_words, done, segments)
     out = {name: v.view(np.float64) if name in _FLOAT_COLUMNS else v for name, v in done.items()}
     return sizes, StepRows(**out)
+
+
+def _unshuffle(raws: list[bytes], counts: list[int]) -> np.ndarray:
+    """The blocks' shuffled bytes (each planes x columns x its rows, `_shuffle`) back to columns x rows x word bytes,
+    the blocks' rows one after the other. Consecutive blocks of one size (a rank's full blocks) are joined and put
+    back in one strided copy: two passes over the bytes, one of them a plain join."""
+    columns = len(_STEP_COLUMNS)
+    out = np.empty((columns, sum(counts), 8), dtype=np.uint8)
+    row = 0
+    for n, run in itertools.groupby(zip(counts, raws, strict=True), key=lambda block: block[0]):
+        joined = [raw for _, raw in run]
+        shuffled = np.frombuffer(b"".join(joined), dtype=np.uint8).reshape(len(joined), 8, columns, n)
+        rows = len(joined) * n
+        out[:, row:row + rows].reshape(columns, len(joined), n, 8)[...] = shuffled.transpose(2, 0, 3, 1)
+        row += rows
+    return out
 
 
 def _inflate(data: bytes | memoryview) -> tuple[int, bytes]:
