@@ -1,16 +1,16 @@
 """Bytes the database keeps per stored step, on PostgreSQL and SQLite, and the growth per GPU-day.
 
-A simulated run (8 ranks, one step a second per rank, no failures) is written through the collector's writer, as the
-client sends it: compact `steps` records with each step's collective seconds inline (`comm`), one step per record at
-`--steps-per-record 1` (the client posts every 0.2 s, so at one step a second each record holds one step) or more.
-Heartbeats (one per rank every 5 s) are not simulated; each is one `events` row, counted separately below from the
-measured size of an events row. What is measured is the growth of every table and index a step touches (`steps` and
-`step_columns` partitions, `events`), from an empty migrated database: PostgreSQL `pg_total_relation_size` summed
-over the tables (partitions included) after VACUUM FULL: the bytes the rows take, not the tables' high-water mark
-(`steps` keeps each rank's current block only; the space of the rows moved out into block rows is reused by later
-inserts once autovacuum has passed, which a short benchmark does not wait for). SQLite the file size after a WAL
-checkpoint (its free pages are reused by later inserts too). A GPU-day is 86,400 steps (one rank per GPU, one step a
-second). PostgreSQL also: the bytes of the run's step blocks, which a pruned run keeps.
+A simulated run (8 ranks, one step a second per rank, a heartbeat every 5 s per rank, no failures) is written
+through the collector's writer in time order, as the clients send it: compact `steps` records with each step's
+collective seconds inline (`comm`), one step per record at `--steps-per-record 1` (the client posts every 0.2 s, so
+at one step a second each record holds one step) or more. What is measured is the growth of every table and index a
+step or a heartbeat touches (`steps` and `step_columns` partitions, `events`, `step_marks`), from an empty migrated
+database: PostgreSQL `pg_total_relation_size` summed over the tables (partitions included) after VACUUM FULL: the
+bytes the rows take, not the tables' high-water mark (`steps` keeps each rank's current block only; the space of the
+rows moved out into block rows is reused by later inserts once autovacuum has passed, which a short benchmark does
+not wait for). SQLite the file size after a WAL checkpoint (its free pages are reused by later inserts too). A
+GPU-day is 86,400 steps (one rank per GPU, one step a second). PostgreSQL also: the bytes of the run's step blocks,
+which a pruned run keeps.
 
     python -m benchmarks.storage_growth [--hours 1] [--steps-per-record 1]
 """
@@ -37,7 +37,6 @@ from services.storage.step_columns import stored_step_count
 from services.storage.writer import BatchWriter
 
 GPU_DAY_STEPS = 86_400
-HEARTBEATS_PER_STEP = 1 / 5  # one heartbeat per rank every 5 s, one step per second
 
 
 def _store(url: str, events: list[dict[str, Any]]) -> None:
@@ -59,7 +58,7 @@ def _postgres_bytes(url: str) -> dict[str, int]:
     with engine.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM FULL ANALYZE")
         out = {}
-        for table in ("steps", "step_columns", "collectives", "events"):
+        for table in ("steps", "step_columns", "collectives", "events", "step_marks"):
             total = conn.execute(text(
                 "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c WHERE c.relname = :t "
                 "OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = CAST(:t AS regclass))"),
@@ -81,6 +80,7 @@ def _row_counts(url: str) -> dict[str, int]:
     engine = make_engine(url)
     with engine.connect() as conn:
         out = {t: int(conn.execute(text(f"SELECT count(*) FROM {t}")).scalar() or 0) for t in ("collectives", "events")}
+        out["heartbeats"] = int(conn.execute(text("SELECT count(*) FROM events WHERE kind = 'heartbeat'")).scalar_one())
         out["steps"] = stored_step_count(conn)  # in `steps` and in block rows
     engine.dispose()
     return out
@@ -118,9 +118,12 @@ def main() -> None:
     parser.add_argument("--steps-per-record", type=int, default=1)
     args = parser.parse_args()
     config = SimConfig(run_id="growth", ranks=8, hours=args.hours, step_s=1.0, mtbf_s=None, queue_s=0,
-                       records_per_rank=args.steps_per_record, start_time=time.time() - args.hours * 3600 - 600)
-    events = simulate(config).events
-    print(f"storage growth: {machine()}; 8 ranks x {args.hours:g} h, {args.steps_per_record} step(s) per record")
+                       records_per_rank=args.steps_per_record, start_time=time.time() - args.hours * 3600 - 600,
+                       heartbeat_s=5.0)
+    events = sorted(simulate(config).events, key=lambda e: e["time"])
+    beats = sum(e["kind"] == "heartbeat" for e in events)
+    print(f"storage growth: {machine()}; 8 ranks x {args.hours:g} h, {args.steps_per_record} step(s) per record, "
+          f"{beats:,} heartbeats sent")
     results = {}
     with postgres_database() as url:
         results["PostgreSQL"] = measure(url, events, lambda: _postgres_bytes(url))
@@ -131,13 +134,11 @@ def main() -> None:
     for name, (total, grown, rows) in results.items():
         steps = rows["steps"]
         per_step = total / steps
-        per_event = grown.get("events", 0) / max(rows["events"], 1) if "events" in grown else None
-        heartbeat = (per_event or per_step) * HEARTBEATS_PER_STEP
-        print(f"{name}: {steps:,} steps, {rows['events']:,} event rows; {total / 1e6:.1f} MB "
-              f"({', '.join(f'{k} {v / 1e6:.1f} MB = {v / steps:.1f} B/step' for k, v in grown.items())})")
-        print(f"  {per_step:.0f} bytes per stored step -> {per_step * GPU_DAY_STEPS / 1e6:.1f} MB per GPU-day; "
-              f"with heartbeats (~{heartbeat:.0f} bytes per step) "
-              f"{(per_step + heartbeat) * GPU_DAY_STEPS / 1e6:.1f} MB per GPU-day")
+        parts = ", ".join(f"{k} {v / 1e6:.2f} MB = {v / steps:.1f} B/step" for k, v in grown.items())
+        print(f"{name}: {steps:,} steps, {rows['events']:,} event rows ({rows['heartbeats']:,} heartbeats) kept; "
+              f"{total / 1e6:.2f} MB ({parts})")
+        print(f"  {per_step:.1f} bytes per stored step, heartbeats included -> {per_step * GPU_DAY_STEPS / 1e6:.2f} MB "
+              "per GPU-day")
         if name == "PostgreSQL":
             print(f"  kept when the run is pruned (docs/retention.md): its step blocks, {kept / steps:.1f} bytes per "
                   f"step ({kept / total:.1%} of the raw rows)")

@@ -267,6 +267,8 @@ step_marks = Table(
     Column("block", BigInteger, primary_key=True),
     Column("rank", Integer, primary_key=True),
     Column("changes", BigInteger, nullable=False),
+    # a rank's highest block in one probe (services.storage.moved_repeats)
+    Index("ix_step_marks_run_attempt_rank_block", "run_pk", "attempt", "rank", "block"),
 )
 
 step_blocks = Table(

@@ -10,7 +10,9 @@ same content is a duplicate (a retry): not written again, counted in `duplicates
 content is a conflict: the batch is refused whole (its result has `conflict`; nothing of it is stored), since
 one of the two must be wrong and the collector cannot tell which. Events stored before revision 0005 have no
 digest; a repeat of one is taken as a retry. A pruned run's raw events are gone, ids included: a repeat of one is
-recognised from what retention kept (services.storage.pruned) and counted a duplicate too.
+recognised from what retention kept (services.storage.pruned) and counted a duplicate too. Likewise a step record's
+id is kept only while its rows are in `steps`: sent again once they moved into block rows, it is recognised by its
+rows (services.storage.moved_repeats).
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from services.storage import pgcopy
 from services.storage.attempt_numbers import RunKey, StaleAttemptNumbers, number_records, with_run_attempt
 from services.storage.clock_readings import ClockReadings, RequestClock, readings_of, record_readings
 from services.storage.db import json_rows, psycopg_connection
-from services.storage.pruned import KeptOfPrunedRuns, kept_of_pruned_runs
+from services.storage.moved_repeats import forget_moved_records, without_moved_repeats
+from services.storage.pruned import kept_of_pruned_runs
 from services.storage.records import EventConflict, IngestRecord, IngestResult
 from services.storage.runs import DEFAULT_PROJECT
 from services.storage.step_blocks import mark_step_blocks
@@ -194,14 +197,19 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
         else:
             duplicates[b] += 1
     if kept_of_pruned is not None:
-        new_records = _without_pruned_repeats(conn, kept_of_pruned, new_records, new_owners, accepted, duplicates)
+        new_records, new_owners = _without_repeats(conn, kept_of_pruned.without_repeats(new_records), new_records,
+                                                   new_owners, accepted, duplicates)
+    moved = without_moved_repeats(conn, new_records)
+    if moved is not None:
+        new_records, new_owners = _without_repeats(conn, moved, new_records, new_owners, accepted, duplicates)
 
     _insert_steps(conn, new_records, postgres)
     _insert_collectives(conn, new_records)
     entered = mark_step_blocks(conn, new_records)
-    move_left_blocks(conn, blocks_entered(((run_pk, r.attempt, r.rank, r.step_rows.step) for run_pk, r in new_records
-                                           if r.step_rows is not None and r.attempt is not None and r.rank is not None),
-                                          entered))
+    below = blocks_entered(((run_pk, r.attempt, r.rank, r.step_rows.step) for run_pk, r in new_records
+                            if r.step_rows is not None and r.attempt is not None and r.rank is not None), entered)
+    move_left_blocks(conn, below)
+    forget_moved_records(conn, below)
     _touch_runs(conn, new_records, key_of)
     if clocks is not None:
         record_readings(conn, [({run_id: pk for (p, run_id), pk in runs.items() if p == (project or DEFAULT_PROJECT)},
@@ -223,16 +231,17 @@ def _with_run_attempts(readings: ClockReadings, batch: Sequence[tuple[tuple[str,
                        RequestClock(received_at=readings.received_at, sent_at=sent))
 
 
-def _without_pruned_repeats(conn: Connection, kept_of_pruned: KeptOfPrunedRuns, records: list[tuple[int, IngestRecord]],
-                            owners: list[int], accepted: list[int], duplicates: list[int]
-                            ) -> list[tuple[int, IngestRecord]]:
-    """The new records without the raw records of pruned runs that repeat what retention deleted (their event rows
-    deleted again, counted in their batch's `duplicates` instead of `accepted`), and with only the rows not held of
-    those that repeat part of it (services.storage.pruned; their event rows keep the digest as sent)."""
-    checked = kept_of_pruned.without_repeats(records)
+def _without_repeats(conn: Connection, checked: list[IngestRecord | None], records: list[tuple[int, IngestRecord]],
+                     owners: list[int], accepted: list[int], duplicates: list[int]
+                     ) -> tuple[list[tuple[int, IngestRecord]], list[int]]:
+    """The new records and their batches without the records that repeat what is stored by their rows
+    (`checked[i]` None: services.storage.pruned, services.storage.moved_repeats; their event rows deleted again,
+    counted in their batch's `duplicates` instead of `accepted`), and with only the rows not held of those that
+    repeat part of it (their event rows keep the digest as sent)."""
     if all(new is old for new, (_, old) in zip(checked, records, strict=True)):
-        return records
+        return records, owners
     kept: list[tuple[int, IngestRecord]] = []
+    kept_owners: list[int] = []
     repeats: list[tuple[int, str]] = []
     for (run_pk, record), b, new in zip(records, owners, checked, strict=True):
         if new is None:
@@ -241,11 +250,12 @@ def _without_pruned_repeats(conn: Connection, kept_of_pruned: KeptOfPrunedRuns, 
             repeats.append((run_pk, record.event_id))
         else:
             kept.append((run_pk, new))
+            kept_owners.append(b)
     for run_pk in sorted({pk for pk, _ in repeats}):
         ids = [event_id for pk, event_id in repeats if pk == run_pk]
         for at in range(0, len(ids), _INSERT_CHUNK):
             conn.execute(delete(Event).where(Event.run_pk == run_pk, Event.event_id.in_(ids[at:at + _INSERT_CHUNK])))
-    return kept
+    return kept, kept_owners
 
 
 def _stored_form(r: IngestRecord) -> tuple[str | None, str]:

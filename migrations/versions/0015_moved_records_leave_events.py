@@ -1,0 +1,51 @@
+"""a step record's event row goes when its rows move into block rows; heartbeats thinned to their extremes
+
+From this revision a step record's `events` row (its id and digest) is kept only while its rows are in `steps`: when
+a rank's rows move into `step_columns`, the event rows of its step records below the new block are deleted, and a
+record sent again after that is recognised by its rows (services/storage/moved_repeats.py). A rank's heartbeats
+are kept as its earliest and latest of each attempt, all the analysis and live detection read of them. The index
+on `step_marks` finds a rank's highest block (what says whether a record may repeat moved rows) in one probe.
+
+Upgrade: creates the index; deletes the event rows of step records wholly below the blocks each rank has in
+`step_columns` (their rows are there), and every heartbeat but each (run, attempt, rank)'s earliest and latest.
+Downgrade: drops the index. The deleted rows do not come back: their ids are gone (their rows are in the blocks;
+the older code stores a record sent again as late rows, which the analysis counts once).
+
+Revision ID: 0015
+Revises: 0014
+Create Date: 2027-01-12 12:00:00
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+revision = "0015"
+down_revision = "0014"
+branch_labels = None
+depends_on = None
+
+BLOCK_STEPS = 128
+
+_MOVED_RECORDS = (
+    "DELETE FROM events WHERE kind IN ('step', 'steps') AND attempt IS NOT NULL AND rank IS NOT NULL "
+    "AND step < (SELECT (max(c.block) + 1) * {block_steps} FROM step_columns c WHERE c.run_pk = events.run_pk "
+    "AND c.attempt = events.attempt AND c.rank = events.rank)"
+)
+_HEARTBEATS_BETWEEN = (
+    "DELETE FROM events WHERE kind = 'heartbeat' AND (run_pk, event_id) NOT IN ("
+    "SELECT run_pk, event_id FROM (SELECT run_pk, event_id, "
+    "row_number() OVER (PARTITION BY run_pk, attempt, rank ORDER BY time, event_id) AS earliest, "
+    "row_number() OVER (PARTITION BY run_pk, attempt, rank ORDER BY time DESC, event_id DESC) AS latest "
+    "FROM events WHERE kind = 'heartbeat') AS beats WHERE earliest = 1 OR latest = 1)"
+)
+
+
+def upgrade() -> None:
+    op.create_index("ix_step_marks_run_attempt_rank_block", "step_marks", ["run_pk", "attempt", "rank", "block"])
+    op.execute(_MOVED_RECORDS.format(block_steps=BLOCK_STEPS))
+    op.execute(_HEARTBEATS_BETWEEN)
+
+
+def downgrade() -> None:
+    op.drop_index("ix_step_marks_run_attempt_rank_block", table_name="step_marks")

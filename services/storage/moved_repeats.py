@@ -1,0 +1,129 @@
+"""Step records sent again after their rows moved into block rows: recognised by their rows, stored once.
+
+A step record's `events` row (its id and digest: the idempotency key) is kept while its rows are in `steps`. When a
+rank's rows move into block rows (services.storage.step_columns), the event rows of its step records below the new
+block go (`forget_moved_records`): the raw record is not stored a second time where its rows are. A record sent
+again after that (a retry whose answer the client never saw, a spool sent again by `goodput sync`) has an id the
+collector no longer holds; it repeats what is stored when the rank's block rows hold a row with the same step, start
+and end, to the bit (the resume check's own rule for "the same report stored twice"). Such rows are not stored again;
+a record whose rows are all held counts as a duplicate in its batch's answer, as a repeated id does. Its other rows
+(a step the rank never sent, or sent with other times) are stored as late rows.
+
+Only a record with rows in a block below its rank's highest marked block can repeat moved rows: one index probe
+per (run, attempt, rank) of the group finds that block, and only the block rows those records fall in are read.
+
+A rank's heartbeats between its earliest and latest of the attempt are deleted when it moves a block: the analysis
+reads the extremes, live detection the latest. A heartbeat sent again after that is stored again, and thinned
+again at the rank's next block.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+from sqlalchemy import Connection, text
+
+from services.analysis.step_blocks import BLOCK_STEPS
+from services.storage.records import IngestRecord, StepRows
+from services.storage.step_columns import column_rows
+
+RankKey = tuple[int, int, int]  # (run pk, attempt, rank)
+
+
+def without_moved_repeats(conn: Connection, records: Sequence[tuple[int, IngestRecord]]
+                          ) -> list[IngestRecord | None] | None:
+    """Per (run pk, record) of new records: the record to store (with only the rows not held when some repeat moved
+    rows), or None when every row repeats one; None for the whole group when no record can repeat moved rows."""
+    lowest: dict[RankKey, int] = {}  # each rank's lowest step among the records
+    for run_pk, r in records:
+        key = _rank_key(run_pk, r)
+        if key is not None and r.step_rows is not None and len(r.step_rows.step):
+            step = int(r.step_rows.step.min())
+            lowest[key] = min(step, lowest.get(key, step))
+    heads = _highest_blocks(conn, list(lowest))
+    below = {key: head * BLOCK_STEPS for key, head in heads.items() if lowest[key] < head * BLOCK_STEPS}
+    if not below:
+        return None
+    held = _held_rows(conn, records, below)
+    return [r if (rank := _rank_key(run_pk, r)) is None or rank not in below else _unheld(r, held.get(rank))
+            for run_pk, r in records]
+
+
+def _rank_key(run_pk: int, r: IngestRecord) -> RankKey | None:
+    return None if r.attempt is None or r.rank is None else (run_pk, r.attempt, r.rank)
+
+
+def forget_moved_records(conn: Connection, below: dict[RankKey, int]) -> None:
+    """After `move_left_blocks(below)`: the event rows of each rank's step records wholly below its new block
+    (their rows are in block rows now), and its heartbeats of the attempt but the earliest and latest."""
+    by_run: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+    for (run_pk, attempt, rank), step in sorted(below.items()):
+        by_run[(run_pk, step)].append((attempt, rank))
+    for (run_pk, step), ranks in by_run.items():  # integers only, as literals: one statement per run and step
+        listed = ", ".join(f"({int(a)}, {int(r)})" for a, r in ranks)
+        conn.execute(text(f"DELETE FROM events WHERE run_pk = {int(run_pk)} AND kind IN ('step', 'steps') "
+                          f"AND step < {int(step)} AND (attempt, rank) IN (VALUES {listed})"))
+        conn.execute(text(_HEARTBEATS_BETWEEN.format(run_pk=int(run_pk), ranks=listed)))
+
+
+# Each (attempt, rank)'s earliest and latest heartbeat stay, in the order the analysis reads them
+# (services.storage.load.load_heartbeat_extremes).
+_HEARTBEATS_BETWEEN = (
+    "DELETE FROM events WHERE run_pk = {run_pk} AND kind = 'heartbeat' AND (attempt, rank) IN (VALUES {ranks}) "
+    "AND event_id NOT IN (SELECT event_id FROM (SELECT event_id, "
+    "row_number() OVER (PARTITION BY attempt, rank ORDER BY time, event_id) AS earliest, "
+    "row_number() OVER (PARTITION BY attempt, rank ORDER BY time DESC, event_id DESC) AS latest "
+    "FROM events WHERE run_pk = {run_pk} AND kind = 'heartbeat' AND (attempt, rank) IN (VALUES {ranks})) AS beats "
+    "WHERE earliest = 1 OR latest = 1)"
+)
+
+
+def _highest_blocks(conn: Connection, keys: list[RankKey]) -> dict[RankKey, int]:
+    """Each (run pk, attempt, rank)'s highest marked block, for those with marks."""
+    out: dict[RankKey, int] = {}
+    for at in range(0, len(keys), 500):  # integers only, as literals: one index probe each
+        listed = ", ".join(f"({int(p)}, {int(a)}, {int(r)})" for p, a, r in keys[at:at + 500])
+        rows = conn.execute(text(
+            "SELECT k.p, k.a, k.r, (SELECT max(m.block) FROM step_marks m WHERE m.run_pk = k.p AND m.attempt = k.a "
+            "AND m.rank = k.r) FROM (SELECT column1 AS p, column2 AS a, column3 AS r "
+            f"FROM (VALUES {listed}) AS v) AS k"))
+        out.update(((int(p), int(a), int(r)), int(b)) for p, a, r, b in rows if b is not None)
+    return out
+
+
+def _held_rows(conn: Connection, records: Sequence[tuple[int, IngestRecord]], below: dict[RankKey, int]
+               ) -> dict[RankKey, set[tuple[int, int, int]]]:
+    """(step, start bits, end bits) of every row the ranks' block rows hold in the blocks the records fall in."""
+    wanted: dict[RankKey, set[int]] = defaultdict(set)
+    for run_pk, r in records:
+        key = _rank_key(run_pk, r)
+        if key is not None and key in below and r.step_rows is not None:
+            steps = r.step_rows.step[r.step_rows.step < below[key]]
+            wanted[key].update(int(b) for b in np.unique(steps // BLOCK_STEPS))
+    held: dict[RankKey, set[tuple[int, int, int]]] = {}
+    for (run_pk, attempt, rank), blocks in wanted.items():
+        rows = [column_rows(conn, run_pk, attempt=attempt, ranks=[rank], block=b).rows for b in sorted(blocks)]
+        held[(run_pk, attempt, rank)] = {triple for part in rows for triple in _triples(part)}
+    return held
+
+
+def _triples(rows: StepRows) -> list[tuple[int, int, int]]:
+    return list(zip(rows.step.tolist(), rows.start.view(np.int64).tolist(), rows.end.view(np.int64).tolist(),
+                    strict=True))
+
+
+def _unheld(r: IngestRecord, held: set[tuple[int, int, int]] | None) -> IngestRecord | None:
+    """The record with only the rows not held; None when all are."""
+    rows = r.step_rows
+    if not held or rows is None:
+        return r
+    keep = np.array([triple not in held for triple in _triples(rows)], dtype=bool)
+    if keep.all():
+        return r
+    if not keep.any():
+        return None
+    return replace(r, step_rows=StepRows(*(getattr(rows, c)[keep] for c in ("step", "start", "end", "loss", "lr",
+                                                                              "comm"))))
