@@ -11,7 +11,7 @@ from plotly.subplots import make_subplots
 from dashboards.figures.common import broken_at_changes, empty_figure, to_datetimes
 from dashboards.theme import INK, template
 from services.presentation import COLORS, MARKER_COLORS
-from services.schemas.views import CurveSeries, TrainingCurves
+from services.schemas.views import CurveMark, CurveSeries, TrainingCurves
 
 _ROWS = (("loss", "Loss", "loss"), ("lr", "Learning rate", "lr"), ("step_seconds", "Step time", "step time (s)"))
 
@@ -39,19 +39,20 @@ def training_curves_figure(curves: TrainingCurves) -> go.Figure:
                                xref="x domain", yref=f"y{row if row > 1 else ''} domain")
         fig.update_yaxes(title_text=axis, row=row, col=1, rangemode="normal" if name == "loss" else "tozero")
     if curves.checkpoints:
-        fig.add_trace(go.Scatter(
-            x=to_datetimes([c.time for c in curves.checkpoints]), y=[0.0] * len(curves.checkpoints), mode="markers",
-            name="Checkpoint", marker={"symbol": "diamond", "size": 7, "color": COLORS["checkpoint"]},
-            text=[c.label for c in curves.checkpoints], hovertemplate="%{text}<br>%{x|%H:%M:%S} UTC<extra></extra>"),
-            row=3, col=1)
+        _add_marks(fig, curves.checkpoints, "Checkpoint",
+                   {"symbol": "diamond", "size": 7, "color": COLORS["checkpoint"]})
     if curves.restarts:
-        fig.add_trace(go.Scatter(
-            x=to_datetimes([r.time for r in curves.restarts]), y=[0.0] * len(curves.restarts), mode="markers",
-            name="Restart", marker={"symbol": "triangle-right", "size": 10, "color": MARKER_COLORS["restart"]},
-            text=[r.label for r in curves.restarts], hovertemplate="%{text}<br>%{x|%H:%M:%S} UTC<extra></extra>"),
-            row=3, col=1)
+        _add_marks(fig, curves.restarts, "Restart",
+                   {"symbol": "triangle-right", "size": 10, "color": MARKER_COLORS["restart"]})
         for r in curves.restarts[:60]:
             fig.add_vline(x=to_datetimes([r.time])[0], line={"color": MARKER_COLORS["restart"], "width": 1,
                                                             "dash": "dot"})
     fig.update_xaxes(type="date", row=3, col=1, title_text="time (UTC)")
     return fig
+
+
+def _add_marks(fig: go.Figure, marks: Sequence[CurveMark], name: str, marker: dict[str, object]) -> None:
+    """`marks` as one trace of markers at the foot of the step time plot (row 3), each labelled on hover."""
+    fig.add_trace(go.Scatter(
+        x=to_datetimes([m.time for m in marks]), y=[0.0] * len(marks), mode="markers", name=name, marker=marker,
+        text=[m.label for m in marks], hovertemplate="%{text}<br>%{x|%H:%M:%S} UTC<extra></extra>"), row=3, col=1)

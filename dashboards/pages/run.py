@@ -4,6 +4,7 @@ per-rank compute with hosts, checkpoints and restarts. `?rank=N` opens rank N's 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
@@ -180,6 +181,19 @@ def _run_of(store: dict[str, Any] | str | None) -> tuple[str | None, str | None]
     return (store or {}).get("run_id"), (store or {}).get("project")
 
 
+def _draw_from_api(fetched: dict[str, Any] | None, run: dict[str, Any] | str | None,
+                   draw: Callable[[str, str | None], Any], failed: Callable[[str], Any]) -> Any:
+    """`draw(run id, project)` (which asks the API) once a version of the page's run is fetched, no update before;
+    `failed(why)` when the API refuses."""
+    run_id, project = _run_of(run)
+    if not fetched or not run_id:
+        return no_update
+    try:
+        return draw(run_id, project)
+    except ApiError as exc:
+        return failed(data.explain(exc))
+
+
 def _live_of(store: dict[str, Any] | None) -> LiveRun | None:
     """The live store's document (GET /v1/runs/{run_id}/live); None before the first answer, or after an error."""
     return LiveRun.model_validate(store) if store else None
@@ -240,26 +254,18 @@ def _draw(store: dict[str, Any] | None, run: dict[str, Any] | str | None,
 @callback(Output(ids.RUN_ADVICE, "children"), Input(ids.RUN_VERSION_STORE, "data"), State(ids.RUN_ID_STORE, "data"))
 def _draw_advice(fetched: dict[str, Any] | None, run: dict[str, Any] | str | None) -> Any:
     """The advice engine's recommendations for the version drawn, as GET /v1/runs/{id}/advice serves them."""
-    run_id, project = _run_of(run)
-    if not fetched or not run_id:
-        return no_update
-    try:
-        return advice_panel(data.api().advice(run_id, project=project))
-    except ApiError as exc:
-        return advice_panel(None, error=f"No advice: {data.explain(exc)}")
+    return _draw_from_api(
+        fetched, run, lambda run_id, project: advice_panel(data.api().advice(run_id, project=project)),
+        lambda why: advice_panel(None, error=f"No advice: {why}"))
 
 
 @callback(Output(ids.RUN_CURVES_GRAPH, "figure"), Input(ids.RUN_VERSION_STORE, "data"),
           State(ids.RUN_ID_STORE, "data"))
 def _draw_curves(fetched: dict[str, Any] | None, run: dict[str, Any] | str | None) -> Any:
     """GET /v1/runs/{id}/curves of the version drawn."""
-    run_id, project = _run_of(run)
-    if not fetched or not run_id:
-        return no_update
-    try:
-        return training_curves_figure(data.api().curves(run_id, project=project))
-    except ApiError as exc:
-        return figures.empty_figure(f"No training curves: {data.explain(exc)}", height=300)
+    return _draw_from_api(
+        fetched, run, lambda run_id, project: training_curves_figure(data.api().curves(run_id, project=project)),
+        lambda why: figures.empty_figure(f"No training curves: {why}", height=300))
 
 
 @callback(
@@ -269,13 +275,12 @@ def _draw_curves(fetched: dict[str, Any] | None, run: dict[str, Any] | str | Non
 )
 def _draw_rank(fetched: dict[str, Any] | None, run: dict[str, Any] | str | None) -> Any:
     """The drill-down of `?rank=N`: GET /v1/runs/{id}/ranks/{N} of the version drawn."""
-    (run_id, project), rank = _run_of(run), _rank_of(run)
-    if not fetched or not run_id or rank is None:
+    rank = _rank_of(run)
+    if rank is None:
         return no_update
-    try:
-        return rank_panel(data.api().rank(run_id, rank, project=project), project)
-    except ApiError as exc:
-        return message(f"Rank {rank}: {data.explain(exc)}", kind="error")
+    return _draw_from_api(
+        fetched, run, lambda run_id, project: rank_panel(data.api().rank(run_id, rank, project=project), project),
+        lambda why: message(f"Rank {rank}: {why}", kind="error"))
 
 
 @callback(

@@ -226,6 +226,16 @@ class RecordBuilder:
             if record is not None:
                 records.append(record)
 
+    def _span(self, step: Any, t0: Any, t1: Any) -> tuple[float, float] | None:
+        """A step or collective row's start and end, its end no earlier than its start (a wall-clock step backwards
+        must not make end < start); None, counted in `invalid_rows`, for an invalid step or start or no end."""
+        start = finite_or_none(t0)
+        end = finite_or_none(t1)
+        if not is_valid_step(step) or start is None or end is None or not is_valid_time(start):
+            self.invalid_rows += 1
+            return None
+        return start, max(start, end)
+
     def _steps_record(self, rows: list[tuple[Any, ...]]) -> Record | None:
         step: list[int] = []
         start: list[float] = []
@@ -234,17 +244,15 @@ class RecordBuilder:
         lr: list[float | None] = []
         comm: list[float] = []
         for _, s, t0, t1, row_loss, row_lr in rows:
-            t0 = finite_or_none(t0)
-            t1 = finite_or_none(t1)
-            if not is_valid_step(s) or t0 is None or t1 is None or not is_valid_time(t0):
-                self.invalid_rows += 1
+            span = self._span(s, t0, t1)
+            if span is None:
                 continue
             step.append(s)
-            start.append(t0)
-            end.append(max(t0, t1))  # a wall-clock step backwards must not make end < start
+            start.append(span[0])
+            end.append(span[1])
             loss.append(finite_or_none(row_loss))
             lr.append(finite_or_none(row_lr))
-            comm.append(min(self._comm_by_step.pop(s, 0.0), end[-1] - t0))
+            comm.append(min(self._comm_by_step.pop(s, 0.0), span[1] - span[0]))
         if not step:
             return None
         record = self._common(EventKind.STEPS.value, max(end))
@@ -267,16 +275,14 @@ class RecordBuilder:
         start: list[float] = []
         end: list[float] = []
         for _, s, row_op, t0, t1 in rows:
-            t0 = finite_or_none(t0)
-            t1 = finite_or_none(t1)
-            if not is_valid_step(s) or t0 is None or t1 is None or not is_valid_time(t0):
-                self.invalid_rows += 1
+            span = self._span(s, t0, t1)
+            if span is None:
                 continue
             step.append(s)
             op.append(str(row_op)[:MAX_OP_CHARS] or "unknown")
-            start.append(t0)
-            end.append(max(t0, t1))
-            self._comm_by_step[s] = self._comm_by_step.get(s, 0.0) + (end[-1] - t0)
+            start.append(span[0])
+            end.append(span[1])
+            self._comm_by_step[s] = self._comm_by_step.get(s, 0.0) + (span[1] - span[0])
             self._has_collectives = True
         if not step:
             return None

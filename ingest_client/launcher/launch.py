@@ -182,12 +182,8 @@ class RunEventSender:
         if config.mode is Mode.ONLINE and config.events_url:
             transport = HttpTransport(config.events_url, token=config.token, timeout_s=config.http_timeout_s)
         proc_id = f"launch{uuid.uuid4().hex}"
-        settings = PipelineSettings(
-            spool_run_dir=config.spool_dir / run_dir_name(run_id), proc_id=proc_id,
-            spool_max_bytes=config.spool_max_bytes, queue_capacity=config.queue_capacity,
-            flush_interval_s=config.flush_interval_s, http_timeout_s=config.http_timeout_s,
-            max_batch_events=config.max_batch_events, max_batch_bytes=config.max_batch_bytes,
-            replay_orphans=True, spool_metadata={"pid": os.getpid(), "run_id": run_id, "launcher": True},
+        settings = PipelineSettings.from_config(
+            config, run_id, proc_id, {"pid": os.getpid(), "run_id": run_id, "launcher": True}
         )
         builder = RecordBuilder(RecordContext(run_id=run_id, attempt=None, rank=None), proc_id)
         self.pipeline = Pipeline(settings, builder, transport)

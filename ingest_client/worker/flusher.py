@@ -41,13 +41,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ingest_client.common.config import ClientConfig
 from ingest_client.common.errors import report_internal_error
 from ingest_client.common.events import Record, RecordBuilder, rows_in_record
 from ingest_client.transport.base import SendResult, SendStatus, Transport
 from ingest_client.worker.buffer import RowBuffer
 from ingest_client.worker.quarantine import AUTH_STATUSES, QuarantinedBatch, Refusal, advice
 from ingest_client.worker.ratelimit import RateLimitedLogger
-from ingest_client.worker.spool import OrphanSpool, Segment, SpoolWriter, claim_orphans, encode_record, fsync_and_close
+from ingest_client.worker.spool import (
+    OrphanSpool,
+    Segment,
+    SpoolWriter,
+    claim_orphans,
+    encode_record,
+    fsync_and_close,
+    run_dir_name,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +102,20 @@ class PipelineSettings:
     max_batch_bytes: int
     replay_orphans: bool
     spool_metadata: dict[str, object]
+
+    @classmethod
+    def from_config(
+        cls, config: ClientConfig, run_id: str, proc_id: str, spool_metadata: dict[str, object]
+    ) -> PipelineSettings:
+        """What ``config`` sets for the pipeline of process ``proc_id`` of ``run_id``: its spool in the run's spool
+        folder, where it replays the spools that earlier processes of the run left."""
+        return cls(
+            spool_run_dir=config.spool_dir / run_dir_name(run_id), proc_id=proc_id,
+            spool_max_bytes=config.spool_max_bytes, queue_capacity=config.queue_capacity,
+            flush_interval_s=config.flush_interval_s, http_timeout_s=config.http_timeout_s,
+            max_batch_events=config.max_batch_events, max_batch_bytes=config.max_batch_bytes,
+            replay_orphans=True, spool_metadata=spool_metadata,
+        )
 
 
 class Pipeline:

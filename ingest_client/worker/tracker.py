@@ -47,7 +47,6 @@ from ingest_client.worker.flusher import ClientStats, Pipeline, PipelineSettings
 from ingest_client.worker.hooks import build_ddp_comm_hook
 from ingest_client.worker.phases import PhaseSpan
 from ingest_client.worker.poller import SignalPoller
-from ingest_client.worker.spool import run_dir_name
 from ingest_client.worker.timing import (
     CudaStepTimer,
     Emit,
@@ -265,18 +264,10 @@ class Tracker:
                 RecordContext(run_id=context.run_id, attempt=context.attempt, rank=context.rank,
                               launch=context.launch), self.proc_id
             )
-            settings = PipelineSettings(
-                spool_run_dir=config.spool_dir / run_dir_name(context.run_id),
-                proc_id=self.proc_id,
-                spool_max_bytes=config.spool_max_bytes,
-                queue_capacity=config.queue_capacity,
-                flush_interval_s=config.flush_interval_s,
-                http_timeout_s=config.http_timeout_s,
-                max_batch_events=config.max_batch_events,
-                max_batch_bytes=config.max_batch_bytes,
-                replay_orphans=True,
-                spool_metadata={"pid": context.pid, "host": context.host, "run_id": context.run_id,
-                                "rank": context.rank, "attempt": context.attempt},
+            settings = PipelineSettings.from_config(
+                config, context.run_id, self.proc_id,
+                {"pid": context.pid, "host": context.host, "run_id": context.run_id, "rank": context.rank,
+                 "attempt": context.attempt},
             )
             self._pipeline = Pipeline(settings, builder, transport, tick=self._tick)
             buffer = self._pipeline.buffer

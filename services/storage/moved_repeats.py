@@ -95,32 +95,34 @@ def _highest_blocks(conn: Connection, keys: list[RankKey]) -> dict[RankKey, int]
 
 
 def _held_rows(conn: Connection, records: Sequence[tuple[int, IngestRecord]], below: dict[RankKey, int]
-               ) -> dict[RankKey, set[tuple[int, int, int]]]:
-    """(step, start bits, end bits) of every row the ranks' block rows hold in the blocks the records fall in."""
+               ) -> dict[RankKey, np.ndarray]:
+    """The (step, start, end) keys (`_row_keys`) of every row the ranks' block rows hold in the blocks the records
+    fall in."""
     wanted: dict[RankKey, set[int]] = defaultdict(set)
     for run_pk, r in records:
         key = _rank_key(run_pk, r)
         if key is not None and key in below and r.step_rows is not None:
             steps = r.step_rows.step[r.step_rows.step < below[key]]
             wanted[key].update(int(b) for b in np.unique(steps // BLOCK_STEPS))
-    held: dict[RankKey, set[tuple[int, int, int]]] = {}
-    for (run_pk, attempt, rank), blocks in wanted.items():
-        rows = [column_rows(conn, run_pk, attempt=attempt, ranks=[rank], block=b).rows for b in sorted(blocks)]
-        held[(run_pk, attempt, rank)] = {triple for part in rows for triple in _triples(part)}
-    return held
+    return {(run_pk, attempt, rank): np.concatenate([
+                _row_keys(column_rows(conn, run_pk, attempt=attempt, ranks=[rank], block=b).rows)
+                for b in sorted(blocks)])
+            for (run_pk, attempt, rank), blocks in wanted.items()}
 
 
-def _triples(rows: StepRows) -> list[tuple[int, int, int]]:
-    return list(zip(rows.step.tolist(), rows.start.view(np.int64).tolist(), rows.end.view(np.int64).tolist(),
-                    strict=True))
+def _row_keys(rows: StepRows) -> np.ndarray:
+    """One comparable value per row: its step and the bits of its start and end, 24 bytes (numpy compares them
+    bytewise, so equal to the bit)."""
+    matrix = np.column_stack([rows.step.astype(np.int64), rows.start.view(np.int64), rows.end.view(np.int64)])
+    return np.ascontiguousarray(matrix).view("V24").ravel()
 
 
-def _unheld(r: IngestRecord, held: set[tuple[int, int, int]] | None) -> IngestRecord | None:
+def _unheld(r: IngestRecord, held: np.ndarray | None) -> IngestRecord | None:
     """The record with only the rows not held; None when all are."""
     rows = r.step_rows
-    if not held or rows is None:
+    if held is None or not len(held) or rows is None:
         return r
-    keep = np.array([triple not in held for triple in _triples(rows)], dtype=bool)
+    keep = ~np.isin(_row_keys(rows), held)
     if keep.all():
         return r
     if not keep.any():

@@ -13,6 +13,8 @@ plus `steps_default` for any time outside them), so that retention drops whole d
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -122,52 +124,53 @@ class Event(Base):
     __table_args__ = (Index("ix_events_run_kind_time", "run_pk", "kind", "time"),)
 
 
-steps = Table(
+def _rank_rows(name: str, position: str, *columns: Column[Any] | Index) -> Table:
+    """A table of the rows ranks send, partitioned by day of `end_time` on PostgreSQL: each row leads with its run,
+    attempt, rank and `position` (the step, or the block of steps), none of them NULL, then `columns` (its other
+    columns and its index) in order."""
+    return Table(
+        name,
+        Base.metadata,
+        Column("run_pk", Integer, nullable=False),
+        Column("attempt", Integer, nullable=False),
+        Column("rank", Integer, nullable=False),
+        Column(position, BigInteger, nullable=False),
+        *columns,
+        postgresql_partition_by="RANGE (end_time)",
+    )
+
+
+steps = _rank_rows(
     "steps",
-    Base.metadata,
-    Column("run_pk", Integer, nullable=False),
-    Column("attempt", Integer, nullable=False),
-    Column("rank", Integer, nullable=False),
-    Column("step", BigInteger, nullable=False),
+    "step",
     Column("start_time", Double, nullable=False),
     Column("end_time", Double, nullable=False),
     Column("loss", Double),
     Column("lr", Double),
     Column("comm", Double),
     Index("ix_steps_run_attempt_rank_step", "run_pk", "attempt", "rank", "step"),
-    postgresql_partition_by="RANGE (end_time)",
 )
 
-step_columns = Table(
+step_columns = _rank_rows(
     # A rank's step rows of one closed block of steps (services.storage.step_columns): the rows a rank sent for
     # steps below the block it is in now, moved out of `steps` and encoded column-wise (services.storage.column_codec)
     # in one row. Late rows for a block already moved add another row of the same key. Partitioned as `steps`, by
     # the latest end of the block's rows.
     "step_columns",
-    Base.metadata,
-    Column("run_pk", Integer, nullable=False),
-    Column("attempt", Integer, nullable=False),
-    Column("rank", Integer, nullable=False),
-    Column("block", BigInteger, nullable=False),
+    "block",
     Column("end_time", Double, nullable=False),
     Column("rows", Integer, nullable=False),
     Column("data", LargeBinary, nullable=False),
     Index("ix_step_columns_run_attempt_rank_block", "run_pk", "attempt", "rank", "block"),
-    postgresql_partition_by="RANGE (end_time)",
 )
 
-collectives = Table(
+collectives = _rank_rows(
     "collectives",
-    Base.metadata,
-    Column("run_pk", Integer, nullable=False),
-    Column("attempt", Integer, nullable=False),
-    Column("rank", Integer, nullable=False),
-    Column("step", BigInteger, nullable=False),
+    "step",
     Column("op", String(64), nullable=False),
     Column("start_time", Double, nullable=False),
     Column("end_time", Double, nullable=False),
     Index("ix_collectives_run_attempt_step", "run_pk", "attempt", "step"),
-    postgresql_partition_by="RANGE (end_time)",
 )
 
 

@@ -29,6 +29,23 @@ def per_rank(kind: str, time: float, world: int, run_id: str = "s1", **fields: A
     return [ev(kind, time, run_id=run_id, rank=r, **fields) for r in range(world)]
 
 
+def attempt_events(attempt: int, world: int, start: float, *, resumed: float | None = None, last_step: int = 0,
+                   steps_from: float = 0.0, end: float | None = None, reason: str = "completed", run_id: str = "s1",
+                   **start_fields: Any) -> list[dict[str, Any]]:
+    """Every rank's events of one attempt of a world of `world`, in this order: attempt_start at `start` (with
+    `start_fields`, e.g. host); a resume from step 0 at `resumed`; steps 1..`last_step` back to back, 1 s each, from
+    `steps_from`; attempt_end for `reason` at `end`. A part not given (None, no last step) is left out."""
+    events = [ev("attempt_start", start, run_id=run_id, attempt=attempt, rank=r, world_size=world, **start_fields)
+              for r in range(world)]
+    if resumed is not None:
+        events += per_rank("resume", resumed, world, run_id=run_id, attempt=attempt, step=0)
+    if last_step:
+        events += steps(attempt, world, 1, last_step, steps_from, run_id=run_id)
+    if end is not None:
+        events += per_rank("attempt_end", end, world, run_id=run_id, attempt=attempt, reason=reason)
+    return events
+
+
 def reference_s1() -> list[dict[str, Any]]:
     """The reference scenario of the ledger specification (world size 8, one restart)."""
     w = 8

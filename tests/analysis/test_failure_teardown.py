@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.analysis.scenarios import ev, per_rank, steps
+from tests.analysis.scenarios import attempt_events, ev
 from tests.ledger_checks import assert_ledger as expect
 from tests.ledger_checks import ledger_of_events as ledger_of
 
@@ -15,10 +15,7 @@ def failed_for_good(gpus: int = 4) -> list[dict]:  # type: ignore[type-arg]
     run_end failed); torchrun and the launcher tear the job down until 130 (allocation_end)."""
     w = 4
     out = [ev("allocation_start", 0, gpus=gpus), ev("allocation_end", 130)]
-    out += [ev("attempt_start", 0, attempt=0, rank=r, world_size=w) for r in range(w)]
-    out += per_rank("resume", 0, w, attempt=0, step=0)
-    out += steps(0, w, 1, 50, 10)
-    out += per_rank("attempt_end", 100, w, attempt=0, reason="failed")
+    out += attempt_events(0, w, 0, resumed=0, last_step=50, steps_from=10, end=100, reason="failed")
     out.append(ev("run_end", 100, status="failed"))
     return out
 
@@ -38,8 +35,7 @@ def test_teardown_counts_on_the_worlds_gpus_and_the_allocations_other_gpus_stay_
 def test_teardown_of_an_attempt_that_never_stepped_is_hang_after_its_startup() -> None:
     w = 2
     events = [ev("allocation_start", 0, gpus=w), ev("allocation_end", 70)]
-    events += [ev("attempt_start", 0, attempt=0, rank=r, world_size=w) for r in range(w)]
-    events += per_rank("attempt_end", 40, w, attempt=0, reason="failed")  # died in init_process_group
+    events += attempt_events(0, w, 0, end=40, reason="failed")  # died in init_process_group
     events.append(ev("run_end", 40, status="failed"))
     expect(ledger_of(events), 0.0, startup=40 * w, hang=30 * w)
 
@@ -47,13 +43,8 @@ def test_teardown_of_an_attempt_that_never_stepped_is_hang_after_its_startup() -
 def test_after_a_failure_the_next_attempt_in_the_same_allocation_books_the_teardown_as_startup() -> None:
     w = 2
     events = [ev("allocation_start", 0, gpus=w), ev("allocation_end", 100)]
-    events += [ev("attempt_start", 0, attempt=0, rank=r, world_size=w) for r in range(w)]
-    events += steps(0, w, 1, 20, 5)  # 5-25, resumed from 0 (inferred)
-    events += per_rank("attempt_end", 30, w, attempt=0, reason="failed")
-    events += [ev("attempt_start", 60, attempt=1, rank=r, world_size=w) for r in range(w)]
-    events += per_rank("resume", 60, w, attempt=1, step=0)
-    events += steps(1, w, 1, 30, 65)  # 65-95
-    events += per_rank("attempt_end", 95, w, attempt=1, reason="completed")
+    events += attempt_events(0, w, 0, last_step=20, steps_from=5, end=30, reason="failed")  # 5-25, resumed from 0
+    events += attempt_events(1, w, 60, resumed=60, last_step=30, steps_from=65, end=95)  # 65-95
     events.append(ev("run_end", 95, status="finished"))
     # detection at 30 -> first step of attempt 1 at 65: startup (restart cost), as in the reference scenario
     expect(ledger_of(events), 30 * w, startup=(5 + 35) * w, rework=20 * w, hang=5 * w, idle=5 * w)
@@ -63,13 +54,8 @@ def test_a_failure_whose_restart_comes_in_a_new_allocation_books_the_old_allocat
     w = 2
     events = [ev("run_submitted", 0), ev("allocation_start", 0, gpus=w), ev("allocation_end", 50),
               ev("allocation_start", 80, gpus=w), ev("allocation_end", 130)]
-    events += [ev("attempt_start", 0, attempt=0, rank=r, world_size=w) for r in range(w)]
-    events += steps(0, w, 1, 20, 5)  # 5-25
-    events += per_rank("attempt_end", 35, w, attempt=0, reason="failed")
-    events += [ev("attempt_start", 90, attempt=1, rank=r, world_size=w) for r in range(w)]
-    events += per_rank("resume", 90, w, attempt=1, step=0)
-    events += steps(1, w, 1, 30, 95)  # 95-125
-    events += per_rank("attempt_end", 125, w, attempt=1, reason="completed")
+    events += attempt_events(0, w, 0, last_step=20, steps_from=5, end=35, reason="failed")  # 5-25
+    events += attempt_events(1, w, 90, resumed=90, last_step=30, steps_from=95, end=125)  # 95-125
     events.append(ev("run_end", 125, status="finished"))
     ledger = ledger_of(events)
     # allocation 1: startup 0-5, rework 5-25, hang 25-35 and 35-50 (torn down, requeued); allocation 2: startup
@@ -81,8 +67,6 @@ def test_a_failure_whose_restart_comes_in_a_new_allocation_books_the_old_allocat
 def test_a_completed_run_keeps_its_allocation_tail_idle() -> None:
     w = 2
     events = [ev("allocation_start", 0, gpus=w), ev("allocation_end", 50)]
-    events += [ev("attempt_start", 0, attempt=0, rank=r, world_size=w) for r in range(w)]
-    events += steps(0, w, 1, 30, 5)
-    events += per_rank("attempt_end", 35, w, attempt=0, reason="completed")
+    events += attempt_events(0, w, 0, last_step=30, steps_from=5, end=35)
     events.append(ev("run_end", 35, status="finished"))
     expect(ledger_of(events), 30 * w, startup=5 * w, idle=15 * w)

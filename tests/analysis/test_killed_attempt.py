@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.analysis.scenarios import ev, per_rank, reference_s1, steps
+from tests.analysis.scenarios import attempt_events, ev, per_rank, reference_s1
 from tests.ledger_checks import assert_ledger as expect
 from tests.ledger_checks import ledger_of_events as ledger_of
 
@@ -19,14 +19,9 @@ def killed_then_restarted(after_last_step: list[dict], alloc_end: float = 100) -
     """World 2, allocated 0-alloc_end. Attempt 0: steps 1-20 from 5 to 25, then `after_last_step`, no
     attempt_end. Attempt 1 starts at 40, resumes from 0, steps 1-30 from 50 to 80, completes at 80."""
     events = [ev("allocation_start", 0, gpus=W), ev("allocation_end", alloc_end)]
-    events += [ev("attempt_start", 0, attempt=0, rank=r, world_size=W) for r in range(W)]
-    events += per_rank("resume", 0, W, attempt=0, step=0)
-    events += steps(0, W, 1, 20, 5)
+    events += attempt_events(0, W, 0, resumed=0, last_step=20, steps_from=5)
     events += after_last_step
-    events += [ev("attempt_start", 40, attempt=1, rank=r, world_size=W) for r in range(W)]
-    events += per_rank("resume", 40, W, attempt=1, step=0)
-    events += steps(1, W, 1, 30, 50)
-    events += per_rank("attempt_end", 80, W, attempt=1, reason="completed")
+    events += attempt_events(1, W, 40, resumed=40, last_step=30, steps_from=50, end=80)
     events.append(ev("run_end", 80, status="finished"))
     return events
 
@@ -71,13 +66,9 @@ def test_an_event_stamped_after_the_next_attempts_start_ends_the_killed_attempt_
 def test_a_killed_attempt_requeued_into_a_new_allocation_books_its_allocations_tail_as_teardown() -> None:
     events = [ev("allocation_start", 0, gpus=W), ev("allocation_end", 50),
               ev("allocation_start", 80, gpus=W), ev("allocation_end", 130)]
-    events += [ev("attempt_start", 0, attempt=0, rank=r, world_size=W) for r in range(W)]
-    events += steps(0, W, 1, 20, 5)  # 5-25
+    events += attempt_events(0, W, 0, last_step=20, steps_from=5)  # 5-25
     events += [ev("heartbeat", 30, attempt=0, rank=r) for r in range(W)]
-    events += [ev("attempt_start", 90, attempt=1, rank=r, world_size=W) for r in range(W)]
-    events += per_rank("resume", 90, W, attempt=1, step=0)
-    events += steps(1, W, 1, 30, 95)  # 95-125
-    events += per_rank("attempt_end", 125, W, attempt=1, reason="completed")
+    events += attempt_events(1, W, 90, resumed=90, last_step=30, steps_from=95, end=125)  # 95-125
     events.append(ev("run_end", 125, status="finished"))
     # hang 25-30 (heart-beating) and 30-50 (torn down, no attempt in this allocation); startup 0-5 and 80-95
     expect(ledger_of(events), 30 * W, startup=(5 + 15) * W, rework=20 * W, hang=(5 + 20) * W, idle=5 * W)
@@ -93,9 +84,7 @@ def test_without_allocation_events_the_killed_attempt_still_holds_its_gpus_until
 
 def test_the_last_attempt_of_a_failed_run_without_attempt_end_keeps_hang_to_the_run_end_and_teardown() -> None:
     events = [ev("allocation_start", 0, gpus=W), ev("allocation_end", 130)]
-    events += [ev("attempt_start", 0, attempt=0, rank=r, world_size=W) for r in range(W)]
-    events += per_rank("resume", 0, W, attempt=0, step=0)
-    events += steps(0, W, 1, 50, 10)  # 10-60
+    events += attempt_events(0, W, 0, resumed=0, last_step=50, steps_from=10)  # 10-60
     events.append(ev("run_end", 100, status="failed"))  # the launcher saw the group die; no rank said so
     expect(ledger_of(events), 0.0, startup=10 * W, rework=50 * W, hang=(40 + 30) * W)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.analysis.scenarios import ev, per_rank, steps
+from tests.analysis.scenarios import attempt_events, ev, per_rank, steps
 from tests.ledger_checks import ledger_of_events
 
 W = 4
@@ -18,17 +18,14 @@ def two_attempts() -> list[dict[str, Any]]:
     init_process_group), it loads its checkpoint until 40, steps 1-20 from 50 to 70 and fails at 72. Attempt 1 starts
     at 80 with no init_process_group phase (init() after the process group), loads until 95, steps 1-30 from 100."""
     events = [ev("allocation_start", 0, gpus=W), ev("allocation_end", 130)]
-    events += [ev("attempt_start", 10, attempt=0, rank=r, world_size=W, host="h") for r in range(W)]
+    events += attempt_events(0, W, 10, host="h")
     events += per_rank("phase_start", 10, W, attempt=0, name="init_process_group", step=0)
     events += [ev("phase_end", 22 + r, attempt=0, rank=r, name="init_process_group", step=0, ok=True)
                for r in range(W)]
     events += per_rank("resume", 40, W, attempt=0, step=0)
     events += steps(0, W, 1, 20, 50)
     events += per_rank("attempt_end", 72, W, attempt=0, reason="failed")
-    events += [ev("attempt_start", 80, attempt=1, rank=r, world_size=W, host="h") for r in range(W)]
-    events += per_rank("resume", 95, W, attempt=1, step=0)
-    events += steps(1, W, 1, 30, 100)
-    events += per_rank("attempt_end", 130, W, attempt=1, reason="completed")
+    events += attempt_events(1, W, 80, resumed=95, last_step=30, steps_from=100, end=130, host="h")
     events.append(ev("run_end", 130, status="finished"))
     return events
 

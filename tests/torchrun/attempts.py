@@ -64,6 +64,25 @@ def start_agent(workdir: Path, url: str, *, run_id: str, node: str, torchrun_arg
     return Agent(node=node, proc=proc, output=output)
 
 
+def run_standalone(workdir: Path, url: str, *, run_id: str, nproc: int, steps: int, max_restarts: int,
+                   job_args: list[str], launch_args: tuple[str, ...] = (),
+                   extra_env: dict[str, str] | None = None) -> Agent:
+    """The job for `steps` steps, no checkpoints, under `goodput launch -- torchrun --standalone` with `nproc`
+    workers and up to `max_restarts` restarts, run until torchrun exits 0 (3 min at most); its logs in
+    `workdir/logs`, its workers stopped after."""
+    log_dir = workdir / "logs"
+    job_args = ["--log-dir", str(log_dir), "--ckpt-dir", str(workdir / "ckpt"), "--steps", str(steps),
+                "--checkpoint-every", "0", *job_args]
+    torchrun = ["--standalone", "--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts)]
+    agent = start_agent(workdir, url, run_id=run_id, node="n", torchrun_args=torchrun, job_args=job_args,
+                        launch_args=launch_args, extra_env=extra_env)
+    try:
+        assert agent.proc.wait(timeout=180) == 0, agent.tail()
+    finally:
+        stop_agents([agent], log_dir)
+    return agent
+
+
 def stop_agents(agents: list[Agent], log_dir: Path) -> None:
     """SIGKILL every worker the logs name (if the pid is still an attempts_job.py) and each agent's group."""
     for line in job_lines(log_dir):

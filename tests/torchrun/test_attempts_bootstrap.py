@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.ledger_checks import assert_partition
-from tests.torchrun.attempts import Agent, generations_from_logs, start_agent, stop_agents
+from tests.torchrun.attempts import Agent, generations_from_logs, run_standalone
 from tests.torchrun.conftest import Collector, fetch_ledger, fetch_run
 
 pytestmark = pytest.mark.torchrun
@@ -18,17 +18,8 @@ NPROC, STEPS = 2, 10
 
 
 def run_job(tmp_path: Path, collector: Collector, run_id: str, launch_args: tuple[str, ...] = ()) -> Agent:
-    log_dir = tmp_path / "logs"
-    job_args = ["--log-dir", str(log_dir), "--ckpt-dir", str(tmp_path / "ckpt"), "--steps", str(STEPS),
-                "--checkpoint-every", "0", "--die-in-init", "1"]
-    torchrun = ["--standalone", "--nproc-per-node", str(NPROC), "--max-restarts", "3"]
-    agent = start_agent(tmp_path, collector.url, run_id=run_id, node="n", torchrun_args=torchrun,
-                        job_args=job_args, launch_args=launch_args)
-    try:
-        assert agent.proc.wait(timeout=180) == 0, agent.tail()
-    finally:
-        stop_agents([agent], log_dir)
-    return agent
+    return run_standalone(tmp_path, collector.url, run_id=run_id, nproc=NPROC, steps=STEPS, max_restarts=3,
+                          job_args=["--die-in-init", "1"], launch_args=launch_args)
 
 
 def test_an_attempt_that_dies_in_init_process_group_is_a_restart_booked_as_startup(

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.test_cli import GOODPUT
-from tests.torchrun.attempts import Agent, job_lines, start_agent, stop_agents
+from tests.torchrun.attempts import Agent, job_lines, run_standalone
 from tests.torchrun.conftest import Collector
 
 pytestmark = pytest.mark.torchrun
@@ -24,17 +24,8 @@ NPROC, STEPS = 2, 8
 
 def run_job(tmp_path: Path, collector: Collector, run_id: str, job_args: list[str],
             extra_env: dict[str, str] | None = None) -> Agent:
-    log_dir = tmp_path / "logs"
-    job_args = ["--log-dir", str(log_dir), "--ckpt-dir", str(tmp_path / "ckpt"), "--steps", str(STEPS),
-                "--checkpoint-every", "0", *job_args]
-    torchrun = ["--standalone", "--nproc-per-node", str(NPROC), "--max-restarts", "1"]
-    agent = start_agent(tmp_path, collector.url, run_id=run_id, node="n", torchrun_args=torchrun,
-                        job_args=job_args, extra_env=extra_env)
-    try:
-        assert agent.proc.wait(timeout=180) == 0, agent.tail()
-    finally:
-        stop_agents([agent], log_dir)
-    return agent
+    return run_standalone(tmp_path, collector.url, run_id=run_id, nproc=NPROC, steps=STEPS, max_restarts=1,
+                          job_args=job_args, extra_env=extra_env)
 
 
 def first_failure(url: str, run_id: str, timeout_s: float = 30.0) -> dict[str, Any]:

@@ -114,6 +114,15 @@ class RunContext:
                               evidence=[e for e in evidence if e.value is not None],  # what was measured
                               model=AdviceModel(name=model[0], statement=model[1]), gain=gain, confidence=confidence)
 
+    def rec_without_gain(self, code: AdviceCode, category: str, *, title: str, wording: str, at_stake: float,
+                         evidence: list[Evidence], model: tuple[str, str], condition: str,
+                         measured: str) -> Recommendation:
+        """A recommendation that predicts no gain (a run hung now, correctness, queue time): `condition` says why,
+        and its confidence is what was measured ("measured: " + `measured`)."""
+        return self.rec(code, category, title=title, wording=wording, at_stake=at_stake, evidence=evidence,
+                        model=model, saved=None, bound="none", condition=condition,
+                        confidence=Confidence(basis="measured", text=f"measured: {measured}"))
+
 
 def count(f: Formats, n: int, noun: str) -> str:
     return f"{f.integer(n)} {noun}" + ("" if n == 1 else "s")

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from services.analysis.advice.config import Formats
 from services.analysis.advice.context import RunContext, count, sentence
-from services.schemas.advice import Confidence, Recommendation
+from services.schemas.advice import Recommendation
 from services.schemas.resume import ResumeCheck
 
 
@@ -22,7 +22,7 @@ def resume_correctness(run: RunContext) -> Iterable[Recommendation]:
     findings = check.findings
     kinds = ", ".join(sorted({x.code for x in findings}))
     since = check.gpu_seconds_since_first_finding
-    yield run.rec(
+    yield run.rec_without_gain(
         "resume_correctness", "correctness", title="Make resumes restore the whole training state",
         wording=(f"{count(f, len(findings), 'resume finding')} ({kinds}); the first: {findings[0].message}. A resume "
                  "that restores only part of the state (optimizer buffers, RNG state, data position, step counter) "
@@ -35,17 +35,16 @@ def resume_correctness(run: RunContext) -> Iterable[Recommendation]:
                   run.ev("gpu_seconds_since_first_finding", "trained since the first finding", since, "gpu_seconds")],
         model=("resume_check", "The resume check compares what a restart recomputed with the first computation "
                                "(docs/resume-check.md)."),
-        saved=None, bound="none",
         condition=(f"No goodput prediction: this is about correctness, not time. {f.gpu_time(since)} of training "
                    "since the first finding ran on a state that differs from the one the run had."),
-        confidence=Confidence(basis="measured", text=f"measured: {count(f, len(findings), 'finding')}"))
+        measured=count(f, len(findings), "finding"))
 
 
 def _resume_unverified(run: RunContext, check: ResumeCheck) -> Recommendation:
     f = run.f
     unchecked = [r for r in check.resumes if not r.verified]
     since = check.gpu_seconds_since_first_unverified
-    return run.rec(
+    return run.rec_without_gain(
         "resume_correctness", "correctness", title="Check each resume as it loads",
         wording=(f"{count(f, len(unchecked), 'restart')} loaded a checkpoint and nothing could be compared: "
                  f"{check.reason}. A resume that restores only part of the state (optimizer buffers, RNG state, data "
@@ -60,10 +59,9 @@ def _resume_unverified(run: RunContext, check: ResumeCheck) -> Recommendation:
                          "gpu_seconds")],
         model=("resume_check", "The resume check compares what a restart recomputed, and the digest of the state "
                                "it loaded, with the first computation (docs/resume-check.md)."),
-        saved=None, bound="none",
         condition=(f"No goodput prediction: this is about correctness, not time. {f.gpu_time(since)} of training "
                    "since the first unchecked restart ran on a state nobody compared with the one saved."),
-        confidence=Confidence(basis="measured", text="measured: nothing arrived to compare"))
+        measured="nothing arrived to compare")
 
 
 def clock_offset(run: RunContext) -> Iterable[Recommendation]:
@@ -79,7 +77,7 @@ def clock_offset(run: RunContext) -> Iterable[Recommendation]:
     said += [f"host {c.host}'s clock is {_offset_text(f, c.offset_seconds)} the collector's" for c in collector[:5]]
     worst = max((abs(c.offset_seconds) for c in (*between, *collector)), default=0.0)
     hosts = sorted({c.host for c in (*between, *collector)})
-    yield run.rec(
+    yield run.rec_without_gain(
         "clock_offset", "correctness", title="Set the hosts' clocks right: check their NTP",
         wording=(f"{sentence('; '.join(said))}. Check NTP on "
                  f"{', '.join(hosts[:8])}{'…' if len(hosts) > 8 else ''} (chronyc tracking, timedatectl). The ledger "
@@ -92,9 +90,8 @@ def clock_offset(run: RunContext) -> Iterable[Recommendation]:
         model=("clock_offsets", "A synchronous step ends at the same true instant on every rank: a host whose ranks "
                                 "end their steps later by the same amount has a clock ahead by it (docs/ledger.md, "
                                 "'Clocks'); the collector compares a request's Goodput-Sent-At with its arrival."),
-        saved=None, bound="none",
         condition="No goodput prediction: the ledger already took the offsets out; this is about the hosts' clocks.",
-        confidence=Confidence(basis="measured", text="measured: step ends across hosts, request arrival times"))
+        measured="step ends across hosts, request arrival times")
 
 
 

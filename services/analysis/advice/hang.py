@@ -20,7 +20,7 @@ def hung_now(run: RunContext) -> Iterable[Recommendation]:
     tail = ledger.running_tail
     gpus = tail.gpus if tail is not None else world_size(ledger)
     silent = provisional.as_of - provisional.since
-    yield run.rec(
+    yield run.rec_without_gain(
         "hung_now", HANG, title="The run is hung now: stop it",
         wording=(f"No progress for {f.duration(silent)} ({f.gpu_time(provisional.hang_gpu_seconds)} so far, booked "
                  f"as provisional hang on {count(f, gpus, 'GPU')}). Look at the suspect ranks "
@@ -33,10 +33,9 @@ def hung_now(run: RunContext) -> Iterable[Recommendation]:
         model=("provisional_hang", "Live detection calls the run hung (no progress for longer than its threshold); "
                                    "the time since the last progress is booked as hang until the attempt ends "
                                    "(docs/ledger.md, 'Running runs')."),
-        saved=None, bound="none",
         condition=(f"No prediction: the hang grows by {f.gpu_time(gpus * 60.0)} every minute until the job is "
                    "stopped."),
-        confidence=Confidence(basis="measured", text="measured: no step, checkpoint or attempt event since then"))
+        measured="no step, checkpoint or attempt event since then")
 
 
 def hang_timeout(run: RunContext) -> Iterable[Recommendation]:

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from itertools import pairwise
 
 from services.analysis.advice.context import RunContext, count
-from services.schemas.advice import Confidence, Recommendation
+from services.schemas.advice import Recommendation
 
 
 def queue(run: RunContext) -> Iterable[Recommendation]:
@@ -21,7 +21,7 @@ def queue(run: RunContext) -> Iterable[Recommendation]:
     fix = ("Restart inside the allocation (torchrun --max-restarts) so a failure does not go back to the queue; "
            if requeue > 0 else "")
     measured = ledger.goodput
-    yield run.rec(
+    yield run.rec_without_gain(
         "queue", "queue", title="Wait less in the queue",
         wording=(f"The run waited {f.duration(queue)} for the scheduler, {f.percent(queue / (queue + wall))} of the "
                  f"time from submission to the end of its allocation{requeued}. {fix}ask for a partition or "
@@ -31,8 +31,7 @@ def queue(run: RunContext) -> Iterable[Recommendation]:
                   run.ev("allocated_wall_seconds", "holding GPUs", wall, "seconds"),
                   run.ev("requeue_seconds", "waiting after requeues", requeue, "seconds")],
         model=("queue_time", "Queue time holds no GPUs: it delays the result, it does not waste GPU time."),
-        saved=None, bound="none",
         condition=(f"No goodput prediction: queue time holds no GPUs (goodput stays "
                    f"{f.percent(measured) if measured is not None else '—'}); the result would come "
                    f"{f.duration(queue)} sooner."),
-        confidence=Confidence(basis="measured", text="measured: submission and allocation times"))
+        measured="submission and allocation times")
