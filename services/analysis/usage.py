@@ -279,9 +279,15 @@ def _straggle_by_segment(painting: RunPainting, straggle: pd.DataFrame, producti
 
 
 def _usage(start: np.ndarray, end: np.ndarray, values: np.ndarray, bin_s: float | None) -> Usage:
-    return Usage(start=[float(v) for v in start], end=[float(v) for v in end], bin_s=bin_s,
-                 gpu_seconds={key: [float(v) for v in values[:, j]] for j, key in enumerate(USAGE_KEYS)
+    return Usage(start=_floats(start), end=_floats(end), bin_s=bin_s,
+                 gpu_seconds={key: _floats(values[:, j]) for j, key in enumerate(USAGE_KEYS)
                               if bool((values[:, j] != 0).any())})
+
+
+def _floats(array: np.ndarray) -> list[float]:
+    """Python floats, float(v) of each value, in one call."""
+    listed: list[float] = np.asarray(array, dtype=np.float64).tolist()
+    return listed
 
 
 def _merge_even(start: np.ndarray, end: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, ...]:
