@@ -12,8 +12,8 @@ a record whose rows are all held counts as a duplicate in its batch's answer, as
 Only a record with rows in a block below its rank's highest marked block can repeat moved rows: one index probe
 per (run, attempt, rank) of the group finds that block, and only the block rows those records fall in are read.
 
-A rank's heartbeats between its earliest and latest of the attempt are deleted when it moves a block: the analysis
-reads the extremes, live detection the latest. A heartbeat sent again after that is stored again, and thinned
+A rank's heartbeats strictly between its earliest and latest of the attempt are deleted when it moves a block: the
+analysis reads the extremes, live detection the latest. A heartbeat sent again after that is stored again, and thinned
 again at the rank's next block.
 """
 
@@ -29,6 +29,7 @@ from sqlalchemy import Connection, text
 from services.analysis.step_blocks import BLOCK_STEPS
 from services.storage.records import IngestRecord, StepRows
 from services.storage.step_columns import column_rows
+from services.storage.tables import HEARTBEATS, STEP_RECORDS
 
 RankKey = tuple[int, int, int]  # (run pk, attempt, rank)
 
@@ -58,27 +59,23 @@ def _rank_key(run_pk: int, r: IngestRecord) -> RankKey | None:
 
 def forget_moved_records(conn: Connection, below: dict[RankKey, int]) -> None:
     """After `move_left_blocks(below)`: the event rows of each rank's step records wholly below its new block
-    (their rows are in block rows now), and its heartbeats of the attempt but the earliest and latest."""
-    by_run: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
-    for (run_pk, attempt, rank), step in sorted(below.items()):
-        by_run[(run_pk, step)].append((attempt, rank))
-    for (run_pk, step), ranks in by_run.items():  # integers only, as literals: one statement per run and step
-        listed = ", ".join(f"({int(a)}, {int(r)})" for a, r in ranks)
-        conn.execute(text(f"DELETE FROM events WHERE run_pk = {int(run_pk)} AND kind IN ('step', 'steps') "
-                          f"AND step < {int(step)} AND (attempt, rank) IN (VALUES {listed})"))
-        conn.execute(text(_HEARTBEATS_BETWEEN.format(run_pk=int(run_pk), ranks=listed)))
+    (their rows are in block rows now), and its heartbeats of the attempt strictly between the earliest and the
+    latest (ties at either end all stay, so the analysis picks the same one). Rank by rank, each statement reads
+    only the rows it deletes (partial indexes `ix_events_step_records`, `ix_events_heartbeats`)."""
+    if not below:
+        return
+    ranks = [{"p": run_pk, "a": attempt, "r": rank, "s": step}
+             for (run_pk, attempt, rank), step in sorted(below.items())]
+    conn.execute(_FORGET_RECORDS, ranks)
+    conn.execute(_THIN_HEARTBEATS, ranks)
 
 
-# Each (attempt, rank)'s earliest and latest heartbeat stay, in the order the analysis reads them
-# (services.storage.load.load_heartbeat_extremes).
-_HEARTBEATS_BETWEEN = (
-    "DELETE FROM events WHERE run_pk = {run_pk} AND kind = 'heartbeat' AND (attempt, rank) IN (VALUES {ranks}) "
-    "AND event_id NOT IN (SELECT event_id FROM (SELECT event_id, "
-    "row_number() OVER (PARTITION BY attempt, rank ORDER BY time, event_id) AS earliest, "
-    "row_number() OVER (PARTITION BY attempt, rank ORDER BY time DESC, event_id DESC) AS latest "
-    "FROM events WHERE run_pk = {run_pk} AND kind = 'heartbeat' AND (attempt, rank) IN (VALUES {ranks})) AS beats "
-    "WHERE earliest = 1 OR latest = 1)"
-)
+_RANK = "run_pk = :p AND attempt = :a AND rank = :r"
+_FORGET_RECORDS = text(f"DELETE FROM events WHERE {_RANK} AND {STEP_RECORDS} AND step < :s")
+_THIN_HEARTBEATS = text(
+    f"DELETE FROM events WHERE {_RANK} AND {HEARTBEATS} "
+    f"AND time > (SELECT min(time) FROM events WHERE {_RANK} AND {HEARTBEATS}) "
+    f"AND time < (SELECT max(time) FROM events WHERE {_RANK} AND {HEARTBEATS})")
 
 
 def _highest_blocks(conn: Connection, keys: list[RankKey]) -> dict[RankKey, int]:

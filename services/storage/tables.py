@@ -28,6 +28,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -104,6 +105,10 @@ class RunProduct(Base):
     product_json: Mapped[str] = mapped_column(Text)
 
 
+STEP_RECORDS = "kind IN ('step', 'steps')"
+HEARTBEATS = "kind = 'heartbeat'"
+
+
 class Event(Base):
     """Every event as received (compact records as one row, without their arrays); the idempotency key."""
 
@@ -121,7 +126,15 @@ class Event(Base):
     # of the event id with other content is refused (409). NULL for events stored before revision 0005.
     content_hash: Mapped[str | None] = mapped_column(String(32))
 
-    __table_args__ = (Index("ix_events_run_kind_time", "run_pk", "kind", "time"),)
+    __table_args__ = (
+        Index("ix_events_run_kind_time", "run_pk", "kind", "time"),
+        # A rank's step records and heartbeats, for deleting those its block rows made redundant when it moves a
+        # block (services.storage.moved_repeats): partial, so they cover only the rows of the current blocks.
+        Index("ix_events_step_records", "run_pk", "attempt", "rank", "step",
+              postgresql_where=text(STEP_RECORDS), sqlite_where=text(STEP_RECORDS)),
+        Index("ix_events_heartbeats", "run_pk", "attempt", "rank", "time",
+              postgresql_where=text(HEARTBEATS), sqlite_where=text(HEARTBEATS)),
+    )
 
 
 def _rank_rows(name: str, position: str, *columns: Column[Any] | Index) -> Table:
