@@ -27,6 +27,7 @@ import numpy as np
 from sqlalchemy import Connection, text
 
 from services.analysis.step_blocks import BLOCK_STEPS
+from services.storage.db import json_rows, psycopg_connection
 from services.storage.records import IngestRecord, StepRows
 from services.storage.step_columns import column_rows
 from services.storage.tables import HEARTBEATS, STEP_RECORDS
@@ -79,16 +80,28 @@ _THIN_HEARTBEATS = text(
 
 
 def _highest_blocks(conn: Connection, keys: list[RankKey]) -> dict[RankKey, int]:
-    """Each (run pk, attempt, rank)'s highest marked block, for those with marks."""
-    out: dict[RankKey, int] = {}
-    for at in range(0, len(keys), 500):  # integers only, as literals: one index probe each
-        listed = ", ".join(f"({int(p)}, {int(a)}, {int(r)})" for p, a, r in keys[at:at + 500])
-        rows = conn.execute(text(
-            "SELECT k.p, k.a, k.r, (SELECT max(m.block) FROM step_marks m WHERE m.run_pk = k.p AND m.attempt = k.a "
-            "AND m.rank = k.r) FROM (SELECT column1 AS p, column2 AS a, column3 AS r "
-            f"FROM (VALUES {listed}) AS v) AS k"))
-        out.update(((int(p), int(a), int(r)), int(b)) for p, a, r, b in rows if b is not None)
-    return out
+    """Each (run pk, attempt, rank)'s highest marked block, for those with marks: one index probe each."""
+    if not keys:
+        return {}
+    if conn.dialect.name == "postgresql":  # a fixed text, prepared once per connection
+        with psycopg_connection(conn).cursor() as cursor:
+            rows = cursor.execute(_HIGHEST_SQL, (json_rows(keys),)).fetchall()
+    else:
+        rows = []
+        for at in range(0, len(keys), 500):  # integers only, as literals
+            listed = ", ".join(f"({int(p)}, {int(a)}, {int(r)})" for p, a, r in keys[at:at + 500])
+            rows += conn.execute(text(
+                "SELECT k.column1, k.column2, k.column3, (SELECT max(m.block) FROM step_marks m WHERE "
+                f"m.run_pk = k.column1 AND m.attempt = k.column2 AND m.rank = k.column3) FROM (VALUES {listed}) AS k"
+            )).all()
+    return {(int(p), int(a), int(r)): int(b) for p, a, r, b in rows if b is not None}
+
+
+_HIGHEST_SQL = (
+    "SELECT k.p, k.a, k.r, (SELECT max(m.block) FROM step_marks m WHERE m.run_pk = k.p AND m.attempt = k.a "
+    "AND m.rank = k.r) FROM (SELECT (j->>0)::int4 AS p, (j->>1)::int4 AS a, (j->>2)::int4 AS r "
+    "FROM json_array_elements(%s::json) AS v(j)) AS k"
+)
 
 
 def _held_rows(conn: Connection, records: Sequence[tuple[int, IngestRecord]], below: dict[RankKey, int]
