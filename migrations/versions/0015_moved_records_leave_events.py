@@ -8,8 +8,9 @@ on `step_marks` finds a rank's highest block (what says whether a record may rep
 partial indexes on `events` (a rank's step records by step, its heartbeats by time) let the writer delete exactly
 the rows it makes redundant, rank by rank.
 
-Upgrade: creates the index; deletes the event rows of step records wholly below the blocks each rank has in
-`step_columns` (their rows are there), and every heartbeat but each (run, attempt, rank)'s earliest and latest.
+Upgrade: creates the indexes; deletes the event rows of step records wholly below the blocks each rank has in
+`step_columns` (their rows are there), and every heartbeat strictly between each (run, attempt, rank)'s earliest
+and latest.
 Downgrade: drops the indexes. The deleted rows do not come back: their ids are gone (their rows are in the blocks;
 the older code stores a record sent again as late rows, which the analysis counts once).
 
@@ -35,27 +36,26 @@ _MOVED_RECORDS = (
     "AND step < (SELECT (max(c.block) + 1) * {block_steps} FROM step_columns c WHERE c.run_pk = events.run_pk "
     "AND c.attempt = events.attempt AND c.rank = events.rank)"
 )
+# strictly between the (run, attempt, rank)'s earliest and latest: ties at either end all stay (the writer's rule,
+# services/storage/moved_repeats.py); each subquery is a probe of the partial index made first
+_RANK_BEATS = ("FROM events b WHERE b.run_pk = events.run_pk AND b.kind = 'heartbeat' AND b.attempt = events.attempt "
+               "AND b.rank = events.rank")
 _HEARTBEATS_BETWEEN = (
-    "DELETE FROM events WHERE kind = 'heartbeat' AND (run_pk, event_id) NOT IN ("
-    "SELECT run_pk, event_id FROM (SELECT run_pk, event_id, "
-    "row_number() OVER (PARTITION BY run_pk, attempt, rank ORDER BY time, event_id) AS earliest, "
-    "row_number() OVER (PARTITION BY run_pk, attempt, rank ORDER BY time DESC, event_id DESC) AS latest "
-    "FROM events WHERE kind = 'heartbeat') AS beats WHERE earliest = 1 OR latest = 1)"
+    f"DELETE FROM events WHERE kind = 'heartbeat' AND time > (SELECT min(b.time) {_RANK_BEATS}) "
+    f"AND time < (SELECT max(b.time) {_RANK_BEATS})"
 )
-
-
 _STEP_RECORDS = "kind IN ('step', 'steps')"
 _HEARTBEATS = "kind = 'heartbeat'"
 
 
 def upgrade() -> None:
     op.create_index("ix_step_marks_run_attempt_rank_block", "step_marks", ["run_pk", "attempt", "rank", "block"])
-    op.execute(_MOVED_RECORDS.format(block_steps=BLOCK_STEPS))
-    op.execute(_HEARTBEATS_BETWEEN)
     op.create_index("ix_events_step_records", "events", ["run_pk", "attempt", "rank", "step"],
                     postgresql_where=sa.text(_STEP_RECORDS), sqlite_where=sa.text(_STEP_RECORDS))
     op.create_index("ix_events_heartbeats", "events", ["run_pk", "attempt", "rank", "time"],
                     postgresql_where=sa.text(_HEARTBEATS), sqlite_where=sa.text(_HEARTBEATS))
+    op.execute(_MOVED_RECORDS.format(block_steps=BLOCK_STEPS))
+    op.execute(_HEARTBEATS_BETWEEN)
 
 
 def downgrade() -> None:
