@@ -201,10 +201,15 @@ class ApiClient:
 
     def _send(self, method: str, path: str, *, params: Mapping[str, str | float] | None = None,
               json: Any = None, timeout_s: float | None = None) -> httpx.Response:
+        # no `timeout` unless asked: the client's default then, whatever HTTP client it is (Starlette's TestClient
+        # is built on httpx2, whose sentinel for "the default" is not httpx's)
+        url = self.base_url + path
         try:
-            response = self._http.request(method, self.base_url + path, params=params, json=json,
-                                          headers=self._headers,
-                                          timeout=httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s)
+            if timeout_s is None:
+                response = self._http.request(method, url, params=params, json=json, headers=self._headers)
+            else:
+                response = self._http.request(method, url, params=params, json=json, headers=self._headers,
+                                              timeout=timeout_s)
         except httpx.TransportError as exc:
             raise CollectorUnreachable(_unreachable(self.base_url, exc)) from exc
         if response.status_code >= 400:
