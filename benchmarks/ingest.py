@@ -25,6 +25,7 @@ from sqlalchemy import Engine, text
 from benchmarks._common import collector, machine, postgres_database
 from services.storage.db import make_engine
 from services.storage.migrate import upgrade
+from services.storage.step_columns import stored_step_count
 from services.storage.write import copy_steps
 
 T0 = 1_767_225_600.0
@@ -115,6 +116,9 @@ def copy_baseline(engine: Engine, rows: int, chunk: int = 100_000) -> float:
     return time.perf_counter() - t
 
 
+_EMPTY = "TRUNCATE steps, step_columns, step_marks, step_blocks, events, runs RESTART IDENTITY CASCADE"
+
+
 def _partitions(engine: Engine) -> str:
     with engine.connect() as conn:
         rows = conn.execute(text("SELECT tableoid::regclass::text, count(*) FROM steps GROUP BY 1 ORDER BY 1")).all()
@@ -141,14 +145,14 @@ def main() -> None:
         with collector(url) as base:
             for rep in range(args.repeats):
                 with engine.begin() as conn:
-                    conn.execute(text("TRUNCATE steps, events, runs RESTART IDENTITY CASCADE"))
+                    conn.execute(text(_EMPTY))
                 best_copy = min(best_copy, copy_baseline(engine, rows))
                 copied_into = _partitions(engine)
                 with engine.begin() as conn:
-                    conn.execute(text("TRUNCATE steps, events, runs RESTART IDENTITY CASCADE"))
+                    conn.execute(text(_EMPTY))
                 elapsed, accepted, refused = send_all(base, bodies, args.concurrency)
                 with engine.connect() as conn:
-                    stored = conn.execute(text("SELECT count(*) FROM steps")).scalar_one()
+                    stored = stored_step_count(conn)  # in `steps` and in block rows
                 if stored != rows or accepted != len(bodies) * args.records_per_request:
                     raise RuntimeError(f"stored {stored} rows of {rows}")
                 best_http = min(best_http, elapsed)
