@@ -137,5 +137,4 @@ def _unheld(r: IngestRecord, held: np.ndarray | None) -> IngestRecord | None:
         return r
     if not keep.any():
         return None
-    return replace(r, step_rows=StepRows(*(getattr(rows, c)[keep] for c in ("step", "start", "end", "loss", "lr",
-                                                                              "comm"))))
+    return replace(r, step_rows=rows.take(keep))

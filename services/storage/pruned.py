@@ -27,7 +27,7 @@ from sqlalchemy import Connection, and_, func, or_, select
 from services.analysis.step_blocks import StepBlock, block_of, holds
 from services.storage.block_codec import block_from_bytes
 from services.storage.db import psycopg_connection, sqlite_connection
-from services.storage.records import SERIES_KINDS, CollectiveRows, IngestRecord, StepRows
+from services.storage.records import SERIES_KINDS, CollectiveRows, IngestRecord
 from services.storage.tables import Event, step_blocks
 
 RAW_KINDS = SERIES_KINDS | {"heartbeat"}
@@ -144,8 +144,7 @@ def _unheld(run_pk: int, r: IngestRecord, blocks: dict[tuple[int, int, int], Ste
     keep = ~held
     if r.step_rows is not None:
         s = r.step_rows
-        return replace(r, step_rows=StepRows(step=s.step[keep], start=s.start[keep], end=s.end[keep],
-                                             loss=s.loss[keep], lr=s.lr[keep], comm=s.comm[keep]))
+        return replace(r, step_rows=s.take(keep))
     c = r.collective_rows
     assert c is not None
     return replace(r, collective_rows=CollectiveRows(step=c.step[keep], op=[op for op, k in zip(c.op, keep, strict=True)

@@ -19,6 +19,11 @@ class StepRows:
     lr: np.ndarray
     comm: np.ndarray
 
+    def take(self, which: np.ndarray | slice) -> StepRows:
+        """These rows where a boolean mask is true, or a slice of them (numpy's indexing of every column)."""
+        return StepRows(self.step[which], self.start[which], self.end[which], self.loss[which], self.lr[which],
+                        self.comm[which])
+
 
 @dataclass(frozen=True, slots=True)
 class CollectiveRows:

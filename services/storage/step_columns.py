@@ -27,7 +27,6 @@ from services.storage.db import psycopg_connection, sqlite_connection
 from services.storage.records import StepRows
 from services.storage.tables import step_columns
 
-_VALUE_COLUMNS = ("step", "start", "end", "loss", "lr", "comm")
 _MOVE_SQL = ("DELETE FROM steps WHERE run_pk = {p} AND attempt = {p} AND rank = {p} AND step >= {p} AND step < {p} "
              "RETURNING step, start_time, end_time, loss, lr, comm")
 _LOWEST_SQL = ("SELECT min(step) FROM steps WHERE run_pk = {p} AND attempt = {p} AND rank = {p} AND step >= {p} "
@@ -77,7 +76,7 @@ def _move_slice(conn: Connection, key: tuple[int, int, int], fetched: list[tuple
         cuts = np.flatnonzero(np.diff(blocks)) + 1
         out = []
         for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(blocks)], strict=True):
-            part = StepRows(*(getattr(rows, c)[lo:hi] for c in _VALUE_COLUMNS))
+            part = rows.take(slice(lo, hi))
             out.append({"run_pk": run_pk, "attempt": attempt, "rank": rank, "block": int(blocks[lo]),
                         "end_time": float(part.end.max()), "rows": int(hi - lo), "data": encode_step_rows(part)})
         conn.execute(step_columns.insert(), out)
