@@ -402,7 +402,7 @@ def _step_columns(run_pk: int, r: IngestRecord) -> dict[str, np.ndarray]:
             "end_time": rows.end, "loss": rows.loss, "lr": rows.lr, "comm": rows.comm}
 
 
-_COPY_CHUNK_ROWS = 50_000  # ~5 MB of encoded rows at a time (one record of up to MAX_SERIES rows more at most)
+_COPY_CHUNK_ROWS = 16_384  # ~1.6 MB of encoded rows at a time (one record of up to MAX_SERIES rows more at most)
 
 
 def _encoded_step_chunks(parts: list[tuple[int, IngestRecord]]) -> Iterator[bytes]:
