@@ -131,6 +131,11 @@ class IngestSettings(_Section):
         "waiting for the database may hold, per process, before ingestion answers 503 with Retry-After. Keep it "
         "well below the clients' GOODPUT_HTTP_TIMEOUT_S (2 s): an answer later than that is sent again, and an "
         "overloaded collector then writes everything twice"))
+    writer_linger_s: float = Field(0.05, ge=0, le=1, description=(
+        "GOODPUT_WRITER_LINGER_S: while several senders post, how long after a small group's first batch arrived "
+        "the writer waits for more to write in the same transaction (ending sooner when they stop coming). A "
+        "transaction's fixed cost is then shared by more requests (benchmarks.load); each answer comes up to this "
+        "much later. 0: never wait"))
     target_requests_per_s: float = Field(400.0, gt=0, description=(
         "GOODPUT_TARGET_REQUESTS_PER_S: ingest requests per second one collector process aims to receive. Every "
         "answer asks each sender to wait senders-seen-in-the-last-10-s / this between posts "

@@ -43,7 +43,7 @@ from services.schemas.events import EventBatch, IngestAck
 from services.settings import DashboardSettings, ServiceSettings
 from services.storage.db import make_engine
 from services.storage.summary_cache import SummaryCache
-from services.storage.writer import BatchWriter
+from services.storage.writer import BatchWriter, Linger
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +58,13 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
                freeze_heap_at_start: bool = False) -> FastAPI:
     settings = settings or ServiceSettings()
     engine = engine or make_engine(settings.server.database_url)
+    pace = SendPace(target_requests_per_s=settings.ingest.target_requests_per_s,
+                    max_interval_s=settings.ingest.max_send_interval_s)
+    # a group waits for more batches only while several senders post: a lone client waiting for its answer
+    # would only wait longer
     writer = BatchWriter(engine, max_pending_events=settings.ingest.writer_max_pending_events,
-                         max_queue_s=settings.ingest.writer_max_queue_s)
+                         max_queue_s=settings.ingest.writer_max_queue_s,
+                         linger=Linger(settings.ingest.writer_linger_s, only_while=lambda: pace.senders > 1))
     analyses = AnalysisCache(engine, summaries=SummaryCache(capacity_bytes=settings.server.analysis_cache_mb << 20))
     warm = WarmAnalyses(analyses, interval_s=settings.server.warm_analyses_s)
     retention = PruneJob(analyses, retention_days=settings.server.raw_retention_days,
@@ -106,8 +111,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     app.state.body_budget = ingest.BodyBudget(settings.ingest.max_inflight_body_bytes,
                                               settings.ingest.max_inflight_body_bytes_per_client)
     app.ingest = ingest.IngestEndpoint(app.state)
-    app.state.pace = SendPace(target_requests_per_s=settings.ingest.target_requests_per_s,
-                              max_interval_s=settings.ingest.max_send_interval_s)
+    app.state.pace = pace
     install_error_handlers(app)
     metrics.install(app)  # app.state.metrics and the request-duration middleware
     app.include_router(reports.router)  # before runs, like views

@@ -11,6 +11,13 @@ then holds about a second of work: memory stays flat, and an accepted request is
 timeout instead of being sent again (a resend is the same work twice: an overloaded collector that queues minutes
 of work gets slower with every timeout).
 
+A group has a fixed cost (~1.2 ms of CPU in this process: seven statements' round trips and the commit, and the
+database's own per transaction), so a fleet whose node relays post one at a time, each a few records, paid it for
+almost every request (benchmarks.load: groups of one or two requests, 2.4 ms of collector CPU a request). While
+several senders post (`linger_while`), a small group waits for the batches that keep arriving, up to `linger_s`
+after its first one was queued (`Linger`): the requests answered a few tens of milliseconds later, each group
+fuller. Clients waiting for their answers send nothing meanwhile, so the wait ends as soon as arrivals pause.
+
 The writer keeps each run's key between groups (runs are never deleted); services.storage.write checks kept keys
 in the same transaction, so a database emptied or restored under the writer still gets every event into its run.
 """
@@ -20,11 +27,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
 from sqlalchemy import Engine
@@ -38,8 +46,8 @@ from services.storage.write import write_batches
 logger = logging.getLogger(__name__)
 
 _Answer = Future[IngestResult] | asyncio.Future[IngestResult]
-# records, weight, answer, project, what its request said of its senders' clocks
-_Batch = tuple[Sequence[IngestRecord], int, _Answer, str | None, ClockReadings | None]
+# records, weight, answer, project, what its request said of its senders' clocks, when it was queued (monotonic)
+_Batch = tuple[Sequence[IngestRecord], int, _Answer, str | None, ClockReadings | None, float]
 # Runs are never deleted, so a run's primary key, once known, stays right: the writer keeps them (up to this many)
 # and looks up or creates only the runs it has not seen, instead of a query per group (services.storage.write).
 _KNOWN_RUNS_MAX = 100_000
@@ -68,11 +76,52 @@ class DrainRate:
             self.rows_per_s = sum(w for w, _ in self._groups) / total_s if total_s > 1e-3 else None
 
 
+class Linger:
+    """How long the writer waits for more batches before it writes a small group: until `seconds` after the group's
+    first batch was queued, while batches keep coming (each wait for the next lasts at most `GAP_FACTOR` times the
+    usual time between two), the group is below `ROWS` rows and `only_while()` holds. Not at all when groups fill
+    without it: when `FULL_GROUP` batches or more arrive, as a rule, while one group is written (many clients
+    posting back to back: benchmarks.requests, where a wait only delays answers). Off with `seconds` 0."""
+
+    ROWS = 1_000
+    GAP_FACTOR = 3.0
+    FULL_GROUP = 8
+    SMOOTHING = 0.05  # each arrival (each group written) moves the usual gap (write time) 5 % of the way to its own
+
+    def __init__(self, seconds: float = 0.0, only_while: Callable[[], bool] | None = None) -> None:
+        self.seconds = seconds
+        self._only_while = only_while
+        self._last_arrival: float | None = None
+        self.gap_s = math.inf  # the usual time between two queued batches
+        self.write_s = 0.0  # the usual time a group takes to write
+
+    def wrote(self, seconds: float) -> None:
+        """A group was written in `seconds` (by the writer thread that lingers)."""
+        self.write_s += self.SMOOTHING * (seconds - self.write_s)
+
+    def arrived(self, now: float) -> None:
+        """A batch was queued (called by every submitting thread: a lost update only nudges an average)."""
+        last, self._last_arrival = self._last_arrival, now
+        if last is not None and now >= last:  # (two threads may take their clocks in one order, arrive in the other)
+            gap = now - last
+            self.gap_s = gap if math.isinf(self.gap_s) else self.gap_s + self.SMOOTHING * (gap - self.gap_s)
+
+    def wait_s(self, first_queued: float, rows: int, now: float) -> float:
+        """How long to wait for the next batch of a group of `rows` whose first batch was queued at `first_queued`;
+        0: write it now."""
+        if (self.seconds <= 0 or rows >= self.ROWS or math.isinf(self.gap_s)  # (no stream of batches seen yet)
+                or self.write_s >= self.FULL_GROUP * self.gap_s
+                or (self._only_while is not None and not self._only_while())):
+            return 0.0
+        return max(0.0, min(first_queued + self.seconds - now, self.GAP_FACTOR * self.gap_s))
+
+
 class BatchWriter:
     def __init__(self, engine: Engine, *, max_pending_events: int = 500_000, max_queue_s: float = 1.0,
                  min_pending_events: int = 5_000, max_group_events: int = 200_000,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, linger: Linger | None = None) -> None:
         self._engine = engine
+        self._linger = linger or Linger()
         # PostgreSQL: two writers, so one transaction streams rows while the other commits (write_group takes
         # row locks in one order, so they never deadlock); the second writes only while HELPER_BACKLOG_ROWS are
         # waiting. SQLite has a single writer.
@@ -178,7 +227,9 @@ class BatchWriter:
                 self._pending += weight - reserved.take()
         else:
             self._admit(weight)
-        self._queue.put((records, weight, answer, project, clocks))
+        now = time.monotonic()
+        self._linger.arrived(now)
+        self._queue.put((records, weight, answer, project, clocks, now))
         if self._pending >= HELPER_BACKLOG_ROWS and not self._backlog.is_set():
             self._backlog.set()
 
@@ -203,7 +254,9 @@ class BatchWriter:
             stop = False
             while size < self._max_group:
                 try:
-                    nxt = self._queue.get_nowait()
+                    # the helper writes a backlog: it never lingers
+                    wait_s = 0.0 if helper else self._linger.wait_s(item[5], size, time.monotonic())
+                    nxt = self._queue.get(timeout=wait_s) if wait_s > 0 else self._queue.get_nowait()
                 except queue.Empty:
                     break
                 if nxt is None:
@@ -211,7 +264,10 @@ class BatchWriter:
                     break
                 group.append(nxt)
                 size += nxt[1]
+            started = time.monotonic()
             self._write(group)
+            if not helper:
+                self._linger.wrote(time.monotonic() - started)
             if stop:
                 break
         self._drop_held_connection()
@@ -236,7 +292,7 @@ class BatchWriter:
                 self._pending -= sum(batch[1] for batch in group)
         on_loops: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[IngestResult], IngestResult | Exception]]]
         on_loops = {}
-        for (_, _, answer, _, _), outcome in zip(group, outcomes, strict=True):
+        for (_, _, answer, _, _, _), outcome in zip(group, outcomes, strict=True):
             if isinstance(answer, asyncio.Future):
                 on_loops.setdefault(answer.get_loop(), []).append((answer, outcome))
             else:
