@@ -354,7 +354,7 @@ class Pipeline:
             if flushing:
                 all_sent = self._send_pending(deadline)
             elif now >= self._next_send_at:
-                self._send_pending(now + SEND_BUDGET_S)
+                self._send_pending(now + SEND_BUDGET_S, round_only=True)
                 # the collector's pace: at most one regular send round per interval it asks for (a backoff set
                 # by a failure in the round is longer and stays)
                 self._next_send_at = max(self._next_send_at, now + self._pace_s)
@@ -411,8 +411,11 @@ class Pipeline:
                 return segment, self.spool
         return None
 
-    def _send_pending(self, deadline: float) -> bool:
-        """Send oldest-first until nothing is pending (True), a failure, or the deadline."""
+    def _send_pending(self, deadline: float, *, round_only: bool = False) -> bool:
+        """Send oldest-first until nothing is pending (True), a failure, or the deadline. `round_only` (a regular
+        send round): what this process spooled after the round reached the end of its live segment waits for the
+        next round, so a collector that answers slowly (a far region, a writer that gathers requests) is not
+        posted to again and again within one round, each post carrying one flush interval's records."""
         assert self.transport is not None
         while True:
             if time.monotonic() < self._auth_blocked_until:
@@ -433,6 +436,9 @@ class Pipeline:
             with self._spool_lock:
                 start_offset = segment.ack_offset
                 batch = segment.read_batch(max_events=self._batch_cap, max_bytes=self.settings.max_batch_bytes)
+                # this batch takes the rest of this process's live segment: the last of the round
+                last_of_round = round_only and owner is self.spool and not segment.closed and (
+                    batch.end_offset >= segment.size)
             if batch.corrupt_frames:
                 self._warn.warning("corrupt", "goodput: skipped %d corrupt frame(s) in %s (their checksum fails: "
                                    "the disk, or a write cut short); the records around them are sent",
@@ -451,6 +457,8 @@ class Pipeline:
                     self.replayed_events += n
                 with self._spool_lock:
                     owner.record_ack(segment, batch.end_offset, n)
+                if last_of_round:
+                    return True
                 continue
             self.send_failures += 1
             if self._split_after(result, n):

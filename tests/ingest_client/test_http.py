@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import gc
 import gzip
 import itertools
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ingest_client.transport import HttpTransport, SendStatus
+from ingest_client.transport import HttpTransport, InMemoryTransport, SendStatus
 from ingest_client.transport.http import parse_retry_after
 from ingest_client.worker.spool import read_frames
 from tests.ingest_client.conftest import spooled_records
@@ -242,3 +243,30 @@ def test_retry_after_parsing() -> None:
     assert parse_retry_after("junk") is None
     assert parse_retry_after("100000") == 300.0
     assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past: retry now
+
+
+class _SlowPacedTransport(InMemoryTransport):
+    """A collector that answers each post in 80 ms (far away, or gathering requests into one write) and asks for
+    half a second between posts."""
+
+    def send(self, events, /, *, timeout_s=None):  # type: ignore[no-untyped-def]
+        time.sleep(0.08)
+        result = super().send(events, timeout_s=timeout_s)
+        return dataclasses.replace(result, send_interval_s=0.5)
+
+
+def test_a_slow_collector_gets_one_post_per_round_not_one_per_flush(make_tracker: Any) -> None:
+    transport = _SlowPacedTransport()
+    tracker = make_tracker(transport=transport, flush_interval_s=0.02)
+    started = time.monotonic()
+    step = 0
+    while time.monotonic() - started < 2.0:  # a step every 10 ms: every flush has rows to send
+        step += 1
+        tracker.record_step(step, time.time() - 0.01, time.time())
+        time.sleep(0.01)
+    rounds = len(transport.batches)
+    assert tracker.flush(10.0)
+    assert sorted(s for r in transport.of_kind("steps") for s in r["step"]) == list(range(1, step + 1))
+    # 2 s at 0.5 s a round: about 4 rounds (and the durable attempt start); chasing each flush's rows within a
+    # round, as before, it was one post every 80 ms: ~25
+    assert rounds <= 10, f"{rounds} posts in 2 s"
