@@ -109,8 +109,8 @@ def record_readings(conn: Connection, readings: Sequence[tuple[dict[str, int], C
 
 _COLUMNS = ("run_pk", "attempt", "rank", "window", "lead", "offset", "received")
 # The same minute: the larger value; a later minute: the new one (and the minute before it, when adjacent, becomes
-# the previous); an earlier minute (a request that took its time): nothing but `received_at`. SET expressions read
-# the row as it was. NULL-aware larger of two: {pick}(coalesce(a, b), coalesce(b, a)).
+# the previous); an earlier minute (a request that took its time), or nothing larger: the row as it was. SET
+# expressions read the row as it was. NULL-aware larger of two: {pick}(coalesce(a, b), coalesce(b, a)).
 _VALUES_SQLITE = "VALUES (:run_pk, :attempt, :rank, :window, :lead, NULL, :offset, NULL, :received)"
 _VALUES_POSTGRES = (  # the rows as one JSON parameter (services.storage.db.json_rows), in key order
     "SELECT (r->>0)::int4, (r->>1)::int4, (r->>2)::int4, (r->>3)::int8, (r->>4)::float8, NULL::float8, "
@@ -130,7 +130,12 @@ _UPSERT_TEMPLATE = (
     "offset_prev_s = CASE WHEN excluded.window_index = c.window_index + 1 THEN c.offset_s "
     "WHEN excluded.window_index > c.window_index + 1 THEN NULL ELSE c.offset_prev_s END, "
     "window_index = {pick}(c.window_index, excluded.window_index), "
-    "received_at = {pick}(c.received_at, excluded.received_at)"
+    "received_at = {pick}(c.received_at, excluded.received_at) "
+    # only a reading that raises the row is written: at a step a second, most requests raise nothing (a rank's lead
+    # and offset seldom grow within a minute), and an update that changes nothing still writes a row version
+    "WHERE excluded.window_index > c.window_index OR (excluded.window_index = c.window_index AND "
+    "(excluded.lead_s > c.lead_s OR excluded.offset_s > c.offset_s "
+    "OR (excluded.offset_s IS NOT NULL AND c.offset_s IS NULL)))"
 )
 _UPSERT_POSTGRES = _UPSERT_TEMPLATE.format(values=_VALUES_POSTGRES, pick="greatest")
 _UPSERT_SQLITE = text(_UPSERT_TEMPLATE.format(values=_VALUES_SQLITE, pick="max"))

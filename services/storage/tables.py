@@ -192,7 +192,8 @@ class ClockReading(Base):
     (services.storage.clock_readings): live hang detection measures the run's times against the collector's with
     them. Per minute of receipt (`window_index`), the largest `time - received` of its events (`lead_s`) and the
     largest `Goodput-Sent-At - received` of the requests that carried fresh events of it (`offset_s`), and the
-    previous minute's; attempt and rank -1: run-level events."""
+    previous minute's; attempt and rank -1: run-level events. `received_at`: the arrival of the latest request
+    that raised a reading (a request that raises none is not written)."""
 
     __tablename__ = "clock_readings"
 

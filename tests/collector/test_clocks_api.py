@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from services.schemas.ledger import Ledger
 from services.simulate import START_TIME, SimConfig, simulate
@@ -214,6 +214,39 @@ def test_readings_follow_a_clock_set_right_within_two_minutes(engine: Engine) ->
     assert offset() == 0.0  # within the deadband: a delay, not a clock
     send(minute + 131, -3600.0, event_age_s=600.0)  # a spool replayed from another clock: measures nothing
     assert offset() == 0.0
+
+
+def test_a_reading_that_raises_nothing_leaves_the_row_as_it_was(engine: Engine) -> None:
+    """Most requests of a live run raise no reading of their minute: the row is not written again (its
+    `received_at` is the latest request that raised one); a larger reading, or the next minute's, is."""
+    minute = 60.0 * 1_000_000
+
+    def send(received: float, sent_ahead: float | None, lead_s: float) -> None:
+        record = IngestRecord(run_id="kept", event_id=f"e{received}", kind="heartbeat", time=received + lead_s,
+                              attempt=0, rank=0)
+        sent = None if sent_ahead is None else received + sent_ahead
+        write_batches(engine, [[record]], clocks=[readings_of([record], RequestClock(received_at=received,
+                                                                                     sent_at=sent))])
+
+    def row() -> tuple[float, float | None, float]:
+        with engine.connect() as conn:
+            found = conn.execute(text("SELECT lead_s, offset_s, received_at FROM clock_readings WHERE rank = 0")).one()
+        return found[0], found[1], found[2]
+
+    send(minute + 1, None, 3.0)
+    assert row() == pytest.approx((3.0, None, minute + 1))
+    send(minute + 2, None, 2.0)  # raises nothing
+    assert row() == pytest.approx((3.0, None, minute + 1))
+    send(minute + 3, 4.0, 2.0)  # the first offset of the minute
+    assert row() == pytest.approx((3.0, 4.0, minute + 3))
+    send(minute + 4, 3.5, 2.5)  # raises nothing
+    assert row() == pytest.approx((3.0, 4.0, minute + 3))
+    send(minute + 5, 4.5, 1.0)  # a larger offset
+    assert row() == pytest.approx((3.0, 4.5, minute + 5))
+    send(minute + 6, None, 3.5)  # a larger lead
+    assert row() == pytest.approx((3.5, 4.5, minute + 6))
+    send(minute + 61, None, 0.5)  # the next minute, smaller: written
+    assert row() == pytest.approx((0.5, None, minute + 61))
 
 
 # -- runs as a client sends them live --------------------------------------------------------------------------
