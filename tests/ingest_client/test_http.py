@@ -7,12 +7,13 @@ import itertools
 import json
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ingest_client.transport import HttpTransport, InMemoryTransport, SendStatus
+from ingest_client.transport import HttpTransport, InMemoryTransport, SendResult, SendStatus
 from ingest_client.transport.http import parse_retry_after
 from ingest_client.worker.spool import read_frames
 from tests.ingest_client.conftest import spooled_records
@@ -249,7 +250,7 @@ class _SlowPacedTransport(InMemoryTransport):
     """A collector that answers each post in 80 ms (far away, or gathering requests into one write) and asks for
     half a second between posts."""
 
-    def send(self, events, /, *, timeout_s=None):  # type: ignore[no-untyped-def]
+    def send(self, events: Sequence[bytes], /, *, timeout_s: float | None = None) -> SendResult:
         time.sleep(0.08)
         result = super().send(events, timeout_s=timeout_s)
         return dataclasses.replace(result, send_interval_s=0.5)

@@ -5,6 +5,7 @@ below were computed by the implementation that wrote the databases of earlier re
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from services.collector.batch import parse_batch
 from services.storage.write import _stored_form
 
 T = 1764892800.25
-EVENTS = [
+EVENTS: list[tuple[dict[str, Any], str | None, str]] = [
     ({"event_id": "s1", "run_id": "r", "kind": "steps", "time": T, "attempt": 0, "rank": 3, "step": [7, 8, 9],
       "start": [T - 3.0, T - 2.0, T - 1.0], "end": [T - 2.0, T - 1.0, T], "comm": [0.125, 0.25, 0.5]},
      '{"n":3}', "0a837434994b15e4f7a2584d49b3eb25"),
