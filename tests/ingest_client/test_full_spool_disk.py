@@ -74,6 +74,10 @@ def test_a_trainer_whose_spool_disk_fills_says_it_once_on_stderr_and_tells_the_c
     stats = json.loads([line for line in trainer.stdout.splitlines() if line.startswith("{")][-1])["stats"]
     assert stats["unspooled_events"] > 0
     reported = [e.get("unspooled_events", 0) for e in collector.of_kind("client_stats")]
-    assert max(reported) == stats["unspooled_events"], "the final client_stats carries the count"
+    # the final client_stats carries the count; the worker took its snapshot before its attempt's end, and what it
+    # records after the snapshot (that end, a heartbeat or stats row of a tick) meets the same full disk: on a loaded
+    # machine one of them lands in the count too (CI, 2026-12-05: 5,590 reported against 5,589 in the snapshot)
+    assert stats["unspooled_events"] <= max(reported) <= stats["unspooled_events"] + 3, (
+        "the final client_stats carries the count")
     lost = stats["dropped_events"] + stats["spool_dropped_events"]
     assert len(set(collector.step_numbers())) == steps - lost
