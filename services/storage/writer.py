@@ -14,8 +14,8 @@ of work gets slower with every timeout).
 A group has a fixed cost (~1.2 ms of CPU in this process: seven statements' round trips and the commit, and the
 database's own per transaction), so a fleet whose node relays post one at a time, each a few records, paid it for
 almost every request (benchmarks.load: groups of one or two requests, 2.4 ms of collector CPU a request). While
-several senders post (`linger_while`), a small group waits for the batches that keep arriving, up to `linger_s`
-after its first one was queued (`Linger`): the requests answered a few tens of milliseconds later, each group
+several senders post (`Linger.only_while`), a small group waits for the batches that keep arriving, up to
+`Linger.seconds` after its first one was queued: the requests answered a few tens of milliseconds later, each group
 fuller. Clients waiting for their answers send nothing meanwhile, so the wait ends as soon as arrivals pause.
 
 The writer keeps each run's key between groups (runs are never deleted); services.storage.write checks kept keys
@@ -254,25 +254,30 @@ class BatchWriter:
             stop = False
             while size < self._max_group:
                 try:
-                    # the helper writes a backlog: it never lingers
-                    wait_s = 0.0 if helper else self._linger.wait_s(item[5], size, time.monotonic())
-                    nxt = self._queue.get(timeout=wait_s) if wait_s > 0 else self._queue.get_nowait()
+                    nxt = self._queue.get_nowait()
                 except queue.Empty:
-                    break
+                    # the queue is empty: a small group may wait for more (the helper writes a backlog: never)
+                    wait_s = 0.0 if helper else self._linger.wait_s(item[5], size, time.monotonic())
+                    if wait_s <= 0:
+                        break
+                    try:
+                        nxt = self._queue.get(timeout=wait_s)
+                    except queue.Empty:
+                        break
                 if nxt is None:
                     stop = True
                     break
                 group.append(nxt)
                 size += nxt[1]
-            started = time.monotonic()
-            self._write(group)
+            seconds = self._write(group)
             if not helper:
-                self._linger.wrote(time.monotonic() - started)
+                self._linger.wrote(seconds)
             if stop:
                 break
         self._drop_held_connection()
 
-    def _write(self, group: list[_Batch]) -> None:
+    def _write(self, group: list[_Batch]) -> float:
+        """Write the group and answer its requests; returns the seconds the write took."""
         outcomes: list[IngestResult | Exception]
         started = time.monotonic()
         try:
@@ -300,6 +305,7 @@ class BatchWriter:
         for loop, answers in on_loops.items():
             with contextlib.suppress(RuntimeError):  # the loop is closed: no one is waiting any more
                 loop.call_soon_threadsafe(_settle_all, answers)
+        return time.monotonic() - started
 
     def _write_on_held_connection(self, batches: list[Sequence[IngestRecord]], projects: list[str | None],
                                   clocks: list[ClockReadings | None]) -> list[IngestResult]:
