@@ -7,7 +7,7 @@ and `records per request` of them go in one request (the send interval over the 
 - today: `RecordBuilder`'s compact `steps` records (their `comm` added as the client adds it), JSON as the spool
   writes them (`encode_record`), gzip level 5 over the request as `HttpTransport` sends it (bodies over 1 KiB).
 - blocks: the same record without its arrays and with `block`, the record's columns as a column block
-  (services.storage.column_codec's format, encoded here with the standard library only, as the client would have
+  (services.storage.column_codec's zlib format, encoded here with the standard library only, as the client would have
   to: `encode_block`) in base64, the request gzipped the same way. `raw block` is the block's bytes alone (a binary
   body would send those).
 
@@ -47,7 +47,7 @@ from ingest_client.worker.spool import encode_record
 from services.analysis.step_blocks import BLOCK_STEPS
 from services.collector.batch import parse_batch
 from services.simulate import SimConfig
-from services.storage.column_codec import FORMAT_VERSION, decode_blocks, encode_step_rows
+from services.storage.column_codec import ZLIB_FORMAT, decode_blocks, encode_step_rows
 from services.storage.records import StepRows
 
 _MASK = (1 << 64) - 1
@@ -82,7 +82,7 @@ def encode_block(step: Sequence[int], start: Sequence[float], end: Sequence[floa
         columns.append(packed.tobytes())
     raw = b"".join(columns)
     shuffled = b"".join(raw[k::8] for k in range(8))  # byte k of every word together, column after column
-    return _HEADER.pack(FORMAT_VERSION, n) + zlib.compress(shuffled, _LEVEL)
+    return _HEADER.pack(ZLIB_FORMAT, n) + zlib.compress(shuffled, _LEVEL)
 
 
 def _bits(values: Sequence[float | None]) -> list[int]:

@@ -6,7 +6,9 @@ arrived (what a block row of the storage of record holds), and one block per rec
 writer that appends each record's rows as they come would store). Printed: encoded bytes per rank-step (the
 encoding alone; a database row adds its own header and key), and encode / decode microseconds per row (best of
 --repeats), decoding a block at a time (as a block summary reads its block) and all blocks in one call (as the
-loader reads a run). The raw columns are 48 bytes per row (step int64 and five float64).
+loader reads a run), in the format the collector writes (zstd) and, as the baseline of the same run, in zlib (the
+format before revision 0016), with zstd's ratio to it. The raw columns are 48 bytes per row (step int64 and five
+float64).
 
     python -m benchmarks.column_blocks [--hours 1] [--repeats 3]
 """
@@ -25,7 +27,7 @@ from benchmarks._common import machine
 from services.analysis.step_blocks import BLOCK_STEPS
 from services.collector.batch import parse_batch
 from services.simulate import SimConfig, simulate
-from services.storage.column_codec import decode_blocks, decode_step_rows, encode_step_rows
+from services.storage.column_codec import ZLIB_FORMAT, ZSTD_FORMAT, decode_blocks, decode_step_rows, encode_step_rows
 from services.storage.records import IngestRecord, StepRows
 
 _COLUMNS = ("step", "start", "end", "loss", "lr", "comm")
@@ -75,15 +77,20 @@ def best(fn: Callable[[], object], repeats: int) -> float:
 
 def measure(name: str, blocks: list[StepRows], repeats: int) -> None:
     rows = sum(len(b.step) for b in blocks)
-    encoded = [encode_step_rows(b) for b in blocks]
-    size = sum(len(e) for e in encoded)
-    encode_s = best(lambda: [encode_step_rows(b) for b in blocks], repeats)
-    decode_s = best(lambda: [decode_step_rows(e) for e in encoded], repeats)
-    together_s = best(lambda: decode_blocks(encoded), repeats)
-    print(f"  {name}: {len(blocks):,} blocks of {rows / len(blocks):.1f} rows; {size / rows:.2f} bytes per rank-step "
-          f"({size / (48 * rows):.1%} of the raw columns); encode {encode_s / rows * 1e6:.2f} us, decode "
-          f"{decode_s / rows * 1e6:.2f} us per row a block at a time, {together_s / rows * 1e6:.2f} us all together "
-          "(as the loader reads a run)")
+    print(f"  {name}: {len(blocks):,} blocks of {rows / len(blocks):.1f} rows")
+    figures = {}
+    for label, fmt in (("zlib", ZLIB_FORMAT), ("zstd", ZSTD_FORMAT)):
+        encoded = [encode_step_rows(b, format_version=fmt) for b in blocks]
+        size = sum(len(e) for e in encoded) / rows
+        encode_s = best(lambda: [encode_step_rows(b, format_version=fmt) for b in blocks], repeats) / rows  # noqa: B023
+        decode_s = best(lambda: [decode_step_rows(e) for e in encoded], repeats) / rows  # noqa: B023
+        together_s = best(lambda: decode_blocks(encoded), repeats) / rows  # noqa: B023
+        figures[label] = (size, encode_s, decode_s, together_s)
+        print(f"    {label}: {size:.2f} bytes per rank-step ({size / 48:.1%} of the raw columns); encode "
+              f"{encode_s * 1e6:.2f} us, decode {decode_s * 1e6:.2f} us per row a block at a time, "
+              f"{together_s * 1e6:.2f} us all together (as the loader reads a run)")
+    ratios = [new / old for new, old in zip(figures["zstd"], figures["zlib"], strict=True)]
+    print("    zstd / zlib: bytes {:.2f}, encode {:.2f}, decode {:.2f}, decode together {:.2f}".format(*ratios))
 
 
 def main() -> None:

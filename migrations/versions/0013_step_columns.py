@@ -1,9 +1,9 @@
 """step_columns: a rank's step rows of the blocks of steps it has left, one encoded row per block
 
 `step_columns` holds, per (run, attempt, rank, block of 128 steps), the rows of that block encoded column-wise
-(services/storage/column_codec.py, format 1); `steps` keeps each rank's current block (services/storage/
-step_columns.py, docs/storage.md). PostgreSQL: partitioned by day of the block's latest end, as `steps`, with a
-partition for each day `steps` has one for.
+(services/storage/column_codec.py, format 1: zlib; revision 0016 turns them into format 2); `steps` keeps each
+rank's current block (services/storage/step_columns.py, docs/storage.md). PostgreSQL: partitioned by day of the
+block's latest end, as `steps`, with a partition for each day `steps` has one for.
 
 Upgrade: for every (run, attempt, rank), its rows of the blocks below its highest one leave `steps` for one block
 row each. Downgrade: every block row's rows back into `steps`, and the table dropped (its partitions with it).
@@ -21,7 +21,7 @@ import numpy as np
 import sqlalchemy as sa
 from alembic import op
 
-from services.storage.column_codec import decode_step_rows, encode_step_rows
+from services.storage.column_codec import ZLIB_FORMAT, decode_step_rows, encode_step_rows
 from services.storage.records import StepRows
 
 revision = "0013"
@@ -74,7 +74,7 @@ def upgrade() -> None:
         for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(blocks)], strict=True):
             part = StepRows(*(getattr(rows, c)[lo:hi] for c in _VALUES))
             out.append({"pk": run_pk, "a": attempt, "r": rank, "b": int(blocks[lo]), "e": float(part.end.max()),
-                        "n": int(hi - lo), "d": encode_step_rows(part)})
+                        "n": int(hi - lo), "d": encode_step_rows(part, format_version=ZLIB_FORMAT)})
         conn.execute(sa.text("INSERT INTO step_columns (run_pk, attempt, rank, block, end_time, rows, data) "
                              "VALUES (:pk, :a, :r, :b, :e, :n, :d)"), out)
         conn.execute(sa.text("DELETE FROM steps WHERE run_pk = :pk AND attempt = :a AND rank = :r AND step < :below"),

@@ -1,5 +1,5 @@
-"""The client-blocks benchmark's standard-library encoder writes services.storage.column_codec's blocks exactly, so
-its byte and CPU figures are those of a correct encoder."""
+"""The client-blocks benchmark's standard-library encoder writes services.storage.column_codec's zlib blocks exactly,
+so its byte and CPU figures are those of a correct encoder."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import struct
 import numpy as np
 
 from benchmarks.client_blocks import encode_block
-from services.storage.column_codec import decode_step_rows, encode_step_rows
+from services.storage.column_codec import ZLIB_FORMAT, decode_step_rows, encode_step_rows
 from services.storage.records import StepRows
 
 
@@ -47,7 +47,7 @@ def test_stdlib_encoder_writes_the_codecs_bytes_and_they_decode_to_the_columns_b
 
     block = encode_block(step, start, end, loss, lr, comm)
 
-    assert block == encode_step_rows(rows)
+    assert block == encode_step_rows(rows, format_version=ZLIB_FORMAT)
     back = decode_step_rows(block)
     assert back.step.tolist() == step
     for name in ("start", "end", "loss", "lr", "comm"):

@@ -1,4 +1,6 @@
-"""A block of step rows encoded by services.storage.column_codec comes back bit for bit, whatever its values."""
+"""A block of step rows encoded by services.storage.column_codec comes back bit for bit, whatever its values, in
+either of its formats (zstd, what the collector writes; zlib, what it wrote before and what a standard-library
+encoder writes)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,19 @@ import zlib
 
 import numpy as np
 import pytest
+import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from services.storage.column_codec import FORMAT_VERSION, decode_blocks, decode_step_rows, encode_step_rows
+from services.storage.column_codec import (
+    FORMAT_VERSION,
+    ZLIB_FORMAT,
+    ZSTD_FORMAT,
+    decode_blocks,
+    decode_step_rows,
+    encode_step_rows,
+)
 from services.storage.records import StepRows
 
 COLUMNS = ("step", "start", "end", "loss", "lr", "comm")
@@ -23,11 +33,14 @@ def bits(rows: StepRows) -> dict[str, bytes]:
 
 
 def assert_round_trip(rows: StepRows) -> bytes:
-    data = encode_step_rows(rows)
-    back = decode_step_rows(data)
-    assert bits(back) == bits(rows)
-    assert back.step.dtype == np.int64 and all(getattr(back, c).dtype == np.float64 for c in COLUMNS[1:])
-    return data
+    """Both formats give the rows back; returns the block as the collector writes it."""
+    for format_version in (ZLIB_FORMAT, ZSTD_FORMAT):
+        data = encode_step_rows(rows, format_version=format_version)
+        assert data[0] == format_version
+        back = decode_step_rows(data)
+        assert bits(back) == bits(rows)
+        assert back.step.dtype == np.int64 and all(getattr(back, c).dtype == np.float64 for c in COLUMNS[1:])
+    return encode_step_rows(rows)
 
 
 def regular_rows(n: int, *, first_step: int = 0, t0: float = 1.7e9, seed: int = 0) -> StepRows:
@@ -42,8 +55,11 @@ def regular_rows(n: int, *, first_step: int = 0, t0: float = 1.7e9, seed: int = 
 def test_a_rank_s_regular_steps_come_back_exactly_and_take_a_fraction_of_their_raw_bytes():
     rows = regular_rows(128)
     data = assert_round_trip(rows)
+    assert data[0] == FORMAT_VERSION == ZSTD_FORMAT
     # raw: 6 columns x 8 bytes; the noisy loss and comm mantissas are most of what is left
     assert len(data) < 0.5 * 6 * 8 * 128
+    # and zstd keeps them in about the bytes zlib did
+    assert len(data) < 1.05 * len(encode_step_rows(rows, format_version=ZLIB_FORMAT))
 
 
 def test_no_rows_is_a_block_of_no_rows():
@@ -94,7 +110,20 @@ def test_bytes_that_are_not_a_block_are_refused_with_a_value_error():
     with pytest.raises(ValueError, match="corrupt"):
         decode_step_rows(data[:-4])
     with pytest.raises(ValueError, match="corrupt"):  # a row count that does not match the columns
-        decode_step_rows(struct.pack("<BI", FORMAT_VERSION, 9) + zlib.compress(bytes(8 * 6 * 8)))
+        decode_step_rows(struct.pack("<BI", ZLIB_FORMAT, 9) + zlib.compress(bytes(8 * 6 * 8)))
+    with pytest.raises(ValueError, match="corrupt"):
+        decode_step_rows(struct.pack("<BI", ZSTD_FORMAT, 9) + zstandard.compress(bytes(8 * 6 * 8)))
+    with pytest.raises(ValueError, match="corrupt"):
+        decode_step_rows(struct.pack("<BI", ZSTD_FORMAT, 8) + b"not a zstd frame")
+    with pytest.raises(ValueError, match="not one this collector writes"):
+        encode_step_rows(regular_rows(8), format_version=9)
+
+
+def test_a_zstd_frame_that_claims_more_than_its_rows_is_refused_before_it_is_inflated():
+    """A frame states its inflated size; a corrupt block that claims 8 GiB must not allocate them."""
+    big = zstandard.ZstdCompressor(level=1).compress(bytes(1 << 20))  # states 1 MiB
+    with pytest.raises(ValueError, match="1048576 bytes, not the 384"):
+        decode_step_rows(struct.pack("<BI", ZSTD_FORMAT, 8) + big)
 
 
 _floats = hnp.arrays(np.float64, st.integers(0, 300), elements=st.floats(allow_nan=True, allow_infinity=True,
@@ -128,7 +157,9 @@ def test_blocks_decoded_together_are_each_block_s_rows_one_after_the_other(shape
     blocks = [regular_rows(n, first_step=first, seed=seed) for n, first, seed in shapes]
     odd = np.array([np.nan, -0.0, np.inf, 1 / 3])
     blocks.append(StepRows(np.array([7, -3, 7, 2**62], dtype=np.int64), odd, odd[::-1].copy(), odd, odd, odd))
-    counts, rows = decode_blocks([encode_step_rows(b) for b in blocks])
+    # a run's older blocks are zlib, its newer ones zstd: read together
+    counts, rows = decode_blocks([encode_step_rows(b, format_version=(ZLIB_FORMAT, ZSTD_FORMAT)[k % 2])
+                                  for k, b in enumerate(blocks)])
     assert counts.tolist() == [len(b.step) for b in blocks]
     for column in COLUMNS:
         together = np.concatenate([getattr(b, column) for b in blocks])
