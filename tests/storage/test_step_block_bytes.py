@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import zipfile
 
 import numpy as np
 import pytest
 
 from services.analysis.step_blocks import StepBlock, summarize_block
-from services.storage.block_codec import block_from_bytes, block_to_bytes
+from services.storage.block_codec import _read_npz, block_from_bytes, block_to_bytes
 
 
 def _block(ranks: int, steps: int, seed: int, *, unknown_share: float = 0.0) -> StepBlock:
@@ -45,3 +46,25 @@ def test_a_compressed_npz_is_read_too() -> None:
     np.savez_compressed(buffer, **{name: plain[name] for name in plain.files})
     back = block_from_bytes(buffer.getvalue())
     np.testing.assert_array_equal(back.compute, block.compute)
+
+
+def test_arrays_of_any_shape_order_and_dtype_read_as_numpy_reads_them() -> None:
+    """The stored arrays' headers are read with a pattern (numpy's reader is ast.literal_eval); what it does not
+    know (a structured dtype) goes to numpy's reader: either way the arrays np.load reads."""
+    arrays = {"scalar": np.int64(7), "empty": np.zeros(0, dtype=bool), "one": np.arange(1, dtype=np.int32),
+              "matrix": np.arange(12.0).reshape(3, 4), "fortran": np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+              "cube": np.arange(24, dtype=">i8").reshape(2, 3, 4), "text": np.array(["a", "bc"]),
+              "structured": np.array([(1, 2.5)], dtype=[("a", "<i4"), ("b", "<f8")])}
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    with zipfile.ZipFile(buffer, "a") as archive, archive.open("version2.npy", "w") as member:
+        np.lib.format.write_array(member, np.arange(5.0), version=(2, 0))  # a 4-byte header length
+    data = buffer.getvalue()
+    read = _read_npz(data)
+    with np.load(io.BytesIO(data)) as expected:
+        assert sorted(read) == sorted(expected.files)
+        for name in expected.files:
+            mine, theirs = read[name], expected[name]
+            assert mine.dtype == theirs.dtype and mine.shape == theirs.shape, name
+            assert mine.flags.f_contiguous == theirs.flags.f_contiguous, name
+            np.testing.assert_array_equal(mine, theirs, err_msg=name)
