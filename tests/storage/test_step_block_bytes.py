@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import zipfile
+from typing import Any
 
 import numpy as np
 import pytest
@@ -51,10 +52,11 @@ def test_a_compressed_npz_is_read_too() -> None:
 def test_arrays_of_any_shape_order_and_dtype_read_as_numpy_reads_them() -> None:
     """The stored arrays' headers are read with a pattern (numpy's reader is ast.literal_eval); what it does not
     know (a structured dtype) goes to numpy's reader: either way the arrays np.load reads."""
-    arrays = {"scalar": np.int64(7), "empty": np.zeros(0, dtype=bool), "one": np.arange(1, dtype=np.int32),
-              "matrix": np.arange(12.0).reshape(3, 4), "fortran": np.asfortranarray(np.arange(12.0).reshape(3, 4)),
-              "cube": np.arange(24, dtype=">i8").reshape(2, 3, 4), "text": np.array(["a", "bc"]),
-              "structured": np.array([(1, 2.5)], dtype=[("a", "<i4"), ("b", "<f8")])}
+    arrays: dict[str, Any] = {
+        "scalar": np.int64(7), "empty": np.zeros(0, dtype=bool), "one": np.arange(1, dtype=np.int32),
+        "matrix": np.arange(12.0).reshape(3, 4), "fortran": np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+        "cube": np.arange(24, dtype=">i8").reshape(2, 3, 4), "text": np.array(["a", "bc"]),
+        "structured": np.array([(1, 2.5)], dtype=[("a", "<i4"), ("b", "<f8")])}
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     with zipfile.ZipFile(buffer, "a") as archive, archive.open("version2.npy", "w") as member:
