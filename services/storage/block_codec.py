@@ -5,6 +5,7 @@ deletes them all, so that each block is summarised again from its rows)."""
 from __future__ import annotations
 
 import io
+import math
 import re
 import struct
 import zipfile
@@ -73,7 +74,7 @@ def _read_npz(data: bytes) -> dict[str, np.ndarray]:
             shape, fortran, dtype = header
             if dtype.hasobject:
                 break
-            count = int(np.prod(shape, dtype=np.int64))
+            count = math.prod(shape)
             array = np.frombuffer(data, dtype=dtype, count=count, offset=at + member.tell())
             out[info.filename.removesuffix(".npy")] = array.reshape(shape, order="F" if fortran else "C")
         else:
