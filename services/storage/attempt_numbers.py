@@ -53,10 +53,10 @@ _ROW_COLUMNS = "run_pk, launch, client_attempt, attempt, start_time, world_size,
 _LOCK_SQL = (
     "SELECT count(CASE WHEN (r->>1)::boolean THEN pg_advisory_xact_lock(%(kind)s, (r->>0)::int4)::text "
     "ELSE pg_advisory_xact_lock_shared(%(kind)s, (r->>0)::int4)::text END) "
-    "FROM (SELECT r FROM json_array_elements(%(runs)s::json) WITH ORDINALITY AS v(r, n) ORDER BY n) AS ordered")
+    "FROM (SELECT r FROM jsonb_array_elements(%(runs)s::jsonb) WITH ORDINALITY AS v(r, n) ORDER BY n) AS ordered")
 _READ_SQL = (
     f"SELECT {', '.join('n.' + c for c in _ROW_COLUMNS.split(', '))} FROM attempt_numbers n "
-    "JOIN json_array_elements(%(keys)s::json) AS k(r) "
+    "JOIN jsonb_array_elements(%(keys)s::jsonb) AS k(r) "
     "ON n.run_pk = (k.r->>0)::int4 AND n.launch = k.r->>1 AND n.client_attempt = (k.r->>2)::int4")
 _KNOWN_MAX = 200_000
 

@@ -112,7 +112,9 @@ _COLUMNS = ("run_pk", "attempt", "rank", "window", "lead", "offset", "received")
 # the previous); an earlier minute (a request that took its time), or nothing larger: the row as it was. SET
 # expressions read the row as it was. NULL-aware larger of two: {pick}(coalesce(a, b), coalesce(b, a)).
 _VALUES_SQLITE = "VALUES (:run_pk, :attempt, :rank, :window, :lead, NULL, :offset, NULL, :received)"
-_VALUES_POSTGRES = (  # the rows as one JSON parameter (services.storage.db.json_rows), in key order
+# the rows as one JSON parameter (services.storage.db.json_rows), in key order; json, not jsonb: a lead or offset of
+# -0.0 stays -0.0
+_VALUES_POSTGRES = (
     "SELECT (r->>0)::int4, (r->>1)::int4, (r->>2)::int4, (r->>3)::int8, (r->>4)::float8, NULL::float8, "
     "(r->>5)::float8, NULL::float8, (r->>6)::float8 FROM json_array_elements(%s::json) WITH ORDINALITY AS v(r, n) "
     "ORDER BY n")

@@ -100,7 +100,7 @@ def _highest_blocks(conn: Connection, keys: list[RankKey]) -> dict[RankKey, int]
 _HIGHEST_SQL = (
     "SELECT k.p, k.a, k.r, (SELECT max(m.block) FROM step_marks m WHERE m.run_pk = k.p AND m.attempt = k.a "
     "AND m.rank = k.r) FROM (SELECT (j->>0)::int4 AS p, (j->>1)::int4 AS a, (j->>2)::int4 AS r "
-    "FROM json_array_elements(%s::json) AS v(j)) AS k"
+    "FROM jsonb_array_elements(%s::jsonb) AS v(j)) AS k"
 )
 
 

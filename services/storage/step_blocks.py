@@ -83,7 +83,7 @@ def _existing_marks(conn: Connection, keys: list[tuple[int, int, int, int]]) -> 
 _MARK_SQL = (  # the rows as one JSON parameter, in key order (services.storage.db.json_rows says why)
     "INSERT INTO step_marks (run_pk, attempt, block, rank, changes) "
     "SELECT (r->>0)::int4, (r->>1)::int4, (r->>2)::int8, (r->>3)::int4, (r->>4)::int8 "
-    "FROM json_array_elements(%s::json) WITH ORDINALITY AS m(r, n) ORDER BY n "
+    "FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS m(r, n) ORDER BY n "
     "ON CONFLICT (run_pk, attempt, block, rank) DO UPDATE SET changes = step_marks.changes + excluded.changes "
     "RETURNING run_pk, attempt, block, rank, changes"
 )

@@ -348,7 +348,7 @@ def _insert_events(conn: Connection, candidates: list[tuple[int, IngestRecord, s
 _INSERT_EVENTS_SQL = (
     "INSERT INTO events (run_pk, event_id, kind, time, attempt, rank, step, data, content_hash) "
     "SELECT (r->>0)::int4, r->>1, r->>2, (r->>3)::float8, (r->>4)::int4, (r->>5)::int4, (r->>6)::int8, r->>7, r->>8 "
-    "FROM json_array_elements(%s::json) WITH ORDINALITY AS v(r, n) ORDER BY n "
+    "FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS v(r, n) ORDER BY n "
     "ON CONFLICT (run_pk, event_id) DO NOTHING RETURNING run_pk, event_id"
 )
 
