@@ -9,12 +9,13 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from services.collector.app import create_app
@@ -85,6 +86,12 @@ def test_an_event_id_sent_again_with_other_content_refuses_the_batch_naming_it(c
     @FUZZ
     @given(st.lists(events(), min_size=1, max_size=8), st.data())
     def check(batch: list[dict[str, Any]], data: st.DataObject) -> None:
+        # A step record's id is kept only until its rank's rows move into block rows (services.storage.moved_repeats):
+        # a second step record of the same rank in a higher block moves the first one's rows and forgets its id, and
+        # a record sent again after that is recognised by its rows (a duplicate, whatever its other fields say).
+        # The claim tested here is about ids the collector still holds.
+        assume(max(Counter((e["run_id"], e.get("attempt"), e.get("rank")) for e in batch
+                           if e["kind"] in ("step", "steps")).values(), default=0) <= 1)
         CASES["hypothesis POST /v1/events event_id reused"] += 1
         batch = _ids_of_this_example(batch, next(examples))
         assert client.post("/v1/events", content=body(batch), headers={"Content-Type": "application/json"}
