@@ -1,7 +1,7 @@
 """step_columns: a rank's step rows of the blocks of steps it has left, one encoded row per block
 
 `step_columns` holds, per (run, attempt, rank, block of 128 steps), the rows of that block encoded column-wise
-(services/storage/column_codec.py, format 1: zlib; revision 0016 turns them into format 2); `steps` keeps each
+(services/storage/column_codec.py, format 1: zlib; the collector writes format 2 from 0016); `steps` keeps each
 rank's current block (services/storage/step_columns.py, docs/storage.md). PostgreSQL: partitioned by day of the
 block's latest end, as `steps`, with a partition for each day `steps` has one for.
 

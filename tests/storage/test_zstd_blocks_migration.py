@@ -1,5 +1,6 @@
-"""Revision 0016: block rows written in zlib (format 1) are encoded again in zstd (format 2) and back, every row of
-every block bit for bit, a rank's second row of a replayed block included."""
+"""Revision 0016: block rows written in zlib (format 1) stay as they are on upgrade and read alongside those the
+collector writes in zstd (format 2) from then on; downgrade writes the zstd ones back in zlib. Every row of every
+block bit for bit, a rank's second row of a replayed block included."""
 
 from __future__ import annotations
 
@@ -38,35 +39,49 @@ def _stored(engine: Engine) -> tuple[list[Block], set[int]]:
     return sorted(out), formats
 
 
-def test_upgrade_writes_every_zlib_block_in_zstd_and_downgrade_writes_them_back(database_url: str) -> None:
+def _insert(engine: Engine, blocks: list[dict[str, object]]) -> None:
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO step_columns (run_pk, attempt, rank, block, end_time, rows, data) "
+                          "VALUES (:pk, :a, :r, :b, :e, :n, :d)"), blocks)
+
+
+def _blocks(rng: np.random.Generator, format_version: int, runs: tuple[int, ...]) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for run_pk in runs:
+        for attempt in (0, 1):
+            for rank in range(3):
+                for block in range(int(rng.integers(1, 4))):
+                    rows = _block_rows(rng, block, int(rng.integers(1, BLOCK_STEPS + 1)))
+                    out.append({"pk": run_pk, "a": attempt, "r": rank, "b": block, "e": float(rows.end.max()),
+                                "n": len(rows.step), "d": encode_step_rows(rows, format_version=format_version)})
+    return out
+
+
+def test_upgrade_keeps_the_zlib_blocks_and_downgrade_writes_the_zstd_ones_back_in_zlib(database_url: str) -> None:
     engine = make_engine(database_url)
     upgrade(engine, "0015")
     rng = np.random.default_rng(16)
-    blocks = []
-    for run_pk in (1, 2):
-        for attempt in (0, 1):
-            for rank in range(3):
-                for block in range(int(rng.integers(0, 4))):
-                    rows = _block_rows(rng, block, int(rng.integers(1, BLOCK_STEPS + 1)))
-                    blocks.append({"pk": run_pk, "a": attempt, "r": rank, "b": block, "e": float(rows.end.max()),
-                                   "n": len(rows.step), "d": encode_step_rows(rows, format_version=ZLIB_FORMAT)})
-    replay = _block_rows(rng, 0, 3)  # a replayed block's second row
-    blocks.append({"pk": 1, "a": 0, "r": 0, "b": 0, "e": float(replay.end.max()), "n": 3,
-                   "d": encode_step_rows(replay, format_version=ZLIB_FORMAT)})
     with engine.begin() as conn:
-        for run_pk in (1, 2):
+        for run_pk in (1, 2, 3):
             conn.execute(text("INSERT INTO runs (id, run_id, project, status, version, ledger_version) "
                               "VALUES (:pk, :id, 'default', 'running', 1, -1)"), {"pk": run_pk, "id": f"r{run_pk}"})
-        conn.execute(text("INSERT INTO step_columns (run_pk, attempt, rank, block, end_time, rows, data) "
-                          "VALUES (:pk, :a, :r, :b, :e, :n, :d)"), blocks)
-    before, formats = _stored(engine)
-    assert formats == {ZLIB_FORMAT} and len(before) == len(blocks) > 10
+    old = _blocks(rng, ZLIB_FORMAT, (1, 2))
+    replay = _block_rows(rng, 0, 3)  # a replayed block's second row
+    old.append({"pk": 1, "a": 0, "r": 0, "b": 0, "e": float(replay.end.max()), "n": 3,
+                "d": encode_step_rows(replay, format_version=ZLIB_FORMAT)})
+    _insert(engine, old)
+    stored_before, formats = _stored(engine)
+    assert formats == {ZLIB_FORMAT} and len(stored_before) == len(old) > 10
 
     upgrade(engine)
     assert current_revision(engine) == head_revision() and schema_drift(engine) == []
-    assert _stored(engine) == (before, {ZSTD_FORMAT})
+    assert _stored(engine) == (stored_before, {ZLIB_FORMAT})  # not rewritten: read as they are
+    new = _blocks(rng, ZSTD_FORMAT, (2, 3))  # what the collector writes from now on, in runs old and new
+    _insert(engine, new)
+    both, formats = _stored(engine)
+    assert formats == {ZLIB_FORMAT, ZSTD_FORMAT} and len(both) == len(old) + len(new)
 
     downgrade(engine, "0015")
     assert current_revision(engine) == "0015"
-    assert _stored(engine) == (before, {ZLIB_FORMAT})
+    assert _stored(engine) == (both, {ZLIB_FORMAT})
     engine.dispose()
