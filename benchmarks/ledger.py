@@ -77,16 +77,19 @@ def last_records(events: list[dict[str, Any]], steps: int = 4) -> tuple[list[dic
     for i, e in enumerate(events):
         if e["kind"] == "steps":
             last[e["rank"]] = i
+    cut = set(last.values())
     before: list[dict[str, Any]] = []
     tail: list[dict[str, Any]] = []
     for i, e in enumerate(events):
-        if i not in last.values() or len(e["step"]) <= steps:
-            (tail if i in last.values() else before).append(e)
-            continue
-        n = len(e["step"])
-        columns = [k for k, v in e.items() if isinstance(v, list) and len(v) == n]
-        before.append({**e, **{k: e[k][:-steps] for k in columns}, "event_id": f"{e['event_id']}:head"})
-        tail.append({**e, **{k: e[k][-steps:] for k in columns}, "event_id": f"{e['event_id']}:tail"})
+        n = len(e["step"]) if i in cut else 0
+        if i not in cut:
+            before.append(e)
+        elif n <= steps:
+            tail.append(e)
+        else:
+            columns = [k for k, v in e.items() if isinstance(v, list) and len(v) == n]
+            before.append({**e, **{k: e[k][:-steps] for k in columns}, "event_id": f"{e['event_id']}:head"})
+            tail.append({**e, **{k: e[k][-steps:] for k in columns}, "event_id": f"{e['event_id']}:tail"})
     return before, tail
 
 

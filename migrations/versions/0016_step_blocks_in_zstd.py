@@ -34,24 +34,21 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    _reencode(ZSTD_FORMAT, ZLIB_FORMAT)
-
-
-def _reencode(old: int, new: int) -> None:
-    """Every block row whose data is in format `old` written again in format `new`, one (run, attempt, rank)'s rows
-    at a time, so memory holds one rank's blocks at most. The format is the data's first byte."""
+    """Every zstd block row written again in zlib, one (run, attempt, rank)'s rows at a time, so memory holds one
+    rank's blocks at most. The format is the data's first byte."""
     conn = op.get_bind()
+    zstd = {"f": bytes([ZSTD_FORMAT])}
     of_format = "substr(data, 1, 1) = :f"  # (bytea on PostgreSQL, a BLOB on SQLite: bytes either way)
     ranks = conn.execute(sa.text(f"SELECT DISTINCT run_pk, attempt, rank FROM step_columns WHERE {of_format} "
-                                 "ORDER BY run_pk, attempt, rank"), {"f": bytes([old])}).all()
+                                 "ORDER BY run_pk, attempt, rank"), zstd).all()
     for run_pk, attempt, rank in ranks:
         where = f"run_pk = :p AND attempt = :a AND rank = :r AND {of_format}"
         key = {"p": run_pk, "a": attempt, "r": rank}
         rows = conn.execute(sa.text(f"SELECT block, end_time, rows, data FROM step_columns WHERE {where}"),
-                            {**key, "f": bytes([old])}).all()
-        conn.execute(sa.text(f"DELETE FROM step_columns WHERE {where}"), {**key, "f": bytes([old])})
+                            {**key, **zstd}).all()
+        conn.execute(sa.text(f"DELETE FROM step_columns WHERE {where}"), {**key, **zstd})
         conn.execute(sa.text("INSERT INTO step_columns (run_pk, attempt, rank, block, end_time, rows, data) "
                              "VALUES (:p, :a, :r, :b, :e, :n, :d)"),
                      [{**key, "b": block, "e": end_time, "n": n,
-                       "d": encode_step_rows(decode_step_rows(bytes(data)), format_version=new)}
+                       "d": encode_step_rows(decode_step_rows(bytes(data)), format_version=ZLIB_FORMAT)}
                       for block, end_time, n, data in rows])
