@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from benchmarks._http1 import Pool, ProtocolError
 from ingest_client.transport.base import encode_batch
+from ingest_client.worker.coalesce import coalesce
 
 FLUSH_INTERVAL_S = 0.2
 HEARTBEAT_INTERVAL_S = 5.0
@@ -99,6 +100,7 @@ class ShardConfig:
     hang_at: float  # wall clock
     connections: int
     seed: int
+    coalesce: bool = True  # a send merges a rank's consecutive step records (ingest_client.worker.coalesce)
 
 
 @dataclass
@@ -206,7 +208,8 @@ class _Rank:
 class _Sender:
     """One rank's own flusher (ranks_per_sender 1), or a node relay sending for its node's ranks."""
 
-    __slots__ = ("proc_id", "ranks", "pending", "start_at", "tick0", "interval_s", "lag_s", "max_batch", "rng")
+    __slots__ = ("proc_id", "ranks", "pending", "start_at", "tick0", "interval_s", "lag_s", "max_batch", "rng",
+                 "in_flight")
 
     def __init__(self, index: int, cfg: ShardConfig, run_start: dict[int, float], rng: random.Random) -> None:
         self.rng = rng
@@ -223,6 +226,7 @@ class _Sender:
         self.lag_s = FLUSH_INTERVAL_S if relay else 0.0
         self.max_batch = RELAY_MAX_BATCH_EVENTS if relay else MAX_BATCH_EVENTS
         self.tick0 = self.start_at + rng.uniform(0.0, self.interval_s)  # the flusher's tick grid
+        self.in_flight = 0  # records of a send that failed, sent again alone (so they merge as they did)
 
     def make_rows(self, now: float, cfg: ShardConfig) -> None:
         for r in self.ranks:
@@ -248,8 +252,10 @@ async def _sleep_until(wall: float) -> None:
 async def _send(r: _Sender, pool: Pool, cfg: ShardConfig, out: ShardResult, resend: bool
                 ) -> tuple[str, float]:
     """One request with r's oldest unacknowledged records: ("ok", pace) | ("retry_after", s) | ("error", 0)."""
-    batch = r.pending[:r.max_batch]
-    body = encode_batch([rec for rec, _ in batch])
+    batch = r.pending[:r.in_flight or r.max_batch]
+    records = [rec for rec, _ in batch]
+    body = encode_batch(coalesce(records) if cfg.coalesce else records)
+    r.in_flight = len(batch)
     headers = {"Content-Type": "application/json", "User-Agent": "goodput-load/1", "Goodput-Sender": r.proc_id}
     if len(body) > GZIP_MIN_BYTES:
         body = gzip.compress(body, compresslevel=5)
@@ -282,6 +288,7 @@ async def _send(r: _Sender, pool: Pool, cfg: ShardConfig, out: ShardResult, rese
             elif end == HEARTBEAT:
                 out.heartbeats_acked += 1
         del r.pending[:len(batch)]
+        r.in_flight = 0
         try:
             return "ok", float(pace)
         except ValueError:

@@ -136,9 +136,12 @@ class Samples:
     analysis_cache: list[tuple[float, float, float]] = field(default_factory=list)
     # (s since start, {reason: requests refused for load so far}): goodput_collector_overloaded_requests_total
     overloaded: list[tuple[float, dict[str, int]]] = field(default_factory=list)
+    # goodput_collector_analysis_cpu_seconds_total when the collector's CPU was last sampled: its analyses' share
+    analysis_cpu_s: float | None = None
 
 
 _CACHE_GAUGE = re.compile(r"^goodput_collector_analysis_cache_bytes ([0-9.e+]+)$", re.M)
+_ANALYSIS_CPU = re.compile(r"^goodput_collector_analysis_cpu_seconds_total ([0-9.e+]+)$", re.M)
 _OVERLOADED = re.compile(r'^goodput_collector_overloaded_requests_total\{reason="(\w+)"\} ([0-9.e+]+)$', re.M)
 
 
@@ -351,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
                    "(default: half the duration, at least 60 s before the end)")
     p.add_argument("--hang-rank", type=int, default=3, help="the rank of the middle run that hangs (default 3)")
     p.add_argument("--no-hang", action="store_true", help="no rank hangs")
+    p.add_argument("--no-coalesce", action="store_true", help="send every step record as built, as clients before "
+                   "ingest_client.worker.coalesce did (one record a step at a step a second): the baseline")
     p.add_argument("--drain", type=float, default=120.0, help="seconds after the stop allowed for resends")
     p.add_argument("--out", help="markdown report (default benchmarks/results/fleet-load-<ranks>_2core-vm_<yyyymm>.md)")
     p.add_argument("--json", help="also write the results as JSON to this file")
@@ -405,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
                                   ranks_per_sender=ns.ranks_per_sender, ranks_per_run=ns.ranks_per_run,
                                   total_ranks=ns.ranks, t0=t0, ramp_s=ns.ramp,
                                   stop=stop, give_up=give_up, hang_run=hang_run, hang_rank=hang_rank,
-                                  hang_at=t0 + hang_at_s, connections=ns.connections, seed=1000 + i)
+                                  hang_at=t0 + hang_at_s, connections=ns.connections, seed=1000 + i,
+                                  coalesce=not ns.no_coalesce)
                       for i in range(ns.generators)]
             print(f"driving {ns.ranks} ranks ({runs} runs of up to {ns.ranks_per_run}) for {ns.duration:.0f} s "
                   f"against {url} ({ns.workers} worker(s), {ns.generators} generator process(es), "
@@ -415,6 +421,9 @@ def main(argv: list[str] | None = None) -> int:
                 results = list(pool.map(drive_shard, shards))
             ended = time.time()
             samples.collector_cpu.sample(_tree(proc.pid))
+            with contextlib.suppress(httpx.HTTPError):
+                found = _ANALYSIS_CPU.search(httpx.get(f"{url}/metrics", timeout=30).text)
+                samples.analysis_cpu_s = float(found.group(1)) if found else None
             samples.database_cpu.sample(_backends(database))
             stop_sampling.set()
             sampler.join(10)
@@ -485,6 +494,8 @@ def _result(ns: argparse.Namespace, fleet: ShardResult, samples: Samples, watch:
         "step_rows_acked": fleet.steps_acked, "step_rows_per_s": round(fleet.steps_acked / wall_s, 1),
         "heartbeats_acked": fleet.heartbeats_acked, "records_per_ok_request": round(
             fleet.records_acked / max(1, fleet.requests_ok), 2),
+        "coalesced": not ns.no_coalesce,  # records as sent: a rank's consecutive step records merged
+        "sent_records_per_ok_request": round((fleet.accepted + fleet.duplicates) / max(1, fleet.requests_ok), 2),
         "body_bytes_per_request": round(fleet.body_bytes / max(1, requests)),
         "accepted": fleet.accepted, "duplicates": fleet.duplicates,
         "requests_by_10s": [fleet.requests_by_10s.get(i, 0) for i in range(int(wall_s // 10) + 1)],
@@ -496,7 +507,8 @@ def _result(ns: argparse.Namespace, fleet: ShardResult, samples: Samples, watch:
         "overloaded_by_reason_over_time": [(round(t), counts) for t, counts in samples.overloaded],
         "resent_then_acknowledged": fleet.resent_then_ok, "connections_opened": fleet.connections_opened,
         "unacked_records_at_give_up": fleet.unacked_records,
-        "delay_p50_s": fleet.step_delay_s.quantile(0.5), "delay_p99_s": fleet.step_delay_s.quantile(0.99),
+        "delay_p50_s": _round(fleet.step_delay_s.quantile(0.5), 2),
+        "delay_p99_s": _round(fleet.step_delay_s.quantile(0.99), 2),
         "delay_max_s": round(fleet.step_delay_s.max, 2),
         "pace_s": {k or "(none)": v for k, v in paces},
         "rss_mib": [(round(t), round(m, 1)) for t, m in rss],
@@ -518,6 +530,11 @@ def _result(ns: argparse.Namespace, fleet: ShardResult, samples: Samples, watch:
         "generator_cpu_s": round(fleet.cpu_s, 1),
         "collector_cpu_us_per_request": round(1e6 * collector_cpu / max(1, requests)),
         "collector_cpu_us_per_step": round(1e6 * collector_cpu / max(1, fleet.steps_acked), 1),
+        # apart: the analyses' builds (the background analyst keeps the runs' views fresh within a share of its
+        # interval, whatever the ingest rate) and what is left, ingestion
+        "analysis_cpu_s": _round(samples.analysis_cpu_s, 1),
+        "ingest_cpu_us_per_step": None if samples.analysis_cpu_s is None else round(
+            1e6 * (collector_cpu - samples.analysis_cpu_s) / max(1, fleet.steps_acked), 1),
         "database_cpu_us_per_step": round(1e6 * database_cpu / max(1, fleet.steps_acked), 1),
         "generator_cpu_us_per_request": round(1e6 * fleet.cpu_s / max(1, requests)),
         "hang": hang, "ledger": ledger, **check,
@@ -594,7 +611,9 @@ def _markdown(r: dict[str, Any]) -> str:
                      f"one node relay per {per_sender} ranks posts theirs")),
         ("throughput", f"{r['step_rows_acked']:,} step rows ({r['step_rows_per_s']:,}/s), {r['heartbeats_acked']:,} "
                        f"heartbeats; {r['requests']:,} requests ({r['requests_per_s']}/s), "
-                       f"{r['records_per_ok_request']} records and {r['body_bytes_per_request']} body bytes each"),
+                       f"{r['records_per_ok_request']} records and {r['body_bytes_per_request']} body bytes each"
+                       + (f", sent as {r['sent_records_per_ok_request']} (a rank's consecutive step records merged)"
+                          if r.get("coalesced") else ", each step record sent as built (--no-coalesce)")),
         ("requests per 10 s", str(r["requests_by_10s"])),
         ("request latency (generator's view)",
          f"p50 {r['latency_p50_ms']} ms, p99 {r['latency_p99_ms']} ms, max {r['latency_max_ms']} ms"),
@@ -616,7 +635,11 @@ def _markdown(r: dict[str, Any]) -> str:
          f"{', '.join(f'{t}s {c}' for t, c in r.get('analysis_cache_mib', []))}; RSS less it: "
          f"{', '.join(f'{t}s {m}' for t, m in r.get('rss_less_cache_mib', []))}"),
         ("CPU", f"collector {r['collector_cpu_s']} s = **{r['collector_cpu_us_per_request']} us per request**, "
-                f"{r['collector_cpu_us_per_step']} us per step row; PostgreSQL backends {r['database_cpu_s']} s = "
+                f"{r['collector_cpu_us_per_step']} us per step row"
+                + ("" if r.get("ingest_cpu_us_per_step") is None else
+                   f" (of which building analyses {r['analysis_cpu_s']} s; ingestion **{r['ingest_cpu_us_per_step']} us"
+                   " per step row**)")
+                + f"; PostgreSQL backends {r['database_cpu_s']} s = "
                 f"{r['database_cpu_us_per_step']} us per step row; load generator {r['generator_cpu_s']} s "
                 f"({r['generator_cpu_us_per_request']} us per request)"),
         ("database", f"{r['database_bytes']:,} bytes beyond the empty schema, {r['database_bytes_per_step']} per "

@@ -16,6 +16,7 @@ from ingest_client.common.config import read_token_file, token_from_env, token_i
 from ingest_client.common.errors import ConfigError
 from ingest_client.transport.base import SendResult, SendStatus, Transport
 from ingest_client.transport.http import FOREIGN_SUFFIX, HttpTransport
+from ingest_client.worker.coalesce import coalesce
 from ingest_client.worker.quarantine import AUTH_STATUSES, QuarantinedBatch, Refusal, advice
 from ingest_client.worker.spool import OrphanSpool, Segment, claim_orphans, read_frames
 
@@ -64,8 +65,9 @@ class _Sync:
     def send(self, payloads: list[bytes]) -> SendResult:
         """One batch, retried on transient failures (up to ``max_attempts``); the last answer."""
         attempts = 0
+        records = coalesce(payloads)
         while True:
-            result = self.transport.send(payloads)
+            result = self.transport.send(records)
             if result.status is not SendStatus.RETRY or result.foreign_answer:  # a wrong URL stays wrong
                 return result
             attempts += 1

@@ -46,6 +46,7 @@ from ingest_client.common.errors import report_internal_error
 from ingest_client.common.events import Record, RecordBuilder, rows_in_record
 from ingest_client.transport.base import SendResult, SendStatus, Transport
 from ingest_client.worker.buffer import RowBuffer
+from ingest_client.worker.coalesce import coalesce
 from ingest_client.worker.quarantine import AUTH_STATUSES, QuarantinedBatch, Refusal, advice
 from ingest_client.worker.ratelimit import RateLimitedLogger
 from ingest_client.worker.spool import (
@@ -157,6 +158,9 @@ class Pipeline:
         self._regrow_cap = False  # the cap, halved to isolate a refused record, doubles back after it
         self._retry_quarantine = True  # dead processes' quarantined batches: until one is refused again
         self._resending: tuple[QuarantinedBatch, list[bytes], int] | None = None  # batch, its records, sent
+        # (segment path, from, to): the frames of a send that failed in flight (the collector may have stored them),
+        # read again with the same extent so that they merge into the same records (worker.coalesce)
+        self._in_flight: tuple[Path, int, int] | None = None
         self._refusals_logged: set[str] = set()
         self._forked = False
         self._closed = False
@@ -435,7 +439,10 @@ class Pipeline:
             segment = item
             with self._spool_lock:
                 start_offset = segment.ack_offset
-                batch = segment.read_batch(max_events=self._batch_cap, max_bytes=self.settings.max_batch_bytes)
+                until = self._in_flight[2] if self._in_flight is not None and self._in_flight[:2] == (
+                    segment.path, start_offset) else None
+                batch = segment.read_batch(max_events=self._batch_cap, max_bytes=self.settings.max_batch_bytes,
+                                           until=until)
                 # this batch takes the rest of this process's live segment: the last of the round
                 last_of_round = round_only and owner is self.spool and not segment.closed and (
                     batch.end_offset >= segment.size)
@@ -445,11 +452,14 @@ class Pipeline:
                                    batch.corrupt_frames, segment.path)
             if not batch.payloads:
                 continue  # only bad frames (acknowledged by read_batch), or a torn tail (it ended the segment)
-            result = self.transport.send(batch.payloads, timeout_s=min(remaining, self.settings.http_timeout_s))
+            result = self.transport.send(coalesce(batch.payloads),
+                                         timeout_s=min(remaining, self.settings.http_timeout_s))
             n = len(batch.payloads)
             if result.status is SendStatus.RETRY:
+                self._in_flight = (segment.path, start_offset, batch.end_offset)
                 self._schedule_retry(result)
                 return False
+            self._in_flight = None
             if result.status is SendStatus.OK:
                 self._sent_ok(result)
                 self.sent_events += n
@@ -495,7 +505,7 @@ class Pipeline:
                 orphan.quarantined.remove(batch)
             self._resending = None
             return True
-        result = self.transport.send(chunk, timeout_s=min(remaining, self.settings.http_timeout_s))
+        result = self.transport.send(coalesce(chunk), timeout_s=min(remaining, self.settings.http_timeout_s))
         if result.status is SendStatus.RETRY:
             self._schedule_retry(result)
             return False

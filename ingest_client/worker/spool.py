@@ -108,13 +108,13 @@ class Segment:
     def is_done(self) -> bool:
         return self.closed and self.ack_offset >= self.size
 
-    def read_batch(self, *, max_events: int, max_bytes: int) -> FrameBatch:
-        batch = read_frames(
-            self.path, self.ack_offset, max_events=max_events, max_bytes=max_bytes, stop_at=self.size
-        )
+    def read_batch(self, *, max_events: int, max_bytes: int, until: int | None = None) -> FrameBatch:
+        """The frames from the ack offset on, up to the limits, and not past ``until`` (an offset) when given."""
+        stop_at = self.size if until is None else min(self.size, until)
+        batch = read_frames(self.path, self.ack_offset, max_events=max_events, max_bytes=max_bytes, stop_at=stop_at)
         self.corrupt_frames += batch.corrupt_frames
         self.torn_bytes += batch.skipped_bytes
-        if batch.torn or (not batch.payloads and batch.end_offset < self.size):
+        if batch.torn or (not batch.payloads and batch.end_offset < stop_at):
             # Everything after the last good frame is unreadable: end the segment there.
             self.torn_bytes += self.size - batch.end_offset
             self.size = batch.end_offset

@@ -78,6 +78,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
         app.state.body_deadlines = ingest.BodyDeadlines()
         deadline_watch = asyncio.create_task(app.state.body_deadlines.watch(), name="goodput-body-deadlines")
         analyses.summaries.report_size_to(app.state.metrics.instruments.analysis_cache.set)
+        analyses.report_cpu_to(app.state.metrics.instruments.analysis_cpu.inc)
         writer.start()
         warm.start()
         retention.start()

@@ -71,7 +71,13 @@ class WarmAnalyses:
                 release_process_lock(conn, ROUND_LOCK)
 
     def _round(self) -> int:
-        deadline = time.monotonic() + self._share * max(self._interval_s, 1.0)
+        cpu0 = time.thread_time()  # this thread's share (builds count their own threads' CPU)
+        try:
+            return self._round_until(time.monotonic() + self._share * max(self._interval_s, 1.0))
+        finally:
+            self._analyses.count_cpu(time.thread_time() - cpu0)
+
+    def _round_until(self, deadline: float) -> int:
         built = 0
         for run_pk in self.candidates():
             if self._stop.is_set() or time.monotonic() >= deadline:

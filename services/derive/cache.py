@@ -93,6 +93,7 @@ class SingleFlight(Generic[T]):
         self._name = name
         self._lock = threading.Lock()
         self._running: dict[Hashable, Future[T]] = {}
+        self.report_cpu: Callable[[float], None] = _ignore  # the CPU seconds of each computation (its own thread)
 
     def submit(self, key: Hashable, compute: Callable[[], T]) -> Future[T]:
         """The running computation for `key`, or a new one started with `compute`."""
@@ -112,16 +113,24 @@ class SingleFlight(Generic[T]):
             return self._running.get(key)
 
     def _run(self, key: Hashable, future: Future[T], compute: Callable[[], T]) -> None:
+        cpu0 = time.thread_time()
         try:
             result = compute()
         except BaseException as exc:  # handed to every waiter
-            with self._lock:
-                self._running.pop(key, None)
+            self._done(key, cpu0)
             future.set_exception(exc)
         else:
-            with self._lock:
-                self._running.pop(key, None)
+            self._done(key, cpu0)
             future.set_result(result)
+
+    def _done(self, key: Hashable, cpu0: float) -> None:
+        self.report_cpu(time.thread_time() - cpu0)
+        with self._lock:
+            self._running.pop(key, None)
+
+
+def _ignore(_seconds: float) -> None:
+    pass
 
 
 class Pace:
@@ -172,6 +181,14 @@ class AnalysisCache:
         self._included_by: dict[str, set[str]] = {}  # product -> products whose builds make it too
         self._watched: dict[int, float] = {}  # run pk -> when a page last asked for it (monotonic clock)
         self._watched_capacity = watched_capacity
+
+    def report_cpu_to(self, report: Callable[[float], None]) -> None:
+        """Call `report` with the CPU seconds of every build (the collector's counter of the CPU its analyses
+        take, apart from ingestion's); `count_cpu` adds other analysis work (the analyst's block summaries)."""
+        self._flights.report_cpu = report
+
+    def count_cpu(self, seconds: float) -> None:
+        self._flights.report_cpu(seconds)
 
     def current(self, product: Product[T], run: RunRow) -> T:
         """The product of at least the version `run` was read at: kept, or built now (joining a build in progress)."""

@@ -51,6 +51,7 @@ class CollectorInstruments:
     request_seconds: Histogram
     write_queue: Gauge
     analysis_cache: Gauge
+    analysis_cpu: Counter
     shared: bool  # multiprocess mode: a scrape reads every worker's files instead of these objects
     _timers: dict[tuple[str, str, int], Histogram] = field(default_factory=dict)
 
@@ -83,8 +84,14 @@ class CollectorInstruments:
                       "collector keeps so that a live run's next analysis reads only what changed, summed over its "
                       "worker processes (each at most GOODPUT_ANALYSIS_CACHE_MB)", multiprocess_mode="livesum",
                       registry=registry)
+        # Added to by each build of a run's analyses (its thread's CPU) and each background analyst's round
+        analysis_cpu = Counter(f"{PREFIX}_collector_analysis_cpu_seconds", "CPU seconds the collector spent building "
+                               "runs' analyses (ledgers, views, ...: for pages and for the background analyst) and "
+                               "summarising step blocks, apart from ingestion; summed over its worker processes",
+                               registry=registry)
         return cls(events=events, rejected_batches=rejected, overloaded=overloaded, request_seconds=seconds,
-                   write_queue=queue, analysis_cache=cache, shared=multiprocess_dir() is not None)
+                   write_queue=queue, analysis_cache=cache, analysis_cpu=analysis_cpu,
+                   shared=multiprocess_dir() is not None)
 
     def count_ingested(self, accepted: int, duplicates: int) -> None:
         if accepted:
@@ -115,7 +122,7 @@ class CollectorInstruments:
             MultiProcessCollector(registry)
         else:
             for metric in (self.events, self.rejected_batches, self.overloaded, self.request_seconds,
-                           self.write_queue, self.analysis_cache):
+                           self.write_queue, self.analysis_cache, self.analysis_cpu):
                 registry.register(metric)
         for collector in collectors:
             registry.register(collector)

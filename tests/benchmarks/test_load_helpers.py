@@ -14,6 +14,7 @@ from benchmarks._fleet import HEARTBEAT, OTHER, Histogram, ShardConfig, ShardRes
 from benchmarks._http1 import Pool, ProtocolError, build_request, parse_head
 from benchmarks.load import _pace_summary
 from ingest_client.transport.base import encode_batch
+from ingest_client.worker.coalesce import coalesce
 from services.collector.batch import parse_batch
 
 
@@ -86,16 +87,31 @@ def test_pace_summary_gives_quantiles_and_one_second_bins() -> None:
     assert "[2, 3) s: 80" in summary
 
 
-def test_a_node_relay_sends_the_records_of_its_ranks_under_one_sender_name() -> None:
+def _relay_after_12_s() -> _Sender:
+    """The second of two node relays of 4 ranks each, with the records its ranks made in their first 12 s."""
     cfg = ShardConfig(host="127.0.0.1", port=1, senders=range(2), ranks_per_sender=4, ranks_per_run=8,
                       total_ranks=8, t0=1.8e9, ramp_s=0.0, stop=1.8e9 + 60, give_up=1.8e9 + 90, hang_run=None,
                       hang_rank=None, hang_at=1.8e9 + 1000, connections=1, seed=1)
     sender = _Sender(1, cfg, {0: cfg.t0}, random.Random(3))
     sender.make_rows(cfg.t0 + 12.0, cfg)
+    return sender
+
+
+def test_a_node_relay_sends_the_records_of_its_ranks_under_one_sender_name() -> None:
+    sender = _relay_after_12_s()
     records = [json.loads(rec) for rec, _ in sender.pending]
     assert sender.proc_id.startswith("relay") and {r["rank"] for r in records} == {4, 5, 6, 7}
     assert sorted(r["step"][0] for r in records if r["kind"] == "steps") == sorted(list(range(1, 11)) * 4)
     assert sum(r["kind"] == "attempt_start" for r in records) == 4
+
+
+def test_a_send_merges_each_rank_s_step_records_as_the_client_does() -> None:
+    sender = _relay_after_12_s()
+    sent = [json.loads(rec) for rec in coalesce([rec for rec, _ in sender.pending])]
+    steps = {r["rank"]: r for r in sent if r["kind"] == "steps"}
+    assert len(steps) == len([r for r in sent if r["kind"] == "steps"]) == 4, "one record a rank, past heartbeats"
+    assert all(r["step"] == list(range(1, 11)) and r["event_id"].endswith("+10") for r in steps.values())
+    assert sum(r["kind"] == "heartbeat" for r in sent) == 8
 
 
 def test_a_rank_resends_the_same_records_after_a_503_and_follows_the_pace_it_is_given() -> None:
@@ -136,7 +152,7 @@ def test_a_rank_resends_the_same_records_after_a_503_and_follows_the_pace_it_is_
         return out
 
     out = asyncio.run(main())
-    assert bodies[1][: len(bodies[0])] == bodies[0]  # the refused records again, with their ids
+    assert bodies[1] == bodies[0]  # the refused records again as first sent, with their ids
     assert out.statuses[503] == 1 and out.resent_then_ok == 1
     assert out.steps_acked == sum(len(b) for b in bodies[1:]) - 1  # every step acknowledged once (+ attempt_start)
     assert 2 <= len(bodies) <= 4  # after the resend, at most one round per second (the pace) until the stop

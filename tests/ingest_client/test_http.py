@@ -204,6 +204,7 @@ def test_413_halves_the_batch_until_it_fits_and_everything_arrives_once(
     for step in range(1, 201):
         offline.record_step(step, time.time(), time.time())
         if step % 5 == 0:
+            offline.digest(step, f"d{step}")  # between two steps records: they do not merge (worker.coalesce)
             offline.flush(1.0)  # one steps record per flush: 40 of them
     offline.shutdown(1.0)
     collector.max_events = 7

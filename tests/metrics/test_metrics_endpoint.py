@@ -198,6 +198,17 @@ def test_analysis_cache_gauge_is_the_bytes_of_decoded_step_blocks_kept(make_clie
     assert value(scrape(client), "goodput_collector_analysis_cache_bytes") == 0
 
 
+def test_analysis_cpu_counter_adds_the_cpu_of_each_build(make_client) -> None:
+    client = make_client()
+    assert value(scrape(client), "goodput_collector_analysis_cpu_seconds_total") == 0
+    send_sim(client, "built", straggler_rank=1)
+    assert client.get("/v1/runs/built/view").status_code == 200  # a build, on its own thread
+    after_one = value(scrape(client), "goodput_collector_analysis_cpu_seconds_total")
+    assert after_one > 0
+    client.app.state.analyses.count_cpu(2.5)  # the background analyst's own share of a round
+    assert value(scrape(client), "goodput_collector_analysis_cpu_seconds_total") == pytest.approx(after_one + 2.5)
+
+
 def test_run_info_has_one_series_per_labelled_run_to_join_on(make_client) -> None:
     client = make_client(max_runs="2", run_window_h="1")
     send_sim(client, "idle-gpus", gpus=6)  # 4 ranks on 6 GPUs, finished 10 min ago
