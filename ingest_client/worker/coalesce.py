@@ -37,7 +37,8 @@ _COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "collectives": (("step", "op", "start", "end"), ()),
 }
 _MARKS = tuple((kind, f'"kind":"{kind}"'.encode()) for kind in _COLUMNS)  # as spool.encode_record writes it
-_PASSABLE = tuple(f'"kind":"{kind}"'.encode() for kind in ("heartbeat", "client_stats"))
+_PASSABLE_KINDS = ("heartbeat", "client_stats")
+_PASSABLE = tuple(f'"kind":"{kind}"'.encode() for kind in _PASSABLE_KINDS)
 _HEAD = frozenset({"event_id", "run_id", "kind", "time", "attempt", "rank", "launch"})
 
 
@@ -101,7 +102,8 @@ def _passable(payload: bytes, first: dict[str, Any]) -> bool:
         record = json.loads(payload)
     except ValueError:
         return False
-    return isinstance(record, dict) and all(first.get(k) == record.get(k) for k in _KEYS)
+    return isinstance(record, dict) and record.get("kind") in _PASSABLE_KINDS and all(
+        first.get(k) == record.get(k) for k in _KEYS)
 
 
 def _same_stream(first: dict[str, Any], record: dict[str, Any]) -> bool:
