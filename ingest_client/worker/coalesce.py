@@ -85,10 +85,10 @@ def _compact(payload: bytes) -> dict[str, Any] | None:
     required, optional = _COLUMNS[kind]
     if not set(record) <= _HEAD | set(required) | set(optional) or not isinstance(record.get("time"), float | int):
         return None
-    columns = [record.get(c) for c in required + optional]
     if not all(isinstance(record.get(c), list) for c in required):
         return None
     n = len(record["step"])
+    columns = [record.get(c) for c in required + optional]
     if n == 0 or any(c is not None and (not isinstance(c, list) or len(c) != n) for c in columns):
         return None
     return record
@@ -123,7 +123,7 @@ def _emit(run: list[tuple[bytes, dict[str, Any]]], out: list[bytes]) -> None:
 
 def _merged(records: list[dict[str, Any]]) -> dict[str, Any]:
     first = records[0]
-    merged: dict[str, Any] = {k: first[k] for k in ("run_id", "kind", "attempt", "rank", "launch") if k in first}
+    merged: dict[str, Any] = {k: first[k] for k in ("kind", *_KEYS) if k in first}
     merged["event_id"] = f"{first['event_id']}+{len(records)}"
     merged["time"] = max(r["time"] for r in records)
     required, optional = _COLUMNS[first["kind"]]
