@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import json
 import random
 import time
@@ -25,10 +26,10 @@ import time
 from sqlalchemy import Connection
 
 from benchmarks._common import machine, postgres_database
-from services.collector.batch import decompress, parse_batch
-from services.collector.plausibility import check_plausible
+from services.collector.batch import decompress
+from services.collector.routes.ingest import validate_body
 from services.settings import ServiceSettings
-from services.storage.clock_readings import ClockReadings, RequestClock, readings_of
+from services.storage.clock_readings import ClockReadings, RequestClock
 from services.storage.db import make_engine
 from services.storage.migrate import upgrade
 from services.storage.records import IngestRecord
@@ -59,13 +60,10 @@ def relay_body(relay: int, round_: int, t0: float, rng: random.Random) -> bytes:
 
 
 def route_part(body: bytes, settings: ServiceSettings) -> tuple[list[IngestRecord], ClockReadings]:
-    """What the ingest route does with a body before it queues it (services/collector/routes/ingest.py)."""
-    limits = settings.ingest
-    raw = decompress(body, "gzip", limits.max_body_bytes)
-    records = parse_batch(raw, max_events=limits.max_events_per_batch, max_rows=limits.max_rows_per_batch)
+    """What the ingest route does with a body before it queues it: inflate, then its own `validate_body`."""
     now = time.time()
-    check_plausible(records, settings.plausibility, now=now)
-    return records, readings_of(records, RequestClock(received_at=now, sent_at=now - 0.01))
+    raw = decompress(body, "gzip", settings.ingest.max_body_bytes)
+    return validate_body(raw, settings, RequestClock(received_at=now, sent_at=now - 0.01))
 
 
 def measure(conn: Connection, bodies: list[list[bytes]], group: int, settings: ServiceSettings,
@@ -104,24 +102,20 @@ def main() -> None:
         engine = make_engine(url)
         upgrade(engine)
         known_runs: dict[tuple[str, str], int] = {}
-        next_round = 0
+        round_numbers = itertools.count()  # every round once: each request is new
 
         def rounds(n: int) -> list[list[bytes]]:
-            nonlocal next_round
-            made = [[relay_body(r, next_round + k, t0, rng) for r in range(args.relays)] for k in range(n)]
-            next_round += n
-            return made
+            return [[relay_body(r, k, t0, rng) for r in range(args.relays)] for k in itertools.islice(round_numbers, n)]
 
         with engine.connect() as conn:
             measure(conn, rounds(1), 8, settings, known_runs)  # runs created, numbers and marks warm
             results = [(size, *measure(conn, rounds(args.rounds), size, settings, known_runs)) for size in sizes]
         engine.dispose()
-    base = None
+    base = results[0][2] / results[0][3] if sizes[0] == 1 else None  # the writer's CPU a request in groups of one
     print(f"{'requests a group':>17}{'route us/req':>14}{'writer us/req':>15}{'route us/row':>14}"
           f"{'writer us/row':>15}{'total us/row':>14}{'writer x one':>14}")
     for size, route_s, writer_s, requests in results:
         per_writer = writer_s / requests
-        base = base if base is not None else per_writer if size == 1 else None
         rows = requests * rows_per_request
         ratio = f"{per_writer / base:.2f}" if base else "-"
         print(f"{size:>17}{route_s / requests * 1e6:>14.0f}{per_writer * 1e6:>15.0f}{route_s / rows * 1e6:>14.1f}"
