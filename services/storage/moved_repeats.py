@@ -29,10 +29,8 @@ from sqlalchemy import Connection, text
 from services.analysis.step_blocks import BLOCK_STEPS
 from services.storage.db import json_rows, psycopg_connection
 from services.storage.records import IngestRecord, StepRows
-from services.storage.step_columns import column_rows
+from services.storage.step_columns import RankKey, column_rows
 from services.storage.tables import HEARTBEATS, STEP_RECORDS
-
-RankKey = tuple[int, int, int]  # (run pk, attempt, rank)
 
 
 def without_moved_repeats(conn: Connection, records: Sequence[tuple[int, IngestRecord]]

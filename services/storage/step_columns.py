@@ -23,7 +23,7 @@ from sqlalchemy import Connection, text
 
 from services.analysis.step_blocks import BLOCK_STEPS
 from services.storage.column_codec import decode_blocks, encode_step_rows
-from services.storage.db import psycopg_connection, sqlite_connection
+from services.storage.db import json_rows, psycopg_connection, sqlite_connection
 from services.storage.records import StepRows
 from services.storage.tables import step_columns
 
@@ -35,6 +35,7 @@ _LOWEST_SQL = ("SELECT min(step) FROM steps WHERE run_pk = {p} AND attempt = {p}
 # a slice at a time, so the collector never holds them all as Python rows (tests/faults/test_request_memory.py).
 MOVE_CHUNK_STEPS = 64 * BLOCK_STEPS
 _INT64_MIN = -(1 << 63)
+RankKey = tuple[int, int, int]  # (run pk, attempt, rank)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,36 +52,93 @@ class ColumnRows:
 
 def move_left_blocks(conn: Connection, below: dict[tuple[int, int, int], int]) -> int:
     """Move each (run_pk, attempt, rank)'s rows of steps below the given step out of `steps` into block rows;
-    returns the rows moved. In key order: concurrent writers take the same row locks in the same order."""
+    returns the rows moved. In key order: concurrent writers take the same row locks in the same order.
+
+    A group's ranks that entered a block are moved together: their lowest steps read in one statement, their
+    slices deleted in one round trip (up to MOVE_CHUNK_STEPS steps in all) and their block rows inserted in one
+    statement. A rank far behind its new block (a replay, a bulk upload) moves the rest a slice at a time."""
+    keys = sorted(below.items())
+    lowest = _lowest_steps(conn, keys)
     moved = 0
-    for (run_pk, attempt, rank), step in sorted(below.items()):
-        key = (run_pk, attempt, rank)
-        lowest = _execute(conn, _LOWEST_SQL, (*key, _INT64_MIN, step))[0][0]
-        while lowest is not None:
-            start = int(lowest) // BLOCK_STEPS * BLOCK_STEPS
+    batch: list[tuple[RankKey, int, int]] = []  # (key, first step, end step) of each slice to delete
+    for key, step in keys:
+        first = lowest.get(key)
+        while first is not None:
+            start = int(first) // BLOCK_STEPS * BLOCK_STEPS
             end = min(step, start + MOVE_CHUNK_STEPS)
-            moved += _move_slice(conn, key, _execute(conn, _MOVE_SQL, (*key, start, end)))
-            lowest = _execute(conn, _LOWEST_SQL, (*key, end, step))[0][0] if end < step else None
+            if batch and sum(e - s for _, s, e in batch) + end - start > MOVE_CHUNK_STEPS:
+                moved += _move_slices(conn, batch)
+                batch = []
+            batch.append((key, start, end))
+            if end >= step:
+                break
+            moved += _move_slices(conn, batch)
+            batch = []
+            first = _execute(conn, _LOWEST_SQL, (*key, end, step))[0][0]
+    if batch:
+        moved += _move_slices(conn, batch)
     return moved
 
 
-def _move_slice(conn: Connection, key: tuple[int, int, int], fetched: list[tuple[Any, ...]]) -> int:
-    """One slice of a rank's deleted step rows (whole blocks) into one block row each."""
-    run_pk, attempt, rank = key
-    if fetched:
-        matrix = np.array(fetched, dtype=np.float64)  # SQLite's NULL (a value not reported) becomes NaN here
-        steps = np.array([r[0] for r in fetched], dtype=np.int64)  # exact: a float64 holds 53 bits of a step
-        order = np.lexsort((matrix[:, 2], matrix[:, 1], steps))  # one order, whatever the delete returned
-        rows = StepRows(steps[order], *(np.ascontiguousarray(matrix[order, k]) for k in range(1, 6)))
-        blocks = rows.step // BLOCK_STEPS
-        cuts = np.flatnonzero(np.diff(blocks)) + 1
-        out = []
-        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(blocks)], strict=True):
-            part = rows.take(slice(lo, hi))
-            out.append({"run_pk": run_pk, "attempt": attempt, "rank": rank, "block": int(blocks[lo]),
-                        "end_time": float(part.end.max()), "rows": int(hi - lo), "data": encode_step_rows(part)})
+def _lowest_steps(conn: Connection, keys: list[tuple[RankKey, int]]) -> dict[RankKey, int]:
+    """Each rank's lowest step in `steps` below the given step, for the ranks that have one."""
+    if not keys:
+        return {}
+    if conn.dialect.name == "postgresql":  # one statement: an index probe per rank
+        with psycopg_connection(conn).cursor() as cursor:
+            rows = cursor.execute(_LOWEST_MANY_SQL, (json_rows([(*key, step) for key, step in keys]),)).fetchall()
+        return {(int(p), int(a), int(r)): int(lowest) for p, a, r, lowest in rows if lowest is not None}
+    out = {}
+    for key, step in keys:
+        lowest = _execute(conn, _LOWEST_SQL, (*key, _INT64_MIN, step))[0][0]
+        if lowest is not None:
+            out[key] = int(lowest)
+    return out
+
+
+_LOWEST_MANY_SQL = (
+    "SELECT k.p, k.a, k.r, (SELECT min(s.step) FROM steps s WHERE s.run_pk = k.p AND s.attempt = k.a AND s.rank = k.r "
+    "AND s.step < k.b) FROM (SELECT (j->>0)::int4 AS p, (j->>1)::int4 AS a, (j->>2)::int4 AS r, (j->>3)::int8 AS b "
+    "FROM jsonb_array_elements(%s::jsonb) AS v(j)) AS k"
+)
+
+
+def _move_slices(conn: Connection, slices: list[tuple[RankKey, int, int]]) -> int:
+    """Delete the slices' step rows (whole blocks of one rank each) and insert them as one block row per block."""
+    params = [(*key, start, end) for key, start, end in slices]
+    if conn.dialect.name == "postgresql":  # the deletes in one round trip (psycopg pipelines executemany)
+        fetched: list[list[tuple[Any, ...]]] = []
+        with psycopg_connection(conn).cursor() as cursor:
+            cursor.executemany(_MOVE_SQL.format(p="%s"), params, returning=True)
+            while True:
+                fetched.append(cursor.fetchall())
+                if not cursor.nextset():
+                    break
+    else:
+        fetched = [_execute(conn, _MOVE_SQL, slice_) for slice_ in params]
+    out = [row for (key, _, _), rows in zip(slices, fetched, strict=True) for row in _block_rows(key, rows)]
+    if out:
         conn.execute(step_columns.insert(), out)
-    return len(fetched)
+    return sum(len(rows) for rows in fetched)
+
+
+def _block_rows(key: RankKey, fetched: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """One rank's deleted step rows (whole blocks) as one block row each."""
+    if not fetched:
+        return []
+    run_pk, attempt, rank = key
+    matrix = np.array(fetched, dtype=np.float64)  # SQLite's NULL (a value not reported) becomes NaN here
+    steps = np.array([r[0] for r in fetched], dtype=np.int64)  # exact: a float64 holds 53 bits of a step
+    order = np.lexsort((matrix[:, 2], matrix[:, 1], steps))  # one order, whatever the delete returned
+    rows = StepRows(steps[order], *(np.ascontiguousarray(matrix[order, k]) for k in range(1, 6)))
+    blocks = rows.step // BLOCK_STEPS
+    cuts = np.flatnonzero(np.diff(blocks)) + 1
+    out = []
+    for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(blocks)], strict=True):
+        part = rows.take(slice(lo, hi))
+        out.append({"run_pk": run_pk, "attempt": attempt, "rank": rank, "block": int(blocks[lo]),
+                    "end_time": float(part.end.max()), "rows": int(hi - lo), "data": encode_step_rows(part)})
+    return out
 
 
 def column_rows(conn: Connection, run_pk: int, *, attempt: int | None = None, ranks: Sequence[int] | None = None,

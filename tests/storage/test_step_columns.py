@@ -16,7 +16,7 @@ from services.collector.batch import parse_batch
 from services.storage.live import load_live_state
 from services.storage.rank_rows import load_rank_steps
 from services.storage.runs import get_run
-from services.storage.step_columns import stored_step_keys
+from services.storage.step_columns import MOVE_CHUNK_STEPS, stored_step_keys
 from services.storage.write import write_batches
 from tests.analysis.scenarios import T0
 
@@ -117,3 +117,28 @@ def test_heartbeats_are_thinned_to_each_ranks_earliest_and_latest_when_it_moves_
                                           for s in [0, BLOCK_STEPS - 3, *later[rank]])
     assert {r.rank: r.heartbeat_time for r in state.ranks} == {rank: T0 + (BLOCK_STEPS + 7) * 1.25
                                                                     for rank in range(2)}
+
+
+def test_a_group_of_many_ranks_entering_blocks_and_one_far_behind_moves_every_row_once(engine) -> None:
+    """The group's moves go together, MOVE_CHUNK_STEPS steps per round trip: 70 ranks leaving block 0 (more than one
+    round trip's worth) and, in the same group, a rank bringing 130 blocks at once (moved a slice at a time)."""
+    ranks, far = 70, 70
+    far_steps = list(range(2 * MOVE_CHUNK_STEPS + 2 * BLOCK_STEPS + 5))
+    batch = [record(f"r{rank}", rank, list(range(BLOCK_STEPS + 2))) for rank in range(ranks)]
+    assert write(engine, [*batch, record("far", far, far_steps)]) == (ranks + 1, 0)
+
+    with engine.connect() as conn:
+        blocks = conn.execute(text("SELECT rank, block, rows FROM step_columns ORDER BY rank, block")).all()
+        head = conn.execute(text("SELECT rank, step FROM steps ORDER BY rank, step")).all()
+        far_rows = load_rank_steps(conn, get_run(conn, "cols").pk, far)
+        keys = stored_step_keys(conn)
+    left = len(far_steps) // BLOCK_STEPS
+    assert [tuple(b) for b in blocks] == ([(r, 0, BLOCK_STEPS) for r in range(ranks)]
+                                          + [(far, b, BLOCK_STEPS) for b in range(left)])
+    assert [tuple(h) for h in head] == ([(r, s) for r in range(ranks) for s in (BLOCK_STEPS, BLOCK_STEPS + 1)]
+                                        + [(far, s) for s in far_steps[left * BLOCK_STEPS:]])
+    assert len(keys) == ranks * (BLOCK_STEPS + 2) + len(far_steps)  # every row once
+    sent = record("sent", far, far_steps)
+    assert far_rows["step"].tolist() == far_steps
+    assert np.array_equal(far_rows["start"].to_numpy(), np.array(sent["start"]))  # bit for bit
+    assert np.array_equal(far_rows["end"].to_numpy(), np.array(sent["end"]))
