@@ -266,8 +266,11 @@ def _stored_form(r: IngestRecord) -> tuple[str | None, str]:
     elif len(data) == 1 and type(count := data.get("n")) is int:  # a compact record's: json.dumps' text, faster
         data_json = f'{{"n":{count}}}'
     else:
-        data_json = json.dumps(data, separators=(",", ":"))
+        data_json = _DATA_JSON.encode(data)
     return data_json, content_hash(r, data_json)
+
+
+_DATA_JSON = json.JSONEncoder(separators=(",", ":"))  # json.dumps' text; made once, not on every call
 
 
 def content_hash(r: IngestRecord, data_json: str | None) -> str:
@@ -360,8 +363,7 @@ def _insert_events_postgres(conn: Connection,
         for i in range(0, len(candidates), _INSERT_CHUNK):
             rows = [(run_pk, r.event_id, r.kind, r.time, r.attempt, r.rank, r.step, data_json, digest)
                     for run_pk, r, data_json, digest in candidates[i:i + _INSERT_CHUNK]]
-            inserted.update((run_pk, event_id) for run_pk, event_id in cursor.execute(_INSERT_EVENTS_SQL,
-                                                                                      (json_rows(rows),)))
+            inserted.update(cursor.execute(_INSERT_EVENTS_SQL, (json_rows(rows),)).fetchall())
     return inserted
 
 
