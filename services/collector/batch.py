@@ -46,6 +46,20 @@ def decompress(body: bytes | bytearray, encoding: str | None, max_bytes: int) ->
     return out
 
 
+def decompress_within(body: bytes | bytearray, encoding: str | None, max_bytes: int,
+                      within_bytes: int) -> bytes | bytearray | None:
+    """`decompress`, for a body that inflates to at most `within_bytes`; None, having inflated no more than that, for
+    one that inflates to more (inflate it again with `decompress`, where a long inflate holds up nothing)."""
+    if within_bytes >= max_bytes:
+        return decompress(body, encoding, max_bytes)
+    try:
+        return decompress(body, encoding, within_bytes)
+    except InvalidBatch as exc:
+        if exc.code == "body_too_large":
+            return None
+        raise
+
+
 # Above this size a batch is validated one event at a time (services.collector.event_spans): memory stays near
 # the body's size instead of a parse tree of the whole body on top of it.
 SLICED_PARSE_MIN_BYTES = 1 << 20
