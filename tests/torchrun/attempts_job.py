@@ -115,10 +115,12 @@ def main() -> int:
     for step in range(start_step + 1, steps + 1):
         t0 = time.time()
         with tracker.step(step):
+            inner_start = time.time()  # the tracker's step holds [inner_start, inner_end] and is inside [t0, end]
             time.sleep(step_sleep)
             value += 1
             dist.all_reduce(value)
-        log.write("step", step=step, start=t0, end=time.time())
+            inner_end = time.time()
+        log.write("step", step=step, start=t0, end=time.time(), inner_start=inner_start, inner_end=inner_end)
         if every and step % every == 0:
             if rank == 0:
                 with tracker.checkpoint(step):

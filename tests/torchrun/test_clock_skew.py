@@ -51,23 +51,43 @@ def test_a_node_whose_clock_is_5_s_ahead_is_measured_and_taken_out(tmp_path: Pat
         tails = "\n".join(agent.tail() for agent in agents)
         assert codes == [0, 0], tails
 
-        # the job's own account, on the true clock: node b logged its times 5 s ahead
-        steps: dict[int, list[tuple[float, float]]] = {}
+        # the job's own account, on the true clock: node b logged its times 5 s ahead. Each step's log line brackets
+        # the tracker's step from outside (start, end) and from inside (inner_start, inner_end)
+        outer: dict[int, list[tuple[float, float]]] = {}
+        inner: dict[int, list[tuple[float, float]]] = {}
         for line in job_lines(log_dir):
             if line["event"] == "step":
                 skew = SKEW_S if line["node"] == "b" else 0.0
-                steps.setdefault(line["step"], []).append((line["start"] - skew, line["end"] - skew))
-        assert sorted(steps) == list(range(1, STEPS + 1)) and all(len(v) == 2 * NPROC for v in steps.values())
-        logged_s = sum(max(e for _, e in v) - min(s for s, _ in v) for v in steps.values())
+                outer.setdefault(line["step"], []).append((line["start"] - skew, line["end"] - skew))
+                inner.setdefault(line["step"], []).append((line["inner_start"] - skew, line["inner_end"] - skew))
+        assert sorted(outer) == list(range(1, STEPS + 1)) and all(len(v) == 2 * NPROC for v in outer.values())
+        # a job step runs from its first rank's start to its last rank's end; consecutive steps overlap (a rank
+        # starts the next one while another leaves the all-reduce), and the ledger counts that time once
+        outer_s, inner_s = (union_seconds([(min(s for s, _ in v), max(e for _, e in v)) for v in spans.values()])
+                            for spans in (outer, inner))
 
         ledger = fetch_ledger(collector.url, run_id, lambda ledger: ledger["status"] == "finished"
                               and ledger["steps"]["kept"] == STEPS)
         assert_partition(ledger)
-        # the tracker's steps sit just inside the job's logged ones (its log lines bracket them): 0.99 of them here
-        assert ledger["productive_gpu_seconds"] == pytest.approx(logged_s * 2 * NPROC, rel=0.02)
-        assert ledger["productive_gpu_seconds"] <= logged_s * 2 * NPROC
         clocks = {c["host"]: c["offset_seconds"] for c in ledger["clocks"]}
         assert clocks["node-b"] == pytest.approx(SKEW_S, abs=0.05), (clocks, tails)
         assert [v for h, v in clocks.items() if h != "node-b"] == [0.0]
+        # The job's steps (first rank's start to last rank's end) lie between the two brackets, but for what the
+        # collector cannot know: node b's offset is measured, and each step's span moves by at most its error.
+        # (Before, every step spanned the 5 s between the hosts: productive 16.96 GPU-s against the logs' 8.94.)
+        slack = abs(clocks["node-b"] - SKEW_S) * STEPS
+        gpus = 2 * NPROC
+        assert (inner_s - slack) * gpus <= ledger["productive_gpu_seconds"] <= (outer_s + slack) * gpus, (
+            inner_s * gpus, ledger["productive_gpu_seconds"], outer_s * gpus, clocks)
     finally:
         stop_agents(agents, log_dir)
+
+
+def union_seconds(spans: list[tuple[float, float]]) -> float:
+    """The length of the union of the spans."""
+    total, reach = 0.0, -float("inf")
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
