@@ -125,31 +125,23 @@ class _Row:
 
 
 def _launch_attempts(records: Iterable[tuple[int, IngestRecord]]) -> dict[RunKey, LaunchAttempt]:
-    """What the records say of each launch attempt: earliest time, world size, ranks (LaunchAttempt.merged's rule,
-    gathered as plain values: a group holds hundreds of records of a few launch attempts)."""
-    said: dict[RunKey, list[Any]] = {}  # [start, world size, lowest rank, highest rank]
+    """What the records say of each launch attempt: earliest time, world size, ranks."""
+    out: dict[RunKey, LaunchAttempt] = {}
     for run_pk, r in records:
         if r.attempt is None:
             continue
+        launch = r.launch or LEGACY
         start = r.time
         for rows in (r.step_rows, r.collective_rows):
             if rows is not None and len(rows.start):
                 start = min(start, float(rows.start.min()))
         world = r.data.get("world_size") if r.kind == "attempt_start" and r.data else None
-        key = (run_pk, r.launch or LEGACY, r.attempt)
-        known = said.get(key)
-        if known is None:
-            said[key] = [start, world, r.rank, r.rank]
-            continue
-        known[0] = min(known[0], start)
-        if known[1] is None:
-            known[1] = world
-        if r.rank is not None:
-            known[2] = r.rank if known[2] is None else min(known[2], r.rank)
-            known[3] = r.rank if known[3] is None else max(known[3], r.rank)
-    return {key: LaunchAttempt(launch=key[1], attempt=key[2], start=start,
-                               world_size=int(world) if world is not None else None, rank_lo=lo, rank_hi=hi)
-            for key, (start, world, lo, hi) in said.items()}
+        said = LaunchAttempt(launch=launch, attempt=r.attempt, start=start,
+                             world_size=int(world) if world is not None else None, rank_lo=r.rank, rank_hi=r.rank)
+        key = (run_pk, launch, r.attempt)
+        known = out.get(key)
+        out[key] = said if known is None else known.merged(said)
+    return out
 
 
 def _read(conn: Connection, keys: list[RunKey]) -> dict[RunKey, _Row]:

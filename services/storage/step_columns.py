@@ -50,7 +50,7 @@ class ColumnRows:
         return len(self.attempt)
 
 
-def move_left_blocks(conn: Connection, below: dict[tuple[int, int, int], int]) -> int:
+def move_left_blocks(conn: Connection, below: dict[RankKey, int]) -> int:
     """Move each (run_pk, attempt, rank)'s rows of steps below the given step out of `steps` into block rows;
     returns the rows moved. In key order: concurrent writers take the same row locks in the same order.
 
@@ -61,19 +61,21 @@ def move_left_blocks(conn: Connection, below: dict[tuple[int, int, int], int]) -
     lowest = _lowest_steps(conn, keys)
     moved = 0
     batch: list[tuple[RankKey, int, int]] = []  # (key, first step, end step) of each slice to delete
+    spanned = 0  # steps the batch's slices span
     for key, step in keys:
         first = lowest.get(key)
         while first is not None:
             start = int(first) // BLOCK_STEPS * BLOCK_STEPS
             end = min(step, start + MOVE_CHUNK_STEPS)
-            if batch and sum(e - s for _, s, e in batch) + end - start > MOVE_CHUNK_STEPS:
+            if batch and spanned + end - start > MOVE_CHUNK_STEPS:
                 moved += _move_slices(conn, batch)
-                batch = []
+                batch, spanned = [], 0
             batch.append((key, start, end))
+            spanned += end - start
             if end >= step:
                 break
             moved += _move_slices(conn, batch)
-            batch = []
+            batch, spanned = [], 0
             first = _execute(conn, _LOWEST_SQL, (*key, end, step))[0][0]
     if batch:
         moved += _move_slices(conn, batch)
