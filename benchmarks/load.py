@@ -260,6 +260,20 @@ def _database_bytes(db_url: str) -> int:
     return size
 
 
+_SERVER_SETTINGS = ("autovacuum", "fsync", "synchronous_commit", "shared_buffers")
+
+
+def _server_settings(db_url: str) -> str:
+    """The database server's version and the settings that move its cost per row most (autovacuum off leaves the
+    rows that moved into block rows as dead tuples, and the tables and indexes grow and slow for the whole run)."""
+    engine = make_engine(db_url)
+    with engine.connect() as conn:
+        version = conn.execute(text("SHOW server_version")).scalar_one().split()[0]
+        settings = [f"{name} {conn.execute(text(f'SHOW {name}')).scalar_one()}" for name in _SERVER_SETTINGS]
+    engine.dispose()
+    return f"PostgreSQL {version} ({', '.join(settings)})"
+
+
 def _verify(db_url: str, made: dict[int, int], ranks_per_run: int, empty_bytes: int) -> dict[str, Any]:
     """Every (run, rank, step) made stored exactly once; database bytes beyond `empty_bytes` (after migrations)."""
     engine = make_engine(db_url)
@@ -390,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         database = db_url.rsplit("/", 1)[1]
         proc, url, port = _start_collector(db_url, ns.workers, collector_env)
         empty_bytes = _database_bytes(db_url)
+        server = _server_settings(db_url)
         samples = Samples()
         stop_sampling = threading.Event()
         try:
@@ -438,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
             stop_sampling.set()
             shutdown_s = _stop(proc)
     load_after = os.getloadavg()
-    result = _result(ns, fleet, samples, watch, check, ledger, t0, stop, ended, load_before[0], load_after[0],
+    result = _result(ns, fleet, samples, watch, check, ledger, t0, stop, ended, load_before[0], load_after[0], server,
                      hang_at_s, runs)
     ok = (not check["ranks_wrong_total"] and check["rows_stored"] == check["steps_made"] and not ledger["runs_wrong"]
           and not fleet.unacked_records)
@@ -457,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _result(ns: argparse.Namespace, fleet: ShardResult, samples: Samples, watch: HangWatch | None,
             check: dict[str, Any], ledger: dict[str, Any], t0: float, stop: float, ended: float,
-            load_before: float, load_after: float, hang_at_s: float, runs: int) -> dict[str, Any]:
+            load_before: float, load_after: float, server: str, hang_at_s: float, runs: int) -> dict[str, Any]:
     wall_s = ended - t0
     requests = sum(fleet.statuses.values())
     rss = samples.rss
@@ -483,7 +498,8 @@ def _result(ns: argparse.Namespace, fleet: ShardResult, samples: Samples, watch:
             hang["fleet"] = watch.fleet_answer
             hang["fleet_live_ms"] = _ms(watch.fleet_latency_s)
     return {
-        "machine": machine(), "commit": _commit(), "command": "python -m benchmarks.load " + " ".join(sys.argv[1:]),
+        "machine": machine(), "database_server": server,
+        "commit": _commit(), "command": "python -m benchmarks.load " + " ".join(sys.argv[1:]),
         "ranks": ns.ranks, "runs": runs, "ranks_per_run": ns.ranks_per_run, "ranks_per_sender": ns.ranks_per_sender,
         "duration_s": ns.duration,
         "wall_s": round(wall_s, 1), "workers": ns.workers, "generators": ns.generators,
@@ -659,7 +675,7 @@ def _markdown(r: dict[str, Any]) -> str:
     return f"""# Fleet load: {r['ranks']:,} simulated ranks into `goodput serve` ({r['workers']} workers, PostgreSQL)
 
 Command: `{r['command']}` (collector settings: {r['collector_env'] or 'defaults'}).
-Commit {r['commit']}; {r['machine']}. One throwaway PostgreSQL database; the load
+Commit {r['commit']}; {r['machine']}. One throwaway database on {r.get('database_server', 'PostgreSQL')}; the load
 generator ({r['generators']} process(es), hand-written HTTP/1.1 keep-alive over asyncio, {r['connections']}
 connections each) on the same machine; loopback only. Load average {r['load_average_before']} before,
 {r['load_average_max']} max while running, {r['load_average_after']} after.
