@@ -210,12 +210,13 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
                             if r.step_rows is not None and r.attempt is not None and r.rank is not None), entered)
     move_left_blocks(conn, below)
     forget_moved_records(conn, below)
-    _touch_runs(conn, new_records, key_of)
     if clocks is not None:
         record_readings(conn, [({run_id: pk for (p, run_id), pk in runs.items() if p == (project or DEFAULT_PROJECT)},
                                 _with_run_attempts(readings, keyed[b], runs, numbers))
                                for b, (project, readings) in enumerate(zip(projects, clocks, strict=True))
                                if readings is not None and b not in conflicts])
+    # last: every other group writing to these runs waits for their rows' locks until this one commits
+    _touch_runs(conn, new_records, key_of)
     return [IngestResult(accepted=a, duplicates=d, conflict=conflicts.get(b))
             for b, (a, d) in enumerate(zip(accepted, duplicates, strict=True))]
 
