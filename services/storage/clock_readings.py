@@ -111,28 +111,13 @@ _COLUMNS = ("run_pk", "attempt", "rank", "window", "lead", "offset", "received")
 # The same minute: the larger value; a later minute: the new one (and the minute before it, when adjacent, becomes
 # the previous); an earlier minute (a request that took its time), or nothing larger: the row as it was. SET
 # expressions read the row as it was. NULL-aware larger of two: {pick}(coalesce(a, b), coalesce(b, a)).
-# A reading that raises the row: of a later minute, or of its minute and larger. Only such a reading is written: at a
-# step a second most requests raise nothing (a rank's lead and offset seldom grow within a minute), and an update
-# that changes nothing still writes a row version.
-_RAISES = ("{new}.window_index > {old}.window_index OR ({new}.window_index = {old}.window_index AND "
-           "({new}.lead_s > {old}.lead_s OR {new}.offset_s > {old}.offset_s "
-           "OR ({new}.offset_s IS NOT NULL AND {old}.offset_s IS NULL)))")
 _VALUES_SQLITE = "VALUES (:run_pk, :attempt, :rank, :window, :lead, NULL, :offset, NULL, :received)"
-# The rows as one JSON parameter (services.storage.db.json_rows), in key order; json, not jsonb: a lead or offset of
-# -0.0 stays -0.0. Rows the stored row already holds as much of are left out before the upsert: the upsert locks
-# every row it conflicts with, even one its WHERE then leaves as it was (a lock written to the WAL, ~40 us a row
-# here, most rows of a group), and a row left out cannot need raising later in this statement. The upsert's own
-# WHERE still decides for what another group committed meanwhile.
+# the rows as one JSON parameter (services.storage.db.json_rows), in key order; json, not jsonb: a lead or offset of
+# -0.0 stays -0.0
 _VALUES_POSTGRES = (
-    "SELECT v.run_pk, v.attempt, v.rank, v.window_index, v.lead_s, NULL::float8, v.offset_s, NULL::float8, "
-    "v.received_at FROM (SELECT (r->>0)::int4 AS run_pk, (r->>1)::int4 AS attempt, (r->>2)::int4 AS rank, "
-    "(r->>3)::int8 AS window_index, (r->>4)::float8 AS lead_s, (r->>5)::float8 AS offset_s, "
-    "(r->>6)::float8 AS received_at, n FROM json_array_elements(%s::json) WITH ORDINALITY AS j(r, n)) AS v "
-    "LEFT JOIN clock_readings s ON s.run_pk = v.run_pk AND s.attempt = v.attempt AND s.rank = v.rank "
-    f"WHERE s.run_pk IS NULL OR {_RAISES.format(new='v', old='s')} ORDER BY v.n")
-# The same minute: the larger value; a later minute: the new one (and the minute before it, when adjacent, becomes
-# the previous); an earlier minute (a request that took its time), or nothing larger: the row as it was. SET
-# expressions read the row as it was. NULL-aware larger of two: {pick}(coalesce(a, b), coalesce(b, a)).
+    "SELECT (r->>0)::int4, (r->>1)::int4, (r->>2)::int4, (r->>3)::int8, (r->>4)::float8, NULL::float8, "
+    "(r->>5)::float8, NULL::float8, (r->>6)::float8 FROM json_array_elements(%s::json) WITH ORDINALITY AS v(r, n) "
+    "ORDER BY n")
 _UPSERT_TEMPLATE = (
     "INSERT INTO clock_readings AS c (run_pk, attempt, rank, window_index, lead_s, lead_prev_s, offset_s, "
     "offset_prev_s, received_at) {values} "
@@ -148,10 +133,13 @@ _UPSERT_TEMPLATE = (
     "WHEN excluded.window_index > c.window_index + 1 THEN NULL ELSE c.offset_prev_s END, "
     "window_index = {pick}(c.window_index, excluded.window_index), "
     "received_at = {pick}(c.received_at, excluded.received_at) "
-    f"WHERE {_RAISES.format(new='excluded', old='c')}"
+    # only a reading that raises the row is written: at a step a second, most requests raise nothing (a rank's lead
+    # and offset seldom grow within a minute), and an update that changes nothing still writes a row version
+    "WHERE excluded.window_index > c.window_index OR (excluded.window_index = c.window_index AND "
+    "(excluded.lead_s > c.lead_s OR excluded.offset_s > c.offset_s "
+    "OR (excluded.offset_s IS NOT NULL AND c.offset_s IS NULL)))"
 )
-_UPSERT_POSTGRES = _UPSERT_TEMPLATE.format(values=_VALUES_POSTGRES.replace("{", "{{").replace("}", "}}"),
-                                           pick="greatest")
+_UPSERT_POSTGRES = _UPSERT_TEMPLATE.format(values=_VALUES_POSTGRES, pick="greatest")
 _UPSERT_SQLITE = text(_UPSERT_TEMPLATE.format(values=_VALUES_SQLITE, pick="max"))
 
 

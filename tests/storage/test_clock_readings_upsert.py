@@ -1,7 +1,6 @@
 """The clock readings' upsert keeps each rank's row as the module's rules say, whatever arrives: random groups of
 requests (later minutes, slow requests of earlier minutes, offsets said and not, leads of -0.0 and 0.0) against a
-model of the rules in Python, after every group, on both databases (PostgreSQL leaves out before the upsert the rows
-that raise nothing; SQLite does not)."""
+model of the rules in Python, after every group, on both databases."""
 
 from __future__ import annotations
 
