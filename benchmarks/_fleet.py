@@ -1,8 +1,9 @@
 """A simulated fleet of training ranks that post to a collector the way ingest_client does (benchmarks/load.py).
 
 Each rank is one coroutine standing for one rank's flusher thread. Rows are made lazily, from the clock: step k
-of a rank ends at `base + k` (one step a second, steps of one run a few ms apart, as DDP keeps them), a
-`heartbeat` every 5 s carries the step in progress. At a send round every row made since the last round becomes
+of a rank ends at `base + k` (one step a second, steps of one run a few ms apart, as DDP keeps them); a
+`heartbeat` carrying the step in progress comes once a rank has ended no step for 5 s, and every 5 s after that
+(as ingest_client sends them: none while it steps). At a send round every row made since the last round becomes
 a wire record exactly as ingest_client.common.events.RecordBuilder builds it at a 0.2 s flush interval (one `steps`
 record per step, ids `<process id>-<seq>`), and ONE request carries every record not acknowledged yet, oldest
 first, up to 500 (max_batch_events), gzip-compressed above 1 KiB, with `Goodput-Sender: <process id>`.
@@ -188,6 +189,7 @@ class _Rank:
                     f'"attempt":0,"rank":{self.rank},"step":[{s}],"start":[{step_end - 1.0!r}],'
                     f'"end":[{step_end!r}],"comm":[{comm:.4f}]}}'.encode(), step_end))
                 self.next_step += 1
+                self.hb_next = step_end + HEARTBEAT_INTERVAL_S  # the step record said it lives
             elif self.hb_next <= limit:
                 collectives = (0 if self.stuck else 1) if self.hung_run and self.hb_next > cfg.hang_at else 0
                 self.pending.append((

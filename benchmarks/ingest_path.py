@@ -1,10 +1,12 @@
 """The collector's ingest path without HTTP: a node relay's request inflated, parsed and checked as the ingest route
 does, then written by the group-commit writer's code on PostgreSQL, timed in this process's CPU by group size.
 
-    python -m benchmarks.ingest_path [--groups 1,2,4,8,16,32] [--rounds 8] [--relays 256]
+    python -m benchmarks.ingest_path [--groups 1,2,4,8,16,32] [--rounds 8] [--relays 256] [--heartbeats]
 
 Every request is what a node relay posts at the 5 s pace of a 100,000-GPU fleet (docs/architecture.md): for each of
-its 8 ranks, the round's 5 steps as one merged `steps` record and a heartbeat, 16 records and 40 step rows, gzip'd.
+its 8 ranks, the round's 5 steps as one merged `steps` record, 8 records and 40 step rows, gzip'd. A rank that steps
+sends no heartbeat (ingest_client); `--heartbeats`: one per rank per request as well, 16 records, as clients did
+before.
 The relays' ranks form runs of 256. A group of N requests is written in one transaction, as the writer does with
 the N requests queued while its last transaction committed; at the fleet's rate a process's groups hold 10-20
 requests, at a quiet collector's one or two. Printed per group size: CPU per request of the route's part (inflate,
@@ -40,8 +42,9 @@ RANKS_PER_RUN = 256
 STEPS_PER_RECORD = 5  # one step a second at the 5 s pace
 
 
-def relay_body(relay: int, round_: int, t0: float, rng: random.Random) -> bytes:
-    """One relay's gzip'd request of one round: 5 steps of each of its ranks, from its run's offset + round*5 + 1."""
+def relay_body(relay: int, round_: int, t0: float, rng: random.Random, heartbeats: bool = False) -> bytes:
+    """One relay's gzip'd request of one round: 5 steps of each of its ranks, from its run's offset + round*5 + 1
+    (and a heartbeat of each rank after them with `heartbeats`)."""
     events = []
     for g in range(relay * RANKS_PER_RELAY, (relay + 1) * RANKS_PER_RELAY):
         run, rank = divmod(g, RANKS_PER_RUN)
@@ -54,8 +57,9 @@ def relay_body(relay: int, round_: int, t0: float, rng: random.Random) -> bytes:
         events.append({"event_id": f"r{g}-{round_}-steps", "kind": "steps", "time": ends[-1], **common,
                        "step": steps, "start": [e - 1.0 for e in ends], "end": ends,
                        "comm": [round(rng.uniform(0.05, 0.2), 4) for _ in steps]})
-        events.append({"event_id": f"r{g}-{round_}-beat", "kind": "heartbeat", "time": ends[-1] + 0.5, **common,
-                       "step": first + STEPS_PER_RECORD, "collectives": 0})
+        if heartbeats:
+            events.append({"event_id": f"r{g}-{round_}-beat", "kind": "heartbeat", "time": ends[-1] + 0.5, **common,
+                           "step": first + STEPS_PER_RECORD, "collectives": 0})
     return gzip.compress(json.dumps({"events": events}, separators=(",", ":")).encode(), compresslevel=5)
 
 
@@ -89,14 +93,17 @@ def main() -> None:
     ap.add_argument("--groups", default="1,2,4,8,16,32", help="group sizes (requests per transaction)")
     ap.add_argument("--rounds", type=int, default=8, help="rounds of every relay's request per group size")
     ap.add_argument("--relays", type=int, default=256, help="relays (8 ranks each)")
+    ap.add_argument("--heartbeats", action="store_true",
+                    help="a heartbeat of each rank in every request too, as clients sent them while ranks stepped")
     args = ap.parse_args()
     sizes = [int(g) for g in args.groups.split(",")]
     settings = ServiceSettings()
     rng = random.Random(1)
     t0 = time.time() - 3600
     rows_per_request = RANKS_PER_RELAY * STEPS_PER_RECORD
+    records = RANKS_PER_RELAY * (2 if args.heartbeats else 1)
     print(f"# ingest path, no HTTP  ({machine()})")
-    print(f"{args.relays} relays x {RANKS_PER_RELAY} ranks; a request: {2 * RANKS_PER_RELAY} records "
+    print(f"{args.relays} relays x {RANKS_PER_RELAY} ranks; a request: {records} records "
           f"({rows_per_request} step rows), gzip'd; {args.rounds} rounds per group size; CPU of this process")
     with postgres_database() as url:
         engine = make_engine(url)
@@ -105,7 +112,8 @@ def main() -> None:
         round_numbers = itertools.count()  # every round once: each request is new
 
         def rounds(n: int) -> list[list[bytes]]:
-            return [[relay_body(r, k, t0, rng) for r in range(args.relays)] for k in itertools.islice(round_numbers, n)]
+            return [[relay_body(r, k, t0, rng, args.heartbeats) for r in range(args.relays)]
+                    for k in itertools.islice(round_numbers, n)]
 
         with engine.connect() as conn:
             measure(conn, rounds(1), 8, settings, known_runs)  # runs created, numbers and marks warm

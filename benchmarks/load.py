@@ -4,11 +4,11 @@
 
 Every rank does one training step a second and posts exactly as ingest_client does under `goodput launch`, through
 one node relay per `--ranks-per-sender` ranks (8 by default; 1: each rank its own sender) (benchmarks/_fleet.py: one
-request per send round with every record not acknowledged yet, compact `steps` records with `comm`, a heartbeat
-every 5 s, following the collector's `Goodput-Send-Interval`, Retry-After and backoff). Ranks are grouped into
-runs of `--ranks-per-run` (a fleet of jobs), started over `--ramp` seconds. The load generator is hand-written
-HTTP/1.1 over asyncio streams with a bounded pool of keep-alive connections (benchmarks/_http1.py) in
-`--generators` processes; its own CPU is measured and printed. Only loopback addresses are used.
+request per send round with every record not acknowledged yet, compact `steps` records with `comm`, heartbeats
+once a rank has ended no step for 5 s, following the collector's `Goodput-Send-Interval`, Retry-After and backoff).
+Ranks are grouped into runs of `--ranks-per-run` (a fleet of jobs), started over `--ramp` seconds. The load generator
+is hand-written HTTP/1.1 over asyncio streams with a bounded pool of keep-alive connections (benchmarks/_http1.py)
+in `--generators` processes; its own CPU is measured and printed. Only loopback addresses are used.
 
 At `--hang-at` seconds one rank of one run stops stepping while every process stays alive and heart-beats (the
 others wait for it in the step's collective); the benchmark polls `GET /v1/runs/{id}/live` every second and
@@ -622,7 +622,8 @@ def _markdown(r: dict[str, Any]) -> str:
     per_req = r["collector_cpu_us_per_request"] * 1e-6
     rows = [
         ("fleet", f"{r['ranks']:,} ranks in {r['runs']} runs of up to {r['ranks_per_run']}, one step a second each, "
-                  f"heartbeat every 5 s, for {r['duration_s']:.0f} s (wall {r['wall_s']} s with the drain); "
+                  f"heartbeats after 5 s without a step, for {r['duration_s']:.0f} s "
+                  f"(wall {r['wall_s']} s with the drain); "
                   + ("every rank posts its own records" if per_sender == 1 else
                      f"one node relay per {per_sender} ranks posts theirs")),
         ("throughput", f"{r['step_rows_acked']:,} step rows ({r['step_rows_per_s']:,}/s), {r['heartbeats_acked']:,} "

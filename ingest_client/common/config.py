@@ -41,7 +41,9 @@ Every environment variable the client reads is declared here, once:
 ``GOODPUT_FLUSH_INTERVAL_S``
     How often the flusher wakes. Default 0.2.
 ``GOODPUT_HEARTBEAT_INTERVAL_S``
-    Seconds between ``heartbeat`` events. Default 5.
+    A rank sends a ``heartbeat`` (the step in progress, the collectives started in it) once it has ended no step
+    for this many seconds, and again every interval while it ends none: while it steps, its step records say it
+    lives. Default 5.
 ``GOODPUT_HTTP_TIMEOUT_S``
     Deadline of one whole HTTP request, every request the client makes (connecting, sending, and the answer's
     headers and body: a server that answers a byte at a time cannot hold the sender longer). Default 2.

@@ -227,7 +227,10 @@ class Tracker:
         self._ended = False
         self._end_lock = threading.Lock()
         self._started = False
-        self._last_heartbeat_s = 0.0
+        # The last heartbeat, or the last tick that saw a step end: a rank is heard from at least every heartbeat
+        # interval, by its step records while it steps, by heartbeats while it does not (see _tick).
+        self._last_heard_s = 0.0
+        self._heard_step = 1  # _next_step as the last tick saw it
         self._last_stats_s = 0.0
         self._last_stats: tuple[int, ...] = (0, 0, 0, 0, 0)
         self._force_stats = False
@@ -308,7 +311,7 @@ class Tracker:
         self._started = True
         ctx = self.context
         self._durable((ROW_EVENT, EventKind.ATTEMPT_START, _time(), ctx.attempt_start_fields()))
-        self._last_heartbeat_s = self._last_stats_s = _time()
+        self._last_heard_s = self._last_stats_s = _time()
         self._pipeline.start()
         if self._poller is not None:
             self._poller.start()
@@ -616,9 +619,15 @@ class Tracker:
         if self._nccl_found is not None:
             self._probe_nccl(now)
         rows: Rows = self._nccl_rows() if self._nccl is not None else []
-        if now - self._last_heartbeat_s >= self.config.heartbeat_interval_s:
-            self._last_heartbeat_s = now
-            step = self._next_step
+        # No heartbeat while steps end: the step records say the rank lives, and a fleet at a step a second sent one
+        # heartbeat per five step rows, half its records and half the collector's rows, for nothing. Once steps stop
+        # (a hang, a long evaluation, a stuck collective), heartbeats follow an interval after the last step end seen.
+        step = self._next_step
+        if step != self._heard_step:
+            self._heard_step = step
+            self._last_heard_s = now
+        elif now - self._last_heard_s >= self.config.heartbeat_interval_s:
+            self._last_heard_s = now
             fields: dict[str, int] = {"step": step}
             started = self._collectives_started_in(step)
             if started is not None:

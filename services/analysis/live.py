@@ -339,8 +339,10 @@ def _silent_ranks(known: dict[int, _Judged]) -> Iterator[int]:
 
 
 def _seen(rank: RankState) -> float | None:
-    """When the rank was last heard from: its latest heartbeat, else its attempt's start."""
-    return rank.heartbeat_time if rank.heartbeat_time is not None else rank.start_time
+    """When the rank was last heard from: its latest heartbeat or step end (a rank that steps sends no heartbeat:
+    ingest_client), else its attempt's start."""
+    heard = [t for t in (rank.heartbeat_time, rank.last_step_end) if t is not None]
+    return max(heard) if heard else rank.start_time
 
 
 @dataclass(slots=True)
@@ -368,10 +370,18 @@ def _hosts(judged: Iterable[_Judged]) -> dict[str, _Host]:
 _AHEAD_INTERVALS = 1.5
 
 
+def _unheard_for(rank: RankState, now: float) -> str:
+    """How long a silent rank has sent nothing, from its latest heartbeat, else its last step end."""
+    if rank.heartbeat_time is not None and (rank.last_step_end is None or rank.heartbeat_time >= rank.last_step_end):
+        return f"no heartbeat for {max(now - rank.heartbeat_time, 0.0):.0f} s"
+    if rank.last_step_end is not None:
+        return f"no heartbeat or step end for {max(now - rank.last_step_end, 0.0):.0f} s"
+    return "no heartbeat seen recently"
+
+
 def _silence(j: _Judged, hosts: dict[str, _Host], now: float, config: LiveConfig) -> tuple[str, bool]:
     """(the reason naming a silent rank, whether the evidence is its host's as a whole rather than its own)."""
-    age = _heartbeat_age(j.state, now)
-    reason = "no heartbeat" + (f" for {age:.0f} s" if age is not None else " seen recently")
+    reason = _unheard_for(j.state, now)
     name = j.state.host
     host = hosts.get(name) if name is not None else None
     if host is None or host.reported < 2:  # alone on its host, or the host is unknown: nothing to compare it with

@@ -71,7 +71,8 @@ class SimConfig:
     # the truth ledger is booked as for an exact resume.
     resume_fault: str | None = None
     killed: bool = False  # failures are SIGKILLs: no attempt_end (a run that fails for good still sends run_end)
-    heartbeat_s: float | None = None  # each rank heart-beats this often while its attempt lives (None: never)
+    # each rank heart-beats this often while its attempt lives and ends no step (None: never)
+    heartbeat_s: float | None = None
     ranks_per_host: int = 8  # rank r runs on host node{r // ranks_per_host:03d}
     clock_offsets: Mapping[str, float] = field(default_factory=dict)  # host -> its clock's seconds ahead
 
@@ -312,7 +313,7 @@ class _Simulation:
         self.emit_rows(attempt, rows)
 
         if failed_at is None:
-            self.heartbeats(attempt, started, t)
+            self.heartbeats(attempt, started, t, [row[2] for row in rows.get(0, [])])
             if c.end == "running" and step < self.target:
                 for s_no, duration, straggle, slow_rank in done:
                     self.keep(duration, straggle, slow_rank)
@@ -325,7 +326,8 @@ class _Simulation:
 
         self.truth.failures += 1
         end = failed_at + detect
-        self.heartbeats(attempt, started, end)  # the survivors beat until they are torn down
+        # the survivors beat until they are torn down
+        self.heartbeats(attempt, started, end, [row[2] for row in rows.get(0, [])])
         last_failure = self.truth.failures >= c.max_failures and c.end == "failed"
         # Where the failure is known to have been: its report (attempt_end); killed without one, the attempt's
         # latest event, unless it is the last of a failed run (run_end says when the launcher saw it die).
@@ -349,14 +351,18 @@ class _Simulation:
     def host(self, rank: int) -> str:
         return f"node{rank // self.c.ranks_per_host:03d}"
 
-    def heartbeats(self, attempt: int, since: float, until: float) -> None:
+    def heartbeats(self, attempt: int, since: float, until: float, step_ends: list[float]) -> None:
+        """As ingest_client sends them: a heartbeat once a rank has been heard from neither by a step end nor by a
+        heartbeat for `heartbeat_s`, up to `until` (none while steps end every `heartbeat_s` or sooner)."""
         if self.c.heartbeat_s is None:
             return
-        k = 1
-        while (beat := since + k * self.c.heartbeat_s) <= until:
-            for r in range(self.w):
-                self.out.emit("heartbeat", beat, attempt=attempt, rank=r)
-            k += 1
+        heard = since
+        for end in [*(e for e in step_ends if e <= until), math.inf]:
+            while (beat := heard + self.c.heartbeat_s) < end and beat <= until:
+                for r in range(self.w):
+                    self.out.emit("heartbeat", beat, attempt=attempt, rank=r)
+                heard = beat
+            heard = end
 
     def _compute(self, rank: int) -> float:
         c = self.c

@@ -120,7 +120,9 @@ def test_shuffled_and_replayed_events_give_the_same_ledger(seed: int, mtbf: floa
 def test_killed_attempts_book_hang_to_their_last_event_and_the_rest_as_the_restarts_startup(
     heartbeat_s: float | None, end: str
 ) -> None:
-    config = SimConfig(ranks=4, hours=0.1, mtbf_s=300.0, detect_s=40.0, hang_at_step=30, hang_s=120.0, seed=1,
+    # hang_s not a multiple of the interval: ranks heart-beat from an interval after their last step, and a beat
+    # landing on the teardown itself would leave nothing to move
+    config = SimConfig(ranks=4, hours=0.1, mtbf_s=300.0, detect_s=40.0, hang_at_step=30, hang_s=118.0, seed=1,
                        killed=True, heartbeat_s=heartbeat_s, end=end, max_failures=3)
     result = simulate(config)
     assert not [e for e in result.events if e["kind"] == "attempt_end" and e["reason"] == "failed"]

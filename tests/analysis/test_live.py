@@ -99,6 +99,22 @@ def test_a_rank_that_stopped_heart_beating_is_a_suspect_even_at_the_same_step(li
         (1, "h", ("no heartbeat for 30 s while other ranks on host h do",))]
 
 
+def test_ranks_that_sent_no_heartbeat_while_stepping_are_judged_by_their_last_step_end(live_db: LiveDatabase) -> None:
+    """As ingest_client sends them: no heartbeat while a rank steps. Rank 1 was SIGSTOPped after step 50 (its last
+    word is that step's end); the others wait in step 51's collective and heart-beat from 5 s after their last
+    step. Rank 1 is named for its silence since its last step end; before the hang nobody is silent."""
+    now = last_end() + 40
+    beats = [(r, last_end() + k, 51, 1) for r in (0, 2) for k in range(5, 40, 5)]
+    run = live_db.store([*events_of(3, 50, 1.0), *heartbeat_events("r", beats)])
+    result = run.status(now)
+    assert result.hung
+    assert [(x.rank, x.reasons) for x in result.suspects] == [
+        (1, ("behind: in step 51 after 0 collective(s); the furthest rank is in step 51",
+             "no heartbeat or step end for 40 s while other ranks on host h do"))]
+    healthy = live_db.store(events_of(3, 50, 1.0)).status(last_end() + 1)
+    assert not healthy.hung and not any(r.silent for r in healthy.ranks)
+
+
 def test_a_rank_silent_among_its_hosts_reporting_ranks_is_named_before_the_ranks_of_a_silent_host(
         live_db: LiveDatabase) -> None:
     """16 ranks on 2 hosts: rank 11 stopped in step 51 (SIGSTOP: no heartbeat, no step) while the rest of node1

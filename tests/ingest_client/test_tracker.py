@@ -129,6 +129,22 @@ def test_heartbeats_come_from_the_background_thread(make_tracker: Any) -> None:
     assert beats[0]["step"] == 1 and beats[0]["collectives"] == 0  # in step 1, no collective started yet
 
 
+def test_a_rank_that_steps_sends_no_heartbeat_and_one_an_interval_after_its_last_step(make_tracker: Any) -> None:
+    """The flusher's ticks driven by hand (every 0.2 s of a made-up clock): steps ending every second for a minute,
+    then none (a hang). The step records say the rank lives; heartbeats come once it has ended no step for an
+    interval, and then every interval, carrying the step it is stuck in."""
+    tracker = make_tracker(transport=InMemoryTransport(), heartbeat_interval_s=5.0, start=False)
+    t0, last_step = 1_000_000.0, 60
+    beats: list[tuple[float, int]] = []
+    for tick in range(0, 80 * 5 + 1):
+        now = t0 + tick * 0.2
+        if tick % 5 == 0 and 1 <= tick // 5 <= last_step:
+            tracker.record_step(tick // 5, now - 1.0, now)
+        beats += [(round(row[2] - t0, 1), row[3]["step"]) for row in tracker._tick(now) if row[1] == "heartbeat"]
+    # one at the first tick (nothing heard since the tracker was made), none while steps end, then every 5 s
+    assert beats == [(0.0, 1), (65.0, 61), (70.0, 61), (75.0, 61), (80.0, 61)]
+
+
 def test_full_buffer_drops_oldest_and_drop_count_reaches_the_collector(make_tracker: Any) -> None:
     transport = InMemoryTransport()
     tracker = make_tracker(transport=transport, queue_capacity=64, flush_interval_s=5.0)

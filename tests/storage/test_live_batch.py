@@ -38,7 +38,9 @@ FLEET = {
     "finished": _config(0, end="finished"),
     "failed": _config(1, end="failed", straggler_rank=1),
     "restarted, running": _config(2, end="running", heartbeat_s=5.0, mtbf_s=40.0),
-    "running": _config(3, end="running", heartbeat_s=5.0, mtbf_s=10**9),
+    # steps of 6 s: its ranks heart-beat between steps (a rank that ends a step every 5 s or sooner sends none)
+    "running, slow steps": _config(3, end="running", heartbeat_s=5.0, mtbf_s=10**9, step_s=6.0,
+                                   hours=6 * STEPS / 3600),
     "running, a host 40 s ahead": _config(4, end="running", heartbeat_s=5.0, mtbf_s=10**9,
                                           clock_offsets={"node001": 40.0}),
     "running, a host 25 s behind": _config(5, end="running", heartbeat_s=5.0, clock_offsets={"node000": -25.0}),
@@ -96,8 +98,9 @@ def test_each_batched_state_is_the_state_read_of_the_run_alone(live_db: LiveData
 
 
 def test_the_fleet_holds_the_cases_it_is_meant_to(live_db: LiveDatabase, fleet: list[RunRow]) -> None:
-    """The comparison above is only as good as its fleet: skewed clocks measured, restarts, ranks in heartbeats,
-    the furthest rank's last steps partly in block rows, a pruned run with its tail, a run without an attempt."""
+    """The comparison above is only as good as its fleet: skewed clocks measured, restarts, ranks in heartbeats
+    (between slow steps), the furthest rank's last steps partly in block rows, a pruned run with its tail, a run
+    without an attempt."""
     with live_db.engine.connect() as conn:
         states = {row.pk: load_live_states(conn, [row], now=(row.last_time or START) + 20.0)[row.pk] for row in fleet}
         moved = conn.execute(text("SELECT count(*) FROM step_columns")).scalar_one()
@@ -105,8 +108,8 @@ def test_the_fleet_holds_the_cases_it_is_meant_to(live_db: LiveDatabase, fleet: 
     assert by_name["running, a host 40 s ahead"].ranks[2].clock_offset_s == pytest.approx(40.0, abs=1.0)
     assert by_name["running, a host 25 s behind"].ranks[0].clock_offset_s == pytest.approx(-25.0, abs=1.0)
     assert (by_name["restarted, running"].attempt or 0) > 0
-    assert any(r.heartbeat_time is not None for r in by_name["running"].ranks)
-    assert len(by_name["running"].leader_step_ends) == LiveConfig().recent_steps + 1
+    assert any(r.heartbeat_time is not None for r in by_name["running, slow steps"].ranks)
+    assert len(by_name["running, slow steps"].leader_step_ends) == LiveConfig().recent_steps + 1
     assert moved > 0
     assert by_name["running, pruned"].leader_step_ends
     assert sum(detect_hang(state, max(row.last_time or START for row in fleet) + 200.0, LiveConfig()).hung
