@@ -16,16 +16,17 @@ Rules (docs/ledger.md, "Live hang detection"):
 - hung = the run is running, now - progress > threshold, and not every rank that reported in the current
   attempt ended it `completed` (a finished job waiting for its run_end is not hung);
 - suspects (named only when hung): ranks that have not reached the point the furthest rank reached (the step
-  in progress, then the number of collectives started or completed in it), ranks whose latest heartbeat is
-  older than silent_after_heartbeats x heartbeat_interval_s while other ranks do heart-beat (a SIGSTOPped or
-  wedged process stops heart-beating), ranks that ended their attempt while the others did not, and ranks of the
-  world that never reported in this attempt. Listed strongest first: ranks silent or behind while other ranks on
-  their host report (a process to look at); then the ranks of a host none of whose ranks reports (the node is
-  down, or its node relay's events have not reached the collector yet: the two look alike here); then the ranks
-  that never reported. A silent rank counts against its host only when a host-mate's heartbeat is more than
-  1.5 heartbeat intervals newer than its own: events of one node arrive together, so when they are late, each rank's
-  last heartbeat is its last one before the same moment, and their ages differ by up to one interval (its
-  heart-beating neighbours are not evidence that it stopped).
+  in progress, then the number of collectives started or completed in it), ranks whose latest heartbeat or step
+  end is older than silent_after_heartbeats x heartbeat_interval_s while other ranks do heart-beat (a SIGSTOPped
+  or wedged process stops heart-beating; a rank that ends steps sends no heartbeat, ingest_client), ranks that
+  ended their attempt while the others did not, and ranks of the world that never reported in this attempt.
+  Listed strongest first: ranks silent or behind while other ranks on their host report (a process to look at);
+  then the ranks of a host none of whose ranks reports (the node is down, or its node relay's events have not
+  reached the collector yet: the two look alike here); then the ranks that never reported. A silent rank counts
+  against its host only when a host-mate was last heard from more than 1.5 heartbeat intervals after it: events
+  of one node arrive together, so when they are late, each rank's last heartbeat is its last one before the same
+  moment, and their ages differ by up to one interval (its heart-beating neighbours are not evidence that it
+  stopped).
 
 Costs follow what the run reported, never what it claimed: `LiveState.ranks` holds only the ranks that sent
 something in the attempt; the others of the claimed world size are counted (`never_reported`), never built one

@@ -30,7 +30,7 @@ class RankLive(BaseModel):
     collectives_in_pending_step: int | None = Field(description="collectives started or completed in it")
     last_heartbeat_time: float | None
     heartbeat_age_seconds: float | None
-    silent: bool = Field(description="no heartbeat for 3 heartbeat intervals")
+    silent: bool = Field(description="no heartbeat and no step end for 3 heartbeat intervals")
     behind: bool = Field(description="has not reached the step or collective the furthest rank reached")
     ended: str | None = Field(description="its attempt_end reason, if it sent one")
     clock_offset_seconds: float = Field(0.0, description=(
