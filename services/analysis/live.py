@@ -342,8 +342,14 @@ def _silent_ranks(known: dict[int, _Judged]) -> Iterator[int]:
 def _seen(rank: RankState) -> float | None:
     """When the rank was last heard from: its latest heartbeat or step end (a rank that steps sends no heartbeat:
     ingest_client), else its attempt's start."""
+    heard = _last_word(rank)
+    return heard if heard is not None else rank.start_time
+
+
+def _last_word(rank: RankState) -> float | None:
+    """Its latest heartbeat or step end, whichever is later (None: neither)."""
     heard = [t for t in (rank.heartbeat_time, rank.last_step_end) if t is not None]
-    return max(heard) if heard else rank.start_time
+    return max(heard) if heard else None
 
 
 @dataclass(slots=True)
@@ -372,12 +378,12 @@ _AHEAD_INTERVALS = 1.5
 
 
 def _unheard_for(rank: RankState, now: float) -> str:
-    """How long a silent rank has sent nothing, from its latest heartbeat, else its last step end."""
-    if rank.heartbeat_time is not None and (rank.last_step_end is None or rank.heartbeat_time >= rank.last_step_end):
-        return f"no heartbeat for {max(now - rank.heartbeat_time, 0.0):.0f} s"
-    if rank.last_step_end is not None:
-        return f"no heartbeat or step end for {max(now - rank.last_step_end, 0.0):.0f} s"
-    return "no heartbeat seen recently"
+    """How long a silent rank has sent nothing: since its latest heartbeat or step end."""
+    heard = _last_word(rank)
+    if heard is None:
+        return "no heartbeat seen recently"
+    what = "no heartbeat" if heard == rank.heartbeat_time else "no heartbeat or step end"
+    return f"{what} for {max(now - heard, 0.0):.0f} s"
 
 
 def _silence(j: _Judged, hosts: dict[str, _Host], now: float, config: LiveConfig) -> tuple[str, bool]:
