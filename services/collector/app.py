@@ -37,6 +37,7 @@ from services.collector.routes import (
 )
 from services.derive.analyst import WarmAnalyses
 from services.derive.cache import AnalysisCache
+from services.derive.memory import tune_allocator
 from services.derive.retention import PruneJob
 from services.schemas.errors import ErrorResponse
 from services.schemas.events import EventBatch, IngestAck
@@ -50,7 +51,9 @@ logger = logging.getLogger(__name__)
 
 def create_served_app() -> FastAPI:
     """The app of `goodput serve` (each worker process calls it): `create_app` that also takes its start-up objects
-    out of the garbage collector's way, which only a process that runs nothing else may do (not a test process)."""
+    out of the garbage collector's way and sets up the C allocator against fragmentation (services.derive.memory),
+    which only a process that runs nothing else may do (not a test process)."""
+    tune_allocator()
     return create_app(freeze_heap_at_start=True)
 
 
