@@ -11,8 +11,11 @@ keeps (services.storage.summary_cache), where a build's large temporaries had be
 to the largest block freed (up to 32 MiB), so after the first large free, every later numpy buffer of a few MB is
 carved out of an arena instead of mapped on its own, and up to 16 arenas (8 per core) each keep their own free pieces.
 `tune_allocator()` fixes the threshold at 128 KiB (glibc's default before it moves: a large buffer is mapped and
-unmapped whole) and allows 2 arenas. At 10,240 ranks (`python -m benchmarks.load`, 420 s) the memory malloc held
-free per process went from 64-96 MiB to 2-13 MiB.
+unmapped whole) and allows 2 arenas. At 10,240 ranks (`python -m benchmarks.load`, 180 s, alternating runs) RSS less
+the block cache grew 22-25 MiB/min against 40-50 before, with no change in CPU those runs can tell
+(benchmarks/results/fleet-load-10240-180s-allocator-ab_2core-vm_202612.md). Over 20 minutes it still grows
+(+10.6 MiB/min against +12.1): Python's own arenas (1 MiB each, returned only when empty) and memory in use that the
+cache's gauge does not count.
 """
 
 from __future__ import annotations
