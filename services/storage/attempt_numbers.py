@@ -29,7 +29,7 @@ from sqlalchemy import Connection, Engine, Table, and_, func, insert, select, tu
 from services.analysis.attempt_numbers import LEGACY, LaunchAttempt, LaunchAttemptKey, number_attempts
 from services.storage.block_codec import block_from_bytes, block_to_bytes
 from services.storage.db import json_rows, psycopg_connection
-from services.storage.records import IngestRecord
+from services.storage.records import IngestRecord, column_min
 from services.storage.tables import (
     AttemptNumber,
     ClockReading,
@@ -134,7 +134,7 @@ def _launch_attempts(records: Iterable[tuple[int, IngestRecord]]) -> dict[RunKey
         start = r.time
         for rows in (r.step_rows, r.collective_rows):
             if rows is not None and len(rows.start):
-                start = min(start, float(rows.start.min()))
+                start = min(start, float(column_min(rows.start)))
         world = r.data.get("world_size") if r.kind == "attempt_start" and r.data else None
         said = LaunchAttempt(launch=launch, attempt=r.attempt, start=start,
                              world_size=int(world) if world is not None else None, rank_lo=r.rank, rank_hi=r.rank)

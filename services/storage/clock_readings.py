@@ -34,7 +34,7 @@ from sqlalchemy import Connection, text
 
 from services.schemas.clocks import HostClock
 from services.storage.db import json_rows, psycopg_connection
-from services.storage.records import IngestRecord
+from services.storage.records import IngestRecord, column_max
 
 WINDOW_S = 60.0
 FRESH_S = 120.0  # events this recent by the sender's clock, when it sent them, are what it sends live
@@ -67,7 +67,7 @@ def readings_of(records: Sequence[IngestRecord], clock: RequestClock) -> ClockRe
         when = r.time
         rows = r.step_rows if r.step_rows is not None else r.collective_rows
         if rows is not None and len(rows.end):
-            when = max(when, float(rows.end.max()))
+            when = max(when, float(column_max(rows.end)))
         if when > latest.get(key, -math.inf):
             latest[key] = when
     lead = {key: when - received for key, when in latest.items()}

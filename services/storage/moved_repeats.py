@@ -28,7 +28,7 @@ from sqlalchemy import Connection, text
 
 from services.analysis.step_blocks import BLOCK_STEPS
 from services.storage.db import json_rows, psycopg_connection
-from services.storage.records import IngestRecord, StepRows
+from services.storage.records import IngestRecord, StepRows, column_min
 from services.storage.step_columns import RankKey, column_rows
 from services.storage.tables import HEARTBEATS, STEP_RECORDS
 
@@ -41,7 +41,7 @@ def without_moved_repeats(conn: Connection, records: Sequence[tuple[int, IngestR
     for run_pk, r in records:
         key = _rank_key(run_pk, r)
         if key is not None and r.step_rows is not None and len(r.step_rows.step):
-            step = int(r.step_rows.step.min())
+            step = int(column_min(r.step_rows.step))
             lowest[key] = min(step, lowest.get(key, step))
     heads = _highest_blocks(conn, list(lowest))
     below = {key: head * BLOCK_STEPS for key, head in heads.items() if lowest[key] < head * BLOCK_STEPS}

@@ -8,6 +8,20 @@ from typing import Any
 import numpy as np
 
 SERIES_KINDS = frozenset({"step", "steps", "collective", "collectives"})
+SMALL = 64  # below this many values, Python's min and max over a list beat NumPy's reduction (~0.4 us against ~2)
+
+
+def column_max(values: np.ndarray) -> float:
+    """The largest of a column without NaN, as a Python number (an int for an integer column: a 64-bit step stays
+    exact). A request's path takes several per record, of a record's usual few values: lists, not NumPy, below SMALL."""
+    largest: float = max(values.tolist()) if len(values) <= SMALL else values.max().item()
+    return largest
+
+
+def column_min(values: np.ndarray) -> float:
+    """The smallest of a column without NaN (`column_max` says how)."""
+    smallest: float = min(values.tolist()) if len(values) <= SMALL else values.min().item()
+    return smallest
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from sqlalchemy import text
 from services.collector.batch import parse_batch
 from services.storage.records import IngestRecord
 from services.storage.step_columns import stored_step_keys
+from services.storage.write import write_batches
 from services.storage.writer import BatchWriter
 
 
@@ -68,3 +69,17 @@ def test_a_kept_key_behind_a_duplicate_is_checked_before_the_duplicate_is_believ
     finally:
         writer.stop()
     assert _steps_by_run(engine) == [("held", 1), ("other", 1)]
+
+
+def test_one_kept_key_gone_among_a_groups_runs_is_caught(engine) -> None:
+    """A group touches all its runs at once (one round trip on PostgreSQL): one run of several whose kept key no
+    longer names it is enough to write the group again with every run looked up."""
+    known: dict[tuple[str, str], int] = {}
+    write_batches(engine, [_batch("a1", 1, run_id="a"), _batch("b1", 1, run_id="b"), _batch("c1", 1, run_id="c")],
+                  known_runs=known)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE runs SET run_id = 'renamed' WHERE run_id = 'b'"))
+    results = write_batches(engine, [_batch("a2", 2, run_id="a"), _batch("b2", 2, run_id="b"),
+                                     _batch("c2", 2, run_id="c")], known_runs=known)
+    assert [r.accepted for r in results] == [1, 1, 1]
+    assert _steps_by_run(engine) == [("a", 1), ("a", 2), ("b", 2), ("c", 1), ("c", 2), ("renamed", 1)]
