@@ -56,7 +56,7 @@ def _spans_plausible(records: Sequence[IngestRecord], limits: PlausibilitySettin
         start = np.concatenate([rows.start for rows in spans])
         end = np.concatenate([rows.end for rows in spans])
     # (a NaN fails both: the record-by-record check then decides, as it always did)
-    if len(end) <= SMALL:  # a small request's few rows: Python's comparisons, not NumPy's calls
+    if len(end) <= SMALL:  # up to SMALL rows (a small request's few): Python's comparisons, not NumPy's calls
         longest = limits.max_step_s
         return all(e <= latest and e - s <= longest for s, e in zip(start.tolist(), end.tolist(), strict=True))
     return float(end.max()) <= latest and float((end - start).max()) <= limits.max_step_s

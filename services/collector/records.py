@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from services.schemas.events import Collective, Collectives, Event, Step, Steps
-from services.storage.records import CollectiveRows, IngestRecord, StepRows
+from services.storage.records import SMALL, CollectiveRows, IngestRecord, StepRows
 
 # Fields that IngestRecord has columns for; every other field of an event goes to its `data`.
 _COLUMNS = {"event_id", "run_id", "kind", "time", "attempt", "rank", "step", "launch"}  # (never changed)
@@ -84,8 +84,8 @@ def _ints(values: array[int] | list[int]) -> np.ndarray:
 
 
 def _highest(steps: array[int] | list[int]) -> int:
-    """The highest step: Python's max below a few dozen values (a record's usual few), NumPy's above."""
-    return int(max(steps)) if len(steps) <= 64 else int(np.max(_ints(steps)))
+    """The highest step: Python's max up to SMALL values (a record's usual few), NumPy's above."""
+    return int(max(steps)) if len(steps) <= SMALL else int(np.max(_ints(steps)))
 
 
 def _floats(values: array[float] | list[float]) -> np.ndarray:

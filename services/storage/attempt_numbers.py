@@ -134,7 +134,7 @@ def _launch_attempts(records: Iterable[tuple[int, IngestRecord]]) -> dict[RunKey
         start = r.time
         for rows in (r.step_rows, r.collective_rows):
             if rows is not None and len(rows.start):
-                start = min(start, float(column_min(rows.start)))
+                start = min(start, column_min(rows.start))
         world = r.data.get("world_size") if r.kind == "attempt_start" and r.data else None
         said = LaunchAttempt(launch=launch, attempt=r.attempt, start=start,
                              world_size=int(world) if world is not None else None, rank_lo=r.rank, rank_hi=r.rank)

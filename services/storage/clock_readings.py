@@ -67,7 +67,7 @@ def readings_of(records: Sequence[IngestRecord], clock: RequestClock) -> ClockRe
         when = r.time
         rows = r.step_rows if r.step_rows is not None else r.collective_rows
         if rows is not None and len(rows.end):
-            when = max(when, float(column_max(rows.end)))
+            when = max(when, column_max(rows.end))
         if when > latest.get(key, -math.inf):
             latest[key] = when
     lead = {key: when - received for key, when in latest.items()}

@@ -31,7 +31,7 @@ from services.storage.attempt_numbers import renumbering
 from services.storage.block_codec import block_from_bytes, block_to_bytes
 from services.storage.db import json_rows, psycopg_connection, sqlite_connection
 from services.storage.load import _load_events, _load_events_with_ids, load_heartbeat_extremes
-from services.storage.records import SERIES_KINDS, IngestRecord
+from services.storage.records import SERIES_KINDS, SMALL, IngestRecord
 from services.storage.runs import RunRow
 from services.storage.step_columns import column_rows
 from services.storage.summary_cache import KeptEvents, SealedBlocks, SummaryCache
@@ -91,8 +91,8 @@ _MARK_SQL = (  # the rows as one JSON parameter, in key order (services.storage.
 
 def _blocks_of(step: np.ndarray) -> list[int]:
     """The distinct blocks of a record's steps. A record usually holds a few steps of one block: plain Python is
-    faster than numpy below a few dozen values."""
-    if len(step) <= 64:
+    faster than numpy up to SMALL values."""
+    if len(step) <= SMALL:
         return sorted({int(s) // BLOCK_STEPS for s in step.tolist()})
     return [int(b) for b in np.unique(block_of(step))]
 
