@@ -231,12 +231,14 @@ def _fleet_live(hang: dict[str, Any]) -> str:
             f"{hang.get('fleet_live_ms')} ms")
 
 
-def _start_collector(db_url: str, workers: int, extra_env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str, int]:
+def _start_collector(db_url: str, workers: int, extra_env: dict[str, str], log: str | None = None
+                     ) -> tuple[subprocess.Popen[bytes], str, int]:
     port = free_port()
     env = {**os.environ, **extra_env, "GOODPUT_DATABASE_URL": db_url, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", "--host", "127.0.0.1", "--port",
-                             str(port), "--workers", str(workers), "--no-dashboard"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(log or os.devnull, "wb") as out:  # the child keeps its own descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", "--host", "127.0.0.1", "--port",
+                                 str(port), "--workers", str(workers), "--no-dashboard"], env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -375,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="also write the results as JSON to this file")
     p.add_argument("--collector-env", action="append", default=[], metavar="NAME=VALUE",
                    help="a setting for the collector, e.g. GOODPUT_MAX_SEND_INTERVAL_S=4 (repeatable)")
+    p.add_argument("--collector-log", metavar="PATH", help="write the collector's log there (default: discarded)")
     p.add_argument("--render", metavar="JSON", help="only write the markdown report of an earlier run's --json file")
     p.add_argument("--project-gpus", type=int, default=100_000, help="fleet size for the printed projection")
     ns = p.parse_args(argv)
@@ -402,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with postgres_database() as db_url:
         database = db_url.rsplit("/", 1)[1]
-        proc, url, port = _start_collector(db_url, ns.workers, collector_env)
+        proc, url, port = _start_collector(db_url, ns.workers, collector_env, ns.collector_log)
         empty_bytes = _database_bytes(db_url)
         server = _server_settings(db_url)
         samples = Samples()

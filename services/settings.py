@@ -54,10 +54,10 @@ class ServerSettings(_Section):
         "(those opened on the dashboard first), using at most a quarter of that time, so run pages open on a "
         "stored analysis; 0 turns it off (pages then build an analysis the first time they need it)"))
     analysis_cache_mb: int = Field(1024, ge=0, description=(
-        "GOODPUT_ANALYSIS_CACHE_MB: MiB of decoded step-block summaries each collector process keeps, so that a "
-        "live run's next analysis reads only the blocks that changed; least recently used out first. A fleet's "
-        "live runs fill it in proportion to their ranks x steps; 0 keeps none (every analysis decodes every "
-        "block again)"))
+        "GOODPUT_ANALYSIS_CACHE_MB: MiB of decoded step-block summaries and runs' control events each collector "
+        "process keeps, so that a live run's next analysis reads only what changed; least recently used out "
+        "first. A fleet's live runs fill it in proportion to their ranks x steps; 0 keeps none (every analysis "
+        "reads its whole run again)"))
     raw_retention_days: float = Field(30.0, description=(
         "GOODPUT_RAW_RETENTION_DAYS: a run's raw rows (steps, collectives, step and heartbeat events) are deleted "
         "once it has received nothing for this many days; its ledger, views, straggler report and resume check "

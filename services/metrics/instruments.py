@@ -79,9 +79,10 @@ class CollectorInstruments:
         queue = Gauge(f"{PREFIX}_collector_write_queue_rows", "Rows accepted and waiting to be written to the "
                       "database (an event plus its compact step rows), as of each worker's latest request",
                       multiprocess_mode="livesum", registry=registry)
-        # Set by each worker whenever its cache of decoded step blocks changes (services.storage.step_blocks)
-        cache = Gauge(f"{PREFIX}_collector_analysis_cache_bytes", "Bytes of decoded step-block summaries the "
-                      "collector keeps so that a live run's next analysis reads only what changed, summed over its "
+        # Set by each worker whenever its analysis cache changes (services.storage.summary_cache)
+        cache = Gauge(f"{PREFIX}_collector_analysis_cache_bytes", "Bytes of decoded step-block summaries and runs' "
+                      "control events the collector keeps so that a live run's next analysis reads only what "
+                      "changed, summed over its "
                       "worker processes (each at most GOODPUT_ANALYSIS_CACHE_MB)", multiprocess_mode="livesum",
                       registry=registry)
         # Added to by each build of a run's analyses (its thread's CPU) and each background analyst's round

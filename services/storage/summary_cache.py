@@ -4,10 +4,15 @@
 A block is read and decoded again only when its summary changed (its `changes` differ from the ones it was decoded
 at; folding puts the new summary in directly). Control events are read again only when their count grew (they are
 only ever added: retention deletes raw events only, never these), and then only the new ones.
+
+All three share one bound in bytes, so that a process serving many live runs keeps every one of them warm while they
+fit: a bound by count of runs (32, before) made a fleet's 40 live runs evict each other in turn, and about half the
+builds of a 10,240-rank fleet read their whole run again.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -28,6 +33,12 @@ class KeptEvents:
     frame: pd.DataFrame
     renumbered: int = 0  # the run's renumbering they were read at (services.storage.attempt_numbers)
 
+    @property
+    def nbytes(self) -> int:
+        """What they hold: the frame with its strings, the ids (measured when kept, not at every look-up)."""
+        return (int(self.frame.memory_usage(index=True, deep=True).sum()) + sys.getsizeof(self.ids)
+                + sum(sys.getsizeof(i) for i in self.ids))
+
 
 @dataclass(frozen=True, slots=True)
 class SealedBlocks:
@@ -45,23 +56,22 @@ class SealedBlocks:
 
 class SummaryCache:
     """Decoded step blocks (keyed by run, attempt, block and the `changes` they were summarised at), the sealed
-    blocks of long runs (`SealedBlocks`; at most `capacity_bytes` of both, least recently used blocks out first,
-    then sealed runs) and the control events of the last `event_runs` runs built (module docstring). Thread-safe;
-    one per analysis cache."""
+    blocks of long runs (`SealedBlocks`) and the runs' control events (`KeptEvents`): at most `capacity_bytes` of
+    all three, the least recently used blocks out first, then sealed runs, then events (module docstring).
+    Thread-safe; one per analysis cache."""
 
-    def __init__(self, capacity_bytes: int = 1 << 30, event_runs: int = 32) -> None:
+    def __init__(self, capacity_bytes: int = 1 << 30) -> None:
         self._capacity_bytes = capacity_bytes
-        self._event_runs = event_runs
         self._lock = threading.Lock()
         self._blocks: OrderedDict[BlockKey, tuple[int, StepBlock | None]] = OrderedDict()
         self._bytes = 0
-        self._events: OrderedDict[int, KeptEvents] = OrderedDict()
+        self._events: OrderedDict[int, tuple[int, KeptEvents]] = OrderedDict()  # run pk -> (bytes, events)
         self._sealed: OrderedDict[int, SealedBlocks] = OrderedDict()
         self._report_size: Callable[[int], None] = _ignore
 
     @property
     def nbytes(self) -> int:
-        """Bytes of decoded blocks held now (at most `capacity_bytes`)."""
+        """Bytes held now (at most `capacity_bytes`): decoded blocks, sealed runs, control events."""
         return self._bytes
 
     def report_size_to(self, report: Callable[[int], None]) -> None:
@@ -96,12 +106,14 @@ class SummaryCache:
         self._report_size(held)
 
     def _evict(self) -> None:
-        while self._bytes > self._capacity_bytes and (self._blocks or self._sealed):
+        while self._bytes > self._capacity_bytes and (self._blocks or self._sealed or self._events):
             if self._blocks:
                 _, (_, dropped) = self._blocks.popitem(last=False)
                 self._bytes -= _size(dropped)
-            else:
+            elif self._sealed:
                 self._bytes -= self._sealed.popitem(last=False)[1].nbytes
+            else:
+                self._bytes -= self._events.popitem(last=False)[1][0]
 
     def drop_block(self, key: BlockKey) -> None:
         """Forget one block (its values went into the run's sealed sketch)."""
@@ -124,22 +136,27 @@ class SummaryCache:
                 self._bytes -= old.nbytes
             self._sealed[run_pk] = sealed
             self._bytes += sealed.nbytes
-            while len(self._sealed) > self._event_runs:
-                self._bytes -= self._sealed.popitem(last=False)[1].nbytes
             self._evict()
             held = self._bytes
         self._report_size(held)
 
     def events(self, run_pk: int) -> KeptEvents | None:
         with self._lock:
-            return _touch(self._events, run_pk)
+            kept = _touch(self._events, run_pk)
+            return kept[1] if kept is not None else None
 
     def keep_events(self, run_pk: int, kept: KeptEvents) -> None:
+        size = kept.nbytes
         with self._lock:
-            self._events[run_pk] = kept
-            self._events.move_to_end(run_pk)
-            while len(self._events) > self._event_runs:
-                self._events.popitem(last=False)
+            old = self._events.pop(run_pk, None)
+            if old is not None:
+                self._bytes -= old[0]
+            if size <= self._capacity_bytes:
+                self._events[run_pk] = (size, kept)
+                self._bytes += size
+                self._evict()
+            held = self._bytes
+        self._report_size(held)
 
     def holds(self, run_pk: int) -> bool:
         """Whether the run was read here before (its control events are kept): a build of it reads what changed."""
@@ -149,7 +166,9 @@ class SummaryCache:
     def forget(self, run_pk: int) -> None:
         """Drop what is kept of a run (pruned: never built again)."""
         with self._lock:
-            self._events.pop(run_pk, None)
+            events = self._events.pop(run_pk, None)
+            if events is not None:
+                self._bytes -= events[0]
             sealed = self._sealed.pop(run_pk, None)
             if sealed is not None:
                 self._bytes -= sealed.nbytes
