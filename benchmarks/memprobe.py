@@ -1,4 +1,4 @@
-"""Where a collector worker's RSS goes, sampled inside the process (used for README "What RSS keeps").
+"""Where a collector worker's RSS goes, sampled inside the process (docs/architecture.md, "A process's memory").
 
 Not imported by anything: installed as the interpreter's `sitecustomize` for one measured run, it starts a thread
 in every Python process that has MEMPROBE set, which every MEMPROBE_EVERY seconds (30) appends to
@@ -6,7 +6,7 @@ MEMPROBE/mem-<pid>.jsonl: RSS, glibc's `mallinfo2` (bytes in use, free but held,
 and bytes in use (`sys._debugmallocstats`); with MEMPROBE_TRIM=1 it then calls `malloc_trim(0)` and records its
 time and the RSS after it; with MEMPROBE_CENSUS=1 it also counts the objects the garbage collector tracks by type
 (the 30 most numerous, with their `sys.getsizeof` bytes) and the NumPy arrays they hold (count and bytes, each array
-once): what stays, against what the allocators keep (a census holds the GIL for a second or more: a diagnostic only);
+once): what stays, against what the allocators keep (a census holds the GIL for 0.1-0.5 s a worker at fleet shape: a diagnostic only);
 with MEMPROBE_TRACE_AT=<seconds> it starts tracemalloc then (MEMPROBE_TRACE_FRAMES deep, 8) and at each later sample
 records the 20 tracebacks that hold the most of what was allocated since and is still alive (tracing slows the
 process several times over: its figures say where memory stays, not how fast the collector is). MEMPROBE_ONLY=serve
