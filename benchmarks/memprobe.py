@@ -6,10 +6,11 @@ MEMPROBE/mem-<pid>.jsonl: RSS, glibc's `mallinfo2` (bytes in use, free but held,
 and bytes in use (`sys._debugmallocstats`); with MEMPROBE_TRIM=1 it then calls `malloc_trim(0)` and records its
 time and the RSS after it; with MEMPROBE_CENSUS=1 it also counts the objects the garbage collector tracks by type
 (the 30 most numerous, with their `sys.getsizeof` bytes) and the NumPy arrays they hold (count and bytes, each array
-once): what stays, against what the allocators keep (a census holds the GIL for 0.1-0.5 s a worker at fleet shape: a diagnostic only);
-with MEMPROBE_TRACE_AT=<seconds> it starts tracemalloc then (MEMPROBE_TRACE_FRAMES deep, 8) and at each later sample
-records the 20 tracebacks that hold the most of what was allocated since and is still alive (tracing slows the
-process several times over: its figures say where memory stays, not how fast the collector is). MEMPROBE_ONLY=serve
+once): what stays, against what the allocators keep (a census holds the GIL for 0.1-0.5 s a worker at fleet shape: a
+diagnostic only); with MEMPROBE_TRACE_AT=<seconds> it starts tracemalloc then (MEMPROBE_TRACE_FRAMES deep, 8) and
+at each later sample records the 20 tracebacks that hold the most of what was allocated since and is still alive
+(tracing slows the process several times over: its figures say where memory stays, not how fast the collector is).
+MEMPROBE_ONLY=serve
 probes only the processes whose command line holds "serve" (the collector's, not the load generator).
 
     cp benchmarks/memprobe.py "$(.venv/bin/python -c 'import site; print(site.getsitepackages()[0])')/sitecustomize.py"
