@@ -10,8 +10,8 @@ once): what stays, against what the allocators keep (a census holds the GIL for 
 diagnostic only); with MEMPROBE_TRACE_AT=<seconds> it starts tracemalloc then (MEMPROBE_TRACE_FRAMES deep, 8) and
 at each later sample records the 20 tracebacks that hold the most of what was allocated since and is still alive
 (tracing slows the process several times over: its figures say where memory stays, not how fast the collector is).
-MEMPROBE_ONLY=serve
-probes only the processes whose command line holds "serve" (the collector's, not the load generator).
+MEMPROBE_ONLY=serve probes only the processes whose command line holds "serve" (the collector's, not the load
+generator).
 
     cp benchmarks/memprobe.py "$(.venv/bin/python -c 'import site; print(site.getsitepackages()[0])')/sitecustomize.py"
     mkdir -p /tmp/mp && MEMPROBE=/tmp/mp python -m benchmarks.load --ranks 2048 --duration 480
