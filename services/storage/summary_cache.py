@@ -6,8 +6,8 @@ at; folding puts the new summary in directly). Control events are read again onl
 only ever added: retention deletes raw events only, never these), and then only the new ones.
 
 All three share one bound in bytes, so that a process serving many live runs keeps every one of them warm while they
-fit: a bound by count of runs (32, before) made a fleet's 40 live runs evict each other in turn, and about half the
-builds of a 10,240-rank fleet read their whole run again.
+fit: a bound by count of runs (32, before) made a fleet's 40 live runs evict each other in turn, and the evicted
+run's next build read the whole run again.
 """
 
 from __future__ import annotations
