@@ -82,8 +82,8 @@ class CollectorInstruments:
         # Set by each worker whenever its analysis cache changes (services.storage.summary_cache)
         cache = Gauge(f"{PREFIX}_collector_analysis_cache_bytes", "Bytes of decoded step-block summaries and runs' "
                       "control events the collector keeps so that a live run's next analysis reads only what "
-                      "changed, summed over its "
-                      "worker processes (each at most GOODPUT_ANALYSIS_CACHE_MB)", multiprocess_mode="livesum",
+                      "changed, summed over its worker processes (each at most GOODPUT_ANALYSIS_CACHE_MB)",
+                      multiprocess_mode="livesum",
                       registry=registry)
         # Added to by each build of a run's analyses (its thread's CPU) and each background analyst's round
         analysis_cpu = Counter(f"{PREFIX}_collector_analysis_cpu_seconds", "CPU seconds the collector spent building "

@@ -16,7 +16,7 @@ import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import pandas as pd
@@ -32,12 +32,11 @@ class KeptEvents:
     ids: frozenset[str]
     frame: pd.DataFrame
     renumbered: int = 0  # the run's renumbering they were read at (services.storage.attempt_numbers)
+    nbytes: int = field(init=False, compare=False)  # what they hold: the frame with its strings, the ids
 
-    @property
-    def nbytes(self) -> int:
-        """What they hold: the frame with its strings, the ids (measured when kept, not at every look-up)."""
-        return (int(self.frame.memory_usage(index=True, deep=True).sum()) + sys.getsizeof(self.ids)
-                + sum(sys.getsizeof(i) for i in self.ids))
+    def __post_init__(self) -> None:  # measured once (~2 ms for a thousand events), not at every look-up
+        object.__setattr__(self, "nbytes", int(self.frame.memory_usage(index=True, deep=True).sum())
+                           + sys.getsizeof(self.ids) + sum(sys.getsizeof(i) for i in self.ids))
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +64,7 @@ class SummaryCache:
         self._lock = threading.Lock()
         self._blocks: OrderedDict[BlockKey, tuple[int, StepBlock | None]] = OrderedDict()
         self._bytes = 0
-        self._events: OrderedDict[int, tuple[int, KeptEvents]] = OrderedDict()  # run pk -> (bytes, events)
+        self._events: OrderedDict[int, KeptEvents] = OrderedDict()
         self._sealed: OrderedDict[int, SealedBlocks] = OrderedDict()
         self._report_size: Callable[[int], None] = _ignore
 
@@ -113,7 +112,7 @@ class SummaryCache:
             elif self._sealed:
                 self._bytes -= self._sealed.popitem(last=False)[1].nbytes
             else:
-                self._bytes -= self._events.popitem(last=False)[1][0]
+                self._bytes -= self._events.popitem(last=False)[1].nbytes
 
     def drop_block(self, key: BlockKey) -> None:
         """Forget one block (its values went into the run's sealed sketch)."""
@@ -142,18 +141,16 @@ class SummaryCache:
 
     def events(self, run_pk: int) -> KeptEvents | None:
         with self._lock:
-            kept = _touch(self._events, run_pk)
-            return kept[1] if kept is not None else None
+            return _touch(self._events, run_pk)
 
     def keep_events(self, run_pk: int, kept: KeptEvents) -> None:
-        size = kept.nbytes
         with self._lock:
             old = self._events.pop(run_pk, None)
             if old is not None:
-                self._bytes -= old[0]
-            if size <= self._capacity_bytes:
-                self._events[run_pk] = (size, kept)
-                self._bytes += size
+                self._bytes -= old.nbytes
+            if kept.nbytes <= self._capacity_bytes:
+                self._events[run_pk] = kept
+                self._bytes += kept.nbytes
                 self._evict()
             held = self._bytes
         self._report_size(held)
@@ -168,7 +165,7 @@ class SummaryCache:
         with self._lock:
             events = self._events.pop(run_pk, None)
             if events is not None:
-                self._bytes -= events[0]
+                self._bytes -= events.nbytes
             sealed = self._sealed.pop(run_pk, None)
             if sealed is not None:
                 self._bytes -= sealed.nbytes
