@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import sys
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -49,23 +48,12 @@ from services.storage.writer import BatchWriter, Linger
 
 logger = logging.getLogger(__name__)
 
-# How long a thread holds the GIL while another waits for it (CPython's default: 5 ms). The writer thread waits on
-# PostgreSQL a dozen times a group; each answer needs the GIL back from the event loop, which under load holds it
-# until it is made to switch, so a group's round trips queued behind requests being parsed. At 1 ms, small requests
-# ran x1.12 the rate of the default in four alternating pairs (`python -m benchmarks.requests`: 0.405 of the bare app
-# against 0.36), and 10,240 ranks at the fleet's shape spent 35.8-37.8 us of ingestion a step row against 34.9-35.2
-# in two alternating pairs of `benchmarks.load`, the same p99
-# (benchmarks/results/small-requests-gil-switch-interval_2core-vm_202612.md).
-GIL_SWITCH_INTERVAL_S = 0.001
-
 
 def create_served_app() -> FastAPI:
     """The app of `goodput serve` (each worker process calls it): `create_app` that also takes its start-up objects
-    out of the garbage collector's way, sets up the C allocator against fragmentation (services.derive.memory) and
-    hands the GIL over sooner (`GIL_SWITCH_INTERVAL_S`), which only a process that runs nothing else may do (not a
-    test process)."""
+    out of the garbage collector's way and sets up the C allocator against fragmentation (services.derive.memory),
+    which only a process that runs nothing else may do (not a test process)."""
     tune_allocator()
-    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     return create_app(freeze_heap_at_start=True)
 
 
