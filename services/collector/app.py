@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import sys
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -49,11 +50,23 @@ from services.storage.writer import BatchWriter, Linger
 logger = logging.getLogger(__name__)
 
 
+# How long a thread holds the GIL while another waits for it (CPython's default: 5 ms). Each of the writer thread's
+# round trips to PostgreSQL releases the GIL a few times inside the driver; while the event loop runs Python (under
+# load, nearly always) the writer gets it back only when the loop is made to switch, so its groups' wall is their
+# round trips times the interval: a group of 32 small requests took 179 ms beside a busy thread at 5 ms, 26 ms at
+# 0.5 ms, 12 alone (`python -m benchmarks.writer_gil`). Small requests ran at 0.47-0.49 of the bare app against
+# 0.42-0.47 (`benchmarks.requests`, alternating, a day the writer was the bound); the fleet's shape within a few
+# percent (benchmarks/results/writer-gil-switch-interval_2core-vm-slow-day_202612.md).
+GIL_SWITCH_INTERVAL_S = 0.0005
+
+
 def create_served_app() -> FastAPI:
     """The app of `goodput serve` (each worker process calls it): `create_app` that also takes its start-up objects
-    out of the garbage collector's way and sets up the C allocator against fragmentation (services.derive.memory),
-    which only a process that runs nothing else may do (not a test process)."""
+    out of the garbage collector's way, sets up the C allocator against fragmentation (services.derive.memory) and
+    hands the GIL over sooner (`GIL_SWITCH_INTERVAL_S`), which only a process that runs nothing else may do (not a
+    test process)."""
     tune_allocator()
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     return create_app(freeze_heap_at_start=True)
 
 

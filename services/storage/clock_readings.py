@@ -33,7 +33,8 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from services.schemas.clocks import HostClock
-from services.storage.db import json_rows, psycopg_connection
+from services.storage.db import json_rows
+from services.storage.one_trip import OneTrip
 from services.storage.records import IngestRecord, column_max
 
 WINDOW_S = 60.0
@@ -78,9 +79,11 @@ def readings_of(records: Sequence[IngestRecord], clock: RequestClock) -> ClockRe
     return ClockReadings(window=int(received // WINDOW_S), received_at=received, lead=lead, offset=offset)
 
 
-def record_readings(conn: Connection, readings: Sequence[tuple[dict[str, int], ClockReadings]]) -> None:
+def record_readings(conn: Connection, readings: Sequence[tuple[dict[str, int], ClockReadings]],
+                    trip: OneTrip | None = None) -> None:
     """Keep the readings of a group's requests, each with {run id: runs.id} of its project's runs: one statement per
-    minute of receipt the group spans (usually one), rows in key order (concurrent writers wait, never deadlock)."""
+    minute of receipt the group spans (usually one), rows in key order (concurrent writers wait, never deadlock).
+    PostgreSQL, with `trip`: the statements are queued in it, sent with the group's last ones."""
     # key -> minute of receipt -> (largest lead, largest offset or None, latest arrival)
     merged: dict[tuple[int, int, int], dict[int, tuple[float, float | None, float]]] = {}
     for pk_of, r in readings:
@@ -98,13 +101,15 @@ def record_readings(conn: Connection, readings: Sequence[tuple[dict[str, int], C
             if n == len(rounds):
                 rounds.append([])
             rounds[n].append((*key, window, *merged[key][window]))
-    postgres = conn.dialect.name == "postgresql"
+    if conn.dialect.name == "postgresql":
+        mine = OneTrip() if trip is None else trip
+        for rows in rounds:
+            mine.add(_UPSERT_POSTGRES, (json_rows(rows),))
+        if trip is None:
+            mine.send(conn)
+        return
     for rows in rounds:
-        if postgres:
-            with psycopg_connection(conn).cursor() as cursor:
-                cursor.execute(_UPSERT_POSTGRES, (json_rows(rows),))
-        else:
-            conn.execute(_UPSERT_SQLITE, [dict(zip(_COLUMNS, row, strict=True)) for row in rows])
+        conn.execute(_UPSERT_SQLITE, [dict(zip(_COLUMNS, row, strict=True)) for row in rows])
 
 
 _COLUMNS = ("run_pk", "attempt", "rank", "window", "lead", "offset", "received")

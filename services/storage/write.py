@@ -35,6 +35,7 @@ from services.storage.attempt_numbers import RunKey, StaleAttemptNumbers, number
 from services.storage.clock_readings import ClockReadings, RequestClock, readings_of, record_readings
 from services.storage.db import json_rows, psycopg_connection
 from services.storage.moved_repeats import forget_moved_records, without_moved_repeats
+from services.storage.one_trip import OneTrip
 from services.storage.pruned import kept_of_pruned_runs
 from services.storage.records import EventConflict, IngestRecord, IngestResult
 from services.storage.runs import DEFAULT_PROJECT
@@ -210,13 +211,14 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
                             if r.step_rows is not None and r.attempt is not None and r.rank is not None), entered)
     move_left_blocks(conn, below)
     forget_moved_records(conn, below)
+    trip = OneTrip() if postgres else None  # the readings and the runs' touches in one round trip
     if clocks is not None:
         record_readings(conn, [({run_id: pk for (p, run_id), pk in runs.items() if p == (project or DEFAULT_PROJECT)},
                                 _with_run_attempts(readings, keyed[b], runs, numbers))
                                for b, (project, readings) in enumerate(zip(projects, clocks, strict=True))
-                               if readings is not None and b not in conflicts])
+                               if readings is not None and b not in conflicts], trip)
     # last: every other group writing to these runs waits for their rows' locks until this one commits
-    _touch_runs(conn, new_records, key_of)
+    _touch_runs(conn, new_records, key_of, trip)
     return [IngestResult(accepted=a, duplicates=d, conflict=conflicts.get(b))
             for b, (a, d) in enumerate(zip(accepted, duplicates, strict=True))]
 
@@ -413,6 +415,7 @@ def _step_columns(run_pk: int, r: IngestRecord) -> dict[str, np.ndarray]:
 
 
 _COPY_CHUNK_ROWS = 16_384  # ~1.6 MB of encoded rows at a time (one record of up to MAX_SERIES rows more at most)
+_COPY_SEND_BYTES = 256 * 1024  # encoded chunks smaller than this are sent together
 
 
 def _encoded_step_chunks(parts: list[tuple[int, IngestRecord]]) -> Iterator[bytes]:
@@ -450,11 +453,19 @@ def copy_steps(conn: Connection, cols: dict[str, np.ndarray]) -> None:
 def _copy_encoded_steps(conn: Connection, chunks: Iterable[bytes]) -> None:
     """One binary COPY into `steps` (the partitioned table: PostgreSQL routes each row to its day's partition)."""
     sql = f"COPY steps ({', '.join(pgcopy.STEP_COPY_COLUMNS)}) FROM STDIN (FORMAT binary)"
+    # each write is a send and a wait of the driver (~0.1 ms of CPU): the header, the trailer and small chunks go
+    # together, so a small group's rows are one send
     with psycopg_connection(conn).cursor() as cursor, cursor.copy(sql) as copy:
-        copy.write(pgcopy.HEADER)
+        pending = [pgcopy.HEADER]
+        size = len(pgcopy.HEADER)
         for chunk in chunks:
-            copy.write(chunk)
-        copy.write(pgcopy.TRAILER)
+            if size + len(chunk) > _COPY_SEND_BYTES:
+                copy.write(b"".join(pending))
+                pending, size = [], 0
+            pending.append(chunk)
+            size += len(chunk)
+        pending.append(pgcopy.TRAILER)
+        copy.write(b"".join(pending))
 
 
 def _insert_collectives(conn: Connection, records: list[tuple[int, IngestRecord]]) -> None:
@@ -482,9 +493,10 @@ def _check_kept_keys(conn: Connection, keys: dict[int, tuple[str, str]]) -> None
 
 
 def _touch_runs(conn: Connection, records: list[tuple[int, IngestRecord]],
-                keys: dict[int, tuple[str, str]]) -> None:
+                keys: dict[int, tuple[str, str]], trip: OneTrip | None = None) -> None:
     """Bump each written run's version (invalidates its stored ledger) and keep its summary columns. A run whose
-    key no longer names it (project, run id) raises StaleRunKeys: the caller kept a key the database dropped."""
+    key no longer names it (project, run id) raises StaleRunKeys: the caller kept a key the database dropped.
+    PostgreSQL: the updates go with what `trip` holds already, in one round trip, runs in key order."""
     per_run: dict[int, _RunTouch] = {}
     for run_pk, r in records:
         touch = per_run.get(run_pk)
@@ -504,11 +516,12 @@ def _touch_runs(conn: Connection, records: list[tuple[int, IngestRecord]],
         updates.append({"run_pk": run_pk, "project": project, "run_id": run_id, "now": now,
                         "first": float(times.min()), "last": float(times.max()),
                         "status": touch.end[1] if touch.end is not None else None})
-    if conn.dialect.name == "postgresql":  # one round trip for all of them: psycopg pipelines an executemany
-        with psycopg_connection(conn).cursor() as cursor:
-            cursor.executemany(_TOUCH_RUN_POSTGRES, updates)
-            if cursor.rowcount != len(updates):  # the sum of rows updated: one each, by the runs' primary key
-                raise StaleRunKeys
+    if conn.dialect.name == "postgresql":
+        trip = OneTrip() if trip is None else trip
+        mine = [trip.add(_TOUCH_RUN_POSTGRES, [update[name] for name in _TOUCH_RUN_PARAMS]) for update in updates]
+        counts = trip.send(conn)
+        if any(counts[i] != 1 for i in mine):  # one row each, by the runs' primary key
+            raise StaleRunKeys
         return
     for update in updates:
         if conn.execute(_TOUCH_RUN_SQLITE, update).rowcount != 1:
@@ -522,12 +535,14 @@ class _RunTouch:
 
 
 # A fixed text, run through the driver's cursor on PostgreSQL (SQLAlchemy's execute cost more than the update itself:
-# one per run per group). SQLite's two-argument min/max are PostgreSQL's least/greatest.
+# one per run per group), its values bound by the client (services.storage.one_trip). SQLite's two-argument min/max
+# are PostgreSQL's least/greatest.
 _TOUCH_RUN_TEMPLATE = (
     "UPDATE runs SET version = version + 1, received_at = %(now)s, "
     "first_time = coalesce({least}(first_time, %(first)s), %(first)s), "
     "last_time = coalesce({greatest}(last_time, %(last)s), %(last)s), "
     "status = coalesce(%(status)s, status) WHERE id = %(run_pk)s AND project = %(project)s AND run_id = %(run_id)s"
 )
-_TOUCH_RUN_POSTGRES = _TOUCH_RUN_TEMPLATE.format(least="least", greatest="greatest")
+_TOUCH_RUN_POSTGRES = re.sub(r"%\((\w+)\)s", "%s", _TOUCH_RUN_TEMPLATE.format(least="least", greatest="greatest"))
+_TOUCH_RUN_PARAMS = re.findall(r"%\((\w+)\)s", _TOUCH_RUN_TEMPLATE)  # (positional: OneTrip joins statements)
 _TOUCH_RUN_SQLITE = text(re.sub(r"%\((\w+)\)s", r":\1", _TOUCH_RUN_TEMPLATE.format(least="min", greatest="max")))

@@ -70,7 +70,8 @@ def test_threads_share_at_most_two_arenas() -> None:
     assert _probe("tuned")["thread_arenas"] <= 2
 
 
-def test_the_served_app_tunes_the_allocator_and_a_test_app_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_served_app_tunes_the_allocator_and_the_gil_and_a_test_app_does_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from services.collector import app as app_module
 
     calls: list[object] = []
@@ -85,6 +86,11 @@ def test_the_served_app_tunes_the_allocator_and_a_test_app_does_not(monkeypatch:
 
     monkeypatch.setattr(app_module, "tune_allocator", tune)
     monkeypatch.setattr(app_module, "create_app", create_app)
-    served: object = app_module.create_served_app()
+    before = sys.getswitchinterval()
+    try:
+        served: object = app_module.create_served_app()
+        assert sys.getswitchinterval() == pytest.approx(app_module.GIL_SWITCH_INTERVAL_S)
+    finally:
+        sys.setswitchinterval(before)
     assert served == "app"
     assert calls == ["tuned", {"freeze_heap_at_start": True}]  # tuned before the app starts any thread
