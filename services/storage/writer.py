@@ -18,6 +18,12 @@ several senders post (`Linger.only_while`), a small group waits for the batches 
 `Linger.seconds` after its first one was queued: the requests answered a few tens of milliseconds later, each group
 fuller. Clients waiting for their answers send nothing meanwhile, so the wait ends as soon as arrivals pause.
 
+Under load a group's wall is mostly its round trips waiting for the GIL, not for PostgreSQL: each releases it a few
+times inside the driver, and the event loop, busy parsing the next requests, hands it back only when made to switch
+(`python -m benchmarks.writer_gil`: 179 ms a group of 32 small requests at CPython's 5 ms, 26 at the 0.5 ms that
+`goodput serve` sets, 9-12 alone). Hence a group's statements are few, and those whose answers only count rows go
+together (services.storage.one_trip).
+
 The writer keeps each run's key between groups (runs are never deleted); services.storage.write checks kept keys
 in the same transaction, so a database emptied or restored under the writer still gets every event into its run.
 """
