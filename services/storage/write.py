@@ -211,7 +211,7 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
                             if r.step_rows is not None and r.attempt is not None and r.rank is not None), entered)
     move_left_blocks(conn, below)
     forget_moved_records(conn, below)
-    trip = OneTrip() if postgres else None  # the readings and the runs' touches in one round trip
+    trip = OneTrip()  # PostgreSQL: the readings and the runs' touches in one round trip
     if clocks is not None:
         record_readings(conn, [({run_id: pk for (p, run_id), pk in runs.items() if p == (project or DEFAULT_PROJECT)},
                                 _with_run_attempts(readings, keyed[b], runs, numbers))
@@ -493,7 +493,7 @@ def _check_kept_keys(conn: Connection, keys: dict[int, tuple[str, str]]) -> None
 
 
 def _touch_runs(conn: Connection, records: list[tuple[int, IngestRecord]],
-                keys: dict[int, tuple[str, str]], trip: OneTrip | None = None) -> None:
+                keys: dict[int, tuple[str, str]], trip: OneTrip) -> None:
     """Bump each written run's version (invalidates its stored ledger) and keep its summary columns. A run whose
     key no longer names it (project, run id) raises StaleRunKeys: the caller kept a key the database dropped.
     PostgreSQL: the updates go with what `trip` holds already, in one round trip, runs in key order."""
@@ -517,7 +517,6 @@ def _touch_runs(conn: Connection, records: list[tuple[int, IngestRecord]],
                         "first": float(times.min()), "last": float(times.max()),
                         "status": touch.end[1] if touch.end is not None else None})
     if conn.dialect.name == "postgresql":
-        trip = OneTrip() if trip is None else trip
         mine = [trip.add(_TOUCH_RUN_POSTGRES, [update[name] for name in _TOUCH_RUN_PARAMS]) for update in updates]
         counts = trip.send(conn)
         if any(counts[i] != 1 for i in mine):  # one row each, by the runs' primary key
