@@ -166,6 +166,15 @@ class Page:
         self.page.screenshot(path=str(path), full_page=True)
         return path
 
+    def choose(self, dropdown_id: str, option: str, *, exact: bool = False) -> None:
+        """Pick an option of a single-choice dropdown, then wait until its menu has closed and handed the focus back
+        to the dropdown (Dash's dropdown does so some 70 ms after the click): keys typed before that land in the
+        dropdown, which reopens and takes them (a stop of CI typed "s" into the run filter, "weep-1" into the menu)."""
+        self.page.click(f"#{dropdown_id}")
+        self.page.get_by_role("option", name=option, exact=exact).click()
+        self.page.wait_for_function(
+            "id => document.activeElement?.id === id && !document.querySelector('[role=option]')", arg=dropdown_id)
+
     def close(self) -> None:
         self.context.close()
 

@@ -118,8 +118,7 @@ def test_fleet_filters_by_status_and_run_id(seeded_server: Server, tab: Page) ->
     failed = [r["run_id"] for r in seeded_server.get("/v1/runs", status="failed")["runs"]]
     assert failed == ["llama-70b-pretrain"]
 
-    tab.page.click("#fleet-status-filter")
-    tab.page.get_by_role("option", name="Failed").click()
+    tab.choose("fleet-status-filter", "Failed")
     wait_for_rows(tab, failed)
     assert text(tab, "#fleet-kpi-allocated") == fmt.gpu_time(
         sum(r["allocated_gpu_seconds"] for r in seeded_server.get("/v1/runs", status="failed")["runs"]))

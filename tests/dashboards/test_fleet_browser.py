@@ -100,8 +100,7 @@ def test_a_one_hour_range_never_shows_more_than_the_gpus_times_an_hour(fleet_ser
     assert fleet_total == pytest.approx(api_total, rel=0.02)  # the same cut the API makes (its clock moved on)
     assert "each run counts only its GPU time inside this range" in text(tab, "#fleet-range-note")
 
-    tab.page.click("#fleet-range-filter")  # all time: the long run's whole life again
-    tab.page.get_by_role("option", name="All time").click()
+    tab.choose("fleet-range-filter", "All time")  # the long run's whole life again
     tab.page.wait_for_function(
         "v => document.querySelector('tr[data-run-id=\"" + LONG_RUN + "\"] td.cell-allocated').innerText === v",
         arg=fmt.gpu_time(whole[LONG_RUN]["allocated_gpu_seconds"], fmt.GPU_HOURS), timeout=30_000)
@@ -111,11 +110,10 @@ def test_a_one_hour_range_never_shows_more_than_the_gpus_times_an_hour(fleet_ser
 
 def test_filters_live_in_the_address_and_survive_a_reload(fleet_server: Server, tab: Page) -> None:
     open_fleet(tab, fleet_server)
-    tab.page.click("#fleet-range-filter")
-    tab.page.get_by_role("option", name="Last 24 hours").click()
-    tab.page.click("#fleet-status-filter")
-    tab.page.get_by_role("option", name="Finished").click()
+    tab.choose("fleet-range-filter", "Last 24 hours")
+    tab.choose("fleet-status-filter", "Finished")
     tab.page.type("#fleet-run-filter", "sweep-1", delay=40)  # no Enter: it filters as you type
+    assert tab.page.input_value("#fleet-run-filter") == "sweep-1"
     wait_rows(tab, "return ids.every(i => i.startsWith('sweep-1'))")
     expected = sorted(i for i in SMALL_RUNS if i.startswith("sweep-1"))
     assert sorted(row_ids(tab)) == expected
@@ -166,8 +164,7 @@ def test_the_table_sorts_by_a_column_and_pages_through_every_run(fleet_server: S
     wait_rows(tab, "return ids.length === 25")
     assert row_ids(tab) == first_page
 
-    tab.page.click("#fleet-page-size")
-    tab.page.get_by_role("option", name="50", exact=True).click()
+    tab.choose("fleet-page-size", "50", exact=True)
     wait_rows(tab, "return ids.length === 31")
     assert sorted(row_ids(tab)) == sorted([LONG_RUN, *SMALL_RUNS])  # every run, none left out
     assert tab.errors == []
