@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -172,7 +171,7 @@ def _head_steps(conn: Connection, run_pk: int, columns: dict[str, str], *,
 
 def _load_comm(conn: Connection, run_pk: int) -> pd.DataFrame:
     if conn.dialect.name == "postgresql":
-        rows = _copy_out(conn, _COLLECTIVE_TIME_SQL.format(param=int(run_pk)), _COLLECTIVE_TIME_COLUMNS)
+        rows = pgcopy.copy_out(conn, _COLLECTIVE_TIME_SQL.format(param=int(run_pk)), _COLLECTIVE_TIME_COLUMNS)
         columns = [rows[c] for c in _COLLECTIVE_TIME_COLUMNS]
     else:
         fetched = _fetch_tuples(conn, _COLLECTIVE_TIME_SQL.format(param="?"), int(run_pk))
@@ -229,15 +228,6 @@ def _steps_as_arrays(conn: Connection, run_pk: int, names: list[str], columns: d
         wire = np.dtype(columns[key])
         out[key] = np.frombuffer(b"".join(r[3 + k] for r in rows), dtype=wire).astype(wire.newbyteorder("="))
     return out
-
-
-def _copy_out(conn: Connection, sql: str, columns: dict[str, str]) -> np.ndarray:
-    buffer = io.BytesIO()
-    with (psycopg_connection(conn).cursor() as cursor,
-          cursor.copy(f"COPY ({sql}) TO STDOUT (FORMAT binary)") as copy):
-        for chunk in copy:
-            buffer.write(chunk)
-    return pgcopy.decode_rows(buffer.getvalue(), pgcopy.read_dtype(columns))
 
 
 def _load_collectives(conn: Connection, run_pk: int) -> pd.DataFrame:

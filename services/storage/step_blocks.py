@@ -27,6 +27,7 @@ from services.analysis.rank_sketch import EXACT_RANK_VALUES, RankSketch
 from services.analysis.run_data import RunData, collectives_frame, steps_frame
 from services.analysis.step_blocks import BLOCK_STEPS, StepBlock, block_of, extend_block, summarize_block
 from services.analysis.step_summary import StepSummary, merge_blocks
+from services.storage import pgcopy
 from services.storage.attempt_numbers import renumbering
 from services.storage.block_codec import block_from_bytes, block_to_bytes
 from services.storage.db import json_rows, psycopg_connection, sqlite_connection
@@ -180,10 +181,9 @@ def _block_steps(conn: Connection, run_pk: int, attempt: int, ranks: list[int], 
     listed = ", ".join(str(int(r)) for r in ranks) or "NULL"
     postgres = conn.dialect.name == "postgresql"
     comm_sql = "coalesce(comm, 'NaN'::float8)" if postgres else "ifnull(comm, -1.0)"
-    matrix = _fetch(conn, _STEP_SQL.format(comm=comm_sql, p="{p}", ranks=listed), (run_pk, attempt, lo, hi))
-    comm = matrix[:, 4]
-    head = (matrix[:, 0].astype(np.int64), matrix[:, 1].astype(np.int64), matrix[:, 2], matrix[:, 3],
-            np.where(comm < 0, np.nan, comm))
+    rank, step, start, end, comm = _fetch(conn, _STEP_SQL.format(comm=comm_sql, p="{p}", ranks=listed),
+                                          (run_pk, attempt, lo, hi), _STEP_COLUMNS)
+    head = (rank.astype(np.int64), step.astype(np.int64), start, end, np.where(comm < 0, np.nan, comm))
     moved = column_rows(conn, run_pk, attempt=attempt, ranks=ranks, block=lo // BLOCK_STEPS)
     if not len(moved):
         return head
@@ -193,22 +193,28 @@ def _block_steps(conn: Connection, run_pk: int, attempt: int, ranks: list[int], 
 
 
 def _block_comm(conn: Connection, run_pk: int, attempt: int, lo: int, hi: int) -> pd.DataFrame:
-    matrix = _fetch(conn, _COMM_SQL, (run_pk, attempt, lo, hi))
-    return sum_collective_seconds(*(matrix[:, k] for k in range(5)))
+    return sum_collective_seconds(*_fetch(conn, _COMM_SQL, (run_pk, attempt, lo, hi), _COMM_COLUMNS))
 
 
-def _fetch(conn: Connection, template: str, params: tuple[int, ...]) -> np.ndarray:
-    """The rows of a query of five numeric columns as a float64 matrix (plain DBAPI tuples: no Row objects)."""
+_STEP_COLUMNS = {"rank": ">i4", "step": ">i8", "start": ">f8", "end": ">f8", "comm": ">f8"}
+_COMM_COLUMNS = {"attempt": ">i4", "rank": ">i4", "step": ">i8", "start": ">f8", "end": ">f8"}
+
+
+def _fetch(conn: Connection, template: str, params: tuple[int, ...], columns: dict[str, str]) -> list[np.ndarray]:
+    """The columns of a query of numeric columns (`columns`: their types on PostgreSQL) in native byte order:
+    PostgreSQL by binary COPY (the parameters are integers, written into the statement), SQLite as plain DBAPI
+    tuples (no Row objects) in a float64 matrix."""
     if conn.dialect.name == "postgresql":
-        with psycopg_connection(conn).cursor() as pg_cursor:
-            rows = pg_cursor.execute(template.format(p="%s"), params).fetchall()
-    else:
-        cursor = sqlite_connection(conn).cursor()
-        try:
-            rows = cursor.execute(template.format(p="?"), params).fetchall()
-        finally:
-            cursor.close()
-    return np.array(rows, dtype=np.float64).reshape(-1, 5)
+        sql = template.replace("{p}", "{}").format(*(int(v) for v in params))
+        rows = pgcopy.copy_out(conn, sql, columns)
+        return [rows[name].astype(rows.dtype[name].newbyteorder("=")) for name in columns]
+    cursor = sqlite_connection(conn).cursor()
+    try:
+        fetched = cursor.execute(template.format(p="?"), params).fetchall()
+    finally:
+        cursor.close()
+    matrix = np.array(fetched, dtype=np.float64).reshape(-1, len(columns))
+    return [matrix[:, k] for k in range(len(columns))]
 
 
 def load_summarised_run_data(engine: Engine, run: RunRow, cache: SummaryCache | None = None,
