@@ -1,4 +1,5 @@
-"""PostgreSQL binary COPY for the step table, encoded and decoded with numpy (no per-row Python).
+"""PostgreSQL binary COPY, encoded and decoded with numpy (no per-row Python): the step table's rows written, and the
+rows of the analyses' numeric reads.
 
 Every column is fixed width and never NULL (missing loss / lr / comm are NaN), so a row is a numpy record.
 """
