@@ -108,7 +108,7 @@ _STEP_COLUMNS = {"attempt": ">i4", "rank": ">i4", "step": ">i8", "start": ">f8",
 _STEP_DETAIL_COLUMNS = {**_STEP_COLUMNS, "loss": ">f8", "lr": ">f8"}
 _SQL_NAMES = {"start": "start_time", "end": "end_time"}
 _KEY_COLUMNS = ("attempt", "rank", "step")
-_COLLECTIVE_TIME_COLUMNS = {"attempt": ">i4", "rank": ">i4", "step": ">i8", "start": ">f8", "end": ">f8"}
+COLLECTIVE_TIME_COLUMNS = {"attempt": ">i4", "rank": ">i4", "step": ">i8", "start": ">f8", "end": ">f8"}
 _COLLECTIVE_TIME_SQL = "SELECT attempt, rank, step, start_time, end_time FROM collectives WHERE run_pk = {param}"
 
 
@@ -171,8 +171,8 @@ def _head_steps(conn: Connection, run_pk: int, columns: dict[str, str], *,
 
 def _load_comm(conn: Connection, run_pk: int) -> pd.DataFrame:
     if conn.dialect.name == "postgresql":
-        rows = pgcopy.copy_out(conn, _COLLECTIVE_TIME_SQL.format(param=int(run_pk)), _COLLECTIVE_TIME_COLUMNS)
-        columns = [rows[c] for c in _COLLECTIVE_TIME_COLUMNS]
+        rows = pgcopy.copy_out(conn, _COLLECTIVE_TIME_SQL.format(param=int(run_pk)), COLLECTIVE_TIME_COLUMNS)
+        columns = [rows[c] for c in COLLECTIVE_TIME_COLUMNS]
     else:
         fetched = _fetch_tuples(conn, _COLLECTIVE_TIME_SQL.format(param="?"), int(run_pk))
         matrix = np.array(fetched, dtype=np.float64).reshape(-1, 5)

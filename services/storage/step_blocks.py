@@ -31,7 +31,7 @@ from services.storage import pgcopy
 from services.storage.attempt_numbers import renumbering
 from services.storage.block_codec import block_from_bytes, block_to_bytes
 from services.storage.db import json_rows, psycopg_connection, sqlite_connection
-from services.storage.load import _load_events, _load_events_with_ids, load_heartbeat_extremes
+from services.storage.load import COLLECTIVE_TIME_COLUMNS, _load_events, _load_events_with_ids, load_heartbeat_extremes
 from services.storage.records import SERIES_KINDS, SMALL, IngestRecord
 from services.storage.runs import RunRow
 from services.storage.step_columns import column_rows
@@ -193,11 +193,10 @@ def _block_steps(conn: Connection, run_pk: int, attempt: int, ranks: list[int], 
 
 
 def _block_comm(conn: Connection, run_pk: int, attempt: int, lo: int, hi: int) -> pd.DataFrame:
-    return sum_collective_seconds(*_fetch(conn, _COMM_SQL, (run_pk, attempt, lo, hi), _COMM_COLUMNS))
+    return sum_collective_seconds(*_fetch(conn, _COMM_SQL, (run_pk, attempt, lo, hi), COLLECTIVE_TIME_COLUMNS))
 
 
 _STEP_COLUMNS = {"rank": ">i4", "step": ">i8", "start": ">f8", "end": ">f8", "comm": ">f8"}
-_COMM_COLUMNS = {"attempt": ">i4", "rank": ">i4", "step": ">i8", "start": ">f8", "end": ">f8"}
 
 
 def _fetch(conn: Connection, template: str, params: tuple[int, ...], columns: dict[str, str]) -> list[np.ndarray]:
