@@ -289,16 +289,30 @@ def test_the_healthy_heat_map_is_pale_and_names_hosts(seven_runs: Server, tab: P
     assert json.dumps(figure["customdata"][0][0][1]) == '"node000"'
 
 
+def settled_box(tab: Page, selector: str) -> dict[str, float]:
+    """The bounding box of an element once it has stayed put for 300 ms: panels above a graph (the rank's
+    drill-down, the advice, the training curves) grow as their answers arrive and move it down the page."""
+    deadline = time.monotonic() + 30
+    area = tab.page.locator(selector).first
+    area.scroll_into_view_if_needed()
+    last = area.bounding_box()
+    while True:
+        tab.page.wait_for_timeout(300)
+        box = area.bounding_box()
+        if box == last or time.monotonic() > deadline:
+            assert box is not None
+            return box
+        area.scroll_into_view_if_needed()
+        last = area.bounding_box()
+
+
 def hover(tab: Page, graph: str, fx: float, fy: float) -> tuple[float, float]:
     """Hover the point at fractions (fx, fy) of a graph's plot area until plotly shows its label; the point's page
     coordinates. Plotly labels a point when the mouse moves over it: a graph drawn again under a still mouse (the
     page settling after a navigation, a refresh) shows nothing until the mouse moves, as for a user."""
     deadline = time.monotonic() + 30
     while True:
-        area = tab.page.locator(f"{graph} .nsewdrag").first
-        area.scroll_into_view_if_needed()
-        box = area.bounding_box()
-        assert box is not None
+        box = settled_box(tab, f"{graph} .nsewdrag")
         x, y = box["x"] + box["width"] * fx, box["y"] + box["height"] * fy
         tab.page.mouse.move(x - 2, y)
         tab.page.mouse.move(x, y)
@@ -310,20 +324,31 @@ def hover(tab: Page, graph: str, fx: float, fy: float) -> tuple[float, float]:
                 raise
 
 
+def click_point(tab: Page, graph: str, fx: float, fy: float, opens: re.Pattern[str]) -> None:
+    """Click the point at fractions (fx, fy) of a graph's plot area until the page's address matches `opens`.
+    Plotly clicks the point it hovers; a graph drawn again between the hover and the click (the run's views
+    arriving after a navigation) has no hovered point and the click does nothing, so the user clicks again."""
+    deadline = time.monotonic() + 60
+    while True:
+        x, y = hover(tab, graph, fx, fy)
+        tab.page.mouse.click(x, y)
+        try:
+            tab.page.wait_for_url(opens, timeout=5_000)
+            return
+        except PlaywrightTimeout:
+            if time.monotonic() > deadline:
+                raise
+
+
 def test_a_click_on_a_heat_map_row_or_a_ranks_bar_opens_that_rank(seven_runs: Server, tab: Page) -> None:
     open_run(tab, seven_runs, STRAGGLER)
     tab.page.wait_for_selector("#run-heatmap-graph .main-svg")
     # a real click in the middle of rank 12's row (16 rows, rank 0 at the top)
-    x, y = hover(tab, "#run-heatmap-graph", 0.5, 12.5 / 16)  # plotly clicks the point it hovers
-    tab.page.mouse.click(x, y)
-    tab.page.wait_for_url(re.compile(r".*/runs/bert-straggler\?rank=12$"))
+    click_point(tab, "#run-heatmap-graph", 0.5, 12.5 / 16, re.compile(r".*/runs/bert-straggler\?rank=12$"))
     tab.page.wait_for_selector("#run-rank-title:has-text('rank 12 on node001')")
-    # the advice panel above the chart grows when its answer arrives: a click before that lands where the bar was
     tab.page.wait_for_selector("#run-advice-measured", state="visible", timeout=60_000)
     tab.page.wait_for_selector("#run-ranks-graph .main-svg")
     # a real click on rank 5's bar (16 bars on an axis from -0.5 to 15.5), low enough to be inside every bar
-    x, y = hover(tab, "#run-ranks-graph", 5.5 / 16, 0.9)
-    tab.page.mouse.click(x, y)
-    tab.page.wait_for_url(re.compile(r".*\?rank=5$"))
+    click_point(tab, "#run-ranks-graph", 5.5 / 16, 0.9, re.compile(r".*\?rank=5$"))
     tab.page.wait_for_selector("#run-rank-title:has-text('rank 5 on node000')")
     assert tab.errors == []
