@@ -3,13 +3,15 @@ event loop and the writer wait (docs/architecture.md, "The GIL").
 
 Not imported by anything: installed as the interpreter's `sitecustomize` for one measured run, it profiles, in every
 process whose command line holds "serve" and that has GILPROBE set, the threads started after it whose name begins
-with one of GILPROBE_THREADS (comma-separated; "goodput-analysis,goodput-warm" by default: the analyses' builds
-and the background analyst). Every C function they call directly from Python that takes longer than GILPROBE_MS
-(4) of wall time is counted by thread, function and calling line; every GILPROBE_EVERY_S (10) the 40 with the
-most such time go to GILPROBE/gil-<pid>.txt (total ms, calls, longest). Wall time: a call that releases the GIL (a
-socket read, a lock wait, numpy's sorts) or one that calls back into Python (a generator, `sorted` with a key) shows
-up too and holds nothing; one converting Python objects in C (`np.array` over a list of tuples, `sorted` of ints,
-pydantic) holds the GIL for all of it. Read the names.
+with one of GILPROBE_THREADS (comma-separated; "goodput-analysis,goodput-warm" by default: the analyses' builds and
+the background analyst; on PostgreSQL the latter runs in a process of its own, `goodput analyst`, unless the
+collector has GOODPUT_ANALYST=thread: set it to see the analyst's calls in the serving process). Every C function
+they call directly from Python that takes longer than GILPROBE_MS (4) of wall time is counted by thread, function
+and calling line; every GILPROBE_EVERY_S (10) the 40 with the most such time go to GILPROBE/gil-<pid>.txt (total ms,
+calls, longest). Wall time: a call that releases the GIL (a socket read, a lock wait, numpy's sorts) or one that
+calls back into Python (a generator, `sorted` with a key) shows up too and holds nothing; one converting Python
+objects in C (`np.array` over a list of tuples, `sorted` of ints, pydantic) holds the GIL for all of it. Read the
+names.
 
     cp benchmarks/gilprobe.py "$(.venv/bin/python -c 'import site; print(site.getsitepackages()[0])')/sitecustomize.py"
     mkdir -p /tmp/gp && GILPROBE=/tmp/gp python -m benchmarks.requests --rounds 1 --duration 60

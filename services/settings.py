@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Literal
 
 from pydantic import AliasGenerator, BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -67,6 +68,12 @@ class ServerSettings(_Section):
         "GOODPUT_PRUNE_INTERVAL_S: every this many seconds one collector process creates the coming days' "
         "partitions (PostgreSQL) and prunes raw rows past GOODPUT_RAW_RETENTION_DAYS (as `goodput db prune`); "
         "0 turns the background job off"))
+    analyst: Literal["auto", "process", "thread"] = Field("auto", description=(
+        "GOODPUT_ANALYST: where `goodput serve` runs the background analyses and retention: `process`, one "
+        "process of their own beside the workers (`goodput analyst`, restarted if it dies), so that building "
+        "analyses never holds a worker's interpreter lock while it answers requests (PostgreSQL only); `thread`, "
+        "a thread in each worker (one worker at a time runs a round); `auto`, process on PostgreSQL and thread on "
+        "SQLite (one writer)"))
     opentelemetry: bool = Field(False, description=(
         "GOODPUT_OPENTELEMETRY: FastAPI's native OpenTelemetry (spans, metrics, logs to the process's global "
         "providers); off by default: it looks up the providers on every request, about a fifth of a small "

@@ -4,16 +4,19 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from services.api_client import ApiClient
-    from services.settings import ClientSettings
+    from services.settings import ClientSettings, ServerSettings
 
 DB_HELP = "database URL (default: GOODPUT_DATABASE_URL, else sqlite:///goodput.db in the current folder)"
 URL_HELP = "collector URL (default: GOODPUT_URL, else http://127.0.0.1:8000)"
@@ -72,8 +75,10 @@ def _parser() -> argparse.ArgumentParser:
     prune.add_argument("--dry-run", action="store_true", help="print what would be deleted, change nothing")
     prune.set_defaults(handler=_db_prune)
 
+    from services.cli.analyst import add_analyst_parser  # standard library only, like the tokens' parser
     from services.cli.tokens import add_token_parser  # standard library only, like this module
 
+    add_analyst_parser(sub, DB_HELP)
     add_token_parser(sub, DB_HELP)
 
     sim = sub.add_parser("simulate", help="simulate a training job and send its events to a collector")
@@ -250,9 +255,8 @@ def _serve(ns: argparse.Namespace) -> int:
         settings = ServiceSettings(server=ServerSettings(**server))
     except ValidationError as exc:  # e.g. GOODPUT_RAW_RETENTION_DAYS=nan: said in one line each, nothing started
         for error in exc.errors():
-            print(f"goodput serve: {_settings_problem(error['loc'], str(error['msg']))}", file=sys.stderr)
+            print(f"goodput serve: {settings_problem(error['loc'], str(error['msg']))}", file=sys.stderr)
         return 1
-    hand_to_worker_processes(settings)
     url, host, port = settings.server.database_url, settings.server.host, settings.server.port
     engine = make_engine(url)
     upgrade(engine)
@@ -263,17 +267,67 @@ def _serve(ns: argparse.Namespace) -> int:
         print("goodput: --workers > 1 needs PostgreSQL (SQLite has one writer); serving with 1 worker",
               file=sys.stderr)
         ns.workers = 1
+    background = _background_mode(settings.server)
     from services.metrics import prepare_multiprocess_dir, remove_multiprocess_dir
 
-    metrics_dir = prepare_multiprocess_dir(ns.workers)  # several workers count into shared files: /metrics sums them
+    # several processes count into shared files: /metrics sums them
+    metrics_dir = prepare_multiprocess_dir(ns.workers + (background == "process"))
+    hand_to_worker_processes(settings)
+    analyst = None
+    if background == "process":
+        from services.cli.analyst import AnalystProcess
+
+        analyst = AnalystProcess(env=dict(os.environ))  # the settings as given; the workers then run no job
+        analyst.start()
+        hand_to_worker_processes(settings.model_copy(update={"server": settings.server.model_copy(
+            update={"warm_analyses_s": 0.0, "prune_interval_s": 0.0})}))
     print(f"goodput collector on http://{host}:{port}  (database: {_safe(engine)}; API docs at /docs)", flush=True)
     print(auth, flush=True)
-    try:
-        uvicorn.run("services.collector.app:create_served_app", factory=True, host=host, port=port, workers=ns.workers,
-                    log_level="warning")
-    finally:
-        remove_multiprocess_dir(metrics_dir)
+    if analyst is not None:
+        print(f"background analyses and retention: in a process of their own (pid {analyst.pid})", flush=True)
+    with _cleanup_before_dying_of(signal.SIGTERM):
+        try:
+            uvicorn.run("services.collector.app:create_served_app", factory=True, host=host, port=port,
+                        workers=ns.workers, log_level="warning")
+        finally:
+            if analyst is not None:
+                analyst.stop()
+            remove_multiprocess_dir(metrics_dir)
     return 0
+
+
+class _DyingOf(BaseException):
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _cleanup_before_dying_of(signum: int) -> Iterator[None]:
+    """One worker's uvicorn shuts down on SIGTERM, then raises the signal again with the handler it found: the
+    default one ended the process there, past every `finally`. With this handler the `finally` blocks run first
+    (the analyst is stopped, the metrics files removed), then the process ends of the signal all the same."""
+    def dying(received: int, _frame: object) -> None:
+        raise _DyingOf(received)
+
+    previous = signal.signal(signum, dying)
+    try:
+        yield
+    except _DyingOf as exc:
+        signal.signal(exc.signum, signal.SIG_DFL)
+        signal.raise_signal(exc.signum)
+    finally:
+        signal.signal(signum, previous)
+
+
+def _background_mode(server: ServerSettings) -> Literal["process", "thread", "none"]:
+    """Where the background analyses and retention run (GOODPUT_ANALYST), said on stderr when it is not as asked."""
+    if server.warm_analyses_s <= 0 and server.prune_interval_s <= 0:
+        return "none"
+    sqlite = server.database_url.startswith("sqlite")
+    if server.analyst == "process" and sqlite:
+        print("goodput: GOODPUT_ANALYST=process needs PostgreSQL (SQLite has one writer); the background analyses "
+              "run in the collector's process", file=sys.stderr)
+    return "thread" if server.analyst == "thread" or sqlite else "process"
 
 
 def _auth_mode(engine: Engine, host: str) -> str:
@@ -336,7 +390,7 @@ def _db_prune(ns: argparse.Namespace) -> int:
         days = (check_retention_days(ns.days, setting="--days") if ns.days is not None
                 else ServerSettings().raw_retention_days)
     except (ValueError, ValidationError) as exc:
-        problems = ([_settings_problem(e["loc"], str(e["msg"])) for e in exc.errors()]
+        problems = ([settings_problem(e["loc"], str(e["msg"])) for e in exc.errors()]
                     if isinstance(exc, ValidationError) else [str(exc)])
         for problem in problems:
             print(f"goodput db prune: {problem}; nothing was pruned", file=sys.stderr)
@@ -354,7 +408,7 @@ def _db_prune(ns: argparse.Namespace) -> int:
     return 3 if result.left_whole else 0
 
 
-def _settings_problem(loc: tuple[int | str, ...], message: str) -> str:
+def settings_problem(loc: tuple[int | str, ...], message: str) -> str:
     """A settings error as one line that names the variable."""
     message = message.removeprefix("Value error, ")
     variable = ".".join(str(part) for part in loc)

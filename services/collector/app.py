@@ -36,10 +36,9 @@ from services.collector.routes import (
     views,
     whoami,
 )
-from services.derive.analyst import WarmAnalyses
+from services.derive.background import BackgroundJobs
 from services.derive.cache import AnalysisCache
 from services.derive.memory import tune_allocator
-from services.derive.retention import PruneJob
 from services.schemas.errors import ErrorResponse
 from services.schemas.events import EventBatch, IngestAck
 from services.settings import DashboardSettings, ServiceSettings
@@ -82,9 +81,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
                          max_queue_s=settings.ingest.writer_max_queue_s,
                          linger=Linger(settings.ingest.writer_linger_s, only_while=lambda: pace.senders > 1))
     analyses = AnalysisCache(engine, summaries=SummaryCache(capacity_bytes=settings.server.analysis_cache_mb << 20))
-    warm = WarmAnalyses(analyses, interval_s=settings.server.warm_analyses_s)
-    retention = PruneJob(analyses, retention_days=settings.server.raw_retention_days,
-                         interval_s=settings.server.prune_interval_s)
+    background = BackgroundJobs(analyses, settings.server)  # GOODPUT_WARM_ANALYSES_S / PRUNE_INTERVAL_S 0: none
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -96,8 +93,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
         analyses.summaries.report_size_to(app.state.metrics.instruments.analysis_cache.set)
         analyses.report_cpu_to(app.state.metrics.instruments.analysis_cpu.inc)
         writer.start()
-        warm.start()
-        retention.start()
+        background.start()
         if freeze_heap_at_start:
             # Everything made so far (modules, the app, its routes and schemas: most of the process's objects)
             # lives as long as the process. Without this, each full collection walked them all: a 50-65 ms pause
@@ -107,8 +103,7 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
             yield
         finally:
             deadline_watch.cancel()
-            retention.stop()
-            warm.stop()
+            background.stop()
             writer.stop()
             app.state.inflater.shutdown(wait=False, cancel_futures=True)
             app.state.parser.shutdown(wait=False, cancel_futures=True)

@@ -217,7 +217,9 @@ def two_collectors(pg_url: str, tmp_path: Path) -> Iterator[tuple[Collector, Col
     probe = tmp_path / "probe"
     probe.mkdir()
     command = [sys.executable, "-m", "tests.faults.analyst_probe", str(probe)]
-    env = {"GOODPUT_WARM_ANALYSES_S": "0.2"}  # a background round every 0.2 s in each process
+    # a background round every 0.2 s in each process, in the serving process the probe wraps (on PostgreSQL the
+    # default is a process of its own: tests/test_analyst_process.py)
+    env = {"GOODPUT_WARM_ANALYSES_S": "0.2", "GOODPUT_ANALYST": "thread"}
     pair = tuple(Collector(f"{pg_url}?application_name=goodput-{name}", tmp_path, extra_env=env, command=command,
                            name=name) for name in ("a", "b"))
     try:
