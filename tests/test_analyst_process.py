@@ -156,6 +156,17 @@ def test_goodput_analyst_names_a_bad_setting_and_starts_nothing(database_url_pos
     assert done.stderr.startswith("goodput analyst: GOODPUT_RAW_RETENTION_DAYS must be a finite number of days")
 
 
+def test_goodput_analyst_says_when_the_database_does_not_answer(postgres_admin_url: str) -> None:
+    from sqlalchemy.engine import make_url
+
+    missing = make_url(postgres_admin_url).set(database="goodput_no_such_database").render_as_string(False)
+    done = subprocess.run([*GOODPUT, "analyst", "--db", missing], env=env_with(), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("goodput analyst: the database does not answer (")
+    assert '"goodput_no_such_database" does not exist' in done.stderr
+
+
 @pytest.mark.parametrize(("url", "analyst", "warm", "prune", "mode", "said"), [
     ("postgresql://h/db", "auto", 15.0, 3600.0, "process", False),
     ("sqlite:///g.db", "auto", 15.0, 3600.0, "thread", False),

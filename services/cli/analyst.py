@@ -37,6 +37,7 @@ def add_analyst_parser(sub: Any, db_help: str) -> None:  # Any: argparse's subpa
 
 def run_analyst(ns: argparse.Namespace) -> int:
     from pydantic import ValidationError
+    from sqlalchemy.exc import OperationalError
 
     from services.cli.main import settings_problem
     from services.derive.background import BackgroundJobs
@@ -64,7 +65,14 @@ def run_analyst(ns: argparse.Namespace) -> int:
         return 0
     tune_allocator()
     engine = make_engine(server.database_url)
-    upgrade(engine)  # one process at a time (an advisory lock): at head already when `goodput serve` started it
+    try:
+        upgrade(engine)  # one process at a time (an advisory lock): at head already when `goodput serve` started it
+    except OperationalError as exc:
+        reason = str(exc.orig or exc).strip().splitlines()[0]
+        print(f"goodput analyst: the database does not answer ({reason}); nothing started. Check "
+              "GOODPUT_DATABASE_URL (or --db) and that PostgreSQL is up", file=sys.stderr)
+        engine.dispose()
+        return 1
     analyses = AnalysisCache(engine, summaries=SummaryCache(capacity_bytes=server.analysis_cache_mb << 20))
     instruments = CollectorInstruments.create()  # counted into `goodput serve`'s metrics files, summed by /metrics
     analyses.summaries.report_size_to(instruments.analysis_cache.set)
