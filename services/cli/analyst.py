@@ -37,23 +37,21 @@ def add_analyst_parser(sub: Any, db_help: str) -> None:  # Any: argparse's subpa
 
 def run_analyst(ns: argparse.Namespace) -> int:
     from pydantic import ValidationError
-    from sqlalchemy.exc import OperationalError
 
-    from services.cli.main import settings_problem
+    from services.cli.main import print_settings_problems
     from services.derive.background import BackgroundJobs
     from services.derive.cache import AnalysisCache
     from services.derive.memory import tune_allocator
     from services.metrics.instruments import CollectorInstruments
     from services.settings import ServerSettings
-    from services.storage.db import make_engine
+    from services.storage.db import UNREACHABLE_ERRORS, make_engine
     from services.storage.migrate import upgrade
     from services.storage.summary_cache import SummaryCache
 
     try:
         server = ServerSettings(**({"database_url": ns.db} if ns.db else {}))
     except ValidationError as exc:  # e.g. GOODPUT_RAW_RETENTION_DAYS=nan: said in one line each, nothing started
-        for error in exc.errors():
-            print(f"goodput analyst: {settings_problem(error['loc'], str(error['msg']))}", file=sys.stderr)
+        print_settings_problems("goodput analyst", exc)
         return 1
     if server.database_url.startswith("sqlite"):
         print("goodput analyst: needs PostgreSQL; on SQLite (one writer) the collector runs its background analyses "
@@ -67,8 +65,8 @@ def run_analyst(ns: argparse.Namespace) -> int:
     engine = make_engine(server.database_url)
     try:
         upgrade(engine)  # one process at a time (an advisory lock): at head already when `goodput serve` started it
-    except OperationalError as exc:
-        reason = str(exc.orig or exc).strip().splitlines()[0]
+    except UNREACHABLE_ERRORS as exc:
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         print(f"goodput analyst: the database does not answer ({reason}); nothing started. Check "
               "GOODPUT_DATABASE_URL (or --db) and that PostgreSQL is up", file=sys.stderr)
         engine.dispose()
@@ -102,7 +100,6 @@ class AnalystProcess:
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._watch: threading.Thread | None = None
-        self.starts = 0
 
     @property
     def pid(self) -> int | None:
@@ -136,7 +133,6 @@ class AnalystProcess:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "services.cli", "analyst", "--exit-with", str(os.getpid())], env=self._env,
                 start_new_session=True)
-            self.starts += 1
 
     def _supervise(self) -> None:
         exits_in_a_row = 0

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from pydantic import ValidationError
     from sqlalchemy import Engine
 
     from services.api_client import ApiClient
@@ -254,8 +255,7 @@ def _serve(ns: argparse.Namespace) -> int:
     try:
         settings = ServiceSettings(server=ServerSettings(**server))
     except ValidationError as exc:  # e.g. GOODPUT_RAW_RETENTION_DAYS=nan: said in one line each, nothing started
-        for error in exc.errors():
-            print(f"goodput serve: {settings_problem(error['loc'], str(error['msg']))}", file=sys.stderr)
+        print_settings_problems("goodput serve", exc)
         return 1
     url, host, port = settings.server.database_url, settings.server.host, settings.server.port
     engine = make_engine(url)
@@ -406,6 +406,12 @@ def _db_prune(ns: argparse.Namespace) -> int:
     for line in prune_lines(result, days=days, dry_run=ns.dry_run):
         print(line)
     return 3 if result.left_whole else 0
+
+
+def print_settings_problems(command: str, exc: ValidationError) -> None:
+    """Each settings error on stderr, one line each, naming the variable."""
+    for error in exc.errors():
+        print(f"{command}: {settings_problem(error['loc'], str(error['msg']))}", file=sys.stderr)
 
 
 def settings_problem(loc: tuple[int | str, ...], message: str) -> str:
