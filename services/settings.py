@@ -209,7 +209,8 @@ class MetricsSettings(_Section):
         "GOODPUT_METRICS_REFRESH_BUDGET_S: seconds a snapshot may spend recomputing ledgers whose run received "
         "events since they were stored; past the budget it serves the previous stored ledger of the run, so a "
         "scrape never runs the analysis of every busy run at once (the next snapshot continues where this one "
-        "stopped)"))
+        "stopped). 0 under `goodput serve` on PostgreSQL unless set: its analyst process keeps the stored ledgers "
+        "(GOODPUT_ANALYST), and a scrape serves them"))
 
 
 class DashboardSettings(_Section):

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.cli.main import _background_mode
-from services.settings import ServerSettings
+from services.cli.main import _background_mode, _workers_beside_an_analyst
+from services.settings import ServerSettings, ServiceSettings
 from services.simulate import SimConfig, simulate
 from services.storage.db import make_engine
 from services.storage.run_views import load_views
@@ -73,7 +73,9 @@ def serve(database_url: str, folder: Path, **env: str) -> Iterator[tuple[subproc
 
 
 def post_run(url: str, run_id: str, seed: int) -> None:
-    events = simulate(SimConfig(run_id=run_id, ranks=2, hours=0.02, mtbf_s=None, seed=seed)).events
+    """A run of 72 s that ended a minute ago (in the metrics' window)."""
+    events = simulate(SimConfig(run_id=run_id, ranks=2, hours=0.02, mtbf_s=None, seed=seed,
+                                start_time=time.time() - 132)).events
     assert httpx.post(f"{url}/v1/events", json={"events": events}, timeout=30).status_code == 200
 
 
@@ -86,6 +88,29 @@ def analysed(database_url: str, run_id: str) -> bool:
         engine.dispose()
 
 
+def ledger_stored(database_url: str, run_id: str) -> bool:
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            return get_run(conn, run_id).ledger_json is not None
+    finally:
+        engine.dispose()
+
+
+def run_series(url: str, run_id: str) -> list[str]:
+    """The run's `goodput_run_running` lines of a scrape (none while it has no stored ledger)."""
+    metrics = httpx.get(f"{url}/metrics", timeout=30).text
+    return [line for line in metrics.splitlines()
+            if line.startswith("goodput_run_running{") and f'run_id="{run_id}"' in line]
+
+
+def stale_ledgers(url: str) -> float:
+    found = re.search(r"^goodput_metrics_stale_ledgers ([\d.e+-]+)$", httpx.get(f"{url}/metrics", timeout=30).text,
+                      re.M)
+    assert found is not None
+    return float(found.group(1))
+
+
 def analyst_pid(log: Path) -> int:
     found = wait_for("the analyst's pid in serve's output", lambda: ANALYST_LINE.findall(log.read_text()))
     assert isinstance(found, list)
@@ -94,7 +119,8 @@ def analyst_pid(log: Path) -> int:
 
 def test_the_analyses_run_in_the_analyst_process_which_is_started_again_when_it_dies(
         database_url_postgres: str, tmp_path: Path) -> None:
-    with serve(database_url_postgres, tmp_path, GOODPUT_WARM_ANALYSES_S="0.3") as (proc, url, log):
+    with serve(database_url_postgres, tmp_path, GOODPUT_WARM_ANALYSES_S="0.3",
+               GOODPUT_METRICS_CACHE_TTL_S="0") as (proc, url, log):
         pid = analyst_pid(log)
         assert children(proc.pid) == {pid}  # one worker: uvicorn serves in this process; the analyst is its child
         post_run(url, "first", seed=1)
@@ -103,11 +129,17 @@ def test_the_analyses_run_in_the_analyst_process_which_is_started_again_when_it_
         os.kill(pid, signal.SIGSTOP)  # the analyst stopped: nothing else analyses in the background
         try:
             post_run(url, "second", seed=2)
+            # nor does a scrape: the worker serves the ledgers the analyst stored and counts the run without one
+            assert run_series(url, "second") == []
+            assert stale_ledgers(url) == 1
             time.sleep(3)  # ten of the workers' intervals, were they analysing
             assert not analysed(database_url_postgres, "second")
+            assert not ledger_stored(database_url_postgres, "second")
         finally:
             os.kill(pid, signal.SIGCONT)
         wait_for("the second run's analysis", lambda: analysed(database_url_postgres, "second"))
+        assert run_series(url, "second") == ['goodput_run_running{project="default",run_id="second"} 0.0']
+        assert stale_ledgers(url) == 0
 
         os.kill(pid, signal.SIGKILL)
         wait_for("serve saying it starts the analyst again",
@@ -181,3 +213,13 @@ def test_where_the_background_jobs_run(url: str, analyst: str, warm: float, prun
         {"database_url": url, "analyst": analyst, "warm_analyses_s": warm, "prune_interval_s": prune})
     assert _background_mode(server) == mode
     assert ("GOODPUT_ANALYST=process needs PostgreSQL" in capsys.readouterr().err) == said
+
+
+def test_beside_the_analyst_the_workers_run_no_job_and_a_scrape_builds_no_ledger_unless_a_budget_is_given(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GOODPUT_METRICS_REFRESH_BUDGET_S", raising=False)
+    workers = _workers_beside_an_analyst(ServiceSettings())
+    assert (workers.server.warm_analyses_s, workers.server.prune_interval_s, workers.metrics.refresh_budget_s) == (
+        0, 0, 0)
+    monkeypatch.setenv("GOODPUT_METRICS_REFRESH_BUDGET_S", "2")
+    assert _workers_beside_an_analyst(ServiceSettings()).metrics.refresh_budget_s == 2

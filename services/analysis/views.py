@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
+from math import isfinite
 
 import numpy as np
 import pandas as pd
@@ -502,5 +503,6 @@ def _heatmap_of_cells(ranks: np.ndarray, mean: np.ndarray, col_edges: np.ndarray
         ranks_per_row=group,
         step_centers=step_labels,
         step_edges=[float(x) for x in col_edges],
-        z=[[None if not np.isfinite(v) else round(float(v), 6) for v in row] for row in grid],
+        # Python floats first (tolist): a numpy scalar's isfinite and float() cost more than the rounding itself
+        z=[[round(v, 6) if isfinite(v) else None for v in row] for row in grid.tolist()],
     )

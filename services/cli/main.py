@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from services.api_client import ApiClient
-    from services.settings import ClientSettings, ServerSettings
+    from services.settings import ClientSettings, ServerSettings, ServiceSettings
 
 DB_HELP = "database URL (default: GOODPUT_DATABASE_URL, else sqlite:///goodput.db in the current folder)"
 URL_HELP = "collector URL (default: GOODPUT_URL, else http://127.0.0.1:8000)"
@@ -279,8 +279,7 @@ def _serve(ns: argparse.Namespace) -> int:
 
         analyst = AnalystProcess(env=dict(os.environ))  # the settings as given; the workers then run no job
         analyst.start()
-        hand_to_worker_processes(settings.model_copy(update={"server": settings.server.model_copy(
-            update={"warm_analyses_s": 0.0, "prune_interval_s": 0.0})}))
+        hand_to_worker_processes(_workers_beside_an_analyst(settings))
     print(f"goodput collector on http://{host}:{port}  (database: {_safe(engine)}; API docs at /docs)", flush=True)
     print(auth, flush=True)
     if analyst is not None:
@@ -294,6 +293,19 @@ def _serve(ns: argparse.Namespace) -> int:
                 analyst.stop()
             remove_multiprocess_dir(metrics_dir)
     return 0
+
+
+def _workers_beside_an_analyst(settings: ServiceSettings) -> ServiceSettings:
+    """The workers' settings when the analyst process keeps the stored analyses: they run no background job, and a
+    `/metrics` scrape serves the ledgers the analyst stored (a round old at most) instead of rebuilding the busy
+    runs' within its budget, the analyst's work done again in a worker (up to 3 s of a scrape's CPU, the requests
+    behind it waiting), unless GOODPUT_METRICS_REFRESH_BUDGET_S is set."""
+    metrics = settings.metrics
+    if "refresh_budget_s" not in metrics.model_fields_set:  # (set: read from the environment, as the user gave it)
+        metrics = metrics.model_copy(update={"refresh_budget_s": 0.0})
+    return settings.model_copy(update={
+        "server": settings.server.model_copy(update={"warm_analyses_s": 0.0, "prune_interval_s": 0.0}),
+        "metrics": metrics})
 
 
 class _DyingOf(BaseException):

@@ -178,7 +178,8 @@ def _fleet_families(snap: Snapshot, now: float) -> Iterator[Metric]:
                             "Runs in the window without their own run_id series (over GOODPUT_METRICS_MAX_RUNS)",
                             value=float(len(runs) - snap.labelled))
     yield GaugeMetricFamily(f"{PREFIX}_metrics_stale_ledgers",
-                            "Runs whose previous ledger was served (refresh budget spent); recomputed next time",
+                            ("Runs whose previous stored ledger was served: the refresh budget spent (recomputed next "
+                             "time), or none (GOODPUT_METRICS_REFRESH_BUDGET_S=0: the analyst process keeps them)"),
                             value=float(snap.stale_ledgers + snap.window_runs_without_ledger))
     yield GaugeMetricFamily(f"{PREFIX}_metrics_snapshot_duration_seconds",
                             "Seconds the latest run snapshot took to read from the database", value=snap.duration_s)
