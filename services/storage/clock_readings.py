@@ -26,9 +26,9 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Sequence
+import threading
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import Connection, text
 
@@ -79,11 +79,71 @@ def readings_of(records: Sequence[IngestRecord], clock: RequestClock) -> ClockRe
     return ClockReadings(window=int(received // WINDOW_S), received_at=received, lead=lead, offset=offset)
 
 
+# (run_pk, attempt, rank, minute of receipt, largest lead, largest offset or None, latest arrival)
+ReadingRow = tuple[int, int, int, int, float, float | None, float]
+
+
+ReadingKey = tuple[int, int, int]  # (run_pk, attempt, rank)
+
+
+class WrittenReadings:
+    """What this process committed of each (run, attempt, rank)'s readings: its minute and the largest lead and
+    offset written in it, and the launch attempt whose records they were (its owner). A stored row's values only
+    rise within its minute, and a row moves only to later minutes or, with its launch attempt, to the number the
+    run gives that launch attempt when it is numbered again (services.storage.attempt_numbers); so while the same
+    launch attempt holds the number, a reading of that minute no larger than what was committed would raise
+    nothing: it is not sent (about two readings in three at a step a second). Another process's writes only raise
+    the stored row, so what this one remembers stays a lower bound of it. Forgotten whole past `max_keys` keys, or
+    when the database may have been replaced (`clear`): then every reading is sent again, as before."""
+
+    def __init__(self, max_keys: int = 200_000) -> None:
+        self._max_keys = max_keys
+        self._rows: dict[ReadingKey, tuple[Hashable, int, float, float | None]] = {}
+        self._lock = threading.Lock()  # the writer's threads share it
+
+    def raising(self, rows: list[ReadingRow], owners: Mapping[ReadingKey, Hashable | None]) -> list[ReadingRow]:
+        """The rows that may raise their stored row (`owners`: the launch attempt of each key's records, None when
+        the group's records name several)."""
+        known = self._rows
+        out = []
+        for row in rows:
+            key = (row[0], row[1], row[2])
+            seen = known.get(key)
+            if (seen is None or owners.get(key) is None or owners[key] != seen[0] or row[3] != seen[1]
+                    or row[4] > seen[2] or (row[5] is not None and (seen[3] is None or row[5] > seen[3]))):
+                out.append(row)
+        return out
+
+    def committed(self, rows: Sequence[ReadingRow], owners: Mapping[ReadingKey, Hashable | None]) -> None:
+        with self._lock:
+            if len(self._rows) + len(rows) > self._max_keys:
+                self._rows.clear()
+            known = self._rows
+            for run_pk, attempt, rank, window, lead, offset, _ in rows:
+                key = (run_pk, attempt, rank)
+                owner = owners.get(key)
+                seen = known.get(key)
+                if owner is None:
+                    known.pop(key, None)
+                elif seen is None or seen[0] != owner or window > seen[1]:
+                    known[key] = (owner, window, lead, offset)
+                elif window == seen[1]:
+                    known[key] = (owner, window, max(lead, seen[2]),
+                                  seen[3] if offset is None else offset if seen[3] is None else max(offset, seen[3]))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rows.clear()
+
+
 def record_readings(conn: Connection, readings: Sequence[tuple[dict[str, int], ClockReadings]],
-                    trip: OneTrip | None = None) -> None:
+                    trip: OneTrip | None = None, written: WrittenReadings | None = None,
+                    owners: Mapping[ReadingKey, Hashable | None] | None = None) -> list[ReadingRow]:
     """Keep the readings of a group's requests, each with {run id: runs.id} of its project's runs: one statement per
     minute of receipt the group spans (usually one), rows in key order (concurrent writers wait, never deadlock).
-    PostgreSQL, with `trip`: the statements are queued in it, sent with the group's last ones."""
+    PostgreSQL, with `trip`: the statements are queued in it, sent with the group's last ones. With `written` and
+    `owners` (WrittenReadings), the rows that cannot raise what this process committed are left out. Returns the
+    rows sent (for `written.committed`, once the transaction commits)."""
     # key -> minute of receipt -> (largest lead, largest offset or None, latest arrival)
     merged: dict[tuple[int, int, int], dict[int, tuple[float, float | None, float]]] = {}
     for pk_of, r in readings:
@@ -95,21 +155,24 @@ def record_readings(conn: Connection, readings: Sequence[tuple[dict[str, int], C
                 lead = max(lead, seen[0])
                 offset = seen[1] if offset is None else offset if seen[1] is None else max(offset, seen[1])
             windows[r.window] = (lead, offset, max(r.received_at, seen[2]) if seen is not None else r.received_at)
-    rounds: list[list[tuple[Any, ...]]] = []
+    rounds: list[list[ReadingRow]] = []
     for key in sorted(merged):
         for n, window in enumerate(sorted(merged[key])):
             if n == len(rounds):
                 rounds.append([])
             rounds[n].append((*key, window, *merged[key][window]))
+    if written is not None and owners is not None:
+        rounds = [kept for rows in rounds if (kept := written.raising(rows, owners))]
     if conn.dialect.name == "postgresql":
         mine = OneTrip() if trip is None else trip
         for rows in rounds:
             mine.add(_UPSERT_POSTGRES, (json_rows(rows),))
         if trip is None:
             mine.send(conn)
-        return
-    for rows in rounds:
-        conn.execute(_UPSERT_SQLITE, [dict(zip(_COLUMNS, row, strict=True)) for row in rows])
+    else:
+        for rows in rounds:
+            conn.execute(_UPSERT_SQLITE, [dict(zip(_COLUMNS, row, strict=True)) for row in rows])
+    return [row for rows in rounds for row in rows]
 
 
 _COLUMNS = ("run_pk", "attempt", "rank", "window", "lead", "offset", "received")

@@ -21,7 +21,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,9 +30,18 @@ import numpy as np
 from sqlalchemy import Connection, Engine, delete, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 
+from services.analysis.attempt_numbers import LEGACY
 from services.storage import pgcopy
 from services.storage.attempt_numbers import RunKey, StaleAttemptNumbers, number_records, with_run_attempt
-from services.storage.clock_readings import ClockReadings, RequestClock, readings_of, record_readings
+from services.storage.clock_readings import (
+    ClockReadings,
+    ReadingKey,
+    ReadingRow,
+    RequestClock,
+    WrittenReadings,
+    readings_of,
+    record_readings,
+)
 from services.storage.db import json_rows, psycopg_connection
 from services.storage.moved_repeats import forget_moved_records, without_moved_repeats
 from services.storage.one_trip import OneTrip
@@ -63,23 +72,27 @@ class ConflictingBatches(Exception):
 def write_batches(target: Engine | Connection, batches: Sequence[Sequence[IngestRecord]],
                   projects: Sequence[str | None] | None = None, *,
                   known_runs: dict[tuple[str, str], int] | None = None,
-                  clocks: Sequence[ClockReadings | None] | None = None) -> list[IngestResult]:
+                  clocks: Sequence[ClockReadings | None] | None = None,
+                  written_readings: WrittenReadings | None = None) -> list[IngestResult]:
     """`write_group` in its own transaction, committed; batches refused for a conflict are left out of a second
     transaction (each pass leaves out at least one, so this ends). One result per batch. `target`: an engine (a
     pooled connection per call) or a connection the caller holds (the writer's: no checkout and ping per group).
     `known_runs`: {(project, run_id): runs.id} the caller keeps between calls; runs in it are not looked up, and
     the runs each committed transaction found or created are added to it. `clocks`: what each batch's request
-    said of its senders' clocks (services.storage.clock_readings), kept for the batches written."""
+    said of its senders' clocks (services.storage.clock_readings), kept for the batches written; with
+    `written_readings` (the caller's, kept between calls), only those that may raise what it committed."""
     projects = list(projects) if projects is not None else [None] * len(batches)
     clocks = list(clocks) if clocks is not None else [None] * len(batches)
     refused: dict[int, EventConflict] = {}
     while True:
         keep = [b for b in range(len(batches)) if b not in refused]
         learned: dict[tuple[str, str], int] = {}
+        sent: list[tuple[list[ReadingRow], dict[ReadingKey, Hashable | None]]] = []
         try:
             with _transaction(target) as conn:
                 written = write_group(conn, [batches[b] for b in keep], [projects[b] for b in keep],
-                                      known_runs=known_runs, learned=learned, clocks=[clocks[b] for b in keep])
+                                      known_runs=known_runs, learned=learned, clocks=[clocks[b] for b in keep],
+                                      written_readings=written_readings, sent_readings=sent)
         except ConflictingBatches as exc:  # rolled back: nothing of the group was stored
             refused.update((keep[k], conflict) for k, conflict in exc.conflicts.items())
             continue
@@ -87,11 +100,16 @@ def write_batches(target: Engine | Connection, batches: Sequence[Sequence[Ingest
             if not known_runs:
                 raise
             known_runs.clear()
+            if written_readings is not None:  # its run keys may name other runs now
+                written_readings.clear()
             continue
         except StaleAttemptNumbers:  # rolled back, likewise; what was remembered of the numbers is forgotten
             continue
         if known_runs is not None:  # committed: the runs it created exist now
             known_runs.update(learned)
+        if written_readings is not None:
+            for rows, owners in sent:
+                written_readings.committed(rows, owners)
         results = [IngestResult(0, 0, conflict=c) for c in (refused.get(b) for b in range(len(batches)))]
         for b, result in zip(keep, written, strict=True):
             results[b] = result
@@ -112,7 +130,10 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
                 projects: Sequence[str | None] | None = None, *,
                 known_runs: Mapping[tuple[str, str], int] | None = None,
                 learned: dict[tuple[str, str], int] | None = None,
-                clocks: Sequence[ClockReadings | None] | None = None) -> list[IngestResult]:
+                clocks: Sequence[ClockReadings | None] | None = None,
+                written_readings: WrittenReadings | None = None,
+                sent_readings: list[tuple[list[ReadingRow], dict[ReadingKey, Hashable | None]]] | None = None
+                ) -> list[IngestResult]:
     """Insert every new event of every batch; commit is the caller's. Returns one result per batch.
 
     `projects[b]` is the project of batch b's write token: its runs are that project's (created there if new).
@@ -213,14 +234,41 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
     forget_moved_records(conn, below)
     trip = OneTrip()  # PostgreSQL: the readings and the runs' touches in one round trip
     if clocks is not None:
-        record_readings(conn, [({run_id: pk for (p, run_id), pk in runs.items() if p == (project or DEFAULT_PROJECT)},
-                                _with_run_attempts(readings, keyed[b], runs, numbers))
-                               for b, (project, readings) in enumerate(zip(projects, clocks, strict=True))
-                               if readings is not None and b not in conflicts], trip)
+        owners = _reading_owners(keyed, conflicts, runs, numbers) if written_readings is not None else None
+        sent = record_readings(
+            conn, [({run_id: pk for (p, run_id), pk in runs.items() if p == (project or DEFAULT_PROJECT)},
+                    _with_run_attempts(readings, keyed[b], runs, numbers))
+                   for b, (project, readings) in enumerate(zip(projects, clocks, strict=True))
+                   if readings is not None and b not in conflicts], trip, written_readings, owners)
+        if sent_readings is not None and owners is not None:
+            sent_readings.append((sent, owners))
     # last: every other group writing to these runs waits for their rows' locks until this one commits
     _touch_runs(conn, new_records, key_of, trip)
     return [IngestResult(accepted=a, duplicates=d, conflict=conflicts.get(b))
             for b, (a, d) in enumerate(zip(accepted, duplicates, strict=True))]
+
+
+def _reading_owners(keyed: Sequence[Sequence[tuple[tuple[str, str], IngestRecord]]], conflicts: Mapping[int, object],
+                    runs: Mapping[tuple[str, str], int], numbers: Mapping[RunKey, int]
+                    ) -> dict[ReadingKey, Hashable | None]:
+    """The launch attempt (launch, attempt as sent) whose records each clock reading of the group is of, keyed as
+    the readings are (run, run attempt, rank; -1 for none); None where they are of several
+    (services.storage.clock_readings.WrittenReadings)."""
+    owners: dict[ReadingKey, Hashable | None] = {}
+    for b, batch in enumerate(keyed):
+        if b in conflicts:
+            continue
+        for key, r in batch:
+            run_pk = runs[key]
+            if r.attempt is None:
+                reading, owner = (run_pk, -1, -1 if r.rank is None else r.rank), ("", -1)
+            else:
+                launch = r.launch or LEGACY
+                reading = (run_pk, numbers[(run_pk, launch, r.attempt)], -1 if r.rank is None else r.rank)
+                owner = (launch, r.attempt)
+            if owners.setdefault(reading, owner) != owner:
+                owners[reading] = None
+    return owners
 
 
 def _with_run_attempts(readings: ClockReadings, batch: Sequence[tuple[tuple[str, str], IngestRecord]],

@@ -45,7 +45,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from services.errors import EventIdConflict, Overloaded, StorageUnavailable
-from services.storage.clock_readings import ClockReadings
+from services.storage.clock_readings import ClockReadings, WrittenReadings
 from services.storage.records import IngestRecord, IngestResult
 from services.storage.write import write_batches
 
@@ -145,6 +145,7 @@ class BatchWriter:
         self._lock = threading.Lock()
         self._held = threading.local()  # each writer thread's connection, kept between groups
         self._run_pks: dict[tuple[str, str], int] = {}  # (project, run_id) -> runs.id, shared by the threads
+        self._readings = WrittenReadings()  # the clock readings committed, shared too
 
     @property
     def pending_events(self) -> int:
@@ -293,6 +294,7 @@ class BatchWriter:
         except Exception as exc:  # every failure goes back to the waiting requests
             logger.warning("writing %d batches failed: %s", len(group), exc)
             self._run_pks.clear()  # in case the database was replaced under us: look every run up again
+            self._readings.clear()
             error = StorageUnavailable(f"the database did not accept the write: {exc.__class__.__name__}: {exc}")
             outcomes = [error] * len(group)
         else:
@@ -324,7 +326,8 @@ class BatchWriter:
             if conn is None or conn.closed or conn.invalidated:
                 conn = self._held.conn = self._engine.connect()
             try:
-                return write_batches(conn, batches, projects, known_runs=self._known_runs(), clocks=clocks)
+                return write_batches(conn, batches, projects, known_runs=self._known_runs(), clocks=clocks,
+                                     written_readings=self._readings)
             except Exception as exc:  # the next group starts on a new connection, whatever went wrong
                 self._drop_held_connection()
                 if retry or not _is_disconnect(exc):
