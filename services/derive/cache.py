@@ -71,8 +71,9 @@ class Product(Generic[T]):
     name: str
     # from the run as read when the build starts (other products through the cache); keeps it if `stored` is set
     build: Callable[[AnalysisCache, RunRow], T]
-    # the last result the database keeps; None: the product is kept in this process's memory (a few recent runs)
-    stored: Callable[[AnalysisCache, RunRow], Built[T] | None] | None = None
+    # the last result the database keeps, if of at least the version given (-1: any; an older one is not parsed);
+    # None: the product is kept in this process's memory (a few recent runs)
+    stored: Callable[[AnalysisCache, RunRow, int], Built[T] | None] | None = None
     includes: tuple[str, ...] = ()  # products each build of this one makes (and stores) too
     # the value's model, for a product kept in memory: what `run_products` holds of it once the run is pruned
     model: type[BaseModel] | None = None
@@ -196,7 +197,7 @@ class AnalysisCache:
             return self.final(product, run)
         wanted = run.version
         while True:
-            kept = self._kept(product, run)
+            kept = self._kept(product, run, at_least=wanted)
             if kept is not None and kept.version >= wanted:
                 return kept.value
             related = self._related_build(product, run.pk)
@@ -249,7 +250,7 @@ class AnalysisCache:
         assert run.detail_pruned_at is not None
         problem = f"no {product.name} was stored for it"
         if product.stored is not None:
-            kept = product.stored(self, run)  # None also when another version of goodput wrote it
+            kept = product.stored(self, run, -1)  # None also when another version of goodput wrote it
             if kept is not None:
                 return kept.value
             problem = f"its stored {product.name} is missing or was written by another version of goodput"
@@ -279,9 +280,11 @@ class AnalysisCache:
 
     # -- inside -------------------------------------------------------------------------------------------------
 
-    def _kept(self, product: Product[T], run: RunRow) -> Built[T] | None:
+    def _kept(self, product: Product[T], run: RunRow, at_least: int = -1) -> Built[T] | None:
+        """The product kept of the run (stored or in memory); one stored of a version below `at_least` is left
+        unread (None): a stale result of a few MB of JSON costs a parse the caller throws away."""
         if product.stored is not None:
-            return product.stored(self, run)
+            return product.stored(self, run, at_least)
         with self._lock:
             kept = self._memory.get(_key(product, run.pk))
             if kept is not None:
@@ -321,7 +324,7 @@ class AnalysisCache:
             run = get_run_by_pk(conn, run_pk)  # read again: the newest version when the build starts
         if product.is_final(run):  # pruned since it was asked for: never built from what is left
             return Built(run.version, self.final(product, run))
-        kept = self._kept(product, run)
+        kept = self._kept(product, run, at_least=run.version)
         if kept is not None and kept.version >= run.version:
             return cast(Built[object], kept)  # stored meanwhile (a related build, another process): no build to pace
         incremental = product.incremental is not None and product.incremental(self, run)

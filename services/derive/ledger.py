@@ -26,7 +26,9 @@ logger = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
 
 
-def stored_ledger(_: AnalysisCache, run: RunRow) -> Built[Ledger] | None:
+def stored_ledger(_: AnalysisCache, run: RunRow, at_least: int = -1) -> Built[Ledger] | None:
+    if run.ledger_version < at_least:
+        return None
     ledger = parse_stored_ledger(run)
     return None if ledger is None else Built(run.ledger_version, ledger)
 

@@ -40,10 +40,10 @@ class AnalysedViews:
     views: RunViews  # services.analysis.views.build_run_views, of the run version they describe
 
 
-def _stored(analyses: AnalysisCache, run: RunRow) -> Built[AnalysedViews] | None:
+def _stored(analyses: AnalysisCache, run: RunRow, at_least: int = -1) -> Built[AnalysedViews] | None:
     with analyses.engine.connect() as conn:
-        row = load_views(conn, run.pk)
-    if row is None or row.ledger_json is None:
+        row = load_views(conn, run.pk, at_least)
+    if row is None or row.views_json is None or row.ledger_json is None:
         return None
     ledger = parse_stored(Ledger, row.ledger_json, what="ledger", run_id=run.run_id)
     views = parse_stored(RunViews, row.views_json, what="views", run_id=run.run_id)
@@ -59,7 +59,7 @@ def _build(analyses: AnalysisCache, run: RunRow) -> AnalysedViews:
     data = load_summarised_run_data(analyses.engine, run, analyses.summaries)
     loaded = time.perf_counter()
     painting = paint_run(build_run_structure(data))  # read by both the ledger and the views
-    stored = stored_ledger(analyses, run)
+    stored = stored_ledger(analyses, run, run.version)
     ledger = stored.value if stored is not None and stored.version == run.version else build_ledger(data, painting)
     views = build_run_views(data, ledger, version=run.version, painting=painting)
     finished = time.perf_counter()

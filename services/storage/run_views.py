@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, case, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from services.storage.tables import Run, RunViews
@@ -16,14 +16,18 @@ class StoredViewsRow:
     version: int  # the run's version the views describe
     analysed_at: float  # server clock when the build finished
     analysis_seconds: float  # what the build took (load + ledger + views)
-    views_json: str
+    views_json: str | None  # None: older than the version asked for (not read)
     ledger_version: int  # the run's stored ledger, read with them
     ledger_json: str | None
 
 
-def load_views(conn: Connection, run_pk: int) -> StoredViewsRow | None:
-    row = conn.execute(select(RunViews.version, RunViews.analysed_at, RunViews.analysis_seconds, RunViews.views_json,
-                              Run.ledger_version, Run.ledger_json)
+def load_views(conn: Connection, run_pk: int, at_least: int = -1) -> StoredViewsRow | None:
+    """The run's stored views and ledger; their JSON only when the views are of version `at_least` or later (a
+    stale build's megabytes are not fetched for a caller that would throw them away)."""
+    fresh = RunViews.version >= at_least
+    row = conn.execute(select(RunViews.version, RunViews.analysed_at, RunViews.analysis_seconds,
+                              case((fresh, RunViews.views_json)), Run.ledger_version,
+                              case((fresh, Run.ledger_json)))
                        .join(Run, Run.id == RunViews.run_pk).where(RunViews.run_pk == run_pk)).first()
     if row is None:
         return None

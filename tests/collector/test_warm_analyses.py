@@ -6,6 +6,8 @@ import time
 from typing import Any
 
 from services.derive.analyst import WarmAnalyses
+from services.derive.ledger import LEDGER
+from services.derive.views import VIEWS, current_views
 from services.simulate import SimConfig, simulate
 from services.storage.run_views import load_views
 from services.storage.runs import get_run
@@ -88,3 +90,25 @@ def test_one_collector_process_at_a_time_runs_a_round(client: Any, engine: Any) 
         assert warm.run_once() == 0 and stored_version(engine, "locked") is None
         other.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": ROUND_LOCK})
     assert warm.run_once() == 1 and stored_version(engine, "locked") is not None
+
+
+def test_a_stale_stored_build_is_left_unread_where_only_a_current_one_will_do(client: Any, engine: Any) -> None:
+    post(client, "stale", seed=5)
+    analyses = client.app.state.analyses
+    with engine.connect() as conn:
+        run = get_run(conn, "stale")
+    analysed = current_views(analyses, run)
+    assert analysed.version == run.version
+    with engine.connect() as conn:
+        current, newer = load_views(conn, run.pk, run.version), load_views(conn, run.pk, run.version + 1)
+    assert current is not None and current.views_json is not None and current.ledger_json is not None
+    assert newer is not None and (newer.version, newer.views_json, newer.ledger_json) == (run.version, None, None)
+    assert VIEWS.stored is not None and LEDGER.stored is not None
+    assert VIEWS.stored(analyses, run, run.version + 1) is None  # what `current` asks when the run moved on
+    kept = VIEWS.stored(analyses, run, -1)  # what a stale answer (`recent`) reads
+    assert kept is not None and kept.value == analysed
+    with engine.connect() as conn:
+        run = get_run(conn, "stale")  # with the ledger the build stored
+    assert LEDGER.stored(analyses, run, run.version + 1) is None
+    ledger = LEDGER.stored(analyses, run, run.version)
+    assert ledger is not None and ledger.value == analysed.ledger
