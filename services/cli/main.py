@@ -297,9 +297,9 @@ def _serve(ns: argparse.Namespace) -> int:
 
 def _workers_beside_an_analyst(settings: ServiceSettings) -> ServiceSettings:
     """The workers' settings when the analyst process keeps the stored analyses: they run no background job, and a
-    `/metrics` scrape serves the ledgers the analyst stored (a round old at most) instead of rebuilding the busy
-    runs' within its budget, the analyst's work done again in a worker (up to 3 s of a scrape's CPU, the requests
-    behind it waiting), unless GOODPUT_METRICS_REFRESH_BUDGET_S is set."""
+    `/metrics` scrape serves the ledgers the analyst stored (rebuilt each round a run changed, big runs paced)
+    instead of rebuilding the busy runs' within its budget, the analyst's work done again in a worker (up to 3 s of
+    a scrape's CPU, the requests behind it waiting), unless GOODPUT_METRICS_REFRESH_BUDGET_S is set."""
     metrics = settings.metrics
     if "refresh_budget_s" not in metrics.model_fields_set:  # (set: read from the environment, as the user gave it)
         metrics = metrics.model_copy(update={"refresh_budget_s": 0.0})
