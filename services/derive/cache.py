@@ -282,7 +282,8 @@ class AnalysisCache:
 
     def _kept(self, product: Product[T], run: RunRow, at_least: int = -1) -> Built[T] | None:
         """The product kept of the run (stored or in memory); one stored of a version below `at_least` is left
-        unread (None): a stale result of a few MB of JSON costs a parse the caller throws away."""
+        unread (None): parsing a stale result's JSON (a run's views hold its heat map) costs what the caller then
+        throws away."""
         if product.stored is not None:
             return product.stored(self, run, at_least)
         with self._lock:

@@ -81,8 +81,6 @@ def readings_of(records: Sequence[IngestRecord], clock: RequestClock) -> ClockRe
 
 # (run_pk, attempt, rank, minute of receipt, largest lead, largest offset or None, latest arrival)
 ReadingRow = tuple[int, int, int, int, float, float | None, float]
-
-
 ReadingKey = tuple[int, int, int]  # (run_pk, attempt, rank)
 
 

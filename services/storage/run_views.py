@@ -23,7 +23,7 @@ class StoredViewsRow:
 
 def load_views(conn: Connection, run_pk: int, at_least: int = -1) -> StoredViewsRow | None:
     """The run's stored views and ledger; their JSON only when the views are of version `at_least` or later (a
-    stale build's megabytes are not fetched for a caller that would throw them away)."""
+    stale build's JSON is not fetched for a caller that would throw it away)."""
     fresh = RunViews.version >= at_least
     row = conn.execute(select(RunViews.version, RunViews.analysed_at, RunViews.analysis_seconds,
                               case((fresh, RunViews.views_json)), Run.ledger_version,
