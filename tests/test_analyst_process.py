@@ -79,22 +79,19 @@ def post_run(url: str, run_id: str, seed: int) -> None:
     assert httpx.post(f"{url}/v1/events", json={"events": events}, timeout=30).status_code == 200
 
 
+def stored(database_url: str, run_id: str) -> tuple[bool, bool]:
+    """(whether the run's views are stored, whether its ledger is)."""
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            run = get_run(conn, run_id)
+            return load_views(conn, run.pk) is not None, run.ledger_json is not None
+    finally:
+        engine.dispose()
+
+
 def analysed(database_url: str, run_id: str) -> bool:
-    engine = make_engine(database_url)
-    try:
-        with engine.connect() as conn:
-            return load_views(conn, get_run(conn, run_id).pk) is not None
-    finally:
-        engine.dispose()
-
-
-def ledger_stored(database_url: str, run_id: str) -> bool:
-    engine = make_engine(database_url)
-    try:
-        with engine.connect() as conn:
-            return get_run(conn, run_id).ledger_json is not None
-    finally:
-        engine.dispose()
+    return stored(database_url, run_id)[0]
 
 
 def run_series(url: str, run_id: str) -> list[str]:
@@ -133,8 +130,7 @@ def test_the_analyses_run_in_the_analyst_process_which_is_started_again_when_it_
             assert run_series(url, "second") == []
             assert stale_ledgers(url) == 1
             time.sleep(3)  # ten of the workers' intervals, were they analysing
-            assert not analysed(database_url_postgres, "second")
-            assert not ledger_stored(database_url_postgres, "second")
+            assert stored(database_url_postgres, "second") == (False, False)
         finally:
             os.kill(pid, signal.SIGCONT)
         wait_for("the second run's analysis", lambda: analysed(database_url_postgres, "second"))

@@ -107,7 +107,7 @@ class WrittenReadings:
         for row in rows:
             key = (row[0], row[1], row[2])
             seen = known.get(key)
-            if (seen is None or owners.get(key) is None or owners[key] != seen[0] or row[3] != seen[1]
+            if (seen is None or owners.get(key) != seen[0] or row[3] != seen[1]  # (a kept owner is never None)
                     or row[4] > seen[2] or (row[5] is not None and (seen[3] is None or row[5] > seen[3]))):
                 out.append(row)
         return out
