@@ -68,12 +68,15 @@ class ServerSettings(_Section):
         "GOODPUT_PRUNE_INTERVAL_S: every this many seconds one collector process creates the coming days' "
         "partitions (PostgreSQL) and prunes raw rows past GOODPUT_RAW_RETENTION_DAYS (as `goodput db prune`); "
         "0 turns the background job off"))
-    analyst: Literal["auto", "process", "thread"] = Field("auto", description=(
+    analyst: Literal["auto", "process", "thread", "elsewhere"] = Field("auto", description=(
         "GOODPUT_ANALYST: where `goodput serve` runs the background analyses and retention: `process`, one "
         "process of their own beside the workers (`goodput analyst`, restarted if it dies), so that building "
         "analyses never holds a worker's interpreter lock while it answers requests (PostgreSQL only); `thread`, "
         "a thread in each worker (one worker at a time runs a round); `auto`, process on PostgreSQL and thread on "
-        "SQLite (one writer)"))
+        "SQLite (one writer); `elsewhere`, none here: a `goodput analyst` run apart (a container of its own) keeps "
+        "the stored analyses, and what is polled (`/metrics`, the live answers, fleet-wide estimates) serves them "
+        "as stored instead of rebuilding them in a collector (what `goodput serve` gives its workers beside its "
+        "analyst process); run pages still rebuild the run they show"))
     opentelemetry: bool = Field(False, description=(
         "GOODPUT_OPENTELEMETRY: FastAPI's native OpenTelemetry (spans, metrics, logs to the process's global "
         "providers); off by default: it looks up the providers on every request, about a fifth of a small "
@@ -260,6 +263,20 @@ class ServiceSettings(BaseModel):
     live: LiveSettings = Field(default_factory=LiveSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
+
+
+def beside_an_analyst(settings: ServiceSettings) -> ServiceSettings:
+    """The settings of a collector process whose stored analyses another process keeps (GOODPUT_ANALYST=elsewhere):
+    it runs no background job, and a `/metrics` scrape serves the stored ledgers (rebuilt each round a run changed)
+    instead of rebuilding the busy runs' within its budget, the analyst's work done again in a collector (up to 3 s
+    of a scrape's CPU, the requests behind it waiting), unless GOODPUT_METRICS_REFRESH_BUDGET_S is set."""
+    metrics = settings.metrics
+    if "refresh_budget_s" not in metrics.model_fields_set:  # (set: read from the environment, as the user gave it)
+        metrics = metrics.model_copy(update={"refresh_budget_s": 0.0})
+    return settings.model_copy(update={
+        "server": settings.server.model_copy(update={"analyst": "elsewhere", "warm_analyses_s": 0.0,
+                                                     "prune_interval_s": 0.0}),
+        "metrics": metrics})
 
 
 def worker_environment(settings: ServiceSettings) -> dict[str, str | None]:

@@ -16,12 +16,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.cli.main import _background_mode, _workers_beside_an_analyst
+from services.cli.main import _background_mode, _workers
 from services.settings import ServerSettings, ServiceSettings
 from services.simulate import SimConfig, simulate
 from services.storage.db import make_engine
 from services.storage.run_views import load_views
 from services.storage.runs import get_run
+from tests.collector.test_polls_beside_an_analyst import halves
 from tests.test_cli import GOODPUT, database_url_postgres, env_with, free_port, wait_healthy
 
 __all__ = ["database_url_postgres"]  # the fixture, used by name
@@ -90,6 +91,17 @@ def stored(database_url: str, run_id: str) -> tuple[bool, bool]:
         engine.dispose()
 
 
+def ledger_versions(database_url: str, run_id: str) -> tuple[int, int]:
+    """(the run's version, its stored ledger's version)."""
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            run = get_run(conn, run_id)
+            return run.version, run.ledger_version
+    finally:
+        engine.dispose()
+
+
 def analysed(database_url: str, run_id: str) -> bool:
     return stored(database_url, run_id)[0]
 
@@ -121,20 +133,31 @@ def test_the_analyses_run_in_the_analyst_process_which_is_started_again_when_it_
         pid = analyst_pid(log)
         assert children(proc.pid) == {pid}  # one worker: uvicorn serves in this process; the analyst is its child
         post_run(url, "first", seed=1)
-        wait_for("the first run's analysis", lambda: analysed(database_url_postgres, "first"))
+        before, since = halves()  # a running run ("polled"): what it sent until 10 s ago, then the rest
+        assert httpx.post(f"{url}/v1/events", json={"events": before}, timeout=30).status_code == 200
+        wait_for("the first runs' analyses", lambda: analysed(database_url_postgres, "first")
+                 and ledger_versions(database_url_postgres, "polled")[1] > 0)
 
         os.kill(pid, signal.SIGSTOP)  # the analyst stopped: nothing else analyses in the background
         try:
             post_run(url, "second", seed=2)
+            assert httpx.post(f"{url}/v1/events", json={"events": since}, timeout=30).status_code == 200
+            stale = ledger_versions(database_url_postgres, "polled")
+            assert stale[1] < stale[0]
             # nor does a scrape: the worker serves the ledgers the analyst stored and counts the run without one
             assert run_series(url, "second") == []
-            assert stale_ledgers(url) == 1
+            assert stale_ledgers(url) == 2  # "second" without one, "polled" served the one stored before
+            # nor a live poll: the worker serves the running run's stored ledger
+            assert httpx.get(f"{url}/v1/runs/polled/live", timeout=30).status_code == 200
+            assert httpx.get(f"{url}/v1/live", timeout=30).json()["runs"][0]["run_id"] == "polled"
             time.sleep(3)  # ten of the workers' intervals, were they analysing
             assert stored(database_url_postgres, "second") == (False, False)
+            assert ledger_versions(database_url_postgres, "polled") == stale
         finally:
             os.kill(pid, signal.SIGCONT)
         wait_for("the second run's analysis", lambda: analysed(database_url_postgres, "second"))
         assert run_series(url, "second") == ['goodput_run_running{project="default",run_id="second"} 0.0']
+        wait_for("the running run's analysis", lambda: len(set(ledger_versions(database_url_postgres, "polled"))) == 1)
         assert stale_ledgers(url) == 0
 
         os.kill(pid, signal.SIGKILL)
@@ -202,20 +225,38 @@ def test_goodput_analyst_says_when_the_database_does_not_answer(postgres_admin_u
     ("sqlite:///g.db", "process", 15.0, 3600.0, "thread", True),  # SQLite has one writer
     ("postgresql://h/db", "process", 0.0, 3600.0, "process", False),  # retention alone
     ("postgresql://h/db", "process", 0.0, 0.0, "none", False),  # nothing to run
+    ("postgresql://h/db", "elsewhere", 15.0, 3600.0, "none", False),  # a `goodput analyst` run apart
 ])
 def test_where_the_background_jobs_run(url: str, analyst: str, warm: float, prune: float, mode: str, said: bool,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     server = ServerSettings.model_validate(
         {"database_url": url, "analyst": analyst, "warm_analyses_s": warm, "prune_interval_s": prune})
     assert _background_mode(server) == mode
-    assert ("GOODPUT_ANALYST=process needs PostgreSQL" in capsys.readouterr().err) == said
+    assert ("needs PostgreSQL" in capsys.readouterr().err) == said
 
 
 def test_beside_the_analyst_the_workers_run_no_job_and_a_scrape_builds_no_ledger_unless_a_budget_is_given(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GOODPUT_METRICS_REFRESH_BUDGET_S", raising=False)
-    workers = _workers_beside_an_analyst(ServiceSettings())
-    assert (workers.server.warm_analyses_s, workers.server.prune_interval_s, workers.metrics.refresh_budget_s) == (
-        0, 0, 0)
+    workers = _workers(ServiceSettings(server=ServerSettings(database_url="postgresql://h/db")), "process")
+    assert (workers.server.analyst, workers.server.warm_analyses_s, workers.server.prune_interval_s,
+            workers.metrics.refresh_budget_s) == ("elsewhere", 0, 0, 0)
     monkeypatch.setenv("GOODPUT_METRICS_REFRESH_BUDGET_S", "2")
-    assert _workers_beside_an_analyst(ServiceSettings()).metrics.refresh_budget_s == 2
+    assert _workers(ServiceSettings(), "process").metrics.refresh_budget_s == 2
+
+
+def test_beside_an_analyst_of_retention_alone_the_workers_build_what_they_serve(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GOODPUT_METRICS_REFRESH_BUDGET_S", raising=False)
+    server = ServerSettings(database_url="postgresql://h/db", warm_analyses_s=0)
+    workers = _workers(ServiceSettings(server=server), _background_mode(server))
+    assert (workers.server.analyst, workers.server.warm_analyses_s, workers.server.prune_interval_s,
+            workers.metrics.refresh_budget_s) == ("auto", 0, 0, 3)
+
+
+def test_analyst_elsewhere_on_sqlite_analyses_in_the_collector(capsys: pytest.CaptureFixture[str]) -> None:
+    server = ServerSettings(database_url="sqlite:///g.db", analyst="elsewhere")
+    assert _background_mode(server) == "thread"
+    assert "GOODPUT_ANALYST=elsewhere needs PostgreSQL" in capsys.readouterr().err
+    workers = _workers(ServiceSettings(server=server), "thread")
+    assert (workers.server.analyst, workers.server.warm_analyses_s) == ("thread", 15)

@@ -6,8 +6,8 @@ time: in a worker's thread it shares the interpreter lock with the event loop an
 waits behind it now and then; in its own process it shares only the cores. The analyses it stores are read by every
 worker (services.derive.cache), as they were when one worker's thread built them.
 
-It can run alone too (a container of its own), with the collectors' GOODPUT_WARM_ANALYSES_S=0 and
-GOODPUT_PRUNE_INTERVAL_S=0: any number of analysts share the work, one round at a time (PostgreSQL advisory locks).
+It can run alone too (a container of its own), with the collectors' GOODPUT_ANALYST=elsewhere: any number of
+analysts share the work, one round at a time (PostgreSQL advisory locks).
 """
 
 from __future__ import annotations

@@ -279,11 +279,14 @@ def _serve(ns: argparse.Namespace) -> int:
 
         analyst = AnalystProcess(env=dict(os.environ))  # the settings as given; the workers then run no job
         analyst.start()
-        hand_to_worker_processes(_workers_beside_an_analyst(settings))
+    hand_to_worker_processes(_workers(settings, background))
     print(f"goodput collector on http://{host}:{port}  (database: {_safe(engine)}; API docs at /docs)", flush=True)
     print(auth, flush=True)
     if analyst is not None:
         print(f"background analyses and retention: in a process of their own (pid {analyst.pid})", flush=True)
+    elif settings.server.analyst == "elsewhere" and background == "none":
+        print("background analyses and retention: left to a `goodput analyst` run apart (GOODPUT_ANALYST=elsewhere)",
+              flush=True)
     with _cleanup_before_dying_of(signal.SIGTERM):
         try:
             uvicorn.run("services.collector.app:create_served_app", factory=True, host=host, port=port,
@@ -295,17 +298,21 @@ def _serve(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _workers_beside_an_analyst(settings: ServiceSettings) -> ServiceSettings:
-    """The workers' settings when the analyst process keeps the stored analyses: they run no background job, and a
-    `/metrics` scrape serves the ledgers the analyst stored (rebuilt each round a run changed, big runs paced)
-    instead of rebuilding the busy runs' within its budget, the analyst's work done again in a worker (up to 3 s of
-    a scrape's CPU, the requests behind it waiting), unless GOODPUT_METRICS_REFRESH_BUDGET_S is set."""
-    metrics = settings.metrics
-    if "refresh_budget_s" not in metrics.model_fields_set:  # (set: read from the environment, as the user gave it)
-        metrics = metrics.model_copy(update={"refresh_budget_s": 0.0})
-    return settings.model_copy(update={
-        "server": settings.server.model_copy(update={"warm_analyses_s": 0.0, "prune_interval_s": 0.0}),
-        "metrics": metrics})
+def _workers(settings: ServiceSettings, background: str) -> ServiceSettings:
+    """The workers' settings. Beside an analyst that keeps the stored analyses (the process started here with
+    GOODPUT_WARM_ANALYSES_S > 0, or one run apart: GOODPUT_ANALYST=elsewhere) what is polled serves them
+    (`beside_an_analyst`); beside one that runs retention alone they run no job and build what they serve."""
+    from services.settings import beside_an_analyst
+
+    server = settings.server
+    if background == "thread":
+        return settings.model_copy(update={"server": server.model_copy(update={"analyst": "thread"})})
+    if server.analyst == "elsewhere" or (background == "process" and server.warm_analyses_s > 0):
+        return beside_an_analyst(settings)
+    if background == "process":
+        return settings.model_copy(update={
+            "server": server.model_copy(update={"warm_analyses_s": 0.0, "prune_interval_s": 0.0})})
+    return settings
 
 
 class _DyingOf(BaseException):
@@ -333,9 +340,12 @@ def _cleanup_before_dying_of(signum: int) -> Iterator[None]:
 
 def _background_mode(server: ServerSettings) -> Literal["process", "thread", "none"]:
     """Where the background analyses and retention run (GOODPUT_ANALYST), said on stderr when it is not as asked."""
-    if server.warm_analyses_s <= 0 and server.prune_interval_s <= 0:
-        return "none"
     sqlite = server.database_url.startswith("sqlite")
+    if server.analyst == "elsewhere" and sqlite:
+        print("goodput: GOODPUT_ANALYST=elsewhere needs PostgreSQL (`goodput analyst` does not run on SQLite); the "
+              "background analyses run in the collector's process", file=sys.stderr)
+    elif server.analyst == "elsewhere" or (server.warm_analyses_s <= 0 and server.prune_interval_s <= 0):
+        return "none"
     if server.analyst == "process" and sqlite:
         print("goodput: GOODPUT_ANALYST=process needs PostgreSQL (SQLite has one writer); the background analyses "
               "run in the collector's process", file=sys.stderr)

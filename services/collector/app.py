@@ -41,7 +41,7 @@ from services.derive.cache import AnalysisCache
 from services.derive.memory import tune_allocator
 from services.schemas.errors import ErrorResponse
 from services.schemas.events import EventBatch, IngestAck
-from services.settings import DashboardSettings, ServiceSettings
+from services.settings import DashboardSettings, ServiceSettings, beside_an_analyst
 from services.storage.db import make_engine
 from services.storage.summary_cache import SummaryCache
 from services.storage.writer import BatchWriter, Linger
@@ -72,6 +72,8 @@ def create_served_app() -> FastAPI:
 def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None = None,
                freeze_heap_at_start: bool = False) -> FastAPI:
     settings = settings or ServiceSettings()
+    if settings.server.analyst == "elsewhere":
+        settings = beside_an_analyst(settings)  # no background job here; what is polled serves the stored analyses
     engine = engine or make_engine(settings.server.database_url)
     pace = SendPace(target_requests_per_s=settings.ingest.target_requests_per_s,
                     max_interval_s=settings.ingest.max_send_interval_s)
@@ -80,7 +82,8 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     writer = BatchWriter(engine, max_pending_events=settings.ingest.writer_max_pending_events,
                          max_queue_s=settings.ingest.writer_max_queue_s,
                          linger=Linger(settings.ingest.writer_linger_s, only_while=lambda: pace.senders > 1))
-    analyses = AnalysisCache(engine, summaries=SummaryCache(capacity_bytes=settings.server.analysis_cache_mb << 20))
+    analyses = AnalysisCache(engine, summaries=SummaryCache(capacity_bytes=settings.server.analysis_cache_mb << 20),
+                             kept_elsewhere=settings.server.analyst == "elsewhere")
     background = BackgroundJobs(analyses, settings.server)  # GOODPUT_WARM_ANALYSES_S / PRUNE_INTERVAL_S 0: none
 
     @asynccontextmanager

@@ -170,8 +170,12 @@ class AnalysisCache:
     """The derived products of the runs of one database (`engine`), built and kept by one policy."""
 
     def __init__(self, engine: Engine, *, pace: Pace | None = None, memory_capacity: int = 32,
-                 watched_capacity: int = 10_000, summaries: SummaryCache | None = None) -> None:
+                 watched_capacity: int = 10_000, summaries: SummaryCache | None = None,
+                 kept_elsewhere: bool = False) -> None:
         self.engine = engine
+        # another process (an analyst: GOODPUT_ANALYST=elsewhere) rebuilds the stored products of the runs that
+        # changed every round: what is polled is served as stored (`recent(..., polled=True)`), not built again here
+        self.kept_elsewhere = kept_elsewhere
         # the decoded step blocks and control events of the runs built here (services.storage.step_blocks)
         self.summaries = summaries if summaries is not None else SummaryCache()
         self._flights: SingleFlight[Built[object]] = SingleFlight("analysis")
@@ -210,15 +214,17 @@ class AnalysisCache:
                 return built.value
             # this joined a build that started before `run` was read: the next one reads the run again
 
-    def recent(self, product: Product[T], run: RunRow, *, budget_s: float) -> tuple[T, bool] | None:
+    def recent(self, product: Product[T], run: RunRow, *, budget_s: float,
+               polled: bool = False) -> tuple[T, bool] | None:
         """(value, stale): the product of the run's version when it is kept or built within `budget_s`; else the
         last one kept, stale, while a build goes on (started now if the pace allows). None: nothing kept yet and
-        nothing ready within the budget."""
+        nothing ready within the budget. `polled`: asked again and again (live answers, fleet-wide estimates);
+        where another process keeps the stored products (`kept_elsewhere`) the kept one is served as it is."""
         if product.is_final(run):
             return self.final(product, run), False
         kept = self._kept(product, run)
-        if kept is not None and kept.version >= run.version:
-            return kept.value, False
+        if kept is not None and (kept.version >= run.version or (polled and self.kept_elsewhere)):
+            return kept.value, kept.version < run.version
         related = self._related_build(product, run.pk)
         if related is not None:
             if _result_within(related, budget_s) is not None:
@@ -233,9 +239,10 @@ class AnalysisCache:
             return None
         return kept.value, kept.version < run.version
 
-    def recent_or_current(self, product: Product[T], run: RunRow, *, budget_s: float) -> tuple[T, bool]:
+    def recent_or_current(self, product: Product[T], run: RunRow, *, budget_s: float,
+                          polled: bool = False) -> tuple[T, bool]:
         """(value, stale) as `recent`; for a run with nothing kept yet (nothing to show meanwhile), `current`."""
-        recent = self.recent(product, run, budget_s=budget_s)
+        recent = self.recent(product, run, budget_s=budget_s, polled=polled)
         return recent if recent is not None else (self.current(product, run), False)
 
     def due(self, product: Product[T], run_pk: int) -> bool:

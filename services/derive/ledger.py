@@ -76,9 +76,11 @@ def current_ledger(analyses: AnalysisCache, run: RunRow) -> Ledger:
     return analyses.current(LEDGER, run)
 
 
-def recent_ledger(analyses: AnalysisCache, run: RunRow, *, budget_s: float) -> tuple[Ledger, bool]:
-    """(ledger, stale): the current ledger if it is stored or built within `budget_s`, else the stored one."""
-    return analyses.recent_or_current(LEDGER, run, budget_s=budget_s)
+def recent_ledger(analyses: AnalysisCache, run: RunRow, *, budget_s: float,
+                  polled: bool = False) -> tuple[Ledger, bool]:
+    """(ledger, stale): the current ledger if it is stored or built within `budget_s`, else the stored one
+    (`polled`: see AnalysisCache.recent)."""
+    return analyses.recent_or_current(LEDGER, run, budget_s=budget_s, polled=polled)
 
 
 def last_checkpoint(analyses: AnalysisCache, run: RunRow, ledger: Ledger) -> CompletedCheckpoint | None:
@@ -94,4 +96,4 @@ def fleet_ledgers(analyses: AnalysisCache, *, project: str | None = None, limit:
     ledgers are taken as they are (an estimate over many runs does not wait for one that is being re-analysed)."""
     with analyses.engine.connect() as conn:
         rows = list_runs(conn, limit=limit, project=project)
-    return [recent_ledger(analyses, row, budget_s=0.0)[0] for row in rows]
+    return [recent_ledger(analyses, row, budget_s=0.0, polled=True)[0] for row in rows]

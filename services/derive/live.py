@@ -4,7 +4,9 @@ The hang verdict comes from `services.storage.live` (fresh on every call: no cac
 The at-risk GPU-seconds come from the run's ledger, which needs the whole run: a fresh one when it is built
 within `LEDGER_BUDGET_S`, else the one stored in the database while a single, paced background build
 catches up (services.derive.ledger.recent_ledger), so polling `/v1/runs/{id}/live` every 0.2 s never analyses
-the run 5 times a second. Checkpoint requests are here too: what a scheduler asks of a running run.
+the run 5 times a second. Beside an analyst process (GOODPUT_ANALYST) the stored one is served as it is: the
+analyst rebuilds it each round the run changed, and a poll does not build it again in a collector. Checkpoint
+requests are here too: what a scheduler asks of a running run.
 """
 
 from __future__ import annotations
@@ -83,10 +85,11 @@ def live_hangs(engine: Engine, rows: list[RunRow], now: float, config: LiveConfi
 
 
 def live_for_row(analyses: AnalysisCache, row: RunRow, now: float, config: LiveConfig, *,
-                 with_ranks: bool = True, ledger_budget_s: float = LEDGER_BUDGET_S) -> LiveRun:
+                 with_ranks: bool = True, ledger_budget_s: float = LEDGER_BUDGET_S, polled: bool = True) -> LiveRun:
     """The run's live status. Its at-risk GPU-seconds come from the ledger: fresh when it is built within
-    `ledger_budget_s`, else the stored one (refreshed in the background)."""
-    ledger = recent_ledger(analyses, row, budget_s=ledger_budget_s)[0]
+    `ledger_budget_s`, else the stored one, refreshed in the background: here, or where an analyst process keeps
+    the stored ledgers, by it (`polled`; a run page's own read is not a poll)."""
+    ledger = recent_ledger(analyses, row, budget_s=ledger_budget_s, polled=polled)[0]
     with analyses.engine.connect() as conn:
         state = read_live_state(conn, row, now, config)
     status = ledger.status if row.status == "running" else row.status
@@ -121,7 +124,8 @@ def preemption_candidates(analyses: AnalysisCache, now: float, config: LiveConfi
     with engine.connect() as conn:
         rows = list_runs(conn, status="running", limit=limit, project=project)
     # run ids repeat across projects: each ledger is keyed by (project, row), which also breaks ties in that order
-    ranked = cheapest_to_preempt(((row.project, k), recent_ledger(analyses, row, budget_s=FLEET_LEDGER_BUDGET_S)[0])
+    ranked = cheapest_to_preempt(((row.project, k), recent_ledger(analyses, row, budget_s=FLEET_LEDGER_BUDGET_S,
+                                                                           polled=True)[0])
                                  for k, row in enumerate(rows))
     with engine.begin() as conn:
         for row in rows:

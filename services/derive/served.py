@@ -75,7 +75,7 @@ def run_view(analyses: AnalysisCache, row: RunRow, config: LiveConfig, *, stale_
         built, stale = current_views(analyses, row), False
     # the views were waited for already: the live part takes the ledger it finds
     live = live_for_row(analyses, row, time.time() if now is None else now, config,
-                        ledger_budget_s=0.0 if stale_ok else LEDGER_BUDGET_S)
+                        ledger_budget_s=0.0 if stale_ok else LEDGER_BUDGET_S, polled=False)
     return RunView.model_validate({
         **dict(built.views), "ledger": ledger_with_hang(built.ledger, live, live.server_time), "stale": stale,
         "run_version": max(row.version, built.version), "analysed_at": built.analysed_at,

@@ -70,7 +70,9 @@ class LiveRun(BaseModel):
     ranks_truncated: bool | None = Field(None, description=(
         "per-run endpoint: true when `ranks` lists fewer than ranks_total (128 rows at most: the listed suspects, "
         "then the ranks that reported, then the others, by rank)"))
-    at_risk_gpu_seconds: float = Field(description="work since the last checkpoint (the ledger's; up to 10 s old)")
+    at_risk_gpu_seconds: float = Field(description=(
+        "work since the last checkpoint, from the run's ledger: built within 0.5 s, else the last one stored while "
+        "a newer one is built (beside an analyst process, GOODPUT_ANALYST, the one it stored in its last round)"))
     possibly_hung: bool = Field(description="= hung (older name)")
     stall_threshold_seconds: float = Field(description="= threshold_seconds (older name)")
     ranks: list[RankLive] | None = Field(None, description="ranks of the world, at most 128 (per-run endpoint only)")
