@@ -1,5 +1,5 @@
-"""The fleet's list pages with thousands of runs: `GET /v1/runs` and `GET /v1/fleet/window`, unpaged, on PostgreSQL
-and SQLite.
+"""The fleet's list pages with thousands of runs: `GET /v1/runs` and `GET /v1/fleet/window`, unpaged, and the live
+answers of its running runs (`/v1/live`, `/v1/preemption-candidates`), on PostgreSQL and SQLite.
 
     python -m benchmarks.fleet_listing [--runs 3000] [--db postgresql,sqlite] [--ranks 4] [--steps 120]
 
@@ -153,11 +153,16 @@ def quiet_collector(url: str) -> Iterator[httpx.Client]:
         yield client
 
 
-def measure_endpoint(url: str, path: str) -> dict[str, Any]:
+# (name, path, the answer's list): the lists of every run, then the live ones of the running runs
+ENDPOINTS = (("/v1/runs", "/v1/runs?limit=10000", "runs"), ("/v1/fleet/window", "/v1/fleet/window?limit=10000", "runs"),
+             ("/v1/live", "/v1/live", "runs"), ("/v1/preemption-candidates", "/v1/preemption-candidates", "candidates"))
+
+
+def measure_endpoint(url: str, path: str, key: str) -> dict[str, Any]:
     with quiet_collector(url) as client:
         cold, body = timed_get(client, path)
         warm = [timed_get(client, path)[0] for _ in range(3)]
-    runs = body["runs"]
+    runs = body[key]
     return {"cold_s": cold, "warm_s": statistics.median(warm), "runs": len(runs),
             "stale": sum(1 for r in runs if (r.get("run") or r).get("stale")), "bytes": len(json.dumps(body))}
 
@@ -166,8 +171,8 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     built = build_fleet(url, args.runs, args.ranks, args.steps) if not _has_runs(url) else {}
     baseline = statistics.median(bare_select_s(url) for _ in range(3))
     out: dict[str, Any] = {"fleet": built, "baseline_s": baseline, "hangs": hang_verdicts(url)}
-    for name, path in (("runs", "/v1/runs?limit=10000"), ("window", "/v1/fleet/window?limit=10000")):
-        out[name] = measure_endpoint(url, path)
+    for name, path, key in ENDPOINTS:
+        out[name] = measure_endpoint(url, path, key)
     return out
 
 
@@ -182,9 +187,9 @@ def report(db: str, result: dict[str, Any]) -> None:
     hangs = result["hangs"]
     print(f"  hang verdicts of the {hangs['running']} running runs ({hangs['hung']} hung): "
           f"{hangs['seconds'] * 1000:,.0f} ms")
-    for name in ("runs", "window"):
+    for name, _, _ in ENDPOINTS:
         r = result[name]
-        print(f"  {'/v1/runs' if name == 'runs' else '/v1/fleet/window':<17} {r['runs']:,} runs ({r['stale']} stale), "
+        print(f"  {name:<26} {r['runs']:,} runs ({r['stale']} stale), "
               f"{r['bytes'] / 1e6:.1f} MB: cold {r['cold_s'] * 1000:,.0f} ms ({r['cold_s'] / baseline:.1f}x the "
               f"baseline), warm {r['warm_s'] * 1000:,.0f} ms ({r['warm_s'] / baseline:.1f}x)")
 

@@ -20,6 +20,7 @@ from services.analysis.preemption import allocated_gpus, cheapest_to_preempt
 from services.analysis.provisional import LiveHang
 from services.derive.cache import AnalysisCache
 from services.derive.ledger import recent_ledger
+from services.schemas.ledger import Ledger
 from services.schemas.live import CheckpointRequestOut, LiveRun, PreemptionCandidate
 from services.settings import ServiceSettings
 from services.storage.checkpoint_requests import (
@@ -92,25 +93,37 @@ def live_for_row(analyses: AnalysisCache, row: RunRow, now: float, config: LiveC
     ledger = recent_ledger(analyses, row, budget_s=ledger_budget_s, polled=polled)[0]
     with analyses.engine.connect() as conn:
         state = read_live_state(conn, row, now, config)
+    return _judged(row, ledger, state, now, config, with_ranks=with_ranks)
+
+
+def live_for_running_runs(analyses: AnalysisCache, now: float, config: LiveConfig, *, limit: int = 500,
+                          project: str | None = None) -> list[LiveRun]:
+    """Every running run (of `project`; None = every project), hung ones first, then by seconds since progress
+    (longest first): each judged as `live_for_row` judges it without ranks, the states of them all read with one
+    statement per kind of lookup (services.storage.live_batch) after their kept ledgers."""
+    with analyses.engine.connect() as conn:
+        rows = list_runs(conn, status="running", limit=limit, project=project)
+    if not rows:
+        return []
+    ledgers = [recent_ledger(analyses, row, budget_s=FLEET_LEDGER_BUDGET_S, polled=True)[0] for row in rows]
+    with analyses.engine.connect() as conn:
+        states = load_live_states(conn, rows, now=now, lookback_s=config.heartbeat_lookback_s,
+                                  recent_steps=config.recent_steps)
+    out = [_judged(row, ledger, states[row.pk], now, config, with_ranks=False)
+           for row, ledger in zip(rows, ledgers, strict=True)]
+    out = [r for r in out if r.status == "running"]
+    out.sort(key=lambda r: (not r.hung, -(r.seconds_since_progress or 0.0), r.run_id, r.project))
+    return out
+
+
+def _judged(row: RunRow, ledger: Ledger, state: LiveState, now: float, config: LiveConfig, *,
+            with_ranks: bool) -> LiveRun:
     status = ledger.status if row.status == "running" else row.status
     state = replace(state, status=status)
     return live_run(detect_hang(state, now, config, with_ranks=with_ranks), project=row.project, version=row.version,
                     latest_time=row.last_time, at_risk_gpu_seconds=float(ledger.at_risk_gpu_seconds),
                     allocated_gpus=max(allocated_gpus(ledger), state.world_size), with_ranks=with_ranks,
                     max_suspects=None if with_ranks else MAX_FLEET_SUSPECTS)
-
-
-def live_for_running_runs(analyses: AnalysisCache, now: float, config: LiveConfig, *, limit: int = 500,
-                          project: str | None = None) -> list[LiveRun]:
-    """Every running run (of `project`; None = every project), hung ones first, then by seconds since progress
-    (longest first)."""
-    with analyses.engine.connect() as conn:
-        rows = list_runs(conn, status="running", limit=limit, project=project)
-    out = [live_for_row(analyses, row, now, config, with_ranks=False, ledger_budget_s=FLEET_LEDGER_BUDGET_S)
-           for row in rows]
-    out = [r for r in out if r.status == "running"]
-    out.sort(key=lambda r: (not r.hung, -(r.seconds_since_progress or 0.0), r.run_id, r.project))
-    return out
 
 
 # -- preemption cost and checkpoint requests -----------------------------------------------------------------
@@ -131,15 +144,10 @@ def preemption_candidates(analyses: AnalysisCache, now: float, config: LiveConfi
         for row in rows:
             resolve_fulfilled(conn, row.pk)
         pending = {r.run_pk: r.id for r in reversed(pending_requests(conn, [row.pk for row in rows]))}
-    out = []
-    for (_, k), cost in ranked:
-        row = rows[k]
-        with engine.connect() as conn:
-            state = read_live_state(conn, row, now, config)
-        hung = detect_hang(replace(state, status="running"), now, config, with_ranks=False).hung
-        out.append(PreemptionCandidate(**{**cost.model_dump(), "run_id": row.run_id}, project=row.project,
-                                       hung=hung, pending_checkpoint_request=pending.get(row.pk)))
-    return out
+    hung = live_hangs(engine, rows, now, config)
+    return [PreemptionCandidate(**{**cost.model_dump(), "run_id": rows[k].run_id}, project=rows[k].project,
+                                hung=rows[k].pk in hung, pending_checkpoint_request=pending.get(rows[k].pk))
+            for (_, k), cost in ranked]
 
 
 def request_out(run_id: str, r: CheckpointRequestRow) -> CheckpointRequestOut:

@@ -14,12 +14,15 @@ from sqlalchemy import text
 from services.analysis.live import LiveConfig, detect_hang
 from services.analysis.live_tail import tail_of
 from services.collector.batch import parse_batch
+from services.derive.cache import AnalysisCache
+from services.derive.ledger import current_ledger
+from services.derive.live import FLEET_LEDGER_BUDGET_S, live_for_row, live_for_running_runs, preemption_candidates
 from services.simulate import SimConfig, simulate
 from services.storage.clock_readings import RequestClock, readings_of
 from services.storage.live import LIVE_TAIL, load_live_state
 from services.storage.live_batch import load_live_states
 from services.storage.run_products import store_product
-from services.storage.runs import RunRef, RunRow, get_run
+from services.storage.runs import RunRef, RunRow, get_run, list_runs
 from services.storage.write import write_batches
 from tests.live_database import LiveDatabase
 
@@ -61,9 +64,12 @@ def _store(db: LiveDatabase, project: str, name: str, config: SimConfig | None) 
         clocks = [readings_of(records, RequestClock(received_at=received, sent_at=latest))]
     (result,) = write_batches(db.engine, [records], [project], clocks=clocks)
     assert result.conflict is None
+    if "pruned" in name:  # as retention prunes it: its ledger stored first
+        with db.engine.connect() as conn:
+            current_ledger(AnalysisCache(db.engine), get_run(conn, RunRef(project, events[0]["run_id"])))
     with db.engine.begin() as conn:
         row = get_run(conn, RunRef(project, events[0]["run_id"]))
-        if "pruned" in name:  # as retention prunes it: the live tail kept, the step rows gone
+        if "pruned" in name:  # the live tail kept, the step rows gone
             tail = tail_of(load_live_state(conn, row, now=START + 2 * STEPS))
             store_product(conn, row.pk, LIVE_TAIL, version=row.version, product_json=tail.model_dump_json())
             for table in ("steps", "step_columns", "collectives"):
@@ -115,3 +121,23 @@ def test_the_fleet_holds_the_cases_it_is_meant_to(live_db: LiveDatabase, fleet: 
     assert sum(detect_hang(state, max(row.last_time or START for row in fleet) + 200.0, LiveConfig()).hung
                for row, state in zip(fleet, by_name.values(), strict=True)) >= 1
     assert by_name["never started"].attempt is None
+
+
+@pytest.mark.parametrize("after_s", [0.0, 200.0])
+def test_the_fleet_live_answers_are_each_runs_own(live_db: LiveDatabase, fleet: list[RunRow], after_s: float) -> None:
+    """`/v1/live` and the preemption candidates read the states of all running runs at once: each run's entry is
+    its per-run live answer without ranks, hung or not as that answer says."""
+    config = LiveConfig()
+    analyses = AnalysisCache(live_db.engine)
+    now = max(row.last_time or START for row in fleet) + after_s
+    with live_db.engine.connect() as conn:
+        running = list_runs(conn, status="running")
+    alone = [live_for_row(analyses, row, now, config, with_ranks=False, ledger_budget_s=FLEET_LEDGER_BUDGET_S)
+             for row in running]
+    listed = live_for_running_runs(analyses, now, config)
+    assert len(listed) == 6 and sum(r.hung for r in listed) == (6 if after_s else 5)  # "slow steps" not yet
+    assert sorted(listed, key=lambda r: (r.project, r.run_id)) == sorted(
+        (r for r in alone if r.status == "running"), key=lambda r: (r.project, r.run_id))
+    candidates = preemption_candidates(analyses, now, config)
+    by_run = {(r.project, r.run_id): r.hung for r in alone}
+    assert {(c.project, c.run_id): c.hung for c in candidates} == by_run
