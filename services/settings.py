@@ -212,8 +212,9 @@ class MetricsSettings(_Section):
         "GOODPUT_METRICS_REFRESH_BUDGET_S: seconds a snapshot may spend recomputing ledgers whose run received "
         "events since they were stored; past the budget it serves the previous stored ledger of the run, so a "
         "scrape never runs the analysis of every busy run at once (the next snapshot continues where this one "
-        "stopped). 0 under `goodput serve` on PostgreSQL unless set: its analyst process keeps the stored ledgers "
-        "(GOODPUT_ANALYST), and a scrape serves them"))
+        "stopped). 0 beside an analyst unless set (GOODPUT_ANALYST=elsewhere, what `goodput serve` on PostgreSQL "
+        "gives its workers beside its analyst process): the analyst keeps the stored ledgers, and a scrape serves "
+        "them"))
 
 
 class DashboardSettings(_Section):

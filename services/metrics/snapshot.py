@@ -3,8 +3,8 @@
 A snapshot covers the runs that are running or had an event within the window (``MetricsSettings``). Ledgers
 come from the cache in the ``runs`` table (`services.derive.ledger.current_ledger`); a ledger made stale by new
 events is recomputed within a time budget per snapshot, past which the previous stored ledger is served
-(counted in ``stale_ledgers``). Beside an analyst process (`goodput serve` on PostgreSQL) the budget is 0: the
-analyst keeps the stored ledgers, and a worker does not build them again for a scrape.
+(counted in ``stale_ledgers``). Beside an analyst (GOODPUT_ANALYST=elsewhere: `goodput serve` on PostgreSQL) the
+budget is 0: the analyst keeps the stored ledgers, and a worker does not build them again for a scrape.
 
 Besides ledgers, a snapshot reads two cheap things per run (services.storage.run_activity):
 
