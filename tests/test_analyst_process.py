@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import Connection
 
 from services.cli.main import _background_mode, _workers
 from services.settings import ServerSettings, ServiceSettings
@@ -80,26 +81,29 @@ def post_run(url: str, run_id: str, seed: int) -> None:
     assert httpx.post(f"{url}/v1/events", json={"events": events}, timeout=30).status_code == 200
 
 
-def stored(database_url: str, run_id: str) -> tuple[bool, bool]:
-    """(whether the run's views are stored, whether its ledger is)."""
+@contextmanager
+def connected(database_url: str) -> Iterator[Connection]:
+    """A connection of its own to the server's database (the test reads what the server stored)."""
     engine = make_engine(database_url)
     try:
         with engine.connect() as conn:
-            run = get_run(conn, run_id)
-            return load_views(conn, run.pk) is not None, run.ledger_json is not None
+            yield conn
     finally:
         engine.dispose()
+
+
+def stored(database_url: str, run_id: str) -> tuple[bool, bool]:
+    """(whether the run's views are stored, whether its ledger is)."""
+    with connected(database_url) as conn:
+        run = get_run(conn, run_id)
+        return load_views(conn, run.pk) is not None, run.ledger_json is not None
 
 
 def ledger_versions(database_url: str, run_id: str) -> tuple[int, int]:
     """(the run's version, its stored ledger's version)."""
-    engine = make_engine(database_url)
-    try:
-        with engine.connect() as conn:
-            run = get_run(conn, run_id)
-            return run.version, run.ledger_version
-    finally:
-        engine.dispose()
+    with connected(database_url) as conn:
+        run = get_run(conn, run_id)
+        return run.version, run.ledger_version
 
 
 def analysed(database_url: str, run_id: str) -> bool:
