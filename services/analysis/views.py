@@ -29,6 +29,7 @@ import pandas as pd
 from services.analysis.attempts import RunStructure, build_run_structure
 from services.analysis.claims import CLAIM_CATEGORY, Claim, RunPainting, paint_run
 from services.analysis.failures import build_failure_causes, last_completed_steps
+from services.analysis.grid_figures import ragged_consistency, row_figures
 from services.analysis.medians import median_of_sorted_rows
 from services.analysis.rank_sketch import COMPUTE_ERROR
 from services.analysis.run_data import RunData
@@ -368,13 +369,7 @@ def _rank_figures_of_grid(grid: ComputeGrid, heat_rows: int, heat_cols: int) -> 
     """`_rank_figures_of_rows` from the ranks x job steps compute matrix (services.analysis.step_blocks)."""
     values, present, known = grid.compute, ~np.isnan(grid.compute), grid.known
     counts = present.sum(axis=1)
-    if bool(present.all()):
-        median, p90, mean = np.median(values, axis=1), np.quantile(values, 0.9, axis=1), values.mean(axis=1)
-    else:
-        mine = [values[i][present[i]] for i in range(len(grid.ranks))]
-        median = np.array([np.median(v) for v in mine])
-        p90 = np.array([np.quantile(v, 0.9) for v in mine])
-        mean = np.array([v.mean() for v in mine])
+    median, p90, mean = row_figures(values, present)
     stats = pd.DataFrame({"steps": counts, "median_s": median, "p90_s": p90, "mean_s": mean},
                          index=pd.Index(grid.ranks, name="rank"))
     columns = known.any(axis=0)
@@ -383,9 +378,7 @@ def _rank_figures_of_grid(grid: ComputeGrid, heat_rows: int, heat_cols: int) -> 
         known_values = values[:, columns]
         consistency = consistency_of_grid(grid.ranks, known_values.T), float(np.median(known_values))
     else:
-        rows, cols = np.nonzero(known)
-        consistency = rank_consistency(pd.DataFrame({"attempt": grid.attempt[cols], "rank": grid.ranks[rows],
-                                                     "step": grid.step[cols], "compute": values[rows, cols]}))
+        consistency = ragged_consistency(grid.ranks, values, known)
     lo_step, hi_step = int(grid.step.min()), int(grid.step.max())
     n_cols = max(1, min(heat_cols, hi_step - lo_step + 1))
     col_edges = np.linspace(lo_step, hi_step + 1, n_cols + 1)
