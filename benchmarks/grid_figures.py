@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks._common import machine
-from services.analysis.grid_figures import ragged_consistency, row_figures
+from services.analysis.grid_figures import grid_consistency, row_figures
 from services.analysis.stragglers import rank_consistency
 
 
@@ -47,7 +47,7 @@ def by_rows(values: np.ndarray) -> None:
 def by_grid(values: np.ndarray) -> None:
     present = ~np.isnan(values)
     row_figures(values, present)
-    ragged_consistency(np.arange(len(values)), values, present)
+    grid_consistency(np.arange(len(values)), values, present)
 
 
 def cpu_ms(way: Callable[[np.ndarray], None], values: np.ndarray) -> float:

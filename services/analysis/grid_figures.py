@@ -28,10 +28,11 @@ def row_figures(values: np.ndarray, present: np.ndarray) -> tuple[np.ndarray, np
     return median, p90, mean
 
 
-def ragged_consistency(ranks: np.ndarray, values: np.ndarray, known: np.ndarray) -> tuple[pd.DataFrame, float]:
+def grid_consistency(ranks: np.ndarray, values: np.ndarray, known: np.ndarray) -> tuple[pd.DataFrame, float]:
     """`stragglers.rank_consistency` of the grid's known values (`values`: ranks x job steps, each column one
-    (attempt, step)): per rank that was compared in some step, the steps compared, those slower than the others'
-    median, and the median excess over it; and the median of every known value."""
+    (attempt, step)), ragged or not: per rank that was compared in some step, the steps compared, those slower than
+    the others' median, and the median excess over it; and the median of every known value. A grid known in full
+    takes `others_median_by_step` throughout, as `stragglers.consistency_of_grid` does."""
     if not bool(known.any()):
         return pd.DataFrame(columns=CONSISTENCY_COLUMNS, index=pd.Index([], name="rank")), 0.0
     excess = np.full(values.shape, np.nan)

@@ -29,13 +29,12 @@ import pandas as pd
 from services.analysis.attempts import RunStructure, build_run_structure
 from services.analysis.claims import CLAIM_CATEGORY, Claim, RunPainting, paint_run
 from services.analysis.failures import build_failure_causes, last_completed_steps
-from services.analysis.grid_figures import ragged_consistency, row_figures
+from services.analysis.grid_figures import grid_consistency, row_figures
 from services.analysis.medians import median_of_sorted_rows
 from services.analysis.rank_sketch import COMPUTE_ERROR
 from services.analysis.run_data import RunData
 from services.analysis.step_summary import ComputeGrid, StepSummary, compute_grid
 from services.analysis.stragglers import (
-    consistency_of_grid,
     flags_of_consistency,
     rank_consistency,
     rank_hosts,
@@ -372,13 +371,7 @@ def _rank_figures_of_grid(grid: ComputeGrid, heat_rows: int, heat_cols: int) -> 
     median, p90, mean = row_figures(values, present)
     stats = pd.DataFrame({"steps": counts, "median_s": median, "p90_s": p90, "mean_s": mean},
                          index=pd.Index(grid.ranks, name="rank"))
-    columns = known.any(axis=0)
-    # every rank known in every step that has one known (the usual case): no frame of rows
-    if bool(columns.any()) and bool(known[:, columns].all()):
-        known_values = values[:, columns]
-        consistency = consistency_of_grid(grid.ranks, known_values.T), float(np.median(known_values))
-    else:
-        consistency = ragged_consistency(grid.ranks, values, known)
+    consistency = grid_consistency(grid.ranks, values, known)
     lo_step, hi_step = int(grid.step.min()), int(grid.step.max())
     n_cols = max(1, min(heat_cols, hi_step - lo_step + 1))
     col_edges = np.linspace(lo_step, hi_step + 1, n_cols + 1)

@@ -9,7 +9,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.analysis.grid_figures import ragged_consistency, row_figures
+from services.analysis.grid_figures import grid_consistency, row_figures
 from services.analysis.stragglers import rank_consistency
 
 
@@ -73,7 +73,7 @@ def test_the_straggler_evidence_of_a_ragged_grid_is_rank_consistencys(
     known = present & (rng.random(present.shape) >= unknown)
     attempt = np.sort(rng.integers(0, attempts, steps))
     step = np.concatenate([np.arange((attempt == a).sum()) for a in range(attempts)])
-    assert_same_consistency(ragged_consistency(np.arange(ranks), values, known),
+    assert_same_consistency(grid_consistency(np.arange(ranks), values, known),
                             consistency_of_rows(values, known, attempt, step))
 
 
@@ -86,7 +86,7 @@ def test_a_live_runs_last_steps_missing_on_some_ranks() -> None:
     for ours, theirs in zip(row_figures(values, present), row_by_row(values, present), strict=True):
         assert ours.tobytes() == theirs.tobytes()
     columns = np.arange(values.shape[1])
-    assert_same_consistency(ragged_consistency(np.arange(256), values, present),
+    assert_same_consistency(grid_consistency(np.arange(256), values, present),
                             consistency_of_rows(values, present, np.zeros_like(columns), columns))
 
 
@@ -96,7 +96,7 @@ def test_a_rank_without_values_has_no_figures_and_no_evidence() -> None:
     median, p90, mean = row_figures(values, present)
     assert median.tolist()[0::2] == [2.0, 4.0] and mean.tolist()[0::2] == [7.0 / 3.0, 4.0]
     assert np.isnan([median[1], p90[1], mean[1]]).all()
-    by_rank, reference = ragged_consistency(np.array([3, 5, 9]), values, present)
+    by_rank, reference = grid_consistency(np.array([3, 5, 9]), values, present)
     assert list(by_rank.index) == [3, 9] and by_rank["steps"].tolist() == [2, 2] and reference == 3.0
-    nothing, zero = ragged_consistency(np.array([3, 5, 9]), values, np.zeros_like(present))
+    nothing, zero = grid_consistency(np.array([3, 5, 9]), values, np.zeros_like(present))
     assert nothing.empty and zero == 0.0

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from benchmarks import grid_figures
-from services.analysis.grid_figures import ragged_consistency, row_figures
+from services.analysis.grid_figures import grid_consistency, row_figures
 from services.analysis.stragglers import rank_consistency
 
 
@@ -26,7 +26,7 @@ def test_both_ways_compute_the_same_figures(monkeypatch: pytest.MonkeyPatch) -> 
     grid_figures.by_rows(values)
     present = ~np.isnan(values)
     (expected, reference), = seen
-    ours, our_reference = ragged_consistency(np.arange(40), values, present)
+    ours, our_reference = grid_consistency(np.arange(40), values, present)
     assert our_reference == reference and ours.equals(expected)
     median, _, _ = row_figures(values, present)
     assert median.tolist() == [np.median(row[~np.isnan(row)]) for row in values]
