@@ -106,23 +106,48 @@ def _backends(database: str) -> list[int]:
 
 
 class CpuMeter:
-    """CPU seconds of a changing set of processes: the sum of each one's growth while it was seen."""
+    """CPU seconds of a changing set of processes: the sum of each one's growth while it was seen, in all and per
+    process."""
 
     def __init__(self) -> None:
         self._last: dict[int, int] = {}
         self.ticks = 0
+        self.ticks_by_pid: dict[int, int] = {}
 
     def sample(self, pids: list[int]) -> None:
         for pid in pids:
             ticks = _cpu_ticks(pid)
             if ticks is None:
                 continue
-            self.ticks += ticks - self._last.get(pid, ticks)
+            grown = ticks - self._last.get(pid, ticks)
+            self.ticks += grown
+            self.ticks_by_pid[pid] = self.ticks_by_pid.get(pid, 0) + grown
             self._last[pid] = ticks
 
     @property
     def seconds(self) -> float:
         return self.ticks / CLOCK_TICKS
+
+    def seconds_by(self, role_of: dict[int, str]) -> dict[str, float]:
+        """CPU seconds per role (`role_of`: pid -> role; a pid without one counts as "other")."""
+        out: dict[str, float] = {}
+        for pid, ticks in self.ticks_by_pid.items():
+            role = role_of.get(pid, "other")
+            out[role] = out.get(role, 0.0) + ticks / CLOCK_TICKS
+        return out
+
+
+def collector_role(pid: int, root: int) -> str:
+    """What a process of `goodput serve`'s tree does: "supervisor" (the command itself, which starts and watches the
+    others), "analyst" (`goodput analyst`: the background analyses and retention) or "workers" (the HTTP workers,
+    which ingest; their helpers too, such as multiprocessing's resource tracker)."""
+    if pid == root:
+        return "supervisor"
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "workers"
+    return "analyst" if b"analyst" in argv else "workers"
 
 
 @dataclass
@@ -138,6 +163,14 @@ class Samples:
     overloaded: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     # goodput_collector_analysis_cpu_seconds_total when the collector's CPU was last sampled: its analyses' share
     analysis_cpu_s: float | None = None
+    collector_roles: dict[int, str] = field(default_factory=dict)  # pid -> collector_role
+
+    def sample_collector(self, root: int, pids: list[int]) -> None:
+        """Sample the CPU of `goodput serve`'s tree (`pids`, from `_tree(root)`), each process's role noted once."""
+        for pid in pids:
+            if pid not in self.collector_roles:
+                self.collector_roles[pid] = collector_role(pid, root)
+        self.collector_cpu.sample(pids)
 
 
 _CACHE_GAUGE = re.compile(r"^goodput_collector_analysis_cache_bytes ([0-9.e+]+)$", re.M)
@@ -152,7 +185,7 @@ def _sampler(root: int, database: str, url: str, began: float, samples: Samples,
         by_pid = {p: _rss_kib(p) / 1024 for p in pids}
         samples.rss.append((time.time() - began, sum(by_pid.values())))
         samples.rss_by_pid.append(by_pid)
-        samples.collector_cpu.sample(pids)
+        samples.sample_collector(root, pids)
         samples.database_cpu.sample(_backends(database))
         samples.loadavg.append((time.time() - began, os.getloadavg()[0]))
         if n % CACHE_SAMPLE_EVERY == 0:  # a scrape sums every worker's gauge
@@ -438,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
                                                         mp_context=multiprocessing.get_context("fork")) as pool:
                 results = list(pool.map(drive_shard, shards))
             ended = time.time()
-            samples.collector_cpu.sample(_tree(proc.pid))
+            samples.sample_collector(proc.pid, _tree(proc.pid))
             with contextlib.suppress(httpx.HTTPError):
                 found = _ANALYSIS_CPU.search(httpx.get(f"{url}/metrics", timeout=30).text)
                 samples.analysis_cpu_s = float(found.group(1)) if found else None
@@ -554,6 +587,11 @@ def _result(ns: argparse.Namespace, fleet: ShardResult, samples: Samples, watch:
         "analysis_cpu_s": _round(samples.analysis_cpu_s, 1),
         "ingest_cpu_us_per_step": None if samples.analysis_cpu_s is None else round(
             1e6 * (collector_cpu - samples.analysis_cpu_s) / max(1, fleet.steps_acked), 1),
+        # by process: the workers ingest (and answer the pages and polls); the analyst builds and retention runs
+        "collector_cpu_by_role_s": {role: round(seconds, 1) for role, seconds in sorted(
+            samples.collector_cpu.seconds_by(samples.collector_roles).items())},
+        "workers_cpu_us_per_step": round(1e6 * samples.collector_cpu.seconds_by(samples.collector_roles).get(
+            "workers", 0.0) / max(1, fleet.steps_acked), 1),
         "database_cpu_us_per_step": round(1e6 * database_cpu / max(1, fleet.steps_acked), 1),
         "generator_cpu_us_per_request": round(1e6 * fleet.cpu_s / max(1, requests)),
         "hang": hang, "ledger": ledger, **check,
@@ -659,6 +697,10 @@ def _markdown(r: dict[str, Any]) -> str:
                 + ("" if r.get("ingest_cpu_us_per_step") is None else
                    f" (of which building analyses {r['analysis_cpu_s']} s; ingestion **{r['ingest_cpu_us_per_step']} us"
                    " per step row**)")
+                + ("" if not r.get("collector_cpu_by_role_s") else
+                   "; by process: " + ", ".join(f"{role} {seconds} s" for role, seconds in
+                                                r["collector_cpu_by_role_s"].items())
+                   + f" (the workers {r['workers_cpu_us_per_step']} us per step row)")
                 + f"; PostgreSQL backends {r['database_cpu_s']} s = "
                 f"{r['database_cpu_us_per_step']} us per step row; load generator {r['generator_cpu_s']} s "
                 f"({r['generator_cpu_us_per_request']} us per request)"),

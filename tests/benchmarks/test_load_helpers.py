@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import os
 import random
+import subprocess
+import sys
 import time
 
 import pytest
 
 from benchmarks._fleet import HEARTBEAT, OTHER, Histogram, ShardConfig, ShardResult, _Rank, _Sender, _sender_loop
 from benchmarks._http1 import Pool, ProtocolError, build_request, parse_head
-from benchmarks.load import _pace_summary
+from benchmarks.load import Samples, _pace_summary, _tree
 from ingest_client.transport.base import encode_batch
 from ingest_client.worker.coalesce import coalesce
 from services.collector.batch import parse_batch
@@ -157,3 +160,30 @@ def test_a_rank_resends_the_same_records_after_a_503_and_follows_the_pace_it_is_
     assert out.statuses[503] == 1 and out.resent_then_ok == 1
     assert out.steps_acked == sum(len(b) for b in bodies[1:]) - 1  # every step acknowledged once (+ attempt_start)
     assert 2 <= len(bodies) <= 4  # after the resend, at most one round per second (the pace) until the stop
+
+
+_BUSY = ("import sys, time\nt = time.process_time()\nwhile time.process_time() - t < 0.3:\n    pass\n"
+         "print('busy', flush=True)\nsys.stdin.read()")
+
+
+def test_the_collector_s_cpu_is_split_by_process_role() -> None:
+    """The fleet report's CPU by process: the command that was started is the supervisor, a `goodput analyst`
+    process (its argv names it) the analyst, the rest workers; each counts only the CPU it spent while sampled."""
+    root = os.getpid()
+    procs = [subprocess.Popen([sys.executable, "-c", _BUSY, role], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+             for role in ("analyst", "serve-worker")]
+    try:
+        samples = Samples()
+        samples.sample_collector(root, _tree(root))
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline() == b"busy\n"
+        samples.sample_collector(root, _tree(root))
+        roles = samples.collector_roles
+        assert roles[root] == "supervisor"
+        assert roles[procs[0].pid] == "analyst" and roles[procs[1].pid] == "workers"
+        by_role = samples.collector_cpu.seconds_by(roles)
+        assert by_role["analyst"] >= 0.2 and by_role["workers"] >= 0.2
+        assert sum(by_role.values()) == pytest.approx(samples.collector_cpu.seconds)
+    finally:
+        for proc in procs:
+            proc.communicate(timeout=30)
