@@ -18,8 +18,9 @@ Reported: throughput (step rows/s, requests/s), request latency p50/p99 (generat
 rejections by status, end-to-end delay from each step's end to the acknowledgement of the request that committed
 it (p50/p99/max), the pace the collector asked (Goodput-Send-Interval values), collector RSS over time (all its
 processes, /proc: start, end, max, slope), CPU seconds per request and per step row of the collector processes
-and of the database's backends, the generator's CPU, database bytes per step, hang detection, and the check:
-every (rank, step) made is in `steps` exactly once and each run's ledger counts every step. Results go to
+(in all and by process: workers, analyst, supervisor) and of the database's backends, the generator's CPU,
+database bytes per step, hang detection, and the check: every (rank, step) made is in `steps` exactly once and each
+run's ledger counts every step. Results go to
 benchmarks/results/ as markdown (and `--json`).
 """
 
