@@ -5,6 +5,7 @@ stored again; every surface of a pruned run reads as it did before the prune (is
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -216,6 +217,9 @@ SURFACES = ("live", "view", "waste", "report", "stragglers", "resume-check", "ad
 SINCE_NOW = ("seconds_since_last_event", "seconds_since_progress", "heartbeat_age_seconds")
 # what a prune changes by design: when it happened; a report's time of writing
 PRUNE_STAMPS = ("detail_pruned_at", "generated_at")
+# a hung run's advice says how long ago its progress stopped, to the server's clock ("No progress for 1118 d 10 h
+# (..."): the two reads a prune apart may fall on both sides of an hour
+_SINCE_NOW_WORDING = re.compile(r"^No progress for [^(]+\(")
 
 
 def surfaces(client: TestClient, run_id: str) -> dict[str, Any]:
@@ -236,7 +240,9 @@ def _comparable(value: Any, now: float | None = None) -> Any:
         for key, v in value.items():
             if key in PRUNE_STAMPS or key in ("server_time", "as_of"):
                 continue
-            if key in SINCE_NOW and v is not None and now is not None:
+            if key == "wording" and isinstance(v, str):
+                out[key] = _SINCE_NOW_WORDING.sub("No progress for (since now) (", v)
+            elif key in SINCE_NOW and v is not None and now is not None:
                 out[key.replace("seconds_since", "at").replace("age_seconds", "at")] = round(now - v, 3)
             elif key == "hung_for_seconds" and v is not None and now is not None:
                 out["hung_since"] = round(now - v, 3)
