@@ -516,6 +516,7 @@ def _result(ns: argparse.Namespace, fleet: ShardResult, samples: Samples, watch:
     steady = [(t, m) for t, m in rss if ns.ramp + 30 <= t <= stop - t0]
     collector_cpu = samples.collector_cpu.seconds
     database_cpu = samples.database_cpu.seconds
+    by_role = samples.collector_cpu.seconds_by(samples.collector_roles)
     paces = sorted(fleet.paces.items(), key=lambda kv: float(kv[0] or 0))
     hang: dict[str, Any] | None = None
     if watch is not None:
@@ -589,10 +590,8 @@ def _result(ns: argparse.Namespace, fleet: ShardResult, samples: Samples, watch:
         "ingest_cpu_us_per_step": None if samples.analysis_cpu_s is None else round(
             1e6 * (collector_cpu - samples.analysis_cpu_s) / max(1, fleet.steps_acked), 1),
         # by process: the workers ingest (and answer the pages and polls); the analyst builds and retention runs
-        "collector_cpu_by_role_s": {role: round(seconds, 1) for role, seconds in sorted(
-            samples.collector_cpu.seconds_by(samples.collector_roles).items())},
-        "workers_cpu_us_per_step": round(1e6 * samples.collector_cpu.seconds_by(samples.collector_roles).get(
-            "workers", 0.0) / max(1, fleet.steps_acked), 1),
+        "collector_cpu_by_role_s": {role: round(seconds, 1) for role, seconds in sorted(by_role.items())},
+        "workers_cpu_us_per_step": round(1e6 * by_role.get("workers", 0.0) / max(1, fleet.steps_acked), 1),
         "database_cpu_us_per_step": round(1e6 * database_cpu / max(1, fleet.steps_acked), 1),
         "generator_cpu_us_per_request": round(1e6 * fleet.cpu_s / max(1, requests)),
         "hang": hang, "ledger": ledger, **check,
