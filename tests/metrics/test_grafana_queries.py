@@ -109,6 +109,10 @@ def test_every_grafana_panel_query_returns_data_from_the_real_prometheus(postgre
         # scraped with the read token (an unauthenticated scrape would be refused, and `up` 0)
         assert query(prom_url, 'up{job="goodput-collector"} == 1')
         query(prom_url, 'count_over_time(goodput_collector_events_total{outcome="accepted"}[15s]) > 4')
+        # every run's ledger built: the analyst process builds them in rounds (15 s apart, most recent run first,
+        # a share of the round each), and /metrics labels a run once its ledger is stored; under CI's load the
+        # first run seeded can come a round later than the others
+        query(prom_url, f"count(count by (project) (goodput_run_info)) == {len(PROJECTS)}", timeout_s=90)
 
         queries = dashboard_queries()
         empty = []
