@@ -29,6 +29,7 @@ from sqlalchemy import Connection, Engine, Table, and_, func, insert, select, tu
 from services.analysis.attempt_numbers import LEGACY, LaunchAttempt, LaunchAttemptKey, number_attempts
 from services.storage.block_codec import block_from_bytes, block_to_bytes
 from services.storage.db import json_rows, psycopg_connection
+from services.storage.pruned import PRUNED_SQL
 from services.storage.records import IngestRecord, column_min
 from services.storage.tables import (
     AttemptNumber,
@@ -66,12 +67,15 @@ class StaleAttemptNumbers(Exception):
     it): the caller rolls the transaction back and writes the group again (services.storage.write)."""
 
 
-def number_records(conn: Connection, records: Sequence[tuple[int, IngestRecord]]) -> dict[RunKey, int]:
+def number_records(conn: Connection, records: Sequence[tuple[int, IngestRecord]], *,
+                   pruned_among: Sequence[int] = ()) -> tuple[dict[RunKey, int], frozenset[int] | None]:
     """The run's attempt number of every launch attempt the records name, numbering the runs again (and moving
-    stored rows) where they bring something new. Keys: (run pk, launch or "", attempt as sent)."""
+    stored rows) where they bring something new. Keys: (run pk, launch or "", attempt as sent). Also which of
+    `pruned_among` are pruned runs (services.storage.pruned), read in the same round trip as the numbers on
+    PostgreSQL; None when not read (SQLite, or a group without attempts): the caller reads them then."""
     seen = _launch_attempts(records)
     if not seen:
-        return {}
+        return {}, None
     postgres = conn.dialect.name == "postgresql"
     known = _known(conn)
     # Launch attempts stored as they are now need no reading before the lock: this process saw them stored so
@@ -81,9 +85,10 @@ def number_records(conn: Connection, records: Sequence[tuple[int, IngestRecord]]
     _remember(known, stored)
     renumber = {key[0] for key, a in seen.items() if (k := known.get(key)) is None or not k.covers(a)}
     read = [key for key in seen if key[0] not in renumber]  # the keys of runs this group does not number again
+    pruned: frozenset[int] | None = None
     if postgres:
         runs = sorted({run_pk for run_pk, _, _ in seen})
-        stored = _lock_and_read(conn, [[pk, pk in renumber] for pk in runs], read)
+        stored, pruned = _lock_and_read(conn, [[pk, pk in renumber] for pk in runs], read, sorted(set(pruned_among)))
     else:  # one writer: nothing changes between two reads
         stored = _read(conn, read) if read else {}
     if any((row := stored.get(key)) is None or not row.covers(seen[key]) for key in read):
@@ -94,7 +99,7 @@ def number_records(conn: Connection, records: Sequence[tuple[int, IngestRecord]]
     for run_pk in sorted(renumber):
         mine = {(launch, attempt): a for (pk, launch, attempt), a in seen.items() if pk == run_pk}
         numbers.update(((run_pk, *key), number) for key, number in _number_run(conn, run_pk, mine).items())
-    return numbers
+    return numbers, pruned
 
 
 def with_run_attempt(record: IngestRecord, numbers: Mapping[RunKey, int], run_pk: int) -> IngestRecord:
@@ -159,19 +164,28 @@ def _read(conn: Connection, keys: list[RunKey]) -> dict[RunKey, _Row]:
     return out
 
 
-def _lock_and_read(conn: Connection, locks: list[list[object]], keys: list[RunKey]) -> dict[RunKey, _Row]:
-    """PostgreSQL: take the group's run locks, then read `keys`, in one round trip (two statements)."""
+def _lock_and_read(conn: Connection, locks: list[list[object]], keys: list[RunKey], pruned_among: list[int]
+                   ) -> tuple[dict[RunKey, _Row], frozenset[int] | None]:
+    """PostgreSQL: take the group's run locks, then read `keys` and which of `pruned_among` are pruned runs, in one
+    round trip (a statement each)."""
     from psycopg import ClientCursor  # (PostgreSQL only: its driver is not needed on SQLite)
 
     raw = psycopg_connection(conn)
-    if not keys:
+    if not keys and not pruned_among:
         raw.execute(_LOCK_SQL, {"kind": NUMBERS_LOCK, "runs": json_rows(locks)})
-        return {}
-    with ClientCursor(raw) as cursor:  # client-side binding: two statements in one round trip
-        cursor.execute(f"{_LOCK_SQL}; {_READ_SQL}", {"kind": NUMBERS_LOCK, "runs": json_rows(locks),
-                                                      "keys": json_rows(keys)})
+        return {}, None
+    statements = [_LOCK_SQL] + ([_READ_SQL] if keys else []) + ([PRUNED_SQL] if pruned_among else [])
+    with ClientCursor(raw) as cursor:  # client-side binding: the statements in one round trip
+        cursor.execute("; ".join(statements), {"kind": NUMBERS_LOCK, "runs": json_rows(locks),
+                                               "keys": json_rows(keys), "pruned": pruned_among})
+        stored: dict[RunKey, _Row] = {}
+        if keys:
+            cursor.nextset()
+            stored = _rows(cursor.fetchall())
+        if not pruned_among:
+            return stored, None
         cursor.nextset()
-        return _rows(cursor.fetchall())
+        return stored, frozenset(int(pk) for (pk,) in cursor.fetchall())
 
 
 def _rows(rows: Iterable[Sequence[Any]]) -> dict[RunKey, _Row]:

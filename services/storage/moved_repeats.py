@@ -19,6 +19,7 @@ again at the rank's next block.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
@@ -28,6 +29,7 @@ from sqlalchemy import Connection, text
 
 from services.analysis.step_blocks import BLOCK_STEPS
 from services.storage.db import json_rows, psycopg_connection
+from services.storage.one_trip import OneTrip
 from services.storage.records import IngestRecord, StepRows, column_min
 from services.storage.step_columns import RankKey, column_rows
 from services.storage.tables import HEARTBEATS, STEP_RECORDS
@@ -56,25 +58,34 @@ def _rank_key(run_pk: int, r: IngestRecord) -> RankKey | None:
     return None if r.attempt is None or r.rank is None else (run_pk, r.attempt, r.rank)
 
 
-def forget_moved_records(conn: Connection, below: dict[RankKey, int]) -> None:
+def forget_moved_records(conn: Connection, below: dict[RankKey, int], trip: OneTrip) -> None:
     """After `move_left_blocks(below)`: the event rows of each rank's step records wholly below its new block
     (their rows are in block rows now), and its heartbeats of the attempt strictly between the earliest and the
     latest (ties at either end all stay, so the analysis picks the same one). Rank by rank, each statement reads
-    only the rows it deletes (partial indexes `ix_events_step_records`, `ix_events_heartbeats`)."""
+    only the rows it deletes (partial indexes `ix_events_step_records`, `ix_events_heartbeats`). PostgreSQL: the
+    statements are queued in `trip`, sent with the group's last ones."""
     if not below:
         return
-    ranks = [{"p": run_pk, "a": attempt, "r": rank, "s": step}
-             for (run_pk, attempt, rank), step in sorted(below.items())]
-    conn.execute(_FORGET_RECORDS, ranks)
-    conn.execute(_THIN_HEARTBEATS, ranks)
+    ranks = sorted(below.items())
+    if conn.dialect.name == "postgresql":
+        for (run_pk, attempt, rank), step in ranks:
+            trip.add(_FORGET_RECORDS_POSTGRES, (run_pk, attempt, rank, step))
+            trip.add(_THIN_HEARTBEATS_POSTGRES, (run_pk, attempt, rank) * 3)
+        return
+    params = [{"p": run_pk, "a": attempt, "r": rank, "s": step} for (run_pk, attempt, rank), step in ranks]
+    conn.execute(text(_FORGET_RECORDS), params)
+    conn.execute(text(_THIN_HEARTBEATS), params)
 
 
 _RANK = "run_pk = :p AND attempt = :a AND rank = :r"
-_FORGET_RECORDS = text(f"DELETE FROM events WHERE {_RANK} AND {STEP_RECORDS} AND step < :s")
-_THIN_HEARTBEATS = text(
+_FORGET_RECORDS = f"DELETE FROM events WHERE {_RANK} AND {STEP_RECORDS} AND step < :s"
+_THIN_HEARTBEATS = (
     f"DELETE FROM events WHERE {_RANK} AND {HEARTBEATS} "
     f"AND time > (SELECT min(time) FROM events WHERE {_RANK} AND {HEARTBEATS}) "
     f"AND time < (SELECT max(time) FROM events WHERE {_RANK} AND {HEARTBEATS})")
+# the same with positional placeholders, the values in order, as OneTrip binds them (services.storage.one_trip)
+_FORGET_RECORDS_POSTGRES = re.sub(r":[pars]\b", "%s", _FORGET_RECORDS)
+_THIN_HEARTBEATS_POSTGRES = re.sub(r":[pars]\b", "%s", _THIN_HEARTBEATS)
 
 
 def _highest_blocks(conn: Connection, keys: list[RankKey]) -> dict[RankKey, int]:

@@ -18,7 +18,7 @@ kept no blocks: their records are stored as they come.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -57,13 +57,21 @@ class KeptOfPrunedRuns:
         return out
 
 
-def kept_of_pruned_runs(conn: Connection, records: Sequence[tuple[int, IngestRecord]]) -> KeptOfPrunedRuns | None:
+def raw_record_runs(records: Iterable[tuple[int, IngestRecord]]) -> list[int]:
+    """The runs (pks, in order) of the raw records among `records`: those whose pruned state a group reads."""
+    return sorted({run_pk for run_pk, r in records if _is_raw(r)})
+
+
+def kept_of_pruned_runs(conn: Connection, records: Sequence[tuple[int, IngestRecord]],
+                        pruned: frozenset[int] | None = None) -> KeptOfPrunedRuns | None:
     """What retention kept of the pruned runs with raw records among `records`; None when there are none (one
-    query for a group with raw records, none for a group without)."""
+    query for a group with raw records, none for a group without). `pruned`: the pruned runs among (at least)
+    `raw_record_runs(records)`, when the caller read them already (services.storage.attempt_numbers)."""
     raw = [(run_pk, r) for run_pk, r in records if _is_raw(r)]
     if not raw:
         return None
-    runs = _pruned(conn, sorted({run_pk for run_pk, _ in raw}))
+    raw_runs = {run_pk for run_pk, _ in raw}
+    runs = _pruned(conn, sorted(raw_runs)) if pruned is None else pruned & raw_runs
     if not runs:
         return None
     mine = [(run_pk, r) for run_pk, r in raw if run_pk in runs]
@@ -73,14 +81,14 @@ def kept_of_pruned_runs(conn: Connection, records: Sequence[tuple[int, IngestRec
 
 # On the writer's path for nearly every group: a fixed text through the driver's cursor (SQLAlchemy's compile and
 # result handling cost several times the lookup itself, ~0.5 ms a group).
-_PRUNED_SQL = "SELECT id FROM runs WHERE id = ANY(%s) AND detail_pruned_version IS NOT NULL"
+PRUNED_SQL = "SELECT id FROM runs WHERE id = ANY(%(pruned)s::int4[]) AND detail_pruned_version IS NOT NULL"
 
 
 def _pruned(conn: Connection, run_pks: list[int]) -> frozenset[int]:
     """Of `run_pks`, the runs pruned with their step blocks kept."""
     if conn.dialect.name == "postgresql":
         with psycopg_connection(conn).cursor() as cursor:
-            return frozenset(int(pk) for (pk,) in cursor.execute(_PRUNED_SQL, (run_pks,)))
+            return frozenset(int(pk) for (pk,) in cursor.execute(PRUNED_SQL, {"pruned": run_pks}))
     sql = (f"SELECT id FROM runs WHERE id IN ({', '.join('?' for _ in run_pks)}) "
            "AND detail_pruned_version IS NOT NULL")
     sqlite_cursor = sqlite_connection(conn).cursor()

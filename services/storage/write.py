@@ -45,7 +45,7 @@ from services.storage.clock_readings import (
 from services.storage.db import json_rows, psycopg_connection
 from services.storage.moved_repeats import forget_moved_records, without_moved_repeats
 from services.storage.one_trip import OneTrip
-from services.storage.pruned import kept_of_pruned_runs
+from services.storage.pruned import kept_of_pruned_runs, raw_record_runs
 from services.storage.records import EventConflict, IngestRecord, IngestResult
 from services.storage.runs import DEFAULT_PROJECT
 from services.storage.step_blocks import mark_step_blocks
@@ -92,7 +92,7 @@ def write_batches(target: Engine | Connection, batches: Sequence[Sequence[Ingest
             with _transaction(target) as conn:
                 written = write_group(conn, [batches[b] for b in keep], [projects[b] for b in keep],
                                       known_runs=known_runs, learned=learned, clocks=[clocks[b] for b in keep],
-                                      written_readings=written_readings, sent_readings=sent)
+                                      written_readings=written_readings, sent_readings=sent, commit=True)
         except ConflictingBatches as exc:  # rolled back: nothing of the group was stored
             refused.update((keep[k], conflict) for k, conflict in exc.conflicts.items())
             continue
@@ -132,9 +132,11 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
                 learned: dict[tuple[str, str], int] | None = None,
                 clocks: Sequence[ClockReadings | None] | None = None,
                 written_readings: WrittenReadings | None = None,
-                sent_readings: list[tuple[list[ReadingRow], dict[ReadingKey, Hashable | None]]] | None = None
-                ) -> list[IngestResult]:
-    """Insert every new event of every batch; commit is the caller's. Returns one result per batch.
+                sent_readings: list[tuple[list[ReadingRow], dict[ReadingKey, Hashable | None]]] | None = None,
+                commit: bool = False) -> list[IngestResult]:
+    """Insert every new event of every batch; commit is the caller's (PostgreSQL with `commit`: the group's last
+    round trip commits it, one round trip fewer; the caller's transaction has then ended when this returns).
+    Returns one result per batch.
 
     `projects[b]` is the project of batch b's write token: its runs are that project's (created there if new).
     None = no token (a local client): project "default". A batch that repeats an event id with other content
@@ -176,8 +178,9 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
             learned.update(looked_up)
     key_of = {pk: key for key, pk in runs.items()}
     # The run's attempt numbers (services.storage.attempt_numbers), after the digests: those are of what was sent.
-    numbers = number_records(conn, [(runs[key], record) for b, batch in enumerate(hashed) if b not in conflicts
-                                    for key, record, _, _ in batch])
+    named_records = [(runs[key], record) for b, batch in enumerate(hashed) if b not in conflicts
+                     for key, record, _, _ in batch]
+    numbers, pruned = number_records(conn, named_records, pruned_among=raw_record_runs(named_records))
     seen: set[tuple[int, str]] = set()
     candidates: list[tuple[int, IngestRecord, str | None, str]] = []
     owner: list[tuple[int, int]] = []  # (batch, index in batch) of each candidate
@@ -195,7 +198,7 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
             owner.append((b, index))
 
     # read before the group's own records are in: a heartbeat of the group must not bound itself
-    kept_of_pruned = kept_of_pruned_runs(conn, [(run_pk, r) for run_pk, r, _, _ in candidates])
+    kept_of_pruned = kept_of_pruned_runs(conn, [(run_pk, r) for run_pk, r, _, _ in candidates], pruned)
     inserted = _insert_events(conn, candidates, postgres)
     not_inserted = [(run_pk, r.event_id) for run_pk, r, _, _ in candidates if (run_pk, r.event_id) not in inserted]
     _check_kept_keys(conn, {pk: key_of[pk] for pk, _ in not_inserted if pk in kept})
@@ -231,8 +234,8 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
     below = blocks_entered(((run_pk, r.attempt, r.rank, r.step_rows.step) for run_pk, r in new_records
                             if r.step_rows is not None and r.attempt is not None and r.rank is not None), entered)
     move_left_blocks(conn, below)
-    forget_moved_records(conn, below)
-    trip = OneTrip()  # PostgreSQL: the readings and the runs' touches in one round trip
+    trip = OneTrip()  # PostgreSQL: the moved records' deletes, the readings, the runs' touches in one round trip
+    forget_moved_records(conn, below, trip)
     if clocks is not None:
         owners = _reading_owners(keyed, conflicts, runs, numbers) if written_readings is not None else None
         sent = record_readings(
@@ -243,7 +246,7 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
         if sent_readings is not None and owners is not None:
             sent_readings.append((sent, owners))
     # last: every other group writing to these runs waits for their rows' locks until this one commits
-    _touch_runs(conn, new_records, key_of, trip)
+    _touch_runs(conn, new_records, key_of, trip, commit)
     return [IngestResult(accepted=a, duplicates=d, conflict=conflicts.get(b))
             for b, (a, d) in enumerate(zip(accepted, duplicates, strict=True))]
 
@@ -541,10 +544,11 @@ def _check_kept_keys(conn: Connection, keys: dict[int, tuple[str, str]]) -> None
 
 
 def _touch_runs(conn: Connection, records: list[tuple[int, IngestRecord]],
-                keys: dict[int, tuple[str, str]], trip: OneTrip) -> None:
+                keys: dict[int, tuple[str, str]], trip: OneTrip, commit: bool = False) -> None:
     """Bump each written run's version (invalidates its stored ledger) and keep its summary columns. A run whose
     key no longer names it (project, run id) raises StaleRunKeys: the caller kept a key the database dropped.
-    PostgreSQL: the updates go with what `trip` holds already, in one round trip, runs in key order."""
+    PostgreSQL: the updates go with what `trip` holds already, in one round trip, runs in key order; with `commit`,
+    the transaction's COMMIT too (a touch that finds no row fails in the database, so nothing is committed then)."""
     per_run: dict[int, _RunTouch] = {}
     for run_pk, r in records:
         touch = per_run.get(run_pk)
@@ -565,10 +569,16 @@ def _touch_runs(conn: Connection, records: list[tuple[int, IngestRecord]],
                         "first": float(times.min()), "last": float(times.max()),
                         "status": touch.end[1] if touch.end is not None else None})
     if conn.dialect.name == "postgresql":
-        mine = [trip.add(_TOUCH_RUN_POSTGRES, [update[name] for name in _TOUCH_RUN_PARAMS]) for update in updates]
-        counts = trip.send(conn)
-        if any(counts[i] != 1 for i in mine):  # one row each, by the runs' primary key
-            raise StaleRunKeys
+        from psycopg.errors import DivisionByZero  # (PostgreSQL only: its driver is not needed on SQLite)
+
+        for update in updates:
+            trip.add(_TOUCH_RUN_POSTGRES, [update[name] for name in _TOUCH_RUN_PARAMS])
+        if commit:
+            trip.add("COMMIT", [])
+        try:
+            trip.send(conn)
+        except DivisionByZero as exc:  # _TOUCH_RUN_POSTGRES's check: no row has the run's key
+            raise StaleRunKeys from exc
         return
     for update in updates:
         if conn.execute(_TOUCH_RUN_SQLITE, update).rowcount != 1:
@@ -590,6 +600,9 @@ _TOUCH_RUN_TEMPLATE = (
     "last_time = coalesce({greatest}(last_time, %(last)s), %(last)s), "
     "status = coalesce(%(status)s, status) WHERE id = %(run_pk)s AND project = %(project)s AND run_id = %(run_id)s"
 )
-_TOUCH_RUN_POSTGRES = re.sub(r"%\((\w+)\)s", "%s", _TOUCH_RUN_TEMPLATE.format(least="least", greatest="greatest"))
+# PostgreSQL: one row by the primary key, or a division by zero (an error, unlike a count of 0 rows, stops the
+# statements after it in the same message, the group's COMMIT among them)
+_TOUCH_RUN_POSTGRES = re.sub(r"%\((\w+)\)s", "%s", "WITH touched AS ({} RETURNING 1) SELECT 1 / count(*) FROM touched"
+                             .format(_TOUCH_RUN_TEMPLATE.format(least="least", greatest="greatest")))
 _TOUCH_RUN_PARAMS = re.findall(r"%\((\w+)\)s", _TOUCH_RUN_TEMPLATE)  # (positional: OneTrip joins statements)
 _TOUCH_RUN_SQLITE = text(re.sub(r"%\((\w+)\)s", r":\1", _TOUCH_RUN_TEMPLATE.format(least="min", greatest="max")))

@@ -11,9 +11,9 @@ then holds about a second of work: memory stays flat, and an accepted request is
 timeout instead of being sent again (a resend is the same work twice: an overloaded collector that queues minutes
 of work gets slower with every timeout).
 
-A group has a fixed cost (~1.2 ms of CPU in this process: seven statements' round trips and the commit, and the
-database's own per transaction), so a fleet whose node relays post one at a time, each a few records, paid it for
-almost every request (benchmarks.load: groups of one or two requests, 2.4 ms of collector CPU a request). While
+A group has a fixed cost (~1.2 ms of CPU in this process: its eight round trips, the last of them the commit's,
+and the database's own per transaction), so a fleet whose node relays post one at a time, each a few records, paid
+it for almost every request (benchmarks.load: groups of one or two requests, 2.4 ms of collector CPU a request). While
 several senders post (`Linger.only_while`), a small group waits for the batches that keep arriving, up to
 `Linger.seconds` after its first one was queued: the requests answered a few tens of milliseconds later, each group
 fuller. Clients waiting for their answers send nothing meanwhile, so the wait ends as soon as arrivals pause.
