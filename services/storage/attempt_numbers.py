@@ -71,8 +71,9 @@ def number_records(conn: Connection, records: Sequence[tuple[int, IngestRecord]]
                    pruned_among: Sequence[int] = ()) -> tuple[dict[RunKey, int], frozenset[int] | None]:
     """The run's attempt number of every launch attempt the records name, numbering the runs again (and moving
     stored rows) where they bring something new. Keys: (run pk, launch or "", attempt as sent). Also which of
-    `pruned_among` are pruned runs (services.storage.pruned), read in the same round trip as the numbers on
-    PostgreSQL; None when not read (SQLite, or a group without attempts): the caller reads them then."""
+    `pruned_among` (run pks, in order, each once) are pruned runs (services.storage.pruned), read in the same round
+    trip as the numbers on PostgreSQL; None when not read (SQLite, or a group without attempts): the caller reads
+    them then."""
     seen = _launch_attempts(records)
     if not seen:
         return {}, None
@@ -88,7 +89,7 @@ def number_records(conn: Connection, records: Sequence[tuple[int, IngestRecord]]
     pruned: frozenset[int] | None = None
     if postgres:
         runs = sorted({run_pk for run_pk, _, _ in seen})
-        stored, pruned = _lock_and_read(conn, [[pk, pk in renumber] for pk in runs], read, sorted(set(pruned_among)))
+        stored, pruned = _lock_and_read(conn, [[pk, pk in renumber] for pk in runs], read, list(pruned_among))
     else:  # one writer: nothing changes between two reads
         stored = _read(conn, read) if read else {}
     if any((row := stored.get(key)) is None or not row.covers(seen[key]) for key in read):
