@@ -46,6 +46,14 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def collector(database_url: str, workers: int = 1) -> Iterator[str]:
+    """`goodput serve` on `database_url`, started and healthy: its URL."""
+    with collector_process(database_url, workers) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def collector_process(database_url: str, workers: int = 1) -> Iterator[tuple[str, int]]:
+    """`collector`, with the pid of the `goodput serve` process (with one worker, the one that serves)."""
     port = free_port()
     env = {**os.environ, "GOODPUT_DATABASE_URL": database_url, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", "--port", str(port), "--workers",
@@ -63,7 +71,7 @@ def collector(database_url: str, workers: int = 1) -> Iterator[str]:
             if time.monotonic() > deadline or proc.poll() is not None:
                 raise RuntimeError("the collector did not start")
             time.sleep(0.2)
-        yield url
+        yield url, proc.pid
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -47,31 +47,12 @@ from sqlalchemy import text
 
 from benchmarks._common import REPO, free_port, machine, postgres_database
 from benchmarks._fleet import ShardConfig, ShardResult, drive_shard, run_id_of
+from benchmarks._procs import CpuMeter, backends, tree
 from services.storage.db import make_engine
 from services.storage.step_columns import stored_step_keys
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SAMPLE_EVERY_S = 5.0
 CACHE_SAMPLE_EVERY = 6  # samples: the step-block cache gauge is scraped every 30 s
-
-
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            out += [int(p) for p in (task / "children").read_text().split()]
-    except OSError:
-        pass
-    return out
-
-
-def _tree(root: int) -> list[int]:
-    pids = [root]
-    i = 0
-    while i < len(pids):
-        pids += _children(pids[i])
-        i += 1
-    return pids
 
 
 def _rss_kib(pid: int) -> int:
@@ -82,60 +63,6 @@ def _rss_kib(pid: int) -> int:
     except OSError:
         pass
     return 0
-
-
-def _cpu_ticks(pid: int) -> int | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return int(fields[11]) + int(fields[12])  # utime + stime
-
-
-def _backends(database: str) -> list[int]:
-    """PostgreSQL backends connected to `database` (their title names it)."""
-    needle = f" {database} ".encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if needle in (entry / "cmdline").read_bytes().replace(b"\0", b" "):
-                    pids.append(int(entry.name))
-            except OSError:
-                pass
-    return pids
-
-
-class CpuMeter:
-    """CPU seconds of a changing set of processes: the sum of each one's growth while it was seen, in all and per
-    process."""
-
-    def __init__(self) -> None:
-        self._last: dict[int, int] = {}
-        self.ticks = 0
-        self.ticks_by_pid: dict[int, int] = {}
-
-    def sample(self, pids: list[int]) -> None:
-        for pid in pids:
-            ticks = _cpu_ticks(pid)
-            if ticks is None:
-                continue
-            grown = ticks - self._last.get(pid, ticks)
-            self.ticks += grown
-            self.ticks_by_pid[pid] = self.ticks_by_pid.get(pid, 0) + grown
-            self._last[pid] = ticks
-
-    @property
-    def seconds(self) -> float:
-        return self.ticks / CLOCK_TICKS
-
-    def seconds_by(self, role_of: dict[int, str]) -> dict[str, float]:
-        """CPU seconds per role (`role_of`: pid -> role; a pid without one counts as "other")."""
-        out: dict[str, float] = {}
-        for pid, ticks in self.ticks_by_pid.items():
-            role = role_of.get(pid, "other")
-            out[role] = out.get(role, 0.0) + ticks / CLOCK_TICKS
-        return out
 
 
 def collector_role(pid: int, root: int) -> str:
@@ -167,7 +94,7 @@ class Samples:
     collector_roles: dict[int, str] = field(default_factory=dict)  # pid -> collector_role
 
     def sample_collector(self, root: int, pids: list[int]) -> None:
-        """Sample the CPU of `goodput serve`'s tree (`pids`, from `_tree(root)`), each process's role noted once."""
+        """Sample the CPU of `goodput serve`'s tree (`pids`, from `tree(root)`), each process's role noted once."""
         for pid in pids:
             if pid not in self.collector_roles:
                 self.collector_roles[pid] = collector_role(pid, root)
@@ -182,12 +109,12 @@ _OVERLOADED = re.compile(r'^goodput_collector_overloaded_requests_total\{reason=
 def _sampler(root: int, database: str, url: str, began: float, samples: Samples, stop: threading.Event) -> None:
     n = 0
     while True:
-        pids = _tree(root)
+        pids = tree(root)
         by_pid = {p: _rss_kib(p) / 1024 for p in pids}
         samples.rss.append((time.time() - began, sum(by_pid.values())))
         samples.rss_by_pid.append(by_pid)
         samples.sample_collector(root, pids)
-        samples.database_cpu.sample(_backends(database))
+        samples.database_cpu.sample(backends(database))
         samples.loadavg.append((time.time() - began, os.getloadavg()[0]))
         if n % CACHE_SAMPLE_EVERY == 0:  # a scrape sums every worker's gauge
             with contextlib.suppress(httpx.HTTPError):
@@ -472,11 +399,11 @@ def main(argv: list[str] | None = None) -> int:
                                                         mp_context=multiprocessing.get_context("fork")) as pool:
                 results = list(pool.map(drive_shard, shards))
             ended = time.time()
-            samples.sample_collector(proc.pid, _tree(proc.pid))
+            samples.sample_collector(proc.pid, tree(proc.pid))
             with contextlib.suppress(httpx.HTTPError):
                 found = _ANALYSIS_CPU.search(httpx.get(f"{url}/metrics", timeout=30).text)
                 samples.analysis_cpu_s = float(found.group(1)) if found else None
-            samples.database_cpu.sample(_backends(database))
+            samples.database_cpu.sample(backends(database))
             stop_sampling.set()
             sampler.join(10)
             if watcher is not None:

@@ -15,7 +15,8 @@ import pytest
 
 from benchmarks._fleet import HEARTBEAT, OTHER, Histogram, ShardConfig, ShardResult, _Rank, _Sender, _sender_loop
 from benchmarks._http1 import Pool, ProtocolError, build_request, parse_head
-from benchmarks.load import Samples, _pace_summary, _tree
+from benchmarks._procs import tree
+from benchmarks.load import Samples, _pace_summary
 from ingest_client.transport.base import encode_batch
 from ingest_client.worker.coalesce import coalesce
 from services.collector.batch import parse_batch
@@ -174,10 +175,10 @@ def test_the_collector_s_cpu_is_split_by_process_role() -> None:
              for role in ("analyst", "serve-worker")]
     try:
         samples = Samples()
-        samples.sample_collector(root, _tree(root))
+        samples.sample_collector(root, tree(root))
         for proc in procs:
             assert proc.stdout is not None and proc.stdout.readline() == b"busy\n"
-        samples.sample_collector(root, _tree(root))
+        samples.sample_collector(root, tree(root))
         roles = samples.collector_roles
         assert roles[root] == "supervisor"
         assert roles[procs[0].pid] == "analyst" and roles[procs[1].pid] == "workers"

@@ -5,25 +5,16 @@ read waits and leaves psycopg as it found it."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import psycopg
-import pytest
 from sqlalchemy import text
 
 from benchmarks.writer_gil import REQUESTS_PER_GROUP, request_bodies
 from benchmarks.writer_round_trips import ReadWaits, delaying_proxy, round_trip_s, write_timed
 from services.storage.db import make_engine
-from tests.conftest import create_postgres_database, drop_postgres_database, migrated_engine
+from tests.conftest import migrated_engine
 
 DELAY_S = 0.005
-
-
-@pytest.fixture
-def postgres_url(postgres_admin_url: str) -> Iterator[str]:
-    url = create_postgres_database(postgres_admin_url)
-    yield url
-    drop_postgres_database(postgres_admin_url, url)
 
 
 def test_through_the_proxy_every_step_is_stored_once_and_each_round_trip_waits_both_delays(postgres_url: str) -> None:
