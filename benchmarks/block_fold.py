@@ -6,9 +6,11 @@ made a float64 matrix by `np.array`.
 
 One run, one attempt, `--ranks` ranks of 128 steps each (one block) with comm, written through the collector's
 writer into a throwaway database. Printed: the fold's CPU and wall time (median of the repeats after two warm-ups),
-the old read's alone, and the ratios. The old read is a single C call holding the GIL for the whole result: the
-longest such call is what every other thread of the collector (the event loop, the writer) waits behind while an
-analysis folds a block (benchmarks/gilprobe.py).
+the old read's alone, and the ratios; and the CPU the database's backend spent for each (the mean over the repeats:
+/proc counts in ticks of 10 ms), since what a read costs this process and what it costs PostgreSQL can move apart.
+The old read is a single C call holding the GIL for the whole result: the longest such call is what every other
+thread of the collector (the event loop, the writer) waits behind while an analysis folds a block
+(benchmarks/gilprobe.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 from sqlalchemy import Connection, Engine
 
 from benchmarks._common import machine, postgres_database
+from benchmarks._procs import CLOCK_TICKS, backends, cpu_ticks
 from services.analysis.step_blocks import BLOCK_STEPS
 from services.collector.routes.ingest import validate_body
 from services.settings import ServiceSettings
@@ -58,16 +61,27 @@ def seed(engine: Engine, ranks: int, rng: random.Random) -> int:
         return int(conn.exec_driver_sql("SELECT id FROM runs WHERE run_id = 'block-fold'").scalar_one())
 
 
-def timed(engine: Engine, repeats: int, work: Callable[[Connection], object]) -> tuple[float, float]:
-    """(median CPU s, median wall s) of `work` in its own transaction, the first two runs left out."""
+def timed(engine: Engine, repeats: int, work: Callable[[Connection], object]) -> tuple[float, float, float]:
+    """(median CPU s, median wall s, mean CPU s of the database's backends) of `work` in its own transaction, the
+    first two runs left out."""
+    database = engine.url.database
+    assert database is not None
     cpu, wall = [], []
-    for _ in range(repeats + 2):
+    backend_ticks = 0
+    for run in range(repeats + 2):
         with engine.begin() as conn:
+            ticks0 = _backend_ticks(database)
             cpu0, wall0 = time.thread_time(), time.perf_counter()
             work(conn)
             cpu.append(time.thread_time() - cpu0)
             wall.append(time.perf_counter() - wall0)
-    return statistics.median(cpu[2:]), statistics.median(wall[2:])
+            if run >= 2:
+                backend_ticks += _backend_ticks(database) - ticks0
+    return statistics.median(cpu[2:]), statistics.median(wall[2:]), backend_ticks / CLOCK_TICKS / repeats
+
+
+def _backend_ticks(database: str) -> int:
+    return sum(t for pid in backends(database) if (t := cpu_ticks(pid)) is not None)
 
 
 def old_read(run_pk: int) -> Callable[[Connection], np.ndarray]:
@@ -89,14 +103,17 @@ def main() -> None:
         upgrade(engine)
         run_pk = seed(engine, args.ranks, random.Random(1))
         rows = args.ranks * BLOCK_STEPS
-        fold_cpu, fold_wall = timed(engine, args.repeats,
-                                    lambda conn: step_blocks._fold_block(conn, run_pk, 0, 0))
-        read_cpu, read_wall = timed(engine, args.repeats, old_read(run_pk))
+        fold_cpu, fold_wall, fold_db = timed(engine, args.repeats,
+                                             lambda conn: step_blocks._fold_block(conn, run_pk, 0, 0))
+        read_cpu, read_wall, read_db = timed(engine, args.repeats, old_read(run_pk))
         engine.dispose()
     print(f"{args.ranks} ranks x {BLOCK_STEPS} steps = {rows:,} rows; median of {args.repeats}")
-    print(f"fold (read, summarise, store): CPU {fold_cpu * 1e3:7.1f} ms  wall {fold_wall * 1e3:7.1f} ms")
-    print(f"old read alone (tuples, np.array): CPU {read_cpu * 1e3:7.1f} ms  wall {read_wall * 1e3:7.1f} ms")
-    print(f"fold / old read: CPU {fold_cpu / read_cpu:.2f}  wall {fold_wall / read_wall:.2f}")
+    print(f"fold (read, summarise, store): CPU {fold_cpu * 1e3:7.1f} ms  wall {fold_wall * 1e3:7.1f} ms  "
+          f"PostgreSQL {fold_db * 1e3:7.1f} ms")
+    print(f"old read alone (tuples, np.array): CPU {read_cpu * 1e3:7.1f} ms  wall {read_wall * 1e3:7.1f} ms  "
+          f"PostgreSQL {read_db * 1e3:7.1f} ms")
+    print(f"fold / old read: CPU {fold_cpu / read_cpu:.2f}  wall {fold_wall / read_wall:.2f}  "
+          f"PostgreSQL {fold_db / read_db:.2f}")
 
 
 if __name__ == "__main__":

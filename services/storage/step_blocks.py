@@ -27,7 +27,7 @@ from services.analysis.rank_sketch import EXACT_RANK_VALUES, RankSketch
 from services.analysis.run_data import RunData, collectives_frame, steps_frame
 from services.analysis.step_blocks import BLOCK_STEPS, StepBlock, block_of, extend_block, summarize_block
 from services.analysis.step_summary import StepSummary, merge_blocks
-from services.storage import pgcopy
+from services.storage import pgarrays
 from services.storage.attempt_numbers import renumbering
 from services.storage.block_codec import block_from_bytes, block_to_bytes
 from services.storage.db import json_rows, psycopg_connection, sqlite_connection
@@ -201,12 +201,10 @@ _STEP_COLUMNS = {"rank": ">i4", "step": ">i8", "start": ">f8", "end": ">f8", "co
 
 def _fetch(conn: Connection, template: str, params: tuple[int, ...], columns: dict[str, str]) -> list[np.ndarray]:
     """The columns of a query of numeric columns (`columns`: their types on PostgreSQL) in native byte order:
-    PostgreSQL by binary COPY (the parameters are integers, written into the statement), SQLite as plain DBAPI
-    tuples (no Row objects) in a float64 matrix."""
+    PostgreSQL as one binary array per column (services.storage.pgarrays; the parameters are integers, written into
+    the statement), SQLite as plain DBAPI tuples (no Row objects) in a float64 matrix."""
     if conn.dialect.name == "postgresql":
-        sql = template.replace("{p}", "{}").format(*(int(v) for v in params))
-        rows = pgcopy.copy_out(conn, sql, columns)
-        return [rows[name].astype(rows.dtype[name].newbyteorder("=")) for name in columns]
+        return pgarrays.read_columns(conn, template.replace("{p}", "{}").format(*(int(v) for v in params)), columns)
     cursor = sqlite_connection(conn).cursor()
     try:
         fetched = cursor.execute(template.format(p="?"), params).fetchall()
