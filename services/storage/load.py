@@ -13,7 +13,7 @@ from sqlalchemy import Connection, select
 
 from services.analysis.collective_time import comm_frame, sum_collective_seconds
 from services.analysis.run_data import RunData, collectives_frame, events_frame, steps_frame
-from services.storage import pgarrays
+from services.storage import pgcopy
 from services.storage.db import psycopg_connection, sqlite_connection
 from services.storage.records import SERIES_KINDS
 from services.storage.runs import RunRow
@@ -171,8 +171,8 @@ def _head_steps(conn: Connection, run_pk: int, columns: dict[str, str], *,
 
 def _load_comm(conn: Connection, run_pk: int) -> pd.DataFrame:
     if conn.dialect.name == "postgresql":
-        columns = pgarrays.read_columns(conn, _COLLECTIVE_TIME_SQL.format(param=int(run_pk)),
-                                        COLLECTIVE_TIME_COLUMNS)
+        rows = pgcopy.copy_out(conn, _COLLECTIVE_TIME_SQL.format(param=int(run_pk)), COLLECTIVE_TIME_COLUMNS)
+        columns = [rows[c] for c in COLLECTIVE_TIME_COLUMNS]
     else:
         fetched = _fetch_tuples(conn, _COLLECTIVE_TIME_SQL.format(param="?"), int(run_pk))
         matrix = np.array(fetched, dtype=np.float64).reshape(-1, 5)

@@ -7,6 +7,10 @@ analyses ~96 ms of CPU to fold where it now costs ~43, PostgreSQL ~56 ms where i
 22 % less in all, and the part that moved left a Python process for the database's (`python -m
 benchmarks.block_fold`). Every aggregate of the statement reads the same rows in the same order, so the columns stay
 aligned row by row.
+
+For reads of a known bound (a block's step rows: one a rank and step): PostgreSQL builds each array whole, and a value
+holds at most 1 GB (~89 million elements of 8 bytes), so reads without one (a block's collectives, several a step; a
+whole run's) stream by COPY instead (services.storage.pgcopy.copy_out).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from services.analysis.rank_sketch import EXACT_RANK_VALUES, RankSketch
 from services.analysis.run_data import RunData, collectives_frame, steps_frame
 from services.analysis.step_blocks import BLOCK_STEPS, StepBlock, block_of, extend_block, summarize_block
 from services.analysis.step_summary import StepSummary, merge_blocks
-from services.storage import pgarrays
+from services.storage import pgarrays, pgcopy
 from services.storage.attempt_numbers import renumbering
 from services.storage.block_codec import block_from_bytes, block_to_bytes
 from services.storage.db import json_rows, psycopg_connection, sqlite_connection
@@ -182,7 +182,7 @@ def _block_steps(conn: Connection, run_pk: int, attempt: int, ranks: list[int], 
     postgres = conn.dialect.name == "postgresql"
     comm_sql = "coalesce(comm, 'NaN'::float8)" if postgres else "ifnull(comm, -1.0)"
     rank, step, start, end, comm = _fetch(conn, _STEP_SQL.format(comm=comm_sql, p="{p}", ranks=listed),
-                                          (run_pk, attempt, lo, hi), _STEP_COLUMNS)
+                                          (run_pk, attempt, lo, hi), _STEP_COLUMNS, bounded=True)
     head = (rank.astype(np.int64), step.astype(np.int64), start, end, np.where(comm < 0, np.nan, comm))
     moved = column_rows(conn, run_pk, attempt=attempt, ranks=ranks, block=lo // BLOCK_STEPS)
     if not len(moved):
@@ -199,12 +199,19 @@ def _block_comm(conn: Connection, run_pk: int, attempt: int, lo: int, hi: int) -
 _STEP_COLUMNS = {"rank": ">i4", "step": ">i8", "start": ">f8", "end": ">f8", "comm": ">f8"}
 
 
-def _fetch(conn: Connection, template: str, params: tuple[int, ...], columns: dict[str, str]) -> list[np.ndarray]:
+def _fetch(conn: Connection, template: str, params: tuple[int, ...], columns: dict[str, str], *,
+           bounded: bool = False) -> list[np.ndarray]:
     """The columns of a query of numeric columns (`columns`: their types on PostgreSQL) in native byte order:
-    PostgreSQL as one binary array per column (services.storage.pgarrays; the parameters are integers, written into
-    the statement), SQLite as plain DBAPI tuples (no Row objects) in a float64 matrix."""
+    PostgreSQL as one binary array per column when the query's rows are `bounded` (one row per rank and step of a
+    block: services.storage.pgarrays), else streamed by binary COPY (a block's collectives, several a step); the
+    parameters are integers, written into the statement. SQLite as plain DBAPI tuples (no Row objects) in a float64
+    matrix."""
     if conn.dialect.name == "postgresql":
-        return pgarrays.read_columns(conn, template.replace("{p}", "{}").format(*(int(v) for v in params)), columns)
+        sql = template.replace("{p}", "{}").format(*(int(v) for v in params))
+        if bounded:
+            return pgarrays.read_columns(conn, sql, columns)
+        rows = pgcopy.copy_out(conn, sql, columns)
+        return [rows[name].astype(rows.dtype[name].newbyteorder("=")) for name in columns]
     cursor = sqlite_connection(conn).cursor()
     try:
         fetched = cursor.execute(template.format(p="?"), params).fetchall()
