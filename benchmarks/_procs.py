@@ -38,6 +38,11 @@ def cpu_ticks(pid: int, thread: int | None = None) -> int | None:
     return int(fields[11]) + int(fields[12])
 
 
+def total_ticks(pids: list[int]) -> int:
+    """The CPU ticks of the processes of `pids` still alive."""
+    return sum(t for pid in pids if (t := cpu_ticks(pid)) is not None)
+
+
 def backends(database: str) -> list[int]:
     """PostgreSQL backends connected to `database` (their title names it)."""
     needle = f" {database} ".encode()

@@ -26,7 +26,7 @@ import numpy as np
 from sqlalchemy import Connection, Engine
 
 from benchmarks._common import machine, postgres_database
-from benchmarks._procs import CLOCK_TICKS, backends, cpu_ticks
+from benchmarks._procs import CLOCK_TICKS, backends, total_ticks
 from services.analysis.step_blocks import BLOCK_STEPS
 from services.collector.routes.ingest import validate_body
 from services.settings import ServiceSettings
@@ -70,18 +70,15 @@ def timed(engine: Engine, repeats: int, work: Callable[[Connection], object]) ->
     backend_ticks = 0
     for run in range(repeats + 2):
         with engine.begin() as conn:
-            ticks0 = _backend_ticks(database)
+            ticks0 = total_ticks(backends(database))
             cpu0, wall0 = time.thread_time(), time.perf_counter()
             work(conn)
             cpu.append(time.thread_time() - cpu0)
             wall.append(time.perf_counter() - wall0)
             if run >= 2:
-                backend_ticks += _backend_ticks(database) - ticks0
+                backend_ticks += total_ticks(backends(database)) - ticks0
     return statistics.median(cpu[2:]), statistics.median(wall[2:]), backend_ticks / CLOCK_TICKS / repeats
 
-
-def _backend_ticks(database: str) -> int:
-    return sum(t for pid in backends(database) if (t := cpu_ticks(pid)) is not None)
 
 
 def old_read(run_pk: int) -> Callable[[Connection], np.ndarray]:

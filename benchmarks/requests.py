@@ -35,7 +35,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from benchmarks._common import REPO, collector_process, free_port, machine, postgres_database
-from benchmarks._procs import CLOCK_TICKS, backends, cpu_ticks, tree
+from benchmarks._procs import CLOCK_TICKS, backends, cpu_ticks, total_ticks, tree
 from services.storage.db import make_engine
 from services.storage.step_columns import stored_step_count
 
@@ -93,11 +93,9 @@ class CpuWindow:
         self._database = database
 
     def _read(self) -> tuple[float, int, int, int]:
-        processes = sum(t for pid in tree(self._server) if (t := cpu_ticks(pid)) is not None)
         event_loop = cpu_ticks(self._server, thread=self._server) or 0
-        database = sum(t for pid in backends(self._database) if (t := cpu_ticks(pid)) is not None) \
-            if self._database else 0
-        return time.monotonic(), processes, event_loop, database
+        database = total_ticks(backends(self._database)) if self._database else 0
+        return time.monotonic(), total_ticks(tree(self._server)), event_loop, database
 
     def start(self) -> None:
         self._begin = self._read()
