@@ -110,7 +110,7 @@ def with_run_attempt(record: IngestRecord, numbers: Mapping[RunKey, int], run_pk
     number = numbers[(run_pk, record.launch or LEGACY, record.attempt)]
     if number == record.attempt and record.launch is None:
         return record
-    return replace(record, attempt=number, launch=None)
+    return record.renumbered(number)
 
 
 def renumbering(conn: Connection, run_pk: int) -> int:
@@ -131,23 +131,32 @@ class _Row:
 
 
 def _launch_attempts(records: Iterable[tuple[int, IngestRecord]]) -> dict[RunKey, LaunchAttempt]:
-    """What the records say of each launch attempt: earliest time, world size, ranks."""
-    out: dict[RunKey, LaunchAttempt] = {}
+    """What the records say of each launch attempt: earliest time, world size, ranks (LaunchAttempt.merged over the
+    records of each, gathered in plain lists first: a LaunchAttempt per record cost more than the rest of this)."""
+    said: dict[RunKey, list[Any]] = {}  # [start, world size, lowest rank, highest rank]
     for run_pk, r in records:
         if r.attempt is None:
             continue
-        launch = r.launch or LEGACY
         start = r.time
         for rows in (r.step_rows, r.collective_rows):
             if rows is not None and len(rows.start):
                 start = min(start, column_min(rows.start))
         world = r.data.get("world_size") if r.kind == "attempt_start" and r.data else None
-        said = LaunchAttempt(launch=launch, attempt=r.attempt, start=start,
-                             world_size=int(world) if world is not None else None, rank_lo=r.rank, rank_hi=r.rank)
-        key = (run_pk, launch, r.attempt)
-        known = out.get(key)
-        out[key] = said if known is None else known.merged(said)
-    return out
+        world = int(world) if world is not None else None
+        rank = r.rank
+        key = (run_pk, r.launch or LEGACY, r.attempt)
+        known = said.get(key)
+        if known is None:
+            said[key] = [start, world, rank, rank]
+            continue
+        known[0] = min(known[0], start)
+        if known[1] is None:
+            known[1] = world
+        if rank is not None:
+            known[2] = rank if known[2] is None else min(known[2], rank)
+            known[3] = rank if known[3] is None else max(known[3], rank)
+    return {key: LaunchAttempt(launch=key[1], attempt=key[2], start=start, world_size=world, rank_lo=lo, rank_hi=hi)
+            for key, (start, world, lo, hi) in said.items()}
 
 
 def _read(conn: Connection, keys: list[RunKey]) -> dict[RunKey, _Row]:

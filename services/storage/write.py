@@ -335,26 +335,29 @@ def content_hash(r: IngestRecord, data_json: str | None) -> str:
     head = f"{r.kind}\x1f{r.time!r}\x1f{r.attempt}\x1f{r.rank}\x1f{r.step}\x1f{data_json or ''}"
     if r.launch is not None:  # (records without one hash as they did before launches existed)
         head += f"\x1f{r.launch}"
-    parts = [head.encode()]  # hashed as one string: the digest of the parts' concatenation, in one update
+    content = head.encode()  # hashed as one string: the digest of the parts' concatenation, in one update
     rows = r.step_rows
     if rows is not None:
-        for column in (rows.step, rows.start, rows.end, rows.loss, rows.lr, rows.comm):
-            parts += _array_parts(column)
+        content = b"".join((content, _column_bytes(rows.step), _column_bytes(rows.start), _column_bytes(rows.end),
+                            _column_bytes(rows.loss), _column_bytes(rows.lr), _column_bytes(rows.comm)))
     collective = r.collective_rows
     if collective is not None:
-        for column in (collective.step, collective.start, collective.end):
-            parts += _array_parts(column)
-        parts.append("\x1f".join(collective.op).encode())
-    return hashlib.blake2b(b"".join(parts), digest_size=16).hexdigest()
+        content = b"".join((content, _column_bytes(collective.step), _column_bytes(collective.start),
+                            _column_bytes(collective.end), "\x1f".join(collective.op).encode()))
+    return hashlib.blake2b(content, digest_size=16).hexdigest()
 
 
-def _array_parts(values: np.ndarray) -> tuple[bytes, ...]:
-    dtype = values.dtype  # its code (b"|<f8") looked up: numpy builds dtype.str anew at every read (~0.4 us)
-    code = _DTYPE_CODES.get(dtype) or _DTYPE_CODES.setdefault(dtype, f"|{dtype.str}".encode())
-    head = b"%s%d" % (code, len(values))
-    if values.ndim == 1 and len(values) > 1 and values.strides[0] == 0:
-        return head, b"broadcast", values[:1].tobytes()  # a column the client did not send (one value viewed n times)
-    return head, values.tobytes()
+def _column_bytes(values: np.ndarray) -> bytes:
+    """An array's part of the digest: its dtype's code (b"|<f8"), its length and its bytes, or for a column the client
+    did not send (one value viewed n times) b"broadcast" and that one value."""
+    dtype = values.dtype
+    code = _DTYPE_CODES.get(dtype)
+    if code is None:  # looked up: numpy builds dtype.str anew at every read (~0.4 us)
+        code = _DTYPE_CODES[dtype] = f"|{dtype.str}".encode()
+    n = len(values)
+    if n > 1 and values.strides[0] == 0 and values.ndim == 1:
+        return b"%s%dbroadcast%s" % (code, n, values[:1].tobytes())
+    return b"%s%d%s" % (code, n, values.tobytes())
 
 
 def _ensure_runs(conn: Connection, keys: set[tuple[str, str]]) -> dict[tuple[str, str], int]:
