@@ -290,7 +290,7 @@ def _serve(ns: argparse.Namespace) -> int:
     with _cleanup_before_dying_of(signal.SIGTERM):
         try:
             uvicorn.run("services.collector.app:create_served_app", factory=True, host=host, port=port,
-                        workers=ns.workers, log_level="warning")
+                        workers=ns.workers, log_level="warning", access_log=False)  # (at INFO: never shown)
         finally:
             if analyst is not None:
                 analyst.stop()

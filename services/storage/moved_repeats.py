@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 from sqlalchemy import Connection, text
@@ -35,23 +36,34 @@ from services.storage.step_columns import RankKey, column_rows
 from services.storage.tables import HEARTBEATS, STEP_RECORDS
 
 
-def without_moved_repeats(conn: Connection, records: Sequence[tuple[int, IngestRecord]]
-                          ) -> list[IngestRecord | None] | None:
+def without_moved_repeats(conn: Connection, records: Sequence[tuple[int, IngestRecord]],
+                          heads: Mapping[RankKey, int] | None = None) -> list[IngestRecord | None] | None:
     """Per (run pk, record) of new records: the record to store (with only the rows not held when some repeat moved
-    rows), or None when every row repeats one; None for the whole group when no record can repeat moved rows."""
-    lowest: dict[RankKey, int] = {}  # each rank's lowest step among the records
-    for run_pk, r in records:
-        key = _rank_key(run_pk, r)
-        if key is not None and r.step_rows is not None and len(r.step_rows.step):
-            step = int(column_min(r.step_rows.step))
-            lowest[key] = min(step, lowest.get(key, step))
-    heads = _highest_blocks(conn, list(lowest))
-    below = {key: head * BLOCK_STEPS for key, head in heads.items() if lowest[key] < head * BLOCK_STEPS}
+    rows), or None when every row repeats one; None for the whole group when no record can repeat moved rows.
+    `heads`: each rank's highest marked block, read in this transaction for at least the records' ranks (PostgreSQL:
+    with the group's `events` insert, `HIGHEST_BLOCKS_SQL`); None: read here."""
+    lowest = lowest_steps(records)
+    if heads is None:
+        heads = _highest_blocks(conn, list(lowest))
+    below = {key: heads[key] * BLOCK_STEPS for key, step in lowest.items()
+             if key in heads and step < heads[key] * BLOCK_STEPS}
     if not below:
         return None
     held = _held_rows(conn, records, below)
     return [r if (rank := _rank_key(run_pk, r)) is None or rank not in below else _unheld(r, held.get(rank))
             for run_pk, r in records]
+
+
+def lowest_steps(records: Sequence[tuple[int, IngestRecord]]) -> dict[RankKey, int]:
+    """Each (run pk, attempt, rank)'s lowest step among the records' step rows: the ranks whose highest marked block
+    `without_moved_repeats` needs."""
+    lowest: dict[RankKey, int] = {}
+    for run_pk, r in records:
+        key = _rank_key(run_pk, r)
+        if key is not None and r.step_rows is not None and len(r.step_rows.step):
+            step = int(column_min(r.step_rows.step))
+            lowest[key] = min(step, lowest.get(key, step))
+    return lowest
 
 
 def _rank_key(run_pk: int, r: IngestRecord) -> RankKey | None:
@@ -94,7 +106,7 @@ def _highest_blocks(conn: Connection, keys: list[RankKey]) -> dict[RankKey, int]
         return {}
     if conn.dialect.name == "postgresql":  # a fixed text, prepared once per connection
         with psycopg_connection(conn).cursor() as cursor:
-            rows = cursor.execute(_HIGHEST_SQL, (json_rows(keys),)).fetchall()
+            rows = cursor.execute(HIGHEST_BLOCKS_SQL, (json_rows(keys),)).fetchall()
     else:
         rows = []
         for at in range(0, len(keys), 500):  # integers only, as literals
@@ -103,10 +115,16 @@ def _highest_blocks(conn: Connection, keys: list[RankKey]) -> dict[RankKey, int]
                 "SELECT k.column1, k.column2, k.column3, (SELECT max(m.block) FROM step_marks m WHERE "
                 f"m.run_pk = k.column1 AND m.attempt = k.column2 AND m.rank = k.column3) FROM (VALUES {listed}) AS k"
             )).all()
+    return heads_of(rows)
+
+
+def heads_of(rows: Sequence[Sequence[Any]]) -> dict[RankKey, int]:
+    """`HIGHEST_BLOCKS_SQL`'s rows as {(run pk, attempt, rank): highest marked block}, for the ranks with marks."""
     return {(int(p), int(a), int(r)): int(b) for p, a, r, b in rows if b is not None}
 
 
-_HIGHEST_SQL = (
+# (run pk, attempt, rank, highest marked block or NULL) of each key of a JSON parameter of [run pk, attempt, rank]
+HIGHEST_BLOCKS_SQL = (
     "SELECT k.p, k.a, k.r, (SELECT max(m.block) FROM step_marks m WHERE m.run_pk = k.p AND m.attempt = k.a "
     "AND m.rank = k.r) FROM (SELECT (j->>0)::int4 AS p, (j->>1)::int4 AS a, (j->>2)::int4 AS r "
     "FROM jsonb_array_elements(%s::jsonb) AS v(j)) AS k"

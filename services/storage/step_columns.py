@@ -23,7 +23,8 @@ from sqlalchemy import Connection, text
 
 from services.analysis.step_blocks import BLOCK_STEPS
 from services.storage.column_codec import decode_blocks, encode_step_rows
-from services.storage.db import json_rows, psycopg_connection, sqlite_connection
+from services.storage.db import psycopg_connection, sqlite_connection
+from services.storage.one_trip import OneTrip
 from services.storage.records import StepRows
 from services.storage.tables import step_columns
 
@@ -50,20 +51,33 @@ class ColumnRows:
         return len(self.attempt)
 
 
-def move_left_blocks(conn: Connection, below: dict[RankKey, int]) -> int:
-    """Move each (run_pk, attempt, rank)'s rows of steps below the given step out of `steps` into block rows;
-    returns the rows moved. In key order: concurrent writers take the same row locks in the same order.
+def move_left_blocks(conn: Connection, below: dict[RankKey, int], trip: OneTrip | None = None) -> int:
+    """Move each (run_pk, attempt, rank)'s rows of steps below the given step (the first of a block) out of `steps`
+    into block rows; returns the rows moved. In key order: concurrent writers take the same row locks in the same
+    order. `trip` (PostgreSQL): the block rows of the usual move are inserted with the statements it holds.
 
-    A group's ranks that entered a block are moved together: their lowest steps read in one statement, their
-    slices deleted in one round trip (up to MOVE_CHUNK_STEPS steps in all) and their block rows inserted in one
-    statement. A rank far behind its new block (a replay, a bulk upload) moves the rest a slice at a time."""
+    The usual move is the block each rank just left: the group's ranks' blocks deleted in one round trip, each with
+    the lowest step left below it, and their block rows inserted with the group's last statements. A rank with rows
+    further below (late rows of a block already moved, a replay, a bulk upload) moves the rest a slice at a time,
+    up to MOVE_CHUNK_STEPS steps a round trip."""
     keys = sorted(below.items())
-    lowest = _lowest_steps(conn, keys)
+    if not keys:
+        return 0
+    left = [(key, step - BLOCK_STEPS, step) for key, step in keys]
+    fetched, lower = _move_left_block(conn, left)
+    _insert_block_rows(conn, [row for (key, _, _), rows in zip(left, fetched, strict=True)
+                              for row in _block_rows(key, rows)], trip)
+    return sum(len(rows) for rows in fetched) + _move_below(
+        conn, [(key, start) for key, start, _ in left if key in lower], lower)
+
+
+def _move_below(conn: Connection, keys: list[tuple[RankKey, int]], lowest: dict[RankKey, int]) -> int:
+    """Move each rank's rows below the given step, its lowest such step known, a slice at a time."""
     moved = 0
     batch: list[tuple[RankKey, int, int]] = []  # (key, first step, end step) of each slice to delete
     spanned = 0  # steps the batch's slices span
     for key, step in keys:
-        first = lowest.get(key)
+        first: int | None = lowest[key]
         while first is not None:
             start = int(first) // BLOCK_STEPS * BLOCK_STEPS
             end = min(step, start + MOVE_CHUNK_STEPS)
@@ -82,27 +96,53 @@ def move_left_blocks(conn: Connection, below: dict[RankKey, int]) -> int:
     return moved
 
 
-def _lowest_steps(conn: Connection, keys: list[tuple[RankKey, int]]) -> dict[RankKey, int]:
-    """Each rank's lowest step in `steps` below the given step, for the ranks that have one."""
-    if not keys:
-        return {}
-    if conn.dialect.name == "postgresql":  # one statement: an index probe per rank
-        with psycopg_connection(conn).cursor() as cursor:
-            rows = cursor.execute(_LOWEST_MANY_SQL, (json_rows([(*key, step) for key, step in keys]),)).fetchall()
-        return {(int(p), int(a), int(r)): int(lowest) for p, a, r, lowest in rows if lowest is not None}
-    out = {}
-    for key, step in keys:
-        lowest = _execute(conn, _LOWEST_SQL, (*key, _INT64_MIN, step))[0][0]
-        if lowest is not None:
-            out[key] = int(lowest)
-    return out
+def _move_left_block(conn: Connection, left: list[tuple[RankKey, int, int]]
+                     ) -> tuple[list[list[tuple[Any, ...]]], dict[RankKey, int]]:
+    """Delete each rank's rows of [first step, end step) (one block); returns the rows deleted of each, and the lowest
+    step below the first of each rank that has rows there."""
+    if conn.dialect.name != "postgresql":
+        fetched = [_execute(conn, _MOVE_SQL, (*key, start, end)) for key, start, end in left]
+        below = {key: _execute(conn, _LOWEST_SQL, (*key, _INT64_MIN, start))[0][0] for key, start, _ in left}
+        return fetched, {key: int(step) for key, step in below.items() if step is not None}
+    out: list[list[tuple[Any, ...]]] = []
+    lower: dict[RankKey, int] = {}
+    with psycopg_connection(conn).cursor() as cursor:  # every rank's statement in one round trip (pipelined)
+        cursor.executemany(_MOVE_LEFT_BLOCK_SQL, [(*key, start, end, *key, start) for key, start, end in left],
+                           returning=True)
+        for key, _, _ in left:
+            rows = cursor.fetchall()
+            out.append([row[1:] for row in rows if not row[0]])
+            first_below = next(row[1] for row in rows if row[0])
+            if first_below is not None:
+                lower[key] = int(first_below)
+            cursor.nextset()
+    return out, lower
 
 
-_LOWEST_MANY_SQL = (
-    "SELECT k.p, k.a, k.r, (SELECT min(s.step) FROM steps s WHERE s.run_pk = k.p AND s.attempt = k.a AND s.rank = k.r "
-    "AND s.step < k.b) FROM (SELECT (j->>0)::int4 AS p, (j->>1)::int4 AS a, (j->>2)::int4 AS r, (j->>3)::int8 AS b "
-    "FROM jsonb_array_elements(%s::jsonb) AS v(j)) AS k"
+# A rank's rows of one block deleted (flag false), and the lowest step it has left below the block (flag true; NULL
+# for none): both read the statement's snapshot, and the probe's rows are not the delete's.
+_MOVE_LEFT_BLOCK_SQL = (
+    "WITH moved AS (DELETE FROM steps WHERE run_pk = %s AND attempt = %s AND rank = %s AND step >= %s AND step < %s "
+    "RETURNING step, start_time, end_time, loss, lr, comm) "
+    "SELECT false, step, start_time, end_time, loss, lr, comm FROM moved UNION ALL "
+    "SELECT true, (SELECT min(step) FROM steps WHERE run_pk = %s AND attempt = %s AND rank = %s AND step < %s), "
+    "NULL, NULL, NULL, NULL, NULL"
 )
+_INSERT_BLOCK_ROW_SQL = ("INSERT INTO step_columns (run_pk, attempt, rank, block, end_time, rows, data) "
+                         "VALUES (%s, %s, %s, %s, %s, %s, %s)")
+
+
+def _insert_block_rows(conn: Connection, rows: list[dict[str, Any]], trip: OneTrip | None) -> None:
+    if not rows:
+        return
+    if trip is None:
+        conn.execute(step_columns.insert(), rows)
+        return
+    for row in rows:
+        trip.add(_INSERT_BLOCK_ROW_SQL, [row[name] for name in _BLOCK_ROW_COLUMNS])
+
+
+_BLOCK_ROW_COLUMNS = ("run_pk", "attempt", "rank", "block", "end_time", "rows", "data")
 
 
 def _move_slices(conn: Connection, slices: list[tuple[RankKey, int, int]]) -> int:
@@ -118,9 +158,8 @@ def _move_slices(conn: Connection, slices: list[tuple[RankKey, int, int]]) -> in
                     break
     else:
         fetched = [_execute(conn, _MOVE_SQL, slice_) for slice_ in params]
-    out = [row for (key, _, _), rows in zip(slices, fetched, strict=True) for row in _block_rows(key, rows)]
-    if out:
-        conn.execute(step_columns.insert(), out)
+    _insert_block_rows(conn, [row for (key, _, _), rows in zip(slices, fetched, strict=True)
+                              for row in _block_rows(key, rows)], None)
     return sum(len(rows) for rows in fetched)
 
 

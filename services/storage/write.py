@@ -43,13 +43,19 @@ from services.storage.clock_readings import (
     record_readings,
 )
 from services.storage.db import json_rows, psycopg_connection
-from services.storage.moved_repeats import forget_moved_records, without_moved_repeats
+from services.storage.moved_repeats import (
+    HIGHEST_BLOCKS_SQL,
+    forget_moved_records,
+    heads_of,
+    lowest_steps,
+    without_moved_repeats,
+)
 from services.storage.one_trip import OneTrip
 from services.storage.pruned import kept_of_pruned_runs, raw_record_runs
 from services.storage.records import EventConflict, IngestRecord, IngestResult
 from services.storage.runs import DEFAULT_PROJECT
 from services.storage.step_blocks import mark_step_blocks
-from services.storage.step_columns import blocks_entered, move_left_blocks
+from services.storage.step_columns import RankKey, blocks_entered, move_left_blocks
 from services.storage.tables import Event, Run, collectives, steps
 
 _INSERT_CHUNK = 2000
@@ -199,7 +205,9 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
 
     # read before the group's own records are in: a heartbeat of the group must not bound itself
     kept_of_pruned = kept_of_pruned_runs(conn, [(run_pk, r) for run_pk, r, _, _ in candidates], pruned)
-    inserted = _insert_events(conn, candidates, postgres)
+    # PostgreSQL: the ranks' highest marked blocks (services.storage.moved_repeats) read by the insert's statement
+    inserted, heads = _insert_events(conn, candidates, postgres,
+                                     list(lowest_steps([(run_pk, r) for run_pk, r, _, _ in candidates])))
     not_inserted = [(run_pk, r.event_id) for run_pk, r, _, _ in candidates if (run_pk, r.event_id) not in inserted]
     _check_kept_keys(conn, {pk: key_of[pk] for pk, _ in not_inserted if pk in kept})
     stored = _stored_hashes(conn, not_inserted)
@@ -224,7 +232,7 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
     if kept_of_pruned is not None:
         new_records, new_owners = _without_repeats(conn, kept_of_pruned.without_repeats(new_records), new_records,
                                                    new_owners, accepted, duplicates)
-    moved = without_moved_repeats(conn, new_records)
+    moved = without_moved_repeats(conn, new_records, heads)
     if moved is not None:
         new_records, new_owners = _without_repeats(conn, moved, new_records, new_owners, accepted, duplicates)
 
@@ -233,8 +241,9 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
     entered = mark_step_blocks(conn, new_records)
     below = blocks_entered(((run_pk, r.attempt, r.rank, r.step_rows.step) for run_pk, r in new_records
                             if r.step_rows is not None and r.attempt is not None and r.rank is not None), entered)
-    move_left_blocks(conn, below)
-    trip = OneTrip()  # PostgreSQL: the moved records' deletes, the readings, the runs' touches in one round trip
+    # PostgreSQL: the moved blocks' rows, the moved records' deletes, the readings, the runs' touches in one round trip
+    trip = OneTrip()
+    move_left_blocks(conn, below, trip if postgres else None)
     forget_moved_records(conn, below, trip)
     if clocks is not None:
         owners = _reading_owners(keyed, conflicts, runs, numbers) if written_readings is not None else None
@@ -383,14 +392,16 @@ def _ensure_runs(conn: Connection, keys: set[tuple[str, str]]) -> dict[tuple[str
     return pks
 
 
-def _insert_events(conn: Connection, candidates: list[tuple[int, IngestRecord, str | None, str]],
-                   postgres: bool) -> set[tuple[int, str]]:
+def _insert_events(conn: Connection, candidates: list[tuple[int, IngestRecord, str | None, str]], postgres: bool,
+                   ranks: list[RankKey]) -> tuple[set[tuple[int, str]], dict[RankKey, int] | None]:
+    """The (run pk, event id) of the candidates inserted (those not stored yet), and on PostgreSQL the `ranks`'
+    highest marked blocks, read by the same statement (None: not read)."""
     if not candidates:
-        return set()
+        return set(), None
     # One key order for every writer: concurrent transactions inserting the same ids wait, never deadlock.
     candidates = sorted(candidates, key=lambda c: (c[0], c[1].event_id))
     if postgres:
-        return _insert_events_postgres(conn, candidates)
+        return _insert_events_postgres(conn, candidates, ranks)
     statement = (
         sqlite.insert(Event).on_conflict_do_nothing(index_elements=["run_pk", "event_id"])
         .returning(Event.run_pk, Event.event_id)
@@ -403,7 +414,7 @@ def _insert_events(conn: Connection, candidates: list[tuple[int, IngestRecord, s
             for run_pk, r, data_json, digest in candidates[i:i + _INSERT_CHUNK]
         ]
         inserted.update((r[0], r[1]) for r in conn.execute(statement, rows))
-    return inserted
+    return inserted, None
 
 
 # One statement of fixed text per chunk, the rows as one JSON parameter (services.storage.db.json_rows), inserted in
@@ -416,15 +427,31 @@ _INSERT_EVENTS_SQL = (
 )
 
 
-def _insert_events_postgres(conn: Connection,
-                            candidates: list[tuple[int, IngestRecord, str | None, str]]) -> set[tuple[int, str]]:
+def _insert_events_postgres(conn: Connection, candidates: list[tuple[int, IngestRecord, str | None, str]],
+                            ranks: list[RankKey]) -> tuple[set[tuple[int, str]], dict[RankKey, int] | None]:
+    """The inserts a chunk at a time; the last chunk's with the ranks' highest marked blocks read by the statement
+    after it, in the same message (a round trip fewer a group; each costs the writer its waits for the GIL). Two
+    statements, not one: the read takes its snapshot once the insert is done, so it sees the marks of a transaction
+    the insert waited for (another collector storing the same event ids), as it did as a round trip of its own."""
+    from psycopg import ClientCursor  # (PostgreSQL only: its driver is not needed on SQLite)
+
     inserted: set[tuple[int, str]] = set()
-    with psycopg_connection(conn).cursor() as cursor:
-        for i in range(0, len(candidates), _INSERT_CHUNK):
-            rows = [(run_pk, r.event_id, r.kind, r.time, r.attempt, r.rank, r.step, data_json, digest)
-                    for run_pk, r, data_json, digest in candidates[i:i + _INSERT_CHUNK]]
-            inserted.update(cursor.execute(_INSERT_EVENTS_SQL, (json_rows(rows),)).fetchall())
-    return inserted
+    heads: dict[RankKey, int] | None = None
+    raw = psycopg_connection(conn)
+    for i in range(0, len(candidates), _INSERT_CHUNK):
+        rows = json_rows([(run_pk, r.event_id, r.kind, r.time, r.attempt, r.rank, r.step, data_json, digest)
+                          for run_pk, r, data_json, digest in candidates[i:i + _INSERT_CHUNK]])
+        if i + _INSERT_CHUNK < len(candidates) or not ranks:
+            with raw.cursor() as cursor:
+                inserted.update(cursor.execute(_INSERT_EVENTS_SQL, (rows,)).fetchall())
+            continue
+        with ClientCursor(raw) as cursor:  # client-side binding: both statements in one message
+            cursor.execute("; ".join((cursor.mogrify(_INSERT_EVENTS_SQL, (rows,)),
+                                      cursor.mogrify(HIGHEST_BLOCKS_SQL, (json_rows(ranks),)))))
+            inserted.update((run_pk, event_id) for run_pk, event_id in cursor.fetchall())
+            cursor.nextset()
+            heads = heads_of(cursor.fetchall())
+    return inserted, heads
 
 
 def _stored_hashes(conn: Connection, keys: list[tuple[int, str]]) -> dict[tuple[int, str], str]:

@@ -96,6 +96,30 @@ def test_a_record_sent_again_after_its_rows_moved_stores_only_the_rows_not_held(
     assert ids == sorted(["mixed", "other", f"s{BLOCK_STEPS}"])
 
 
+def test_a_late_row_moves_when_its_rank_leaves_its_next_block_into_a_second_row_of_its_block(engine) -> None:
+    """The usual move takes the block a rank just left and finds, in the same statement, the rows it still has
+    further below: a late row of a block already moved goes into a second row of that block when the rank leaves
+    its next block, and no row is moved twice."""
+    first = [s for s in range(BLOCK_STEPS) if s != 7]  # step 7 comes late
+    assert write(engine, [record("b0", 0, first), record("b1-first", 0, [BLOCK_STEPS])]) == (2, 0)
+    assert write(engine, [record("late-0", 0, [7])]) == (1, 0)  # block 0 moved already: this one waits in `steps`
+    with engine.connect() as conn:
+        assert [tuple(b) for b in conn.execute(text("SELECT block, rows FROM step_columns")).all()] == \
+            [(0, BLOCK_STEPS - 1)]
+    # the rank leaves block 1 for block 2: block 1's rows and the late row of block 0 move, each once
+    assert write(engine, [record("b1-rest", 0, list(range(BLOCK_STEPS + 1, 2 * BLOCK_STEPS + 1)))]) == (1, 0)
+    # then a step far ahead: the rank enters block 5, and nothing is left to move below block 2's rows
+    assert write(engine, [record("ahead", 0, [5 * BLOCK_STEPS + 3])]) == (1, 0)
+
+    with engine.connect() as conn:
+        blocks = conn.execute(text("SELECT block, rows FROM step_columns ORDER BY block, rows")).all()
+        head = conn.execute(text("SELECT step FROM steps ORDER BY step")).scalars().all()
+        keys = stored_step_keys(conn)
+    assert [tuple(b) for b in blocks] == [(0, 1), (0, BLOCK_STEPS - 1), (1, BLOCK_STEPS), (2, 1)]
+    assert head == [5 * BLOCK_STEPS + 3]
+    assert keys["step"].tolist() == [*range(2 * BLOCK_STEPS + 1), 5 * BLOCK_STEPS + 3]  # every row once
+
+
 def test_heartbeats_are_thinned_to_each_ranks_earliest_and_latest_when_it_moves_a_block(engine) -> None:
     beats: list[dict[str, Any]] = [
         {"event_id": f"hb{rank}-{s}", "run_id": "cols", "kind": "heartbeat", "time": T0 + s * 1.25, "attempt": 0,
