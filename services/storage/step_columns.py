@@ -60,10 +60,10 @@ def move_left_blocks(conn: Connection, below: dict[RankKey, int], trip: OneTrip 
     the lowest step left below it, and their block rows inserted with the group's last statements. A rank with rows
     further below (late rows of a block already moved, a replay, a bulk upload) moves the rest a slice at a time,
     up to MOVE_CHUNK_STEPS steps a round trip."""
-    keys = sorted(below.items())
-    if not keys:
+    # a rank entering block 0 has nothing below it (steps are >= 0: the event schema): its first records cost nothing
+    left = [(key, step - BLOCK_STEPS, step) for key, step in sorted(below.items()) if step > 0]
+    if not left:
         return 0
-    left = [(key, step - BLOCK_STEPS, step) for key, step in keys]
     fetched, lower = _move_left_block(conn, left)
     _insert_block_rows(conn, [row for (key, _, _), rows in zip(left, fetched, strict=True)
                               for row in _block_rows(key, rows)], trip)
