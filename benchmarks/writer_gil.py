@@ -37,10 +37,11 @@ REQUESTS_PER_GROUP = 32
 RANKS = 1024
 
 
-def request_bodies(t0: float) -> Iterator[bytes]:
-    """benchmarks/wrk/steps_record.lua's bodies: each a new event id and the rank's next two steps."""
+def request_bodies(t0: float, ranks: int = RANKS) -> Iterator[bytes]:
+    """benchmarks/wrk/steps_record.lua's bodies: each a new event id and the next two steps of a rank, the ranks in
+    turn."""
     for n in itertools.count(1):
-        rank, step = n % RANKS, (n // RANKS) * 2 + 1
+        rank, step = n % ranks, (n // ranks) * 2 + 1
         start = t0 + step * 0.01
         yield json.dumps({"events": [{
             "event_id": f"w0-{n}", "run_id": "writer-gil", "kind": "steps", "time": start + 0.02, "attempt": 0,

@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from benchmarks._common import free_port, machine, postgres_database
-from benchmarks.writer_gil import request_bodies, write_groups
+from benchmarks.writer_gil import RANKS, request_bodies, write_groups
 from services.settings import ServiceSettings
 from services.storage.db import make_engine, psycopg_connection
 from services.storage.migrate import upgrade
@@ -154,11 +154,14 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=50, help="groups timed per condition")
     ap.add_argument("--delay-ms", type=float, default=1.0, help="the proxy's delay in each direction")
     ap.add_argument("--rounds", type=int, default=2, help="direct and delayed measured alternately, this many times")
+    ap.add_argument("--ranks", type=int, default=RANKS,
+                    help="ranks the requests come from in turn (32: every rank leaves its block of steps every 64 "
+                         "groups, all in the same group, so the groups' moves are counted too)")
     args = ap.parse_args()
-    bodies = request_bodies(time.time() - 3600)
+    bodies = request_bodies(time.time() - 3600, args.ranks)
     print(f"# the writer's round trips  ({machine()})")
-    print(f"groups of 32 requests (one 2-step record each), {args.groups} groups per condition, PostgreSQL direct and "
-          f"through a proxy {args.delay_ms:g} ms each way")
+    print(f"groups of 32 requests (one 2-step record each, from {args.ranks} ranks in turn), {args.groups} groups per "
+          f"condition, PostgreSQL direct and through a proxy {args.delay_ms:g} ms each way")
     with postgres_database() as url:
         upgrade_engine = make_engine(url)
         upgrade(upgrade_engine)
