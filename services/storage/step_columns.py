@@ -35,6 +35,7 @@ _LOWEST_SQL = ("SELECT min(step) FROM steps WHERE run_pk = {p} AND attempt = {p}
 # Rows moved per statement at most (whole blocks): a batch that brings a rank's millions of steps at once moves them
 # a slice at a time, so the collector never holds them all as Python rows (tests/faults/test_request_memory.py).
 MOVE_CHUNK_STEPS = 64 * BLOCK_STEPS
+_RANKS_A_MOVE = MOVE_CHUNK_STEPS // BLOCK_STEPS  # ranks whose block just left move in one round trip, at most
 _INT64_MIN = -(1 << 63)
 RankKey = tuple[int, int, int]  # (run pk, attempt, rank)
 
@@ -62,13 +63,17 @@ def move_left_blocks(conn: Connection, below: dict[RankKey, int], trip: OneTrip 
     up to MOVE_CHUNK_STEPS steps a round trip."""
     # a rank entering block 0 has nothing below it (steps are >= 0: the event schema): its first records cost nothing
     left = [(key, step - BLOCK_STEPS, step) for key, step in sorted(below.items()) if step > 0]
-    if not left:
-        return 0
-    fetched, lower = _move_left_block(conn, left)
-    _insert_block_rows(conn, [row for (key, _, _), rows in zip(left, fetched, strict=True)
-                              for row in _block_rows(key, rows)], trip)
-    return sum(len(rows) for rows in fetched) + _move_below(
-        conn, [(key, start) for key, start, _ in left if key in lower], lower)
+    chunks = [left[at:at + _RANKS_A_MOVE] for at in range(0, len(left), _RANKS_A_MOVE)]
+    moved = 0
+    lower: dict[RankKey, int] = {}
+    for chunk in chunks:
+        fetched, chunk_lower = _move_left_block(conn, chunk)
+        # a group's usual few go with its last message; a group of more ranks inserts each chunk's at once
+        _insert_block_rows(conn, [row for (key, _, _), rows in zip(chunk, fetched, strict=True)
+                                  for row in _block_rows(key, rows)], trip if len(chunks) == 1 else None)
+        moved += sum(len(rows) for rows in fetched)
+        lower.update(chunk_lower)
+    return moved + _move_below(conn, [(key, start) for key, start, _ in left if key in lower], lower)
 
 
 def _move_below(conn: Connection, keys: list[tuple[RankKey, int]], lowest: dict[RankKey, int]) -> int:

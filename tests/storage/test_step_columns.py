@@ -144,11 +144,12 @@ def test_heartbeats_are_thinned_to_each_ranks_earliest_and_latest_when_it_moves_
 
 
 def test_a_group_of_many_ranks_entering_blocks_and_one_far_behind_moves_every_row_once(engine) -> None:
-    """The group's moves go together, MOVE_CHUNK_STEPS steps per round trip: 70 ranks leaving block 0 (more than one
-    round trip's worth) and, in the same group, a rank bringing 130 blocks at once (moved a slice at a time)."""
+    """The group's moves go together, MOVE_CHUNK_STEPS steps per round trip: 70 ranks leaving blocks 0 and 1 (more
+    than one round trip's worth: each rank's block just left, then what it has below) and, in the same group, a rank
+    bringing 130 blocks at once (moved a slice at a time)."""
     ranks, far = 70, 70
     far_steps = list(range(2 * MOVE_CHUNK_STEPS + 2 * BLOCK_STEPS + 5))
-    batch = [record(f"r{rank}", rank, list(range(BLOCK_STEPS + 2))) for rank in range(ranks)]
+    batch = [record(f"r{rank}", rank, list(range(2 * BLOCK_STEPS + 2))) for rank in range(ranks)]
     assert write(engine, [*batch, record("far", far, far_steps)]) == (ranks + 1, 0)
 
     with engine.connect() as conn:
@@ -157,11 +158,11 @@ def test_a_group_of_many_ranks_entering_blocks_and_one_far_behind_moves_every_ro
         far_rows = load_rank_steps(conn, get_run(conn, "cols").pk, far)
         keys = stored_step_keys(conn)
     left = len(far_steps) // BLOCK_STEPS
-    assert [tuple(b) for b in blocks] == ([(r, 0, BLOCK_STEPS) for r in range(ranks)]
+    assert [tuple(b) for b in blocks] == ([(r, b, BLOCK_STEPS) for r in range(ranks) for b in (0, 1)]
                                           + [(far, b, BLOCK_STEPS) for b in range(left)])
-    assert [tuple(h) for h in head] == ([(r, s) for r in range(ranks) for s in (BLOCK_STEPS, BLOCK_STEPS + 1)]
+    assert [tuple(h) for h in head] == ([(r, s) for r in range(ranks) for s in (2 * BLOCK_STEPS, 2 * BLOCK_STEPS + 1)]
                                         + [(far, s) for s in far_steps[left * BLOCK_STEPS:]])
-    assert len(keys) == ranks * (BLOCK_STEPS + 2) + len(far_steps)  # every row once
+    assert len(keys) == ranks * (2 * BLOCK_STEPS + 2) + len(far_steps)  # every row once
     sent = record("sent", far, far_steps)
     assert far_rows["step"].tolist() == far_steps
     assert np.array_equal(far_rows["start"].to_numpy(), np.array(sent["start"]))  # bit for bit
