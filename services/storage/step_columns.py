@@ -133,8 +133,9 @@ _MOVE_LEFT_BLOCK_SQL = (
     "SELECT true, (SELECT min(step) FROM steps WHERE run_pk = %s AND attempt = %s AND rank = %s AND step < %s), "
     "NULL, NULL, NULL, NULL, NULL"
 )
-_INSERT_BLOCK_ROW_SQL = ("INSERT INTO step_columns (run_pk, attempt, rank, block, end_time, rows, data) "
-                         "VALUES (%s, %s, %s, %s, %s, %s, %s)")
+_BLOCK_ROW_COLUMNS = ("run_pk", "attempt", "rank", "block", "end_time", "rows", "data")
+_INSERT_BLOCK_ROW_SQL = (f"INSERT INTO step_columns ({', '.join(_BLOCK_ROW_COLUMNS)}) "
+                         f"VALUES ({', '.join(['%s'] * len(_BLOCK_ROW_COLUMNS))})")
 
 
 def _insert_block_rows(conn: Connection, rows: list[dict[str, Any]], trip: OneTrip | None) -> None:
@@ -145,9 +146,6 @@ def _insert_block_rows(conn: Connection, rows: list[dict[str, Any]], trip: OneTr
         return
     for row in rows:
         trip.add(_INSERT_BLOCK_ROW_SQL, [row[name] for name in _BLOCK_ROW_COLUMNS])
-
-
-_BLOCK_ROW_COLUMNS = ("run_pk", "attempt", "rank", "block", "end_time", "rows", "data")
 
 
 def _move_slices(conn: Connection, slices: list[tuple[RankKey, int, int]]) -> int:

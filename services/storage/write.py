@@ -204,10 +204,10 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
             owner.append((b, index))
 
     # read before the group's own records are in: a heartbeat of the group must not bound itself
-    kept_of_pruned = kept_of_pruned_runs(conn, [(run_pk, r) for run_pk, r, _, _ in candidates], pruned)
-    # PostgreSQL: the ranks' highest marked blocks (services.storage.moved_repeats) read by the insert's statement
-    inserted, heads = _insert_events(conn, candidates, postgres,
-                                     list(lowest_steps([(run_pk, r) for run_pk, r, _, _ in candidates])))
+    named_candidates = [(run_pk, r) for run_pk, r, _, _ in candidates]
+    kept_of_pruned = kept_of_pruned_runs(conn, named_candidates, pruned)
+    # PostgreSQL: the ranks' highest marked blocks (services.storage.moved_repeats) read in the insert's message
+    inserted, heads = _insert_events(conn, candidates, postgres, list(lowest_steps(named_candidates)))
     not_inserted = [(run_pk, r.event_id) for run_pk, r, _, _ in candidates if (run_pk, r.event_id) not in inserted]
     _check_kept_keys(conn, {pk: key_of[pk] for pk, _ in not_inserted if pk in kept})
     stored = _stored_hashes(conn, not_inserted)
@@ -395,7 +395,7 @@ def _ensure_runs(conn: Connection, keys: set[tuple[str, str]]) -> dict[tuple[str
 def _insert_events(conn: Connection, candidates: list[tuple[int, IngestRecord, str | None, str]], postgres: bool,
                    ranks: list[RankKey]) -> tuple[set[tuple[int, str]], dict[RankKey, int] | None]:
     """The (run pk, event id) of the candidates inserted (those not stored yet), and on PostgreSQL the `ranks`'
-    highest marked blocks, read by the same statement (None: not read)."""
+    highest marked blocks, read in the same round trip (None: not read)."""
     if not candidates:
         return set(), None
     # One key order for every writer: concurrent transactions inserting the same ids wait, never deadlock.
