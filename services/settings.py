@@ -145,7 +145,8 @@ class IngestSettings(_Section):
         "GOODPUT_WRITER_LINGER_S: while several senders post, how long after a small group's first batch arrived "
         "the writer waits for more to write in the same transaction (ending sooner when they stop coming). A "
         "transaction's fixed cost is then shared by more requests (benchmarks.load); each answer comes up to this "
-        "much later. 0: never wait"))
+        "much later. While the senders are paced (Goodput-Send-Interval) it waits up to 4 % of the pace if that is "
+        "longer, at most 0.25 s. 0: never wait"))
     target_requests_per_s: float = Field(400.0, gt=0, description=(
         "GOODPUT_TARGET_REQUESTS_PER_S: ingest requests per second one collector process aims to receive. Every "
         "answer asks each sender to wait senders-seen-in-the-last-10-s / this between posts "

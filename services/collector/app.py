@@ -77,11 +77,12 @@ def create_app(settings: ServiceSettings | None = None, *, engine: Engine | None
     engine = engine or make_engine(settings.server.database_url)
     pace = SendPace(target_requests_per_s=settings.ingest.target_requests_per_s,
                     max_interval_s=settings.ingest.max_send_interval_s)
-    # a group waits for more batches only while several senders post: a lone client waiting for its answer
-    # would only wait longer
+    # a group waits for more batches only while several senders post (a lone client waiting for its answer would
+    # only wait longer), and longer while they are paced
     writer = BatchWriter(engine, max_pending_events=settings.ingest.writer_max_pending_events,
                          max_queue_s=settings.ingest.writer_max_queue_s,
-                         linger=Linger(settings.ingest.writer_linger_s, only_while=lambda: pace.senders > 1))
+                         linger=Linger(settings.ingest.writer_linger_s, only_while=lambda: pace.senders > 1,
+                                       paced=lambda: pace.interval_s))
     analyses = AnalysisCache(engine, summaries=SummaryCache(capacity_bytes=settings.server.analysis_cache_mb << 20),
                              kept_elsewhere=settings.server.analyst == "elsewhere")
     background = BackgroundJobs(analyses, settings.server)  # GOODPUT_WARM_ANALYSES_S / PRUNE_INTERVAL_S 0: none

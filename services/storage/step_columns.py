@@ -54,15 +54,15 @@ class ColumnRows:
 
 def move_left_blocks(conn: Connection, below: dict[RankKey, int], trip: OneTrip | None = None) -> int:
     """Move each (run_pk, attempt, rank)'s rows of steps below the given step (the first of a block) out of `steps`
-    into block rows; returns the rows moved. In key order: concurrent writers take the same row locks in the same
-    order. `trip` (PostgreSQL): the block rows of the usual move are inserted with the statements it holds.
+    into block rows (each step > 0: a rank entering block 0 has nothing below it, and the writer passes none); returns
+    the rows moved. In key order: concurrent writers take the same row locks in the same order. `trip` (PostgreSQL):
+    the block rows of the usual move are inserted with the statements it holds.
 
     The usual move is the block each rank just left: the group's ranks' blocks deleted in one round trip, each with
     the lowest step left below it, and their block rows inserted with the group's last statements. A rank with rows
     further below (late rows of a block already moved, a replay, a bulk upload) moves the rest a slice at a time,
     up to MOVE_CHUNK_STEPS steps a round trip."""
-    # a rank entering block 0 has nothing below it (steps are >= 0: the event schema): its first records cost nothing
-    left = [(key, step - BLOCK_STEPS, step) for key, step in sorted(below.items()) if step > 0]
+    left = [(key, step - BLOCK_STEPS, step) for key, step in sorted(below.items())]
     chunks = [left[at:at + _RANKS_A_MOVE] for at in range(0, len(left), _RANKS_A_MOVE)]
     moved = 0
     lower: dict[RankKey, int] = {}

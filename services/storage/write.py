@@ -239,8 +239,11 @@ def write_group(conn: Connection, batches: Sequence[Sequence[IngestRecord]],
     _insert_steps(conn, new_records, postgres)
     _insert_collectives(conn, new_records)
     entered = mark_step_blocks(conn, new_records)
-    below = blocks_entered(((run_pk, r.attempt, r.rank, r.step_rows.step) for run_pk, r in new_records
-                            if r.step_rows is not None and r.attempt is not None and r.rank is not None), entered)
+    # a rank entering block 0 has nothing below it (steps are >= 0: the event schema): its first records move nothing
+    # and forget nothing (its heartbeats are thinned with its first move)
+    below = {key: step for key, step in blocks_entered(
+        ((run_pk, r.attempt, r.rank, r.step_rows.step) for run_pk, r in new_records
+         if r.step_rows is not None and r.attempt is not None and r.rank is not None), entered).items() if step > 0}
     # PostgreSQL: the moved blocks' rows, the moved records' deletes, the readings, the runs' touches in one round trip
     trip = OneTrip()
     move_left_blocks(conn, below, trip if postgres else None)

@@ -38,6 +38,26 @@ def test_a_small_group_waits_until_the_linger_ends_or_the_arrivals_pause() -> No
     assert linger.wait_s(first_queued=10.0, rows=3, now=10.06) == 0.0  # past it: written now
 
 
+def test_while_the_senders_are_paced_a_group_waits_a_share_of_the_pace() -> None:
+    pace_s = [5.0]
+    linger = Linger(0.05, paced=lambda: pace_s[0])
+    _arrivals(linger, gap_s=0.004)  # a post every 4 ms: unpaced, each wait for the next would end after 12 ms
+    linger.wrote(0.002)
+    # 4 % of the 5 s the senders wait anyway: until 200 ms after the group's first batch, not 50, whatever the gaps
+    assert linger.wait_s(first_queued=10.0, rows=3, now=10.0) == pytest.approx(0.2)
+    assert linger.wait_s(first_queued=10.0, rows=3, now=10.15) == pytest.approx(0.05)
+    assert linger.wait_s(first_queued=10.0, rows=3, now=10.21) == 0.0
+    assert linger.wait_s(first_queued=10.0, rows=Linger.ROWS, now=10.0) == 0.0  # a full group is written now
+    pace_s[0] = 60.0  # a long pace: at most 250 ms, well within the clients' timeout
+    assert linger.wait_s(first_queued=10.0, rows=3, now=10.2) == pytest.approx(0.05)
+    pace_s[0] = 0.2  # senders not held back: the setting's 50 ms, and the next arrival waited for 3 gaps at most
+    assert linger.wait_s(first_queued=10.0, rows=3, now=10.0) == pytest.approx(3 * linger.gap_s)
+    assert linger.wait_s(first_queued=10.0, rows=3, now=10.04) == pytest.approx(0.01)
+    off = Linger(0.0, paced=lambda: 5.0)  # off is off, whatever the pace
+    _arrivals(off, gap_s=0.05)
+    assert off.wait_s(first_queued=10.0, rows=3, now=10.0) == 0.0
+
+
 def test_no_wait_for_a_full_group_for_groups_that_fill_on_their_own_or_when_off() -> None:
     linger = Linger(0.05)
     _arrivals(linger, gap_s=0.004)
